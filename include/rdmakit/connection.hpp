@@ -1,0 +1,113 @@
+// Connections: reliable, ordered, like an RC queue pair.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "rdmakit/completion.hpp"
+#include "rdmakit/error.hpp"
+#include "rdmakit/memory.hpp"
+
+namespace rdmakit {
+
+// One operation to post. `local` is read for WRITE/SEND and written for READ and atomics (one 8-byte
+// segment receiving the old value). Spans must stay valid only during post(); the bytes they point at
+// must stay untouched until the operation completes.
+struct WorkRequest {
+  Opcode opcode = Opcode::Write;
+  std::span<const Segment> local;
+  RemoteAddress remote;            // one-sided operations
+  std::uint64_t compare_add = 0;   // CompareSwap: expected value; FetchAdd: addend
+  std::uint64_t swap = 0;          // CompareSwap: new value
+  std::uint32_t imm = 0;           // WriteImm, and Send when with_imm
+  bool with_imm = false;           // Send carries imm
+  bool signaled = true;            // false: no completion on success (failures always complete)
+};
+
+// Who is at the other end.
+struct PeerInfo {
+  std::string name;        // Config::name of the peer's context
+  std::uint64_t id = 0;    // hash of the name
+  std::uint64_t epoch = 0; // unique per life of the peer's context
+  std::string address;     // transport address, e.g. "127.0.0.1:40000"
+};
+
+// Diagnostics: "who is stuck" has an answer.
+struct ConnectionStats {
+  std::uint32_t connection = 0;
+  std::string peer;
+  std::uint64_t posted = 0;
+  std::uint64_t completed = 0;
+  std::uint64_t outstanding = 0;  // posted and not completed, receives included
+  std::chrono::system_clock::time_point last_completion{};  // epoch 0 when nothing completed yet
+  bool failed = false;            // the connection is in the error state
+  std::string failure;            // why, when failed
+};
+
+class Connection {
+ public:
+  virtual ~Connection() = default;
+  Connection(const Connection&) = delete;
+  Connection& operator=(const Connection&) = delete;
+
+  // Posts a chain of work requests (one doorbell where the transport has doorbells). The requests get
+  // consecutive ids; the first is returned. Errors here mean nothing of the chain was posted.
+  virtual Result<std::uint64_t> post(std::span<const WorkRequest> chain) = 0;
+  // Posts a receive buffer for a SEND or a WRITE with immediate.
+  virtual Result<std::uint64_t> post_recv(std::span<const Segment> sgl) = 0;
+
+  // Shorthands for single operations.
+  Result<std::uint64_t> write(std::span<const Segment> local, RemoteAddress remote, bool signaled = true);
+  Result<std::uint64_t> write(Segment local, RemoteAddress remote, bool signaled = true);
+  Result<std::uint64_t> write_imm(std::span<const Segment> local, RemoteAddress remote, std::uint32_t imm);
+  Result<std::uint64_t> write_imm(Segment local, RemoteAddress remote, std::uint32_t imm);
+  Result<std::uint64_t> read(std::span<const Segment> local, RemoteAddress remote);
+  Result<std::uint64_t> read(Segment local, RemoteAddress remote);
+  Result<std::uint64_t> compare_swap(Segment old_value, RemoteAddress remote, std::uint64_t expected,
+                                     std::uint64_t desired);
+  Result<std::uint64_t> fetch_add(Segment old_value, RemoteAddress remote, std::uint64_t add);
+  Result<std::uint64_t> send(std::span<const Segment> local);
+  Result<std::uint64_t> send(Segment local);
+  Result<std::uint64_t> send_imm(Segment local, std::uint32_t imm);
+  Result<std::uint64_t> post_recv(Segment sgl);
+
+  // Waits for operation `id` (a send-side or a receive id) on the queue it completes on.
+  Result<Completion> wait(std::uint64_t id, std::chrono::nanoseconds timeout);
+
+  CompletionQueue& send_cq() const noexcept { return *send_cq_; }
+  CompletionQueue& recv_cq() const noexcept { return *recv_cq_; }
+  // Context-unique number, also found in Completion::connection.
+  std::uint32_t number() const noexcept { return number_; }
+  virtual PeerInfo peer() const = 0;
+  virtual ConnectionStats stats() const = 0;
+  // Ok while healthy; the first failure afterwards (sticky, like a QP in the error state).
+  virtual Result<void> health() const = 0;
+  // Closes the connection: pending operations complete as Flushed. Also done by the destructor.
+  virtual void close() = 0;
+
+  // Ids carry the connection number and whether they are receive ids.
+  static constexpr std::uint64_t kRecvBit = std::uint64_t{1} << 39;
+  static bool is_recv_id(std::uint64_t id) noexcept { return (id & kRecvBit) != 0; }
+  static std::uint32_t connection_of(std::uint64_t id) noexcept { return static_cast<std::uint32_t>(id >> 40); }
+
+ protected:
+  Connection(std::uint32_t number, std::shared_ptr<CompletionQueue> send_cq,
+             std::shared_ptr<CompletionQueue> recv_cq) noexcept
+      : number_(number), send_cq_(std::move(send_cq)), recv_cq_(std::move(recv_cq)) {}
+  std::uint64_t make_id(std::uint64_t sequence, bool recv) const noexcept {
+    return (std::uint64_t{number_} << 40) | (recv ? kRecvBit : 0) | (sequence & (kRecvBit - 1));
+  }
+  const std::shared_ptr<CompletionQueue>& send_cq_ptr() const noexcept { return send_cq_; }
+  const std::shared_ptr<CompletionQueue>& recv_cq_ptr() const noexcept { return recv_cq_; }
+
+ private:
+  std::uint32_t number_;
+  std::shared_ptr<CompletionQueue> send_cq_;
+  std::shared_ptr<CompletionQueue> recv_cq_;
+};
+
+}  // namespace rdmakit

@@ -1,0 +1,80 @@
+// The context: one per process and transport. Opens the transport, registers memory, makes connections.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "rdmakit/completion.hpp"
+#include "rdmakit/connection.hpp"
+#include "rdmakit/error.hpp"
+#include "rdmakit/memory.hpp"
+#include "rdmakit/options.hpp"
+
+namespace rdmakit {
+
+// What a transport can do, so layers above can choose without knowing which transport it is.
+struct Capabilities {
+  bool one_sided_without_target_cpu = false;  // WRITE/READ complete with no thread of the target running
+  bool atomics_coherent_with_cpu = false;     // remote atomics are atomic against the owner's CPU atomics
+  bool kernel_bypass = false;
+  std::uint64_t max_message_size = 0;
+  std::uint32_t max_sge = 0;
+  std::uint32_t max_inline = 0;
+};
+
+struct ConnectOptions {
+  std::shared_ptr<CompletionQueue> send_cq;  // empty: the connection gets its own
+  std::shared_ptr<CompletionQueue> recv_cq;  // empty: the connection gets its own
+};
+
+class Listener {
+ public:
+  virtual ~Listener() = default;
+  // The address peers connect to, e.g. "127.0.0.1:43121" (the real port when 0 was asked for).
+  virtual std::string address() const = 0;
+  // Waits up to `timeout` for a peer to connect. Errc::Timeout when none did.
+  virtual Result<std::shared_ptr<Connection>> accept(std::chrono::milliseconds timeout,
+                                                     const ConnectOptions& options = {}) = 0;
+};
+
+class Context : public std::enable_shared_from_this<Context> {
+ public:
+  // Opens the transport named by options.transport, else RDMAKIT_TRANSPORT, else "tcp".
+  static Result<std::shared_ptr<Context>> open(const Options& options = {});
+  virtual ~Context() = default;
+  Context(const Context&) = delete;
+  Context& operator=(const Context&) = delete;
+
+  const Config& config() const noexcept { return config_; }
+  // This context's identity as peers see it (name, id, epoch).
+  PeerInfo identity() const { return identity_; }
+  virtual std::string_view transport() const noexcept = 0;
+  virtual Capabilities capabilities() const = 0;
+
+  // Registers caller memory. The memory must stay allocated until the region is destroyed.
+  virtual Result<std::shared_ptr<MemoryRegion>> register_memory(void* data, std::size_t size, Access access) = 0;
+  // Memory that rdmakit allocates, registered and (where the transport can) shareable in one call: the
+  // fast path for shm, where peers map it directly. Page-aligned and zeroed; freed with the region.
+  virtual Result<std::shared_ptr<MemoryRegion>> allocate(std::size_t size, Access access);
+
+  virtual Result<std::shared_ptr<CompletionQueue>> create_cq(std::size_t depth = 0) = 0;
+  // Listens on `address` ("host:port"); empty: Config::listen_address (loopback by default).
+  virtual Result<std::shared_ptr<Listener>> listen(std::string_view address = {}) = 0;
+  virtual Result<std::shared_ptr<Connection>> connect(std::string_view address,
+                                                      const ConnectOptions& options = {}) = 0;
+  // Stats of every live connection of this context.
+  virtual std::vector<ConnectionStats> diagnostics() const = 0;
+
+ protected:
+  explicit Context(Config config);
+
+ private:
+  Config config_;
+  PeerInfo identity_;
+};
+
+}  // namespace rdmakit

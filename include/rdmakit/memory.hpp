@@ -1,0 +1,112 @@
+// Registered memory: access rights, local segments and remote descriptors.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+
+#include "rdmakit/error.hpp"
+
+namespace rdmakit {
+
+// Access rights, with the bit values of ibv_access_flags so the verbs transport passes them through unchanged.
+enum class Access : std::uint32_t {
+  None = 0,
+  LocalWrite = 1,    // IBV_ACCESS_LOCAL_WRITE: READ results, atomic results and receives may land here
+  RemoteWrite = 2,   // IBV_ACCESS_REMOTE_WRITE
+  RemoteRead = 4,    // IBV_ACCESS_REMOTE_READ
+  RemoteAtomic = 8,  // IBV_ACCESS_REMOTE_ATOMIC
+  All = 15,
+};
+constexpr Access operator|(Access a, Access b) noexcept {
+  return static_cast<Access>(static_cast<std::uint32_t>(a) | static_cast<std::uint32_t>(b));
+}
+constexpr bool has(Access set, Access wanted) noexcept {
+  return (static_cast<std::uint32_t>(set) & static_cast<std::uint32_t>(wanted)) ==
+         static_cast<std::uint32_t>(wanted);
+}
+std::string to_string(Access access);
+
+// One entry of a scatter-gather list. Same layout as struct ibv_sge, so verbs posts it as is.
+struct Segment {
+  std::uint64_t addr = 0;
+  std::uint32_t length = 0;
+  std::uint32_t lkey = 0;
+};
+
+// Where a one-sided operation lands: an address and key at the peer, plus the epoch of the peer's
+// context that issued the key. A nonzero epoch that is not the connected peer's makes the post fail
+// with Errc::StaleDescriptor instead of touching memory that a new life of the peer may have reused.
+struct RemoteAddress {
+  std::uint64_t addr = 0;
+  std::uint32_t rkey = 0;
+  std::uint64_t owner_epoch = 0;  // 0: not checked (an address the caller built by hand)
+};
+
+// A remote descriptor: everything a peer needs to reach a registered region. Plain data; it travels to
+// the peer by any means (a SEND, a file, a rendezvous store) as the bytes of serialize().
+struct RemoteRegion {
+  std::uint64_t addr = 0;
+  std::uint64_t length = 0;
+  std::uint32_t rkey = 0;
+  Access access = Access::None;
+  std::uint64_t owner_id = 0;     // the owner context's identity (hash of its name)
+  std::uint64_t owner_epoch = 0;  // unique per life of the owner's context
+
+  static constexpr std::size_t kSerializedSize = 48;
+  using Bytes = std::array<std::byte, kSerializedSize>;
+
+  // The remote address `offset` bytes into the region. No bounds check here: the target checks,
+  // as an RDMA NIC does, and a stray offset completes with Status::RemoteAccess.
+  RemoteAddress at(std::uint64_t offset = 0) const noexcept {
+    return RemoteAddress{addr + offset, rkey, owner_epoch};
+  }
+  Bytes serialize() const noexcept;
+  // Rejects bytes that are not a descriptor (wrong size, magic or version).
+  static Result<RemoteRegion> deserialize(std::span<const std::byte> bytes);
+  // Hex text of serialize(), for command lines and files.
+  std::string to_hex() const;
+  static Result<RemoteRegion> from_hex(std::string_view hex);
+};
+
+// A registered region of caller memory. Deregistered when the last reference goes; the caller's
+// memory must outlive it. Obtained from Context::register_memory.
+class MemoryRegion {
+ public:
+  virtual ~MemoryRegion() = default;
+  MemoryRegion(const MemoryRegion&) = delete;
+  MemoryRegion& operator=(const MemoryRegion&) = delete;
+
+  void* data() const noexcept { return data_; }
+  std::size_t size() const noexcept { return size_; }
+  Access access() const noexcept { return access_; }
+  std::uint32_t lkey() const noexcept { return lkey_; }
+  std::uint32_t rkey() const noexcept { return rkey_; }
+
+  // A segment `length` bytes long at `offset`. Not checked here: an operation that uses a segment
+  // outside the region completes with Status::LocalProtection, as verbs does.
+  Segment slice(std::uint64_t offset, std::uint32_t length) const noexcept {
+    return Segment{reinterpret_cast<std::uint64_t>(data_) + offset, length, lkey_};
+  }
+  Segment whole() const noexcept { return slice(0, static_cast<std::uint32_t>(size_)); }
+  // The descriptor a peer needs to reach this region.
+  RemoteRegion descriptor() const noexcept { return descriptor_; }
+
+ protected:
+  MemoryRegion(void* data, std::size_t size, Access access, std::uint32_t lkey, std::uint32_t rkey,
+               std::uint64_t owner_id, std::uint64_t owner_epoch) noexcept
+      : data_(data), size_(size), access_(access), lkey_(lkey), rkey_(rkey),
+        descriptor_{reinterpret_cast<std::uint64_t>(data), size, rkey, access, owner_id, owner_epoch} {}
+
+ private:
+  void* data_;
+  std::size_t size_;
+  Access access_;
+  std::uint32_t lkey_;
+  std::uint32_t rkey_;
+  RemoteRegion descriptor_;
+};
+
+}  // namespace rdmakit

@@ -1,0 +1,107 @@
+#include "rdmakit/completion.hpp"
+
+#include <algorithm>
+#include <array>
+#include <optional>
+#include <string>
+
+namespace rdmakit {
+
+std::string_view to_string(Opcode opcode) noexcept {
+  switch (opcode) {
+    case Opcode::Write: return "write";
+    case Opcode::WriteImm: return "write_imm";
+    case Opcode::Read: return "read";
+    case Opcode::CompareSwap: return "compare_swap";
+    case Opcode::FetchAdd: return "fetch_add";
+    case Opcode::Send: return "send";
+    case Opcode::Recv: return "recv";
+    case Opcode::RecvWriteImm: return "recv_write_imm";
+  }
+  return "unknown";
+}
+
+std::size_t CompletionQueue::take_stashed(std::span<Completion> out) {
+  if (!has_stash_.load(std::memory_order_acquire)) return 0;
+  std::lock_guard lock(stash_mutex_);
+  std::size_t n = std::min(out.size(), stash_.size());
+  for (std::size_t i = 0; i < n; ++i) {
+    out[i] = stash_.front();
+    stash_.pop_front();
+  }
+  has_stash_.store(!stash_.empty(), std::memory_order_release);
+  return n;
+}
+
+std::size_t CompletionQueue::poll(std::span<Completion> out) {
+  std::size_t n = take_stashed(out);
+  if (n < out.size()) n += poll_transport(out.subspan(n));
+  return n;
+}
+
+Result<std::size_t> CompletionQueue::wait(std::span<Completion> out, std::chrono::nanoseconds timeout) {
+  return wait(out, timeout, mode_);
+}
+
+Result<std::size_t> CompletionQueue::wait(std::span<Completion> out, std::chrono::nanoseconds timeout,
+                                          WaitMode mode) {
+  return wait_with(out, timeout, mode, /*include_stash=*/true);
+}
+
+Result<std::size_t> CompletionQueue::wait_with(std::span<Completion> out, std::chrono::nanoseconds timeout,
+                                               WaitMode mode, bool include_stash) {
+  if (out.empty()) return fail(Errc::InvalidArgument, "wait() needs room for at least one completion");
+  const auto start = std::chrono::steady_clock::now();
+  const auto deadline = start + timeout;
+  const auto spin_until = mode == WaitMode::Spin    ? deadline
+                          : mode == WaitMode::Block ? start
+                                                    : std::min(deadline, start + spin_);
+  for (;;) {
+    if (std::size_t n = include_stash ? poll(out) : poll_transport(out)) return n;
+    auto now = std::chrono::steady_clock::now();
+    if (now >= deadline) return std::size_t{0};
+    if (now < spin_until) continue;
+    if (auto slept = sleep_until(deadline); !slept) return std::unexpected(slept.error());
+  }
+}
+
+std::optional<Completion> CompletionQueue::take_from_stash(std::uint64_t id) {
+  if (!has_stash_.load(std::memory_order_acquire)) return std::nullopt;
+  std::lock_guard lock(stash_mutex_);
+  auto it = std::find_if(stash_.begin(), stash_.end(), [&](const Completion& c) { return c.id == id; });
+  if (it == stash_.end()) return std::nullopt;
+  Completion found = *it;
+  stash_.erase(it);
+  has_stash_.store(!stash_.empty(), std::memory_order_release);
+  return found;
+}
+
+Result<Completion> CompletionQueue::wait_for(std::uint64_t id, std::chrono::nanoseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  // Another thread waiting on this queue may pass over our completion and stash it, so look in the
+  // stash on every round and never sleep long in one go.
+  constexpr auto kSlice = std::chrono::milliseconds(2);
+  std::array<Completion, 16> batch;
+  for (;;) {
+    if (auto found = take_from_stash(id)) return *found;
+    auto remaining = deadline - std::chrono::steady_clock::now();
+    if (remaining <= std::chrono::nanoseconds::zero())
+      return fail(Errc::Timeout, "operation " + std::to_string(id) + " did not complete in time");
+    auto got = wait_with(std::span(batch), std::min<std::chrono::nanoseconds>(remaining, kSlice), mode_,
+                         /*include_stash=*/false);
+    if (!got) return std::unexpected(got.error());
+    std::optional<Completion> found;
+    if (*got == 0) continue;
+    std::lock_guard lock(stash_mutex_);
+    for (std::size_t i = 0; i < *got; ++i) {
+      if (!found && batch[i].id == id)
+        found = batch[i];
+      else
+        stash_.push_back(batch[i]);
+    }
+    has_stash_.store(!stash_.empty(), std::memory_order_release);
+    if (found) return *found;
+  }
+}
+
+}  // namespace rdmakit

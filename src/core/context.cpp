@@ -1,0 +1,98 @@
+#include "rdmakit/context.hpp"
+
+#include <sys/mman.h>
+#include <sys/random.h>
+
+#include <cstring>
+
+#include "core/identity.hpp"
+#include "core/log.hpp"
+#include "transport/transport.hpp"
+
+namespace rdmakit {
+namespace {
+
+Result<std::shared_ptr<Context>> open_by_name(const Config& config) {
+  const std::string& name = config.transport;
+  if (name == "tcp") return transport::open_tcp(config);
+  if (name == "shm") return transport::open_shm(config);
+  if (name == "verbs") return transport::open_verbs(config);
+  if (name.starts_with("fault:")) {
+    Config inner_config = config;
+    inner_config.transport = name.substr(6);
+    auto inner = open_by_name(inner_config);
+    if (!inner) return inner;
+    return transport::open_fault(config, std::move(*inner));
+  }
+  return fail(Errc::NotFound, "option transport: unknown transport '" + name + "' (expected tcp, shm, verbs or fault:<inner>)");
+}
+
+// Memory that allocate() owns: an anonymous mapping, unmapped when the region goes.
+class OwnedRegion final : public MemoryRegion {
+ public:
+  OwnedRegion(std::shared_ptr<MemoryRegion> registration, void* memory, std::size_t mapped)
+      : MemoryRegion(registration->data(), registration->size(), registration->access(), registration->lkey(),
+                     registration->rkey(), registration->descriptor().owner_id,
+                     registration->descriptor().owner_epoch),
+        memory_(memory), mapped_(mapped), registration_(std::move(registration)) {}
+  ~OwnedRegion() override {
+    registration_.reset();  // deregister before the memory goes
+    munmap(memory_, mapped_);
+  }
+
+ private:
+  void* memory_;
+  std::size_t mapped_;
+  std::shared_ptr<MemoryRegion> registration_;
+};
+
+}  // namespace
+
+Context::Context(Config config) : config_(std::move(config)) {
+  identity_.name = config_.name;
+  identity_.id = identity::hash_name(config_.name);
+  identity_.epoch = identity::new_epoch();
+}
+
+Result<std::shared_ptr<Context>> Context::open(const Options& options) {
+  auto config = resolve_config(options);
+  if (!config) return std::unexpected(config.error());
+  LogLevel level;
+  if (log::parse_level(config->log_level, level)) set_log_level(level);
+  return open_by_name(*config);
+}
+
+Result<std::shared_ptr<MemoryRegion>> Context::allocate(std::size_t size, Access access) {
+  if (size == 0) return fail(Errc::InvalidArgument, "allocate: size is 0");
+  void* memory = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (memory == MAP_FAILED) return fail_errno("allocate: mmap of " + std::to_string(size) + " bytes", errno);
+  auto registration = register_memory(memory, size, access);
+  if (!registration) {
+    munmap(memory, size);
+    return std::unexpected(registration.error());
+  }
+  return std::make_shared<OwnedRegion>(std::move(*registration), memory, size);
+}
+
+namespace identity {
+
+std::uint64_t hash_name(std::string_view name) noexcept {
+  std::uint64_t hash = 1469598103934665603ull;  // FNV-1a
+  for (char c : name) {
+    hash ^= static_cast<unsigned char>(c);
+    hash *= 1099511628211ull;
+  }
+  return hash;
+}
+
+std::uint64_t new_epoch() noexcept {
+  std::uint64_t epoch = 0;
+  while (epoch == 0) {
+    if (getrandom(&epoch, sizeof(epoch), 0) != sizeof(epoch))
+      epoch = static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+  }
+  return epoch;
+}
+
+}  // namespace identity
+}  // namespace rdmakit

@@ -1,0 +1,73 @@
+// The registered regions of a context, for the software transports: keys, bounds and rights are checked
+// here before a byte is touched, and a region being accessed by a peer is pinned so that deregistration
+// waits for the access to end instead of letting it write into freed memory.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <shared_mutex>
+#include <unordered_map>
+#include <utility>
+
+#include "rdmakit/completion.hpp"
+#include "rdmakit/memory.hpp"
+
+namespace rdmakit {
+
+class RegistrationTable {
+ public:
+  struct Entry {
+    std::uint64_t addr;
+    std::uint64_t length;
+    Access access;
+    std::uint32_t key;
+    std::atomic<int> pins{0};
+  };
+
+  // Keeps an entry from being removed while alive. Empty when a check failed.
+  class Pin {
+   public:
+    Pin() = default;
+    explicit Pin(Entry* entry) noexcept : entry_(entry) {}
+    Pin(Pin&& other) noexcept : entry_(std::exchange(other.entry_, nullptr)) {}
+    Pin& operator=(Pin&& other) noexcept {
+      if (this != &other) {
+        release();
+        entry_ = std::exchange(other.entry_, nullptr);
+      }
+      return *this;
+    }
+    ~Pin() { release(); }
+    explicit operator bool() const noexcept { return entry_ != nullptr; }
+
+   private:
+    void release() noexcept {
+      if (entry_) entry_->pins.fetch_sub(1, std::memory_order_release);
+      entry_ = nullptr;
+    }
+    Entry* entry_ = nullptr;
+  };
+
+  RegistrationTable();
+  // Registers [addr, addr+length); the key serves as lkey and rkey and is never reused in this table's life.
+  std::uint32_t add(std::uint64_t addr, std::uint64_t length, Access access);
+  // Removes a key; waits until no access pins it.
+  void remove(std::uint32_t key);
+
+  // A remote peer's access: key known, [addr, addr+length) inside the region, `needed` granted.
+  // Success: *pin holds the region until the access ends. Otherwise the status to report
+  // (RemoteAccess for all three failures, as verbs reports them).
+  Status check_remote(std::uint32_t rkey, std::uint64_t addr, std::uint64_t length, Access needed, Pin* pin) const;
+  // A local segment: key known and the segment inside the region; `write` needs LocalWrite.
+  Status check_local(const Segment& segment, bool write) const;
+
+ private:
+  const Entry* find_covering(std::uint32_t key, std::uint64_t addr, std::uint64_t length) const;
+
+  mutable std::shared_mutex mutex_;
+  std::unordered_map<std::uint32_t, std::unique_ptr<Entry>> entries_;
+  std::uint32_t next_key_;
+};
+
+}  // namespace rdmakit

@@ -1,0 +1,10 @@
+// Placeholder until the shm transport lands: opening it is a clear error, never a silent fallback.
+#include "transport/transport.hpp"
+
+namespace rdmakit::transport {
+
+Result<std::shared_ptr<Context>> open_shm(const Config&) {
+  return fail(Errc::NotSupported, "the shm transport is not built into this rdmakit yet");
+}
+
+}  // namespace rdmakit::transport
