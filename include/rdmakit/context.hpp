@@ -71,6 +71,8 @@ class Context : public std::enable_shared_from_this<Context> {
 
  protected:
   explicit Context(Config config);
+  // For a context that wraps another (fault): peers see the inner context's identity, so this one has it too.
+  Context(Config config, PeerInfo identity) : config_(std::move(config)), identity_(std::move(identity)) {}
 
  private:
   Config config_;

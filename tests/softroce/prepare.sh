@@ -158,14 +158,14 @@ done < <(find "$moddir" -name '*.ko*' -print0)
 order=()
 visit() {
     local m="$1" f deps d
-    [[ "${state[$m]:-}" == done ]] && return 0
+    [[ "${state[$m]:-}" == "done" ]] && return 0
     [[ "${state[$m]:-}" == busy ]] && die "module dependency cycle at $m"
     f="${path_of[$m]:-}"
     if [[ -z "$f" ]]; then
         # Built into the kernel: nothing to load.
         grep -q "/${m//_/[-_]}\.ko" "$tmp/root/lib/modules/"*/modules.builtin 2>/dev/null ||
             die "module $m not found in $pkg"
-        state[$m]=done; return 0
+        state[$m]="done"; return 0
     fi
     state[$m]=busy
     local raw="$tmp/mod-$m.ko"
@@ -179,7 +179,7 @@ visit() {
     for d in ${deps//,/ }; do visit "${d//-/_}"; done
     mv "$raw" "$tmp/out/modules/$m.ko"
     order+=("$m")
-    state[$m]=done
+    state[$m]="done"
 }
 for r in "${roots[@]}"; do visit "$r"; done
 printf '%s\n' "${order[@]}" >"$tmp/out/modules/order"

@@ -49,7 +49,10 @@
 # Output of the VM console is streamed to stdout as it comes; harness messages
 # go to stderr prefixed "run-in-vm:".
 #
-# Environment: RDMAKIT_SOFTROCE_CACHE (see prepare.sh), QEMU (binary to use).
+# Environment: RDMAKIT_SOFTROCE_CACHE (see prepare.sh), QEMU (binary to use),
+# RDMAKIT_VM_APPEND (extra kernel command-line parameters).
+# Inside the VM, /proc, /sys and /dev are mounts (files cannot go there); the
+# root filesystem (incl. /tmp) is the writable initramfs, i.e. guest RAM.
 set -euo pipefail
 # Any unexpected failure names its line instead of exiting silently.
 trap 'echo "run-in-vm: error: command failed (status $?) at line $LINENO" >&2' ERR
@@ -194,8 +197,9 @@ if [[ ! -s "$base" ]]; then
     # than QEMU copying a few extra MB.
     (cd "$b" && find . -mindepth 1 | LC_ALL=C sort | cpio -o -H newc -R 0:0 --quiet) >"$base.tmp.$$"
     mv "$base.tmp.$$" "$base"
-    # Old base images of other keys are stale.
-    find "$cache" -maxdepth 1 -name 'initramfs-base-*.cpio' ! -name "$(basename "$base")" -delete
+    # Base images of other keys are stale; spare recent ones in case another
+    # checkout sharing this cache is using one right now.
+    find "$cache" -maxdepth 1 -name 'initramfs-base-*.cpio' ! -name "$(basename "$base")" -mmin +60 -delete
 fi
 
 # --- per-run initramfs ----------------------------------------------------------
@@ -227,6 +231,8 @@ for spec in "${files[@]}"; do
     hostp="$(realpath "$hostp")"
     [[ -n "$guestp" ]] || guestp="$hostp"
     [[ "$guestp" == /* ]] || die "--file $spec: VM path must be absolute"
+    # These get mounts on top inside the VM, which would hide the files.
+    [[ "$guestp" =~ ^/(proc|sys|dev)(/|$) ]] && die "--file $spec: /proc, /sys and /dev are mounted over in the VM"
     mkdir -p "$(dirname "$r$guestp")"
     if [[ -d "$hostp" ]]; then
         cp -a "$hostp" "$r$guestp"
@@ -269,7 +275,7 @@ cat "$base" "$work/run.cpio" >"$work/initrd"
 
 # --- boot -------------------------------------------------------------------------
 qemu="${QEMU:-qemu-system-x86_64}"
-cmdline="console=ttyS0 panic=-1 mitigations=off"
+cmdline="console=ttyS0 panic=-1 mitigations=off ${RDMAKIT_VM_APPEND:-}"
 ((verbose)) || cmdline+=" quiet"
 deadline=$(awk -v a="$t_start" -v t="$timeout" 'BEGIN{printf "%.3f", a + t}')
 past() { awk -v d="$1" -v n="$EPOCHREALTIME" 'BEGIN{exit !(n >= d)}'; }
@@ -289,7 +295,7 @@ attempt() {
     qpid=$!
     tail -n +1 -s 0.1 --pid="$qpid" -f "$log" | tr -d '\r' &
     streampid=$!
-    outcome=done
+    outcome="done"
     while kill -0 "$qpid" 2>/dev/null; do
         if ((!booted)); then
             if grep -q RDMAKIT-VM-BOOTED "$log"; then
@@ -304,7 +310,7 @@ attempt() {
         if past "$deadline"; then outcome=timeout; break; fi
         sleep 0.2
     done
-    if [[ $outcome != done ]]; then kill "$qpid" 2>/dev/null || true; fi
+    if [[ $outcome != "done" ]]; then kill "$qpid" 2>/dev/null || true; fi
     wait "$qpid" 2>/dev/null || true
     qpid=""
     wait "$streampid" 2>/dev/null || true

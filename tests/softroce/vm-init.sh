@@ -12,8 +12,10 @@ export PATH
 mount -t proc proc /proc
 mount -t sysfs sysfs /sys
 mount -t devtmpfs devtmpfs /dev
+# The initramfs root is itself a writable tmpfs; /tmp is NOT a separate mount
+# so that files the harness placed under /tmp (--file /tmp/...) stay visible.
 mkdir -p /tmp /run /dev/shm /dev/pts
-mount -t tmpfs tmpfs /tmp
+chmod 1777 /tmp
 mount -t tmpfs tmpfs /dev/shm
 # The harness' boot watchdog waits for this line.
 echo "RDMAKIT-VM-BOOTED uptime=$(cut -d' ' -f1 /proc/uptime)"

@@ -1,0 +1,206 @@
+// Control path of a tcp connection: creation, failure, close, statistics.
+#include "transport/tcp/connection.hpp"
+
+#include <sys/socket.h>
+
+#include <chrono>
+
+#include "core/log.hpp"
+#include "transport/tcp/context.hpp"
+#include "transport/tcp/socket.hpp"
+
+namespace rdmakit::tcp {
+namespace {
+
+std::int64_t steady_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+Result<std::shared_ptr<SoftCompletionQueue>> own_or_new_cq(const std::shared_ptr<CompletionQueue>& given,
+                                                           const Config& config) {
+  if (!given) return std::make_shared<SoftCompletionQueue>(config.wait_mode, config.spin);
+  auto soft = std::dynamic_pointer_cast<SoftCompletionQueue>(given);
+  if (!soft) return fail(Errc::InvalidArgument, "completion queue was not created by a tcp context");
+  return soft;
+}
+
+}  // namespace
+
+std::uint64_t SgList::total() const noexcept {
+  std::uint64_t sum = 0;
+  for (std::uint32_t i = 0; i < count; ++i) sum += segments[i].length;
+  return sum;
+}
+
+Result<std::shared_ptr<TcpConnection>> TcpConnection::create(std::shared_ptr<TcpContext> context, Fd socket,
+                                                             PeerInfo peer, const ConnectOptions& options) {
+  auto send_cq = own_or_new_cq(options.send_cq, context->config());
+  if (!send_cq) return std::unexpected(send_cq.error());
+  auto recv_cq = own_or_new_cq(options.recv_cq, context->config());
+  if (!recv_cq) return std::unexpected(recv_cq.error());
+  if (auto ok = make_data_socket(socket.get()); !ok) return std::unexpected(ok.error());
+  std::uint32_t number = context->next_connection_number();
+  auto connection = std::make_shared<TcpConnection>(number, context, std::move(socket), std::move(peer),
+                                                    std::move(*send_cq), std::move(*recv_cq));
+  if (auto ok = context->engine().add(number, connection->socket_.get(), connection); !ok)
+    return std::unexpected(ok.error());
+  return connection;
+}
+
+TcpConnection::TcpConnection(std::uint32_t number, std::shared_ptr<TcpContext> context, Fd socket, PeerInfo peer,
+                             std::shared_ptr<SoftCompletionQueue> send_cq,
+                             std::shared_ptr<SoftCompletionQueue> recv_cq)
+    : Connection(number, send_cq, recv_cq),
+      context_(std::move(context)),
+      table_(context_->table()),
+      engine_(context_->engine()),
+      socket_(std::move(socket)),
+      peer_(std::move(peer)),
+      send_queue_(std::move(send_cq)),
+      recv_queue_(std::move(recv_cq)),
+      send_depth_(context_->config().send_queue_depth),
+      recv_depth_(context_->config().recv_queue_depth),
+      timeout_ns_(std::chrono::duration_cast<std::chrono::nanoseconds>(context_->config().timeout).count()),
+      rnr_timeout_ns_(std::chrono::duration_cast<std::chrono::nanoseconds>(context_->config().rnr_timeout).count()) {
+  touch();
+}
+
+TcpConnection::~TcpConnection() {
+  std::lock_guard lock(mutex_);
+  fail_locked(Status::Flushed, Error(Errc::ConnectionBroken, "connection closed"));
+  linger_ = false;
+  shut_down_locked();
+}
+
+void TcpConnection::close() {
+  std::lock_guard lock(mutex_);
+  fail_locked(Status::Flushed, Error(Errc::ConnectionBroken, "connection closed by this side"));
+}
+
+void TcpConnection::touch() noexcept { last_progress_ns_.store(steady_ns(), std::memory_order_relaxed); }
+
+void TcpConnection::complete_locked(const InFlight& op, Status status, std::uint32_t bytes) {
+  completed_.fetch_add(1, std::memory_order_relaxed);
+  last_completion_ns_.store(std::chrono::system_clock::now().time_since_epoch().count(), std::memory_order_relaxed);
+  if (status == Status::Success && !op.signaled) return;
+  send_queue_->push(Completion{.id = op.id, .status = status, .opcode = op.opcode, .bytes = bytes,
+                               .connection = number()});
+}
+
+// Ops that failed at post complete once everything before them has: in order, as verbs would.
+void TcpConnection::complete_local_errors_locked() {
+  if (!in_flight_.empty() && in_flight_.front().local_error != Status::Success) {
+    Status status = in_flight_.front().local_error;
+    fail_locked(status, Error(Errc::TransportFailure, "operation failed with " + std::string(to_string(status)),
+                              0, status));
+  }
+}
+
+void TcpConnection::fail_locked(Status head_status, Error reason, bool drain_output) {
+  if (failed_.load(std::memory_order_relaxed)) return;
+  if (head_status != Status::Flushed)
+    log::debug("tcp", "connection " + std::to_string(number()) + " to " + peer_.name + " failed: " + reason.message());
+  failure_ = std::make_unique<Error>(std::move(reason));
+  failed_.store(true, std::memory_order_release);
+  bool head = true;
+  for (const InFlight& op : in_flight_) {
+    complete_locked(op, head ? head_status : Status::Flushed, 0);
+    head = false;
+  }
+  in_flight_.clear();
+  for (const PostedRecv& recv : recvs_) {
+    completed_.fetch_add(1, std::memory_order_relaxed);
+    recv_queue_->push(Completion{.id = recv.id, .status = Status::Flushed, .opcode = Opcode::Recv,
+                                 .connection = number()});
+  }
+  recvs_.clear();
+  if (!drain_output) out_.clear();
+  linger_ = !out_.empty();
+  if (!linger_) shut_down_locked();
+}
+
+void TcpConnection::fail_now(Status head_status, Error reason) {
+  std::lock_guard lock(mutex_);
+  fail_locked(head_status, std::move(reason));
+}
+
+void TcpConnection::peer_gone(const std::string& why) {
+  std::lock_guard lock(mutex_);
+  // After we sent a NAK the peer is expected to hang up; what is left here was flushed already.
+  fail_locked(Status::TransportRetryExceeded,
+              Error(Errc::ConnectionBroken, "peer " + peer_.name + " at " + peer_.address + " " + why));
+}
+
+void TcpConnection::shut_down_locked() {
+  if (shut_down_) return;
+  shut_down_ = true;
+  engine_.remove(number(), socket_.get());
+  ::shutdown(socket_.get(), SHUT_RDWR);
+}
+
+void TcpConnection::update_interest_locked() {
+  if (!shut_down_) engine_.set_interest(number(), socket_.get(), !input_paused_, want_output_);
+}
+
+Result<void> TcpConnection::health() const {
+  std::lock_guard lock(mutex_);
+  if (failure_) return std::unexpected(*failure_);
+  return {};
+}
+
+ConnectionStats TcpConnection::stats() const {
+  ConnectionStats stats;
+  stats.connection = number();
+  stats.peer = peer_.name + " (" + peer_.address + ")";
+  stats.posted = posted_.load(std::memory_order_relaxed);
+  stats.completed = completed_.load(std::memory_order_relaxed);
+  stats.last_completion = std::chrono::system_clock::time_point(
+      std::chrono::system_clock::duration(last_completion_ns_.load(std::memory_order_relaxed)));
+  std::lock_guard lock(mutex_);
+  stats.outstanding = in_flight_.size() + recvs_.size();
+  stats.failed = failure_ != nullptr;
+  if (failure_) stats.failure = failure_->message();
+  return stats;
+}
+
+void TcpConnection::on_tick(std::int64_t now_ns) {
+  std::lock_guard lock(mutex_);
+  if (failed_.load(std::memory_order_relaxed)) {
+    // A NAK that the peer never reads must not keep the connection alive forever.
+    if (linger_ && now_ns - last_progress_ns_.load(std::memory_order_relaxed) > timeout_ns_) {
+      out_.clear();
+      linger_ = false;
+      shut_down_locked();
+    }
+    return;
+  }
+  if (rx_.phase == Receive::Phase::RnrWait && now_ns > rx_.rnr_deadline_ns) {
+    // Receiver not ready for too long: refuse the request; the initiator fails it with RNR retry exceeded.
+    waiting_for_recv_.store(false);
+    input_paused_ = false;
+    update_interest_locked();
+    rx_.nak_status = Status::RnrRetryExceeded;
+    rx_.then = Receive::Then::Nak;
+    rx_.has_recv = false;
+    if (carries_request_payload(rx_.header.type) && rx_.header.length > 0) {
+      rx_.phase = Receive::Phase::Discard;
+      rx_.discard_left = rx_.header.length;
+    } else {
+      rx_.phase = Receive::Phase::Header;
+      send_nak_locked(rx_.header, Status::RnrRetryExceeded);
+      fail_locked(Status::Flushed, Error(Errc::ConnectionBroken, "refused a request: no receive was posted in time"),
+                  /*drain_output=*/true);
+    }
+    return;
+  }
+  bool waiting = !in_flight_.empty();
+  if (waiting && now_ns - last_progress_ns_.load(std::memory_order_relaxed) > timeout_ns_) {
+    fail_locked(Status::TransportRetryExceeded,
+                Error(Errc::ConnectionBroken, "peer " + peer_.name + " at " + peer_.address + " silent for " +
+                                                  std::to_string(timeout_ns_ / 1'000'000) + " ms with " +
+                                                  std::to_string(in_flight_.size()) + " operations outstanding"));
+  }
+}
+
+}  // namespace rdmakit::tcp

@@ -1,0 +1,164 @@
+// A tcp connection: an RC queue pair emulated over one TCP stream.
+//
+// The initiator side (post) writes request frames straight from registered memory into the socket and
+// keeps the requests in flight in order; the engine thread reads frames (on_readable), carries out the
+// peer's requests on this context's registered memory, and completes our requests as their responses
+// arrive, in order. One mutex guards the send side, the queues and the error state; the receive state
+// machine belongs to the engine thread alone.
+#pragma once
+
+#include <sys/uio.h>
+
+#include <array>
+#include <atomic>
+#include <deque>
+#include <memory>
+#include <mutex>
+
+#include "core/fd.hpp"
+#include "core/registration_table.hpp"
+#include "core/soft_cq.hpp"
+#include "rdmakit/connection.hpp"
+#include "rdmakit/context.hpp"
+#include "transport/tcp/engine.hpp"
+#include "transport/tcp/wire.hpp"
+
+namespace rdmakit::tcp {
+
+class TcpContext;
+
+constexpr std::uint32_t kMaxSge = 16;
+
+// A scatter-gather list small enough to live inside the structures that carry it (no allocation).
+struct SgList {
+  std::array<Segment, kMaxSge> segments{};
+  std::uint32_t count = 0;
+  std::uint64_t total() const noexcept;
+};
+
+class TcpConnection final : public Connection, public Pollable, public std::enable_shared_from_this<TcpConnection> {
+ public:
+  static Result<std::shared_ptr<TcpConnection>> create(std::shared_ptr<TcpContext> context, Fd socket,
+                                                       PeerInfo peer, const ConnectOptions& options);
+  ~TcpConnection() override;
+
+  Result<std::uint64_t> post(std::span<const WorkRequest> chain) override;
+  Result<std::uint64_t> post_recv(std::span<const Segment> sgl) override;
+  PeerInfo peer() const override { return peer_; }
+  ConnectionStats stats() const override;
+  Result<void> health() const override;
+  void close() override;
+
+  void on_readable() override;
+  void on_writable() override;
+  void on_tick(std::int64_t now_ns) override;
+
+  // Public for make_shared; use create().
+  TcpConnection(std::uint32_t number, std::shared_ptr<TcpContext> context, Fd socket, PeerInfo peer,
+                std::shared_ptr<SoftCompletionQueue> send_cq, std::shared_ptr<SoftCompletionQueue> recv_cq);
+
+ private:
+  // An operation of ours waiting for its response.
+  struct InFlight {
+    std::uint64_t id;
+    std::uint64_t sequence;
+    Opcode opcode;
+    bool signaled;
+    Status local_error;  // != Success: failed at post, nothing was sent; completes with this status
+    std::uint32_t bytes;
+    SgList results;      // READ and atomics: where the response's bytes go
+  };
+  // A frame (or its unsent rest) waiting for room in the socket.
+  struct OutFrame {
+    FrameHeader header;
+    std::array<iovec, kMaxSge + 1> iov;  // [0] = header, then payload straight from registered memory
+    std::uint32_t iov_count = 0;
+    std::uint32_t iov_next = 0;  // first iovec not completely sent
+    RegistrationTable::Pin pin;  // READ responses: keeps the source region registered until sent
+  };
+  struct PostedRecv {
+    std::uint64_t id;
+    SgList sgl;
+    Status local_error;
+  };
+  // The engine thread's position in the incoming byte stream.
+  struct Receive {
+    enum class Phase { Header, Payload, Discard, RnrWait } phase = Phase::Header;
+    FrameHeader header{};
+    std::size_t header_bytes = 0;
+    std::array<iovec, kMaxSge> iov{};
+    std::uint32_t iov_count = 0, iov_next = 0;
+    std::uint64_t discard_left = 0;
+    RegistrationTable::Pin pin;
+    std::int64_t rnr_deadline_ns = 0;
+    // What finish_payload() does once the payload is in (or discarded).
+    enum class Then { Nothing, Ack, AckWriteImm, AckSend, ReadDone, Nak } then = Then::Ack;
+    PostedRecv recv{};          // AckSend, and Nak when a receive was consumed
+    Status nak_status = Status::Success;
+    Status recv_status = Status::Success;  // Nak: the consumed receive completes with this
+    bool has_recv = false;
+  };
+
+  // ---- initiator side (datapath.cpp)
+  Result<void> validate(const WorkRequest& request) const;
+  void enqueue_locked(const WorkRequest& request, std::uint64_t id);
+  void flush_locked();
+  void send_response_locked(const FrameHeader& request, FrameType type, std::uint64_t value, std::uint32_t length,
+                            const iovec* payload, RegistrationTable::Pin pin);
+  void send_nak_locked(const FrameHeader& request, Status status);
+  void complete_locked(const InFlight& op, Status status, std::uint32_t bytes);
+  void complete_local_errors_locked();
+  // ---- receive side, engine thread (receive.cpp)
+  bool read_some();  // false when the socket has nothing more now
+  void dispatch_header();
+  void on_request_header();
+  void on_response_header();
+  void finish_payload();
+  void start_payload(const iovec* iov, std::uint32_t count);
+  void start_discard(std::uint64_t bytes);
+  void deliver_to_recv(PostedRecv recv);
+  bool try_consume_recv();
+  void execute_atomic();
+  void execute_read();
+  // ---- failure (connection.cpp)
+  // Moves the connection to the error state: the first in-flight op completes with `head_status`,
+  // everything else as Flushed, and later posts fail with `reason`.
+  void fail_locked(Status head_status, Error reason, bool drain_output = false);
+  void fail_now(Status head_status, Error reason);
+  void shut_down_locked();
+  void update_interest_locked();
+  void touch() noexcept;
+  void peer_gone(const std::string& why);
+
+  std::shared_ptr<TcpContext> context_;
+  RegistrationTable& table_;
+  Engine& engine_;
+  Fd socket_;
+  PeerInfo peer_;
+  std::shared_ptr<SoftCompletionQueue> send_queue_, recv_queue_;
+  const std::uint32_t send_depth_, recv_depth_;
+  const std::int64_t timeout_ns_, rnr_timeout_ns_;
+
+  mutable std::mutex mutex_;
+  std::deque<OutFrame> out_;
+  std::deque<InFlight> in_flight_;
+  std::deque<PostedRecv> recvs_;
+  std::uint64_t next_sequence_ = 1, next_recv_sequence_ = 1;
+  bool want_output_ = false;
+  bool input_paused_ = false;  // a request waits for a receive to be posted (RNR)
+  bool error_queued_ = false;  // an op failed at post: nothing more is sent
+  bool linger_ = false;        // failed, but the last frames (a NAK) still go out before shutdown
+  bool shut_down_ = false;
+  std::unique_ptr<Error> failure_;
+  std::atomic<bool> failed_{false};
+  std::atomic<bool> waiting_for_recv_{false};
+
+  Receive rx_;  // engine thread only
+  std::vector<std::byte> discard_buffer_;
+
+  std::atomic<std::int64_t> last_progress_ns_{0};
+  std::atomic<std::uint64_t> posted_{0}, completed_{0};
+  std::atomic<std::int64_t> last_completion_ns_{0};
+};
+
+}  // namespace rdmakit::tcp

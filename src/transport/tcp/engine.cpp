@@ -1,0 +1,138 @@
+#include "transport/tcp/engine.hpp"
+
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <string>
+
+#include "core/log.hpp"
+
+namespace rdmakit::tcp {
+namespace {
+
+constexpr int kTickMs = 20;  // deadline checks: well below any sensible timeout
+constexpr std::uint64_t kWakeKey = ~std::uint64_t{0};
+
+std::int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Engine>> Engine::start() {
+  Fd epoll(epoll_create1(EPOLL_CLOEXEC));
+  if (!epoll) return fail_errno("epoll_create1", errno);
+  Fd wake(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  if (!wake) return fail_errno("eventfd", errno);
+  epoll_event event{};
+  event.events = EPOLLIN;
+  event.data.u64 = kWakeKey;
+  if (epoll_ctl(epoll.get(), EPOLL_CTL_ADD, wake.get(), &event) != 0) return fail_errno("epoll_ctl", errno);
+  return std::unique_ptr<Engine>(new Engine(std::move(epoll), std::move(wake)));
+}
+
+Engine::Engine(Fd epoll, Fd wake) : epoll_(std::move(epoll)), wake_(std::move(wake)), thread_([this] { run(); }) {}
+
+Engine::~Engine() {
+  stopping_.store(true);
+  std::uint64_t one = 1;
+  (void)!::write(wake_.get(), &one, sizeof(one));
+  thread_.join();
+}
+
+Result<void> Engine::add(std::uint32_t key, int fd, std::weak_ptr<Pollable> target) {
+  {
+    std::lock_guard lock(mutex_);
+    targets_[key] = std::move(target);
+  }
+  epoll_event event{};
+  event.events = EPOLLIN | EPOLLRDHUP;
+  event.data.u64 = key;
+  if (epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, fd, &event) != 0) {
+    std::lock_guard lock(mutex_);
+    targets_.erase(key);
+    return fail_errno("epoll_ctl add", errno);
+  }
+  return {};
+}
+
+void Engine::remove(std::uint32_t key, int fd) {
+  epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, fd, nullptr);
+  std::lock_guard lock(mutex_);
+  targets_.erase(key);
+}
+
+void Engine::kick(std::uint32_t key) {
+  {
+    std::lock_guard lock(mutex_);
+    kicked_.push_back(key);
+  }
+  std::uint64_t one = 1;
+  (void)!::write(wake_.get(), &one, sizeof(one));
+}
+
+void Engine::set_interest(std::uint32_t key, int fd, bool input, bool output) {
+  epoll_event event{};
+  event.events = EPOLLRDHUP | (input ? EPOLLIN : 0u) | (output ? EPOLLOUT : 0u);
+  event.data.u64 = key;
+  epoll_ctl(epoll_.get(), EPOLL_CTL_MOD, fd, &event);
+}
+
+std::shared_ptr<Pollable> Engine::find(std::uint32_t key) const {
+  std::lock_guard lock(mutex_);
+  auto it = targets_.find(key);
+  return it == targets_.end() ? nullptr : it->second.lock();
+}
+
+std::vector<std::shared_ptr<Pollable>> Engine::watched() const {
+  std::vector<std::shared_ptr<Pollable>> alive;
+  std::lock_guard lock(mutex_);
+  for (const auto& [key, target] : targets_)
+    if (auto strong = target.lock()) alive.push_back(std::move(strong));
+  return alive;
+}
+
+void Engine::run_kicked() {
+  std::uint64_t count;
+  (void)!::read(wake_.get(), &count, sizeof(count));
+  std::vector<std::uint32_t> keys;
+  {
+    std::lock_guard lock(mutex_);
+    keys.swap(kicked_);
+  }
+  for (std::uint32_t key : keys)
+    if (auto target = find(key)) target->on_readable();
+}
+
+void Engine::run() {
+  epoll_event events[64];
+  std::int64_t next_tick = now_ns();
+  for (;;) {
+    int n = epoll_wait(epoll_.get(), events, 64, kTickMs);
+    if (n < 0 && errno != EINTR) {
+      log::error("tcp", std::string("epoll_wait failed; progress stops: ") + std::strerror(errno));
+      return;
+    }
+    for (int i = 0; i < n; ++i) {
+      if (events[i].data.u64 == kWakeKey) {
+        if (stopping_.load()) return;
+        run_kicked();
+        continue;
+      }
+      auto target = find(static_cast<std::uint32_t>(events[i].data.u64));
+      if (!target) continue;
+      if (events[i].events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) target->on_readable();
+      if (events[i].events & EPOLLOUT) target->on_writable();
+    }
+    if (std::int64_t now = now_ns(); now >= next_tick) {
+      for (auto& target : watched()) target->on_tick(now);
+      next_tick = now + kTickMs * 1'000'000;
+    }
+  }
+}
+
+}  // namespace rdmakit::tcp

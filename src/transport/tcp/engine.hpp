@@ -1,0 +1,62 @@
+// The tcp transport's progress engine: one thread per context that waits on every connection's socket
+// with epoll and carries out what arrives (the target's side of one-sided operations, responses,
+// receives), and checks the silent-peer and receiver-not-ready deadlines on a periodic tick.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "core/fd.hpp"
+#include "rdmakit/error.hpp"
+
+namespace rdmakit::tcp {
+
+// What the engine drives. Implemented by TcpConnection.
+class Pollable {
+ public:
+  virtual ~Pollable() = default;
+  virtual void on_readable() = 0;
+  virtual void on_writable() = 0;
+  virtual void on_tick(std::int64_t now_ns) = 0;
+};
+
+class Engine {
+ public:
+  static Result<std::unique_ptr<Engine>> start();
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Watches fd for input (and output when asked) on behalf of `target`, known by `key`.
+  Result<void> add(std::uint32_t key, int fd, std::weak_ptr<Pollable> target);
+  void remove(std::uint32_t key, int fd);
+  // Turns interest in input / output on or off (epoll_ctl is safe while the thread waits).
+  void set_interest(std::uint32_t key, int fd, bool input, bool output);
+  // Makes the engine call target->on_readable() soon even without new input (a receive was posted
+  // for a frame that waits for one).
+  void kick(std::uint32_t key);
+  bool on_engine_thread() const noexcept { return std::this_thread::get_id() == thread_.get_id(); }
+  // Every connection the engine watches, alive at the time of the call.
+  std::vector<std::shared_ptr<Pollable>> watched() const;
+
+ private:
+  Engine(Fd epoll, Fd wake);
+  void run();
+  void run_kicked();
+  std::shared_ptr<Pollable> find(std::uint32_t key) const;
+
+  Fd epoll_;
+  Fd wake_;  // eventfd that ends run()
+  mutable std::mutex mutex_;
+  std::unordered_map<std::uint32_t, std::weak_ptr<Pollable>> targets_;
+  std::vector<std::uint32_t> kicked_;  // guarded by mutex_
+  std::atomic<bool> stopping_{false};
+  std::thread thread_;  // last: started after everything it uses exists, joined first
+};
+
+}  // namespace rdmakit::tcp

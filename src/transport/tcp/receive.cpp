@@ -1,0 +1,323 @@
+// Data path of a tcp connection, engine thread: reading frames, carrying out the peer's requests on
+// registered memory (keys, bounds and rights checked before a byte is touched) and completing our own
+// requests as their responses arrive.
+#include <sys/socket.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+
+#include "transport/tcp/connection.hpp"
+
+namespace rdmakit::tcp {
+namespace {
+
+constexpr std::size_t kDiscardChunk = 64 * 1024;
+
+std::int64_t steady_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// Fills iov with the first `length` bytes of `sgl`; returns the number of entries.
+std::uint32_t sgl_to_iov(const SgList& sgl, std::uint64_t length, iovec* iov) {
+  std::uint32_t count = 0;
+  for (std::uint32_t i = 0; i < sgl.count && length > 0; ++i) {
+    std::uint64_t take = std::min<std::uint64_t>(length, sgl.segments[i].length);
+    if (take == 0) continue;
+    iov[count++] = iovec{reinterpret_cast<void*>(sgl.segments[i].addr), take};
+    length -= take;
+  }
+  return count;
+}
+
+}  // namespace
+
+void TcpConnection::on_readable() {
+  auto self = shared_from_this();  // a completion callback may drop the user's last reference
+  while (read_some()) {
+  }
+}
+
+bool TcpConnection::read_some() {
+  ssize_t n = 0;
+  switch (rx_.phase) {
+    case Receive::Phase::RnrWait: {
+      std::lock_guard lock(mutex_);
+      if (recvs_.empty() || failed_.load()) return false;
+      waiting_for_recv_.store(false);
+      input_paused_ = false;
+      update_interest_locked();
+      rx_.phase = Receive::Phase::Header;
+    }
+      on_request_header();  // now with a receive to consume
+      return true;
+    case Receive::Phase::Header:
+      n = ::recv(socket_.get(), reinterpret_cast<char*>(&rx_.header) + rx_.header_bytes,
+                 sizeof(FrameHeader) - rx_.header_bytes, MSG_DONTWAIT);
+      break;
+    case Receive::Phase::Payload: {
+      msghdr message{};
+      message.msg_iov = &rx_.iov[rx_.iov_next];
+      message.msg_iovlen = rx_.iov_count - rx_.iov_next;
+      n = ::recvmsg(socket_.get(), &message, MSG_DONTWAIT);
+      break;
+    }
+    case Receive::Phase::Discard:
+      if (discard_buffer_.empty()) discard_buffer_.resize(kDiscardChunk);
+      n = ::recv(socket_.get(), discard_buffer_.data(), std::min<std::uint64_t>(rx_.discard_left, kDiscardChunk),
+                 MSG_DONTWAIT);
+      break;
+  }
+  if (n == 0) {
+    peer_gone("closed the connection");
+    return false;
+  }
+  if (n < 0) {
+    if (errno == EINTR) return true;
+    if (errno != EAGAIN && errno != EWOULDBLOCK) peer_gone(std::string("failed: ") + std::strerror(errno));
+    return false;
+  }
+  touch();
+  auto got = static_cast<std::size_t>(n);
+  switch (rx_.phase) {
+    case Receive::Phase::Header:
+      rx_.header_bytes += got;
+      if (rx_.header_bytes == sizeof(FrameHeader)) {
+        rx_.header_bytes = 0;
+        dispatch_header();
+      }
+      break;
+    case Receive::Phase::Payload:
+      while (got > 0) {
+        iovec& part = rx_.iov[rx_.iov_next];
+        std::size_t take = std::min(got, part.iov_len);
+        part.iov_base = static_cast<char*>(part.iov_base) + take;
+        part.iov_len -= take;
+        got -= take;
+        if (part.iov_len == 0) ++rx_.iov_next;
+      }
+      if (rx_.iov_next == rx_.iov_count) finish_payload();
+      break;
+    case Receive::Phase::Discard:
+      rx_.discard_left -= got;
+      if (rx_.discard_left == 0) finish_payload();
+      break;
+    case Receive::Phase::RnrWait: break;
+  }
+  return !failed_.load(std::memory_order_relaxed) || rx_.phase != Receive::Phase::Header;
+}
+
+void TcpConnection::dispatch_header() {
+  if (is_request(rx_.header.type)) return on_request_header();
+  if (is_response(rx_.header.type)) return on_response_header();
+  fail_now(Status::GeneralError, Error(Errc::ProtocolError, "peer " + peer_.name + " sent an unknown frame type " +
+                                                            std::to_string(static_cast<int>(rx_.header.type))));
+}
+
+void TcpConnection::start_payload(const iovec* iov, std::uint32_t count) {
+  std::copy(iov, iov + count, rx_.iov.begin());
+  rx_.iov_count = count;
+  rx_.iov_next = 0;
+  rx_.phase = Receive::Phase::Payload;
+  if (count == 0) finish_payload();
+}
+
+void TcpConnection::start_discard(std::uint64_t bytes) {
+  rx_.discard_left = bytes;
+  rx_.phase = Receive::Phase::Discard;
+  if (bytes == 0) finish_payload();
+}
+
+bool TcpConnection::try_consume_recv() {
+  std::lock_guard lock(mutex_);
+  if (recvs_.empty()) {
+    // Receiver not ready: hold the request (stop reading) until a receive is posted or rnr_timeout passes.
+    rx_.phase = Receive::Phase::RnrWait;
+    rx_.rnr_deadline_ns = steady_ns() + rnr_timeout_ns_;
+    input_paused_ = true;
+    waiting_for_recv_.store(true);
+    update_interest_locked();
+    return false;
+  }
+  rx_.recv = recvs_.front();
+  recvs_.pop_front();
+  rx_.has_recv = true;
+  return true;
+}
+
+void TcpConnection::on_request_header() {
+  const FrameHeader& h = rx_.header;
+  if (failed_.load()) {
+    rx_.then = Receive::Then::Nothing;
+    return start_discard(carries_request_payload(h.type) ? h.length : 0);
+  }
+  rx_.has_recv = false;
+  switch (h.type) {
+    case FrameType::Write:
+    case FrameType::WriteImm: {
+      if (h.type == FrameType::WriteImm && !try_consume_recv()) return;
+      Status status = table_.check_remote(h.rkey, h.addr, h.length, Access::RemoteWrite, &rx_.pin);
+      if (status != Status::Success) {
+        rx_.then = Receive::Then::Nak;
+        rx_.nak_status = status;
+        rx_.recv_status = Status::Flushed;
+        return start_discard(h.length);
+      }
+      rx_.then = h.type == FrameType::WriteImm ? Receive::Then::AckWriteImm : Receive::Then::Ack;
+      iovec target{reinterpret_cast<void*>(h.addr), h.length};
+      return start_payload(&target, h.length > 0 ? 1 : 0);
+    }
+    case FrameType::Send:
+    case FrameType::SendImm: {
+      if (!try_consume_recv()) return;
+      if (rx_.recv.local_error != Status::Success || h.length > rx_.recv.sgl.total()) {
+        // verbs: the receiver sees a local error, the sender a remote one.
+        bool too_long = rx_.recv.local_error == Status::Success;
+        rx_.then = Receive::Then::Nak;
+        rx_.recv_status = too_long ? Status::LocalLength : rx_.recv.local_error;
+        rx_.nak_status = too_long ? Status::RemoteInvalidRequest : Status::RemoteOperation;
+        return start_discard(h.length);
+      }
+      rx_.then = Receive::Then::AckSend;
+      iovec iov[kMaxSge];
+      return start_payload(iov, sgl_to_iov(rx_.recv.sgl, h.length, iov));
+    }
+    case FrameType::Read: return execute_read();
+    default: return execute_atomic();
+  }
+}
+
+void TcpConnection::execute_read() {
+  const FrameHeader& h = rx_.header;
+  RegistrationTable::Pin pin;
+  Status status = table_.check_remote(h.rkey, h.addr, h.length, Access::RemoteRead, &pin);
+  std::lock_guard lock(mutex_);
+  if (status != Status::Success) {
+    send_nak_locked(h, status);
+    fail_locked(Status::Flushed, Error(Errc::ConnectionBroken, "refused a READ from the peer: remote access error"),
+                true);
+    return;
+  }
+  iovec source{reinterpret_cast<void*>(h.addr), h.length};
+  send_response_locked(h, FrameType::ReadResponse, 0, h.length, &source, std::move(pin));
+}
+
+void TcpConnection::execute_atomic() {
+  const FrameHeader& h = rx_.header;
+  RegistrationTable::Pin pin;
+  Status status = h.addr % 8 != 0 ? Status::RemoteInvalidRequest
+                                  : table_.check_remote(h.rkey, h.addr, 8, Access::RemoteAtomic, &pin);
+  std::uint64_t old = 0;
+  if (status == Status::Success) {
+    // Many connections (and the owner's own CPU) may hit this word at once: a real atomic.
+    std::atomic_ref<std::uint64_t> word(*reinterpret_cast<std::uint64_t*>(h.addr));
+    if (h.type == FrameType::CompareSwap) {
+      old = h.operand1;
+      word.compare_exchange_strong(old, h.operand2);
+    } else {
+      old = word.fetch_add(h.operand1);
+    }
+  }
+  std::lock_guard lock(mutex_);
+  if (status != Status::Success) {
+    send_nak_locked(h, status);
+    fail_locked(Status::Flushed, Error(Errc::ConnectionBroken, "refused an atomic from the peer"), true);
+    return;
+  }
+  send_response_locked(h, FrameType::AtomicResponse, old, 0, nullptr, {});
+}
+
+void TcpConnection::finish_payload() {
+  rx_.phase = Receive::Phase::Header;
+  rx_.pin = {};
+  const FrameHeader& h = rx_.header;
+  std::lock_guard lock(mutex_);
+  switch (rx_.then) {
+    case Receive::Then::Nothing: return;
+    case Receive::Then::Ack: return send_response_locked(h, FrameType::Ack, 0, 0, nullptr, {});
+    case Receive::Then::AckWriteImm:
+    case Receive::Then::AckSend: {
+      bool write_imm = rx_.then == Receive::Then::AckWriteImm;
+      completed_.fetch_add(1, std::memory_order_relaxed);
+      recv_queue_->push(Completion{.id = rx_.recv.id, .status = Status::Success,
+                                   .opcode = write_imm ? Opcode::RecvWriteImm : Opcode::Recv,
+                                   .has_imm = write_imm || h.type == FrameType::SendImm, .bytes = h.length,
+                                   .imm = h.imm, .connection = number()});
+      return send_response_locked(h, FrameType::Ack, 0, 0, nullptr, {});
+    }
+    case Receive::Then::ReadDone: {
+      if (in_flight_.empty()) return;  // failed meanwhile
+      InFlight op = in_flight_.front();
+      in_flight_.pop_front();
+      complete_locked(op, Status::Success, op.bytes);
+      return complete_local_errors_locked();
+    }
+    case Receive::Then::Nak:
+      if (rx_.has_recv) {
+        completed_.fetch_add(1, std::memory_order_relaxed);
+        recv_queue_->push(Completion{.id = rx_.recv.id, .status = rx_.recv_status, .opcode = Opcode::Recv,
+                                     .connection = number()});
+      }
+      send_nak_locked(h, rx_.nak_status);
+      fail_locked(Status::Flushed,
+                  Error(Errc::ConnectionBroken, "refused a request from the peer: " +
+                                                    std::string(to_string(rx_.nak_status))),
+                  /*drain_output=*/true);
+      return;
+  }
+}
+
+void TcpConnection::on_response_header() {
+  const FrameHeader& h = rx_.header;
+  std::unique_lock lock(mutex_);
+  if (failed_.load()) {
+    lock.unlock();
+    rx_.then = Receive::Then::Nothing;
+    return start_discard(h.type == FrameType::ReadResponse ? h.length : 0);
+  }
+  auto protocol_error = [&](const std::string& what) {
+    fail_locked(Status::GeneralError, Error(Errc::ProtocolError, "peer " + peer_.name + " broke the protocol: " + what));
+  };
+  if (in_flight_.empty() || in_flight_.front().local_error != Status::Success)
+    return protocol_error("a response with no request waiting for it");
+  InFlight& op = in_flight_.front();
+  if (h.sequence != op.sequence) return protocol_error("a response out of order");
+  switch (h.type) {
+    case FrameType::Ack:
+      if (op.opcode != Opcode::Write && op.opcode != Opcode::WriteImm && op.opcode != Opcode::Send)
+        return protocol_error("an ACK for a " + std::string(to_string(op.opcode)));
+      break;
+    case FrameType::AtomicResponse:
+      if (op.opcode != Opcode::CompareSwap && op.opcode != Opcode::FetchAdd)
+        return protocol_error("an atomic response for a " + std::string(to_string(op.opcode)));
+      std::memcpy(reinterpret_cast<void*>(op.results.segments[0].addr), &h.operand1, 8);
+      break;
+    case FrameType::ReadResponse: {
+      if (op.opcode != Opcode::Read || h.length != op.bytes)
+        return protocol_error("a READ response that does not match the READ");
+      rx_.then = Receive::Then::ReadDone;
+      iovec iov[kMaxSge];
+      std::uint32_t count = sgl_to_iov(op.results, h.length, iov);
+      lock.unlock();
+      return start_payload(iov, count);
+    }
+    case FrameType::Nak: {
+      auto status = static_cast<Status>(h.status);
+      if (h.status > static_cast<std::uint8_t>(Status::GeneralError) || status == Status::Success)
+        return protocol_error("a NAK with an invalid status");
+      return fail_locked(status, Error(Errc::TransportFailure,
+                                       std::string(to_string(op.opcode)) + " failed at peer " + peer_.name + ": " +
+                                           std::string(to_string(status)),
+                                       0, status));
+    }
+    default: return protocol_error("a request type in a response");
+  }
+  InFlight done = op;
+  in_flight_.pop_front();
+  complete_locked(done, Status::Success, done.opcode == Opcode::Read ? done.bytes : (done.opcode == Opcode::CompareSwap || done.opcode == Opcode::FetchAdd ? 8 : done.bytes));
+  complete_local_errors_locked();
+}
+
+}  // namespace rdmakit::tcp

@@ -1,0 +1,38 @@
+// Socket plumbing for the tcp transport: addresses, listening, connecting and the handshake, all with
+// deadlines so that nothing blocks forever.
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <string_view>
+
+#include "core/fd.hpp"
+#include "rdmakit/connection.hpp"
+#include "rdmakit/error.hpp"
+
+namespace rdmakit::tcp {
+
+using Deadline = std::chrono::steady_clock::time_point;
+
+// "host:port", "[v6]:port" or ":port"/"port" (loopback). Port 0 asks for any free port.
+struct HostPort {
+  std::string host;
+  std::string port;
+};
+Result<HostPort> parse_address(std::string_view address);
+
+Result<Fd> listen_on(std::string_view address);
+// The address a listening socket is bound to, as "host:port".
+Result<std::string> local_address(int fd);
+Result<std::string> peer_address(int fd);
+Result<Fd> connect_to(std::string_view address, Deadline deadline);
+// Waits for one incoming connection; Errc::Timeout when none came.
+Result<Fd> accept_from(int listen_fd, Deadline deadline);
+
+// Exchanges Hello frames; returns who is at the other end.
+Result<PeerInfo> handshake(int fd, const PeerInfo& self, Deadline deadline);
+
+// Socket options of a data connection: non-blocking, no Nagle delay.
+Result<void> make_data_socket(int fd);
+
+}  // namespace rdmakit::tcp

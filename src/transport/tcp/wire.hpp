@@ -1,0 +1,71 @@
+// The tcp transport's wire format. Every frame starts with a 48-byte header; WRITE, SEND and READ
+// responses are followed by their payload, which moves straight between the socket and registered memory.
+// Fields are little-endian (x86 and arm64 hosts; a static_assert guards the assumption).
+#pragma once
+
+#include <bit>
+#include <cstdint>
+#include <string>
+
+namespace rdmakit::tcp {
+
+static_assert(std::endian::native == std::endian::little, "the tcp wire format assumes a little-endian host");
+
+enum class FrameType : std::uint8_t {
+  // Requests, initiator -> target.
+  Write = 1,
+  WriteImm,
+  Read,
+  CompareSwap,
+  FetchAdd,
+  Send,
+  SendImm,
+  // Responses, target -> initiator, one per request and in request order.
+  Ack = 16,        // WRITE, WRITE_IMM, SEND done
+  ReadResponse,    // followed by `length` bytes
+  AtomicResponse,  // operand1 = the old value
+  Nak,             // status = why; the target fails the connection after sending it
+};
+
+struct FrameHeader {
+  FrameType type;
+  std::uint8_t status;     // Nak: a rdmakit::Status
+  std::uint16_t reserved;
+  std::uint32_t length;    // payload bytes (WRITE/SEND/READ response) or bytes asked (READ)
+  std::uint64_t addr;      // remote address of one-sided requests
+  std::uint32_t rkey;
+  std::uint32_t imm;
+  std::uint64_t operand1;  // CompareSwap: expected; FetchAdd: addend; AtomicResponse: old value
+  std::uint64_t operand2;  // CompareSwap: desired
+  std::uint64_t sequence;  // requests: the initiator's sequence; responses echo it
+};
+static_assert(sizeof(FrameHeader) == 48);
+
+constexpr bool is_request(FrameType type) noexcept {
+  return type >= FrameType::Write && type <= FrameType::SendImm;
+}
+constexpr bool is_response(FrameType type) noexcept {
+  return type >= FrameType::Ack && type <= FrameType::Nak;
+}
+constexpr bool carries_request_payload(FrameType type) noexcept {
+  return type == FrameType::Write || type == FrameType::WriteImm || type == FrameType::Send ||
+         type == FrameType::SendImm;
+}
+
+// Sent by both sides right after the TCP connection is made.
+struct Hello {
+  std::uint32_t magic;    // kHelloMagic
+  std::uint16_t version;  // kWireVersion
+  std::uint16_t name_length;
+  std::uint64_t id;
+  std::uint64_t epoch;
+  char name[232];         // not NUL-terminated; name_length bytes are valid
+};
+static_assert(sizeof(Hello) == 256);
+constexpr std::uint32_t kHelloMagic = 0x544b4452;  // "RDKT"
+constexpr std::uint16_t kWireVersion = 1;
+
+// Largest payload of one operation: the length field is 32 bits, and verbs' limit is 2^31.
+constexpr std::uint64_t kMaxMessageSize = std::uint64_t{1} << 31;
+
+}  // namespace rdmakit::tcp

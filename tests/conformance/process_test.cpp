@@ -1,0 +1,163 @@
+// Cases with a real second process: a peer killed mid-transfer, a restarted peer, a stopped peer.
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <sstream>
+
+#include "conformance/fixture.hpp"
+
+extern char** environ;
+
+namespace rdmakit::conformance {
+namespace {
+
+// A conformance_peer process; killed and reaped when this goes out of scope.
+class Peer {
+ public:
+  bool start(const std::string& transport) {
+    int in[2], out[2];
+    if (pipe2(in, O_CLOEXEC) != 0 || pipe2(out, O_CLOEXEC) != 0) return false;
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_adddup2(&actions, in[0], 0);
+    posix_spawn_file_actions_adddup2(&actions, out[1], 1);
+    std::string listen = std::getenv("RDMAKIT_CONFORMANCE_LISTEN") ? std::getenv("RDMAKIT_CONFORMANCE_LISTEN") : "";
+    const char* argv[] = {RDMAKIT_CONFORMANCE_PEER, transport.c_str(), listen.c_str(), nullptr};
+    int rc = posix_spawn(&pid_, RDMAKIT_CONFORMANCE_PEER, &actions, nullptr, const_cast<char**>(argv), environ);
+    posix_spawn_file_actions_destroy(&actions);
+    ::close(in[0]);
+    ::close(out[1]);
+    stdin_ = in[1];
+    stdout_ = out[0];
+    return rc == 0 && read_ready();
+  }
+  ~Peer() { kill(SIGKILL); }
+
+  void kill(int signal) {
+    if (pid_ <= 0) return;
+    ::kill(pid_, signal);
+    if (signal == SIGKILL) {
+      waitpid(pid_, nullptr, 0);
+      pid_ = -1;
+      if (stdin_ >= 0) ::close(stdin_);
+      if (stdout_ >= 0) ::close(stdout_);
+      stdin_ = stdout_ = -1;
+    }
+  }
+  const std::string& address() const { return address_; }
+  const RemoteRegion& region() const { return region_; }
+
+ private:
+  bool read_ready() {
+    std::string line;
+    char c;
+    while (line.find('\n') == std::string::npos) {
+      pollfd p{stdout_, POLLIN, 0};
+      if (poll(&p, 1, 30000) <= 0 || ::read(stdout_, &c, 1) != 1) return false;
+      line += c;
+    }
+    std::istringstream words(line);
+    std::string ready, hex;
+    words >> ready >> address_ >> hex;
+    auto region = RemoteRegion::from_hex(hex);
+    if (ready != "READY" || !region) return false;
+    region_ = *region;
+    return true;
+  }
+
+  pid_t pid_ = -1;
+  int stdin_ = -1, stdout_ = -1;
+  std::string address_;
+  RemoteRegion region_;
+};
+
+TEST_P(Conformance, PeerKilledMidTransferFailsPendingOperationsInBoundedTime) {
+  Peer peer;
+  ASSERT_TRUE(peer.start(GetParam())) << "could not start " << RDMAKIT_CONFORMANCE_PEER;
+  client_.context = open_context(false, Options{.timeout = 2000ms});
+  ASSERT_TRUE(client_.context);
+  auto connection = RDMAKIT_ASSERT_OK(client_.context->connect(peer.address()));
+  auto source = region(*client_.context, 64 << 20, Access::LocalWrite);
+  ASSERT_TRUE(source);
+  // Prove the connection works, then queue plenty of work and kill the peer under it.
+  auto id = RDMAKIT_ASSERT_OK(connection->write(source->slice(0, 4096), peer.region().at(0)));
+  ASSERT_EQ(wait(*connection, id).status, Status::Success);
+  std::vector<std::uint64_t> ids;
+  for (int i = 0; i < 8; ++i)
+    ids.push_back(RDMAKIT_ASSERT_OK(connection->write(source->slice(0, 8 << 20), peer.region().at(0))));
+  ids.push_back(RDMAKIT_ASSERT_OK(connection->read(source->slice(0, 1 << 20), peer.region().at(0))));
+  auto start = std::chrono::steady_clock::now();
+  peer.kill(SIGKILL);
+  int failed = 0;
+  for (auto op : ids) {
+    Completion done = wait(*connection, op);
+    if (done.ok()) continue;
+    ++failed;
+    EXPECT_TRUE(done.status == Status::TransportRetryExceeded || done.status == Status::Flushed)
+        << to_string(done.status);
+  }
+  EXPECT_GT(failed, 0) << "killing the peer failed nothing";
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 20s);
+  EXPECT_FALSE(connection->health().has_value());
+  // A new post is refused at once.
+  EXPECT_FALSE(connection->write(source->slice(0, 8), peer.region().at(0)).has_value());
+}
+
+TEST_P(Conformance, DescriptorFromAnEarlierLifeOfARestartedPeerIsStale) {
+  client_.context = open_context(false);
+  ASSERT_TRUE(client_.context);
+  auto source = region(*client_.context, 4096, Access::LocalWrite);
+  ASSERT_TRUE(source);
+  RemoteRegion old_descriptor;
+  {
+    Peer first;
+    ASSERT_TRUE(first.start(GetParam()));
+    old_descriptor = first.region();
+  }
+  Peer second;
+  ASSERT_TRUE(second.start(GetParam()));
+  auto connection = RDMAKIT_ASSERT_OK(client_.context->connect(second.address()));
+  auto posted = connection->write(source->slice(0, 8), old_descriptor.at(0));
+  ASSERT_FALSE(posted.has_value()) << "a descriptor of a dead process was accepted";
+  EXPECT_EQ(posted.error().code(), Errc::StaleDescriptor);
+  EXPECT_NE(posted.error().message().find("epoch"), std::string::npos) << posted.error().message();
+  // The new life's descriptor works.
+  auto id = RDMAKIT_ASSERT_OK(connection->write(source->slice(0, 8), second.region().at(0)));
+  EXPECT_EQ(wait(*connection, id).status, Status::Success);
+}
+
+TEST_P(Conformance, StoppedPeerFailsPendingOperationsWithinTheTimeoutUnlessOneSidedNeedsNoTargetCpu) {
+  Peer peer;
+  ASSERT_TRUE(peer.start(GetParam()));
+  client_.context = open_context(false, Options{.timeout = 1500ms});
+  ASSERT_TRUE(client_.context);
+  auto connection = RDMAKIT_ASSERT_OK(client_.context->connect(peer.address()));
+  auto source = region(*client_.context, 4096, Access::LocalWrite);
+  ASSERT_TRUE(source);
+  testing::fill_pattern(source->data(), 4096, 21);
+  auto warm = RDMAKIT_ASSERT_OK(connection->write(source->slice(0, 64), peer.region().at(0)));
+  ASSERT_EQ(wait(*connection, warm).status, Status::Success);
+  peer.kill(SIGSTOP);
+  auto id = RDMAKIT_ASSERT_OK(connection->write(source->slice(0, 4096), peer.region().at(0)));
+  Completion done = wait(*connection, id);
+  if (client_.context->capabilities().one_sided_without_target_cpu) {
+    // shm and real RDMA NICs: the WRITE lands although no thread of the target runs.
+    EXPECT_EQ(done.status, Status::Success);
+    auto sink = region(*client_.context, 4096, Access::LocalWrite);
+    auto read = RDMAKIT_ASSERT_OK(connection->read(sink->whole(), peer.region().at(0)));
+    ASSERT_EQ(wait(*connection, read).status, Status::Success);
+    EXPECT_EQ(testing::find_pattern_mismatch(sink->data(), 4096, 21), 4096u);
+  } else {
+    // tcp: the target's progress thread is stopped, so the op fails after the silent-peer timeout.
+    EXPECT_EQ(done.status, Status::TransportRetryExceeded) << to_string(done.status);
+  }
+  peer.kill(SIGCONT);
+}
+
+}  // namespace
+}  // namespace rdmakit::conformance
