@@ -41,6 +41,9 @@ class Peer {
   void kill(int signal) {
     if (pid_ <= 0) return;
     ::kill(pid_, signal);
+    int status = 0;
+    // kill() returns before the signal has taken effect: wait until the peer is really stopped.
+    if (signal == SIGSTOP) waitpid(pid_, &status, WUNTRACED);
     if (signal == SIGKILL) {
       waitpid(pid_, nullptr, 0);
       pid_ = -1;
