@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Installs the built rdmakit into a scratch prefix and builds a separate project against it twice:
+# once with find_package(rdmakit) and once with pkg-config. Then runs both programs.
+set -euo pipefail
+build_dir=$1
+source_dir=$(cd "$(dirname "$0")" && pwd)
+scratch=$(mktemp -d)
+trap 'rm -rf "$scratch"' EXIT
+cmake --install "$build_dir" --prefix "$scratch/prefix" > /dev/null
+cmake -S "$source_dir/consumer" -B "$scratch/consumer" -DCMAKE_PREFIX_PATH="$scratch/prefix" > /dev/null
+cmake --build "$scratch/consumer" > /dev/null
+LD_LIBRARY_PATH="$scratch/prefix/lib" "$scratch/consumer/consumer"
+export PKG_CONFIG_PATH="$scratch/prefix/lib/pkgconfig"
+# shellcheck disable=SC2046
+g++ "$source_dir/consumer/main.cpp" -o "$scratch/consumer-pkgconfig" $(pkg-config --cflags --libs rdmakit)
+LD_LIBRARY_PATH="$scratch/prefix/lib" "$scratch/consumer-pkgconfig"
+echo "package: find_package and pkg-config both work"
