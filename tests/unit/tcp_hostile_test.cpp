@@ -1,0 +1,197 @@
+// Hostile and malformed bytes at a tcp endpoint: an error and a closed connection, never a crash, a hang
+// or a write out of bounds. A raw socket speaks the wire format (src/transport/tcp/wire.hpp) directly.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <random>
+#include <thread>
+
+#include "rdmakit/rdmakit.hpp"
+#include "transport/tcp/wire.hpp"
+
+namespace rdmakit::tcp {
+namespace {
+
+using namespace std::chrono_literals;
+
+class Hostile : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    context_ = Context::open({.transport = "tcp", .name = "victim"}).value();
+    target_ = context_->allocate(4096, Access::LocalWrite | Access::RemoteWrite | Access::RemoteRead |
+                                           Access::RemoteAtomic)
+                  .value();
+    listener_ = context_->listen().value();
+  }
+
+  // Connects a raw socket and completes the handshake; the victim's side is accepted in the background.
+  int connect_raw() {
+    auto colon = listener_->address().rfind(':');
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_port = htons(static_cast<std::uint16_t>(std::stoi(listener_->address().substr(colon + 1))));
+    inet_pton(AF_INET, "127.0.0.1", &address.sin_addr);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    std::thread acceptor([&] { accepted_.push_back(listener_->accept(10s).value_or(nullptr)); });
+    EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
+    Hello hello{};
+    hello.magic = kHelloMagic;
+    hello.version = kWireVersion;
+    hello.name_length = 6;
+    std::memcpy(hello.name, "hostil", 6);
+    EXPECT_EQ(::send(fd, &hello, sizeof(hello), MSG_NOSIGNAL), static_cast<ssize_t>(sizeof(hello)));
+    Hello theirs{};
+    EXPECT_EQ(::recv(fd, &theirs, sizeof(theirs), MSG_WAITALL), static_cast<ssize_t>(sizeof(theirs)));
+    acceptor.join();
+    return fd;
+  }
+
+  // True when the victim closed the connection within the time limit.
+  static bool closed_by_peer(int fd, std::chrono::milliseconds limit = 10s) {
+    auto deadline = std::chrono::steady_clock::now() + limit;
+    char buffer[4096];
+    while (std::chrono::steady_clock::now() < deadline) {
+      pollfd p{fd, POLLIN, 0};
+      if (poll(&p, 1, 100) <= 0) continue;
+      ssize_t n = ::recv(fd, buffer, sizeof(buffer), 0);
+      if (n <= 0) return true;
+    }
+    return false;
+  }
+
+  void send_frame(int fd, const FrameHeader& header, std::size_t payload = 0) {
+    ::send(fd, &header, sizeof(header), MSG_NOSIGNAL);
+    std::vector<char> bytes(payload, 'X');
+    if (payload) ::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+  }
+
+  bool target_untouched() const {
+    auto* b = static_cast<const std::uint8_t*>(target_->data());
+    return std::all_of(b, b + 4096, [](std::uint8_t v) { return v == 0; });
+  }
+
+  // The victim still serves a well-behaved peer afterwards.
+  void expect_still_serving() {
+    auto client = Context::open({.transport = "tcp"}).value();
+    std::shared_ptr<Connection> server_side;
+    std::thread acceptor([&] { server_side = listener_->accept(10s).value_or(nullptr); });
+    auto connection = client->connect(listener_->address()).value();
+    acceptor.join();
+    auto source = client->allocate(8, Access::LocalWrite).value();
+    std::memcpy(source->data(), "GOODBYTE", 8);
+    auto id = connection->write(source->whole(), target_->descriptor().at(100)).value();
+    auto done = connection->wait(id, 10s);
+    ASSERT_TRUE(done.has_value());
+    EXPECT_EQ(done->status, Status::Success);
+    EXPECT_EQ(std::memcmp(static_cast<char*>(target_->data()) + 100, "GOODBYTE", 8), 0);
+  }
+
+  FrameHeader request(FrameType type, std::uint64_t addr, std::uint32_t length, std::uint32_t rkey) const {
+    return FrameHeader{.type = type, .status = 0, .reserved = 0, .length = length, .addr = addr, .rkey = rkey,
+                       .imm = 0, .operand1 = 1, .operand2 = 2, .sequence = 1};
+  }
+
+  std::shared_ptr<Context> context_;
+  std::shared_ptr<MemoryRegion> target_;
+  std::shared_ptr<Listener> listener_;
+  std::vector<std::shared_ptr<Connection>> accepted_;
+};
+
+TEST_F(Hostile, UnknownFrameTypeClosesTheConnection) {
+  int fd = connect_raw();
+  FrameHeader header = request(FrameType::Write, 0, 0, 0);
+  header.type = static_cast<FrameType>(99);
+  send_frame(fd, header);
+  EXPECT_TRUE(closed_by_peer(fd));
+  ::close(fd);
+  expect_still_serving();
+}
+
+TEST_F(Hostile, WriteOutOfBoundsIsRefusedAndMemoryUntouched) {
+  int fd = connect_raw();
+  auto base = reinterpret_cast<std::uint64_t>(target_->data());
+  // Starts inside, runs past the end by one byte; then one that wraps around the address space.
+  send_frame(fd, request(FrameType::Write, base + 1, 4096, target_->rkey()), 4096);
+  EXPECT_TRUE(closed_by_peer(fd));
+  ::close(fd);
+  fd = connect_raw();
+  send_frame(fd, request(FrameType::Write, ~std::uint64_t{0} - 10, 64, target_->rkey()), 64);
+  EXPECT_TRUE(closed_by_peer(fd));
+  ::close(fd);
+  EXPECT_TRUE(target_untouched());
+  expect_still_serving();
+}
+
+TEST_F(Hostile, HugeLengthWithBadKeyIsDiscardedWithoutAllocation) {
+  int fd = connect_raw();
+  send_frame(fd, request(FrameType::Write, 0, 0xffffffffu, 12345));
+  // The victim NAKs after discarding what it receives; we hang up first: it must notice and not hang.
+  ::close(fd);
+  EXPECT_TRUE(target_untouched());
+  expect_still_serving();
+}
+
+TEST_F(Hostile, ResponsesWithoutRequestsAndBadNaksCloseTheConnection) {
+  for (FrameType type : {FrameType::Ack, FrameType::ReadResponse, FrameType::AtomicResponse, FrameType::Nak}) {
+    int fd = connect_raw();
+    FrameHeader header = request(type, 0, 16, 0);
+    header.status = 200;
+    send_frame(fd, header, 16);
+    EXPECT_TRUE(closed_by_peer(fd)) << static_cast<int>(type);
+    ::close(fd);
+  }
+  EXPECT_TRUE(target_untouched());
+  expect_still_serving();
+}
+
+TEST_F(Hostile, MisalignedAndForeignAtomicsAreRefused) {
+  auto base = reinterpret_cast<std::uint64_t>(target_->data());
+  for (auto [addr, rkey] : {std::pair{base + 3, target_->rkey()}, std::pair{base, target_->rkey() + 1}}) {
+    int fd = connect_raw();
+    send_frame(fd, request(FrameType::FetchAdd, addr, 8, rkey));
+    FrameHeader reply{};
+    ASSERT_EQ(::recv(fd, &reply, sizeof(reply), MSG_WAITALL), static_cast<ssize_t>(sizeof(reply)));
+    EXPECT_EQ(reply.type, FrameType::Nak);
+    EXPECT_TRUE(closed_by_peer(fd));
+    ::close(fd);
+  }
+  EXPECT_TRUE(target_untouched());
+}
+
+TEST_F(Hostile, RandomGarbageNeverCrashes) {
+  std::mt19937_64 random(7);
+  for (int round = 0; round < 20; ++round) {
+    int fd = connect_raw();
+    std::vector<std::uint64_t> garbage(64 + random() % 512);
+    for (auto& word : garbage) word = random();
+    ::send(fd, garbage.data(), garbage.size() * 8, MSG_NOSIGNAL);
+    ::close(fd);
+  }
+  EXPECT_TRUE(target_untouched());
+  expect_still_serving();
+}
+
+TEST_F(Hostile, WrongHandshakeIsRefused) {
+  auto colon = listener_->address().rfind(':');
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(static_cast<std::uint16_t>(std::stoi(listener_->address().substr(colon + 1))));
+  inet_pton(AF_INET, "127.0.0.1", &address.sin_addr);
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
+  char http[256] = "GET / HTTP/1.0\r\n\r\n";
+  ::send(fd, http, sizeof(http), MSG_NOSIGNAL);
+  auto accepted = listener_->accept(5s);
+  ASSERT_FALSE(accepted.has_value());
+  EXPECT_EQ(accepted.error().code(), Errc::ConnectionRefused);
+  ::close(fd);
+}
+
+}  // namespace
+}  // namespace rdmakit::tcp
