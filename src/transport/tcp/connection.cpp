@@ -7,6 +7,7 @@
 
 #include "core/log.hpp"
 #include "transport/tcp/context.hpp"
+#include "transport/tcp/completion_queue.hpp"
 #include "transport/tcp/socket.hpp"
 
 namespace rdmakit::tcp {
@@ -17,10 +18,10 @@ std::int64_t steady_ns() {
       .count();
 }
 
-Result<std::shared_ptr<SoftCompletionQueue>> own_or_new_cq(const std::shared_ptr<CompletionQueue>& given,
-                                                           const Config& config) {
-  if (!given) return std::make_shared<SoftCompletionQueue>(config.wait_mode, config.spin);
-  auto soft = std::dynamic_pointer_cast<SoftCompletionQueue>(given);
+Result<std::shared_ptr<TcpCompletionQueue>> own_or_new_cq(const std::shared_ptr<CompletionQueue>& given,
+                                                          const Config& config) {
+  if (!given) return std::make_shared<TcpCompletionQueue>(config.wait_mode, config.spin);
+  auto soft = std::dynamic_pointer_cast<TcpCompletionQueue>(given);
   if (!soft) return fail(Errc::InvalidArgument, "completion queue was not created by a tcp context");
   return soft;
 }
@@ -45,6 +46,9 @@ Result<std::shared_ptr<TcpConnection>> TcpConnection::create(std::shared_ptr<Tcp
                                                     std::move(*send_cq), std::move(*recv_cq));
   if (auto ok = context->engine().add(number, connection->socket_.get(), connection); !ok)
     return std::unexpected(ok.error());
+  std::static_pointer_cast<TcpCompletionQueue>(connection->send_queue_)->attach(connection);
+  if (connection->recv_queue_ != connection->send_queue_)
+    std::static_pointer_cast<TcpCompletionQueue>(connection->recv_queue_)->attach(connection);
   return connection;
 }
 
@@ -165,6 +169,7 @@ ConnectionStats TcpConnection::stats() const {
 }
 
 void TcpConnection::on_tick(std::int64_t now_ns) {
+  std::lock_guard rx_lock(rx_mutex_);
   std::lock_guard lock(mutex_);
   if (failed_.load(std::memory_order_relaxed)) {
     // A NAK that the peer never reads must not keep the connection alive forever.

@@ -4,7 +4,8 @@
 // keeps the requests in flight in order; the engine thread reads frames (on_readable), carries out the
 // peer's requests on this context's registered memory, and completes our requests as their responses
 // arrive, in order. One mutex guards the send side, the queues and the error state; the receive state
-// machine belongs to the engine thread alone.
+// machine has its own (rx_mutex_), held by whichever thread reads the socket: the engine thread, or a
+// thread busy-polling one of the connection's completion queues.
 #pragma once
 
 #include <sys/uio.h>
@@ -50,6 +51,9 @@ class TcpConnection final : public Connection, public Pollable, public std::enab
   void close() override;
 
   void on_readable() override;
+  // Reads what has arrived, from the thread that polls a completion queue of this connection (busy-polling
+  // progress: no hand-off through the engine thread). Does nothing while another thread is reading.
+  void poll_input();
   void on_writable() override;
   void on_tick(std::int64_t now_ns) override;
 
@@ -153,7 +157,10 @@ class TcpConnection final : public Connection, public Pollable, public std::enab
   std::atomic<bool> failed_{false};
   std::atomic<bool> waiting_for_recv_{false};
 
-  Receive rx_;  // engine thread only
+  // The receive state machine: driven by the engine thread or by a thread polling our completion queue,
+  // whichever holds rx_mutex_. Lock order: rx_mutex_ before mutex_.
+  std::mutex rx_mutex_;
+  Receive rx_;
   std::vector<std::byte> discard_buffer_;
 
   std::atomic<std::int64_t> last_progress_ns_{0};

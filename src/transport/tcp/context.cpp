@@ -2,7 +2,7 @@
 
 #include <thread>
 
-#include "core/soft_cq.hpp"
+#include "transport/tcp/completion_queue.hpp"
 #include "core/soft_region.hpp"
 #include "transport/tcp/connection.hpp"
 #include "transport/tcp/socket.hpp"
@@ -70,7 +70,7 @@ Result<std::shared_ptr<MemoryRegion>> TcpContext::register_memory(void* data, st
 }
 
 Result<std::shared_ptr<CompletionQueue>> TcpContext::create_cq(std::size_t) {
-  return std::make_shared<SoftCompletionQueue>(config().wait_mode, config().spin);
+  return std::make_shared<TcpCompletionQueue>(config().wait_mode, config().spin);
 }
 
 Result<std::shared_ptr<Listener>> TcpContext::listen(std::string_view address) {

@@ -35,7 +35,20 @@ std::uint32_t sgl_to_iov(const SgList& sgl, std::uint64_t length, iovec* iov) {
 }  // namespace
 
 void TcpConnection::on_readable() {
-  auto self = shared_from_this();  // a completion callback may drop the user's last reference
+  // A polling thread that holds rx_mutex_ is reading right now; epoll is level-triggered, so anything it
+  // leaves behind wakes the engine again.
+  std::unique_lock rx_lock(rx_mutex_, std::try_to_lock);
+  if (!rx_lock.owns_lock()) return;
+  while (read_some()) {
+  }
+}
+
+void TcpConnection::poll_input() {
+  // Only when something is expected: a poll of an idle connection costs no system call.
+  if (posted_.load(std::memory_order_relaxed) == completed_.load(std::memory_order_relaxed)) return;
+  if (failed_.load(std::memory_order_relaxed)) return;
+  std::unique_lock rx_lock(rx_mutex_, std::try_to_lock);
+  if (!rx_lock.owns_lock()) return;
   while (read_some()) {
   }
 }
