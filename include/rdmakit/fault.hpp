@@ -12,10 +12,11 @@
 //  * Disconnect: the underlying connection is closed when the matched operation is posted, so the
 //    operations in flight and the matched one complete Flushed and the connection is broken; the peer
 //    sees its connection vanish.
-// Rules with `connect` set match connect() and accept() instead: Fail refuses the connection
+// Rules with `connect` set match connect() instead (accept() is never injected): Fail refuses it
 // (Errc::ConnectionRefused), Delay holds it back, Drop makes it time out after Config::connect_timeout
 // (Errc::Timeout), Disconnect hands out a connection that is already broken.
-// Receives (post_recv) are never injected; they follow the connection's state.
+// Receives (post_recv) are never injected; they follow the connection's state. A WRITE with immediate
+// or SEND that fails, drops or disconnects never reaches the peer, so it consumes no receive there.
 #pragma once
 
 #include <chrono>
@@ -38,7 +39,7 @@ struct Rule {
   Action action = Action::Fail;
   std::optional<Opcode> opcode;            // match only this operation (any send-side op when empty)
   std::optional<std::uint32_t> connection; // match only this Connection::number()
-  bool connect = false;                    // match connect()/accept() instead of operations
+  bool connect = false;                    // match connect() instead of operations
   Status status = Status::GeneralError;    // Fail: the status the operation completes with
   std::chrono::milliseconds delay{};       // Delay: how long
   std::uint32_t skip = 0;                  // let this many matching operations pass first

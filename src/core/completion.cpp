@@ -65,42 +65,47 @@ Result<std::size_t> CompletionQueue::wait_with(std::span<Completion> out, std::c
   }
 }
 
+// Looks in the stash, then takes what the transport has ready, stashing all but `id`. The transport is
+// polled under the stash lock: two threads in wait_for() must stash what they pass over in the order the
+// transport gave it, or poll() would later return a connection's completions out of order.
 std::optional<Completion> CompletionQueue::take_from_stash(std::uint64_t id) {
-  if (!has_stash_.load(std::memory_order_acquire)) return std::nullopt;
   std::lock_guard lock(stash_mutex_);
   auto it = std::find_if(stash_.begin(), stash_.end(), [&](const Completion& c) { return c.id == id; });
-  if (it == stash_.end()) return std::nullopt;
-  Completion found = *it;
-  stash_.erase(it);
-  has_stash_.store(!stash_.empty(), std::memory_order_release);
-  return found;
-}
-
-Result<Completion> CompletionQueue::wait_for(std::uint64_t id, std::chrono::nanoseconds timeout) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  // Another thread waiting on this queue may pass over our completion and stash it, so look in the
-  // stash on every round and never sleep long in one go.
-  constexpr auto kSlice = std::chrono::milliseconds(2);
+  std::optional<Completion> found;
+  if (it != stash_.end()) {
+    found = *it;
+    stash_.erase(it);
+  }
   std::array<Completion, 16> batch;
-  for (;;) {
-    if (auto found = take_from_stash(id)) return *found;
-    auto remaining = deadline - std::chrono::steady_clock::now();
-    if (remaining <= std::chrono::nanoseconds::zero())
-      return fail(Errc::Timeout, "operation " + std::to_string(id) + " did not complete in time");
-    auto got = wait_with(std::span(batch), std::min<std::chrono::nanoseconds>(remaining, kSlice), mode_,
-                         /*include_stash=*/false);
-    if (!got) return std::unexpected(got.error());
-    std::optional<Completion> found;
-    if (*got == 0) continue;
-    std::lock_guard lock(stash_mutex_);
-    for (std::size_t i = 0; i < *got; ++i) {
+  while (!found) {
+    std::size_t n = poll_transport(batch);
+    for (std::size_t i = 0; i < n; ++i) {
       if (!found && batch[i].id == id)
         found = batch[i];
       else
         stash_.push_back(batch[i]);
     }
-    has_stash_.store(!stash_.empty(), std::memory_order_release);
-    if (found) return *found;
+    if (n < batch.size()) break;
+  }
+  has_stash_.store(!stash_.empty(), std::memory_order_release);
+  return found;
+}
+
+Result<Completion> CompletionQueue::wait_for(std::uint64_t id, std::chrono::nanoseconds timeout) {
+  const auto start = std::chrono::steady_clock::now();
+  const auto deadline = start + timeout;
+  const auto spin_until = mode_ == WaitMode::Spin    ? deadline
+                          : mode_ == WaitMode::Block ? start
+                                                     : std::min(deadline, start + spin_);
+  // Another thread waiting on this queue may pass over our completion and stash it, so never sleep
+  // long in one go.
+  constexpr auto kSlice = std::chrono::milliseconds(2);
+  for (;;) {
+    if (auto found = take_from_stash(id)) return *found;
+    auto now = std::chrono::steady_clock::now();
+    if (now >= deadline) return fail(Errc::Timeout, "operation " + std::to_string(id) + " did not complete in time");
+    if (now < spin_until) continue;
+    if (auto slept = sleep_until(std::min(deadline, now + kSlice)); !slept) return std::unexpected(slept.error());
   }
 }
 

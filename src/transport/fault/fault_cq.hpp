@@ -1,0 +1,42 @@
+// A completion queue of the fault transport: wraps an inner queue and merges the inner completions with
+// the synthetic ones of injected faults, keeping each connection's order (see link.hpp).
+#pragma once
+
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "transport/fault/link.hpp"
+
+namespace rdmakit::fault {
+
+class FaultCompletionQueue final : public CompletionQueue, private CompletionSink {
+ public:
+  FaultCompletionQueue(std::shared_ptr<CompletionQueue> inner, WaitMode mode, std::chrono::microseconds spin)
+      : CompletionQueue(mode, spin), inner_(std::move(inner)) {}
+
+  const std::shared_ptr<CompletionQueue>& inner() const noexcept { return inner_; }
+  // Routes the send-side completions of `link`'s connection through it.
+  void attach(std::shared_ptr<Link> link);
+
+ protected:
+  std::size_t poll_transport(std::span<Completion> out) override;
+  Result<void> sleep_until(std::chrono::steady_clock::time_point deadline) override;
+
+ private:
+  void emit(const Completion& completion) override { ready_.push_back(completion); }
+  void route_locked(std::span<const Completion> batch);
+  void drain_locked();
+  std::size_t take_locked(std::span<Completion> out);
+
+  std::shared_ptr<CompletionQueue> inner_;
+  // One lock over polling the inner queue, routing and the ready list: two pollers must not reorder
+  // completions of one connection between them. The fault transport is for tests; simple beats fast.
+  std::mutex mutex_;
+  std::unordered_map<std::uint32_t, std::shared_ptr<Link>> links_;
+  std::deque<Completion> ready_;
+};
+
+}  // namespace rdmakit::fault

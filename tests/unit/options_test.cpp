@@ -1,0 +1,180 @@
+// Options: defaults, code over environment over default, errors that name the option, describe_options.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <map>
+#include <set>
+#include <string>
+
+#include "rdmakit/options.hpp"
+
+namespace rdmakit {
+namespace {
+
+// Clears every RDMAKIT_ variable of an option for the test's duration and restores them afterwards.
+class OptionsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto config = resolve_config({.transport = "tcp"});
+    ASSERT_TRUE(config.has_value());
+    for (const auto& option : describe_options(*config)) {
+      if (const char* value = std::getenv(option.env.c_str())) saved_[option.env] = value;
+      unsetenv(option.env.c_str());
+      names_.push_back(option.env);
+    }
+  }
+  void TearDown() override {
+    for (const auto& env : names_) unsetenv(env.c_str());
+    for (const auto& [env, value] : saved_) setenv(env.c_str(), value.c_str(), 1);
+  }
+  static void set(const char* env, const char* value) { setenv(env, value, 1); }
+
+  std::map<std::string, std::string> saved_;
+  std::vector<std::string> names_;
+};
+
+TEST_F(OptionsTest, DefaultsAreDocumentedValues) {
+  auto config = resolve_config({});
+  ASSERT_TRUE(config.has_value()) << config.error().describe();
+  EXPECT_EQ(config->transport, "tcp");
+  EXPECT_FALSE(config->name.empty());  // <hostname>:<pid>
+  EXPECT_EQ(config->listen_address, "127.0.0.1:0");
+  EXPECT_EQ(config->port, 1u);
+  EXPECT_EQ(config->gid_index, -1);
+  EXPECT_EQ(config->mtu, 0u);
+  EXPECT_EQ(config->timeout, std::chrono::milliseconds(4000));
+  EXPECT_EQ(config->rnr_timeout, std::chrono::milliseconds(1000));
+  EXPECT_EQ(config->connect_timeout, std::chrono::milliseconds(10000));
+  EXPECT_EQ(config->wait_mode, WaitMode::Hybrid);
+  EXPECT_EQ(config->spin, std::chrono::microseconds(50));
+  EXPECT_EQ(config->cq_depth, 4096u);
+  EXPECT_EQ(config->send_queue_depth, 1024u);
+  EXPECT_EQ(config->recv_queue_depth, 1024u);
+  EXPECT_EQ(config->max_sge, 16u);
+  EXPECT_EQ(config->inline_size, 64u);
+  EXPECT_TRUE(config->registration_cache);
+  EXPECT_EQ(config->log_level, "warn");
+}
+
+TEST_F(OptionsTest, CodeBeatsEnvironmentBeatsDefault) {
+  set("RDMAKIT_TIMEOUT_MS", "123");
+  set("RDMAKIT_WAIT_MODE", "spin");
+  set("RDMAKIT_REGISTRATION_CACHE", "off");
+  set("RDMAKIT_NAME", "from-env");
+  auto from_env = resolve_config({});
+  ASSERT_TRUE(from_env.has_value()) << from_env.error().describe();
+  EXPECT_EQ(from_env->timeout, std::chrono::milliseconds(123));
+  EXPECT_EQ(from_env->wait_mode, WaitMode::Spin);
+  EXPECT_FALSE(from_env->registration_cache);
+  EXPECT_EQ(from_env->name, "from-env");
+
+  auto from_code = resolve_config({.name = "from-code", .timeout = std::chrono::milliseconds(77),
+                                   .wait_mode = WaitMode::Block, .registration_cache = true});
+  ASSERT_TRUE(from_code.has_value()) << from_code.error().describe();
+  EXPECT_EQ(from_code->timeout, std::chrono::milliseconds(77));
+  EXPECT_EQ(from_code->wait_mode, WaitMode::Block);
+  EXPECT_TRUE(from_code->registration_cache);
+  EXPECT_EQ(from_code->name, "from-code");
+}
+
+TEST_F(OptionsTest, CodeWinsEvenOverABadEnvironmentValue) {
+  set("RDMAKIT_CQ_DEPTH", "lots");
+  auto config = resolve_config({.cq_depth = 8});
+  ASSERT_TRUE(config.has_value()) << config.error().describe();
+  EXPECT_EQ(config->cq_depth, 8u);
+}
+
+// A bad value is an error naming the option and the variable, never a silent default.
+TEST_F(OptionsTest, BadEnvironmentValueNamesOptionAndVariable) {
+  const std::pair<const char*, const char*> bad[] = {
+      {"RDMAKIT_CQ_DEPTH", "lots"},         {"RDMAKIT_CQ_DEPTH", "12x"},
+      {"RDMAKIT_CQ_DEPTH", ""},             {"RDMAKIT_CQ_DEPTH", "-1"},
+      {"RDMAKIT_PORT", "4294967296"},       {"RDMAKIT_TIMEOUT_MS", "-5"},
+      {"RDMAKIT_TIMEOUT_MS", "1.5"},        {"RDMAKIT_WAIT_MODE", "sometimes"},
+      {"RDMAKIT_REGISTRATION_CACHE", "maybe"}, {"RDMAKIT_GID_INDEX", "one"},
+      {"RDMAKIT_SPIN_US", " 5"},
+  };
+  for (const auto& [env, value] : bad) {
+    SCOPED_TRACE(std::string(env) + "=" + value);
+    set(env, value);
+    auto config = resolve_config({});
+    ASSERT_FALSE(config.has_value());
+    EXPECT_EQ(config.error().code(), Errc::InvalidArgument);
+    std::string option = std::string(env).substr(8);
+    for (char& c : option) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    EXPECT_NE(config.error().message().find(option), std::string::npos) << config.error().message();
+    EXPECT_NE(config.error().message().find(env), std::string::npos) << config.error().message();
+    unsetenv(env);
+  }
+}
+
+TEST_F(OptionsTest, RangeChecksNameTheOption) {
+  struct Case {
+    Options options;
+    const char* option;
+  };
+  const Case cases[] = {
+      {{.transport = ""}, "transport"},
+      {{.cq_depth = 0}, "cq_depth"},
+      {{.send_queue_depth = 0}, "send_queue_depth"},
+      {{.recv_queue_depth = 0}, "recv_queue_depth"},
+      {{.max_sge = 0}, "max_sge"},
+      {{.timeout = std::chrono::milliseconds(0)}, "timeout_ms"},
+      {{.mtu = 1000}, "mtu"},
+      {{.log_level = "loud"}, "log_level"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.option);
+    auto config = resolve_config(c.options);
+    ASSERT_FALSE(config.has_value());
+    EXPECT_EQ(config.error().code(), Errc::InvalidArgument);
+    EXPECT_NE(config.error().message().find(c.option), std::string::npos) << config.error().message();
+  }
+  for (std::uint32_t mtu : {0u, 256u, 512u, 1024u, 2048u, 4096u})
+    EXPECT_TRUE(resolve_config({.mtu = mtu}).has_value()) << mtu;
+  set("RDMAKIT_MTU", "999");
+  auto from_env = resolve_config({});
+  ASSERT_FALSE(from_env.has_value());
+  EXPECT_NE(from_env.error().message().find("RDMAKIT_MTU"), std::string::npos) << from_env.error().message();
+}
+
+TEST_F(OptionsTest, DescribeListsEveryOptionWithDocEnvAndDefault) {
+  auto config = resolve_config({.timeout = std::chrono::milliseconds(321), .wait_mode = WaitMode::Spin});
+  ASSERT_TRUE(config.has_value());
+  auto options = describe_options(*config);
+  std::set<std::string> names;
+  for (const auto& option : options) {
+    SCOPED_TRACE(option.name);
+    EXPECT_TRUE(names.insert(option.name).second) << "listed twice";
+    EXPECT_FALSE(option.doc.empty());
+    std::string env = "RDMAKIT_";
+    for (char c : option.name) env += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    EXPECT_EQ(option.env, env);
+  }
+  // One entry per field of Config.
+  const char* expected[] = {"transport", "name", "listen_address", "device", "port", "gid_index", "mtu",
+                            "timeout_ms", "rnr_timeout_ms", "connect_timeout_ms", "wait_mode", "spin_us",
+                            "cq_depth", "send_queue_depth", "recv_queue_depth", "max_sge", "inline_size",
+                            "registration_cache", "log_level"};
+  EXPECT_EQ(options.size(), std::size(expected));
+  for (const char* name : expected) EXPECT_TRUE(names.contains(name)) << name;
+
+  std::map<std::string, OptionInfo> by_name;
+  for (const auto& option : options) by_name[option.name] = option;
+  EXPECT_EQ(by_name["timeout_ms"].value, "321");
+  EXPECT_EQ(by_name["timeout_ms"].default_value, "4000");
+  EXPECT_EQ(by_name["wait_mode"].value, "spin");
+  EXPECT_EQ(by_name["wait_mode"].default_value, "hybrid");
+  EXPECT_EQ(by_name["cq_depth"].value, by_name["cq_depth"].default_value);
+  // Every default shown is one that resolves to itself.
+  auto defaults = resolve_config({.name = "x"});
+  ASSERT_TRUE(defaults.has_value());
+  for (const auto& option : describe_options(*defaults)) {
+    if (option.name != "name") {
+      EXPECT_EQ(option.value, option.default_value) << option.name;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace rdmakit
