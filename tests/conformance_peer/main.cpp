@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 
 #include "rdmakit/rdmakit.hpp"
@@ -14,6 +15,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   rdmakit::Options options{.transport = argv[1], .name = "conformance-peer"};
+  // The peer plays the server: on two devices it sits on the server's device.
+  if (const char* device = std::getenv("RDMAKIT_CONFORMANCE_SERVER_DEVICE")) options.device = device;
   auto context = rdmakit::Context::open(options);
   if (!context) return std::fprintf(stderr, "peer: %s\n", context.error().describe().c_str()), 1;
   using rdmakit::Access;

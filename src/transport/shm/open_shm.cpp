@@ -1,10 +1,13 @@
-// Placeholder until the shm transport lands: opening it is a clear error, never a silent fallback.
+// Context::open("shm") lands here.
+#include "transport/shm/context.hpp"
 #include "transport/transport.hpp"
 
 namespace rdmakit::transport {
 
-Result<std::shared_ptr<Context>> open_shm(const Config&) {
-  return fail(Errc::NotSupported, "the shm transport is not built into this rdmakit yet");
+Result<std::shared_ptr<Context>> open_shm(const Config& config) {
+  auto context = shm::ShmContext::create(config);
+  if (!context) return std::unexpected(context.error());
+  return std::shared_ptr<Context>(std::move(*context));
 }
 
 }  // namespace rdmakit::transport

@@ -1,0 +1,124 @@
+// A connection of the shm transport. The initiator carries out every operation itself, in order:
+// WRITE/READ/atomics straight into the peer's memory, SEND and WRITE-with-immediate by taking a receive
+// the peer posted in the shared link segment, filling it and writing its completion there. An operation
+// that must wait (no receive posted yet, an atomic the peer's progress thread serves) blocks the ones
+// behind it, as on an RC queue pair; the context's progress thread retries it.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "core/soft_cq.hpp"
+#include "rdmakit/connection.hpp"
+#include "transport/shm/context.hpp"
+#include "transport/shm/fd.hpp"
+#include "transport/shm/layout.hpp"
+#include "transport/shm/peer.hpp"
+
+namespace rdmakit::shm {
+
+class ShmConnection final : public Connection {
+ public:
+  ShmConnection(std::shared_ptr<ShmContext> context, std::uint32_t number,
+                std::shared_ptr<SoftCompletionQueue> send_cq, std::shared_ptr<SoftCompletionQueue> recv_cq,
+                std::shared_ptr<const PeerView> peer, Mapping link, int side, UniqueFd socket,
+                std::string address);
+  ~ShmConnection() override;
+
+  Result<std::uint64_t> post(std::span<const WorkRequest> chain) override;
+  Result<std::uint64_t> post_recv(std::span<const Segment> sgl) override;
+  PeerInfo peer() const override;
+  ConnectionStats stats() const override;
+  Result<void> health() const override;
+  void close() override;
+
+  // ---- for the context's progress engine (called with the context's connections mutex held) ----
+  int socket_fd() const noexcept { return socket_.get(); }
+  bool gone() const noexcept { return gone_.load(std::memory_order_acquire); }
+  // Reaps receive completions, serves the peer's atomic requests, retries blocked operations.
+  bool progress(Clock::time_point* next_deadline);
+  // The peer's process died or closed its end: pending operations fail.
+  void peer_gone();
+  // A live initiator at the other end holds `key` pinned in our memory.
+  bool pins(std::uint32_t key) const noexcept;
+
+ private:
+  struct Pending {
+    std::uint64_t id = 0;
+    WorkRequest request;
+    std::array<Segment, kMaxSge> sge{};
+    std::uint32_t count = 0;
+    std::uint64_t total = 0;       // bytes of the local segments
+    std::uint64_t offset = 0;      // bytes of a large WRITE/READ already moved
+    Clock::time_point deadline{};  // RNR or atomic deadline, set when first blocked
+    bool atomic_requested = false;
+    std::span<const Segment> local() const noexcept { return {sge.data(), count}; }
+  };
+  struct Outcome {
+    bool blocked = false;
+    bool more = false;  // a chunk of a large operation moved; more to come
+    Status status = Status::Success;
+    std::uint32_t bytes = 0;
+  };
+
+  Inbound& in() const noexcept { return link_.as<LinkSegment>()->into[side_]; }
+  Inbound& out() const noexcept { return link_.as<LinkSegment>()->into[1 - side_]; }
+
+  // datapath.cpp (all with mutex_ held)
+  Result<void> validate(const WorkRequest& request) const;
+  bool drain(bool from_post);
+  bool peer_hung_up();
+  Outcome execute(Pending& op);
+  Outcome do_write(Pending& op);
+  Outcome do_read(Pending& op);
+  Outcome do_atomic(Pending& op);
+  Outcome do_atomic_by_owner(Pending& op);
+  Outcome do_send(Pending& op);
+  Outcome wait_for_receive(Pending& op);
+  Status check_local(std::span<const Segment> local, bool write, std::uint64_t* total) const;
+  template <typename F>
+  Status pinned(std::uint32_t key, std::uint64_t addr, std::uint64_t length, Access needed, F&& access);
+  bool receive_ready(bool* closed);
+  void produce(const RecvDone& done);
+  // inbound.cpp
+  bool reap();
+  bool serve_atomic();
+
+  // connection.cpp
+  void finish(const Pending& op, const Outcome& outcome);
+  void push(SoftCompletionQueue& cq, const Completion& completion);
+  void enter_error(std::string why, Status pending_status);
+  void close_inbound();
+  void peer_gone_locked();
+
+  std::shared_ptr<ShmContext> context_;
+  std::shared_ptr<SoftCompletionQueue> send_cq_;
+  std::shared_ptr<SoftCompletionQueue> recv_cq_;
+  std::shared_ptr<const PeerView> peer_;
+  Mapping link_;
+  int side_;
+  UniqueFd socket_;
+  std::string address_;
+
+  mutable std::mutex mutex_;
+  std::deque<Pending> pending_;         // posted, not yet carried out (head may be blocked)
+  std::deque<std::uint64_t> receives_;  // posted receives, oldest first
+  std::uint64_t send_sequence_ = 0;
+  std::uint64_t recv_sequence_ = 0;
+  std::uint64_t recv_posted_ = 0;  // our copy of in().recv_posted
+  bool broken_ = false;
+  bool closed_ = false;
+  std::string failure_;
+  std::atomic<bool> gone_{false};
+  bool wants_progress_ = false;  // a large operation waits for the progress thread
+  std::uint64_t posted_ = 0;
+  std::uint64_t completed_ = 0;
+  std::chrono::system_clock::time_point last_completion_{};
+};
+
+}  // namespace rdmakit::shm

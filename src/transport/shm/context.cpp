@@ -1,0 +1,181 @@
+// Context lifecycle, registration and completion queues of the shm transport.
+#include "transport/shm/context.hpp"
+
+#include <sys/eventfd.h>
+
+#include <algorithm>
+#include <thread>
+
+#include "core/log.hpp"
+#include "transport/shm/connection.hpp"
+
+namespace rdmakit::shm {
+namespace {
+
+// A region of this context. Deregistration revokes the key in the shared table first, so no initiator
+// reaches the memory afterwards; allocate()'d memory then goes back to the arena (its pages zeroed).
+class ShmRegion final : public MemoryRegion {
+ public:
+  ShmRegion(std::shared_ptr<ShmContext> context, void* data, std::size_t size, Access access,
+            std::uint32_t key, bool owned)
+      : MemoryRegion(data, size, access, key, key, context->identity().id, context->identity().epoch),
+        context_(std::move(context)),
+        owned_(owned) {}
+  ~ShmRegion() override {
+    context_->deregister(lkey());
+    if (owned_) context_->arena().free(data(), size());
+  }
+
+ private:
+  std::shared_ptr<ShmContext> context_;
+  bool owned_;
+};
+
+// Completions of one-sided operations are pushed by the posting thread; receive completions by whoever
+// runs progress: a spinning poller does it itself (no system call, no thread hop), a sleeping waiter
+// relies on the progress thread, which sleeps on the doorbell eventfd.
+class ShmCq final : public SoftCompletionQueue {
+ public:
+  ShmCq(std::weak_ptr<Context> context, WaitMode mode, std::chrono::microseconds spin)
+      : SoftCompletionQueue(mode, spin), context_(std::move(context)) {}
+
+ protected:
+  void progress() override {
+    if (auto context = context_.lock()) static_cast<ShmContext&>(*context).progress_all(false);
+  }
+
+ private:
+  std::weak_ptr<Context> context_;
+};
+
+}  // namespace
+
+ShmContext::ShmContext(Config config) : Context(std::move(config)) {}
+
+Result<std::shared_ptr<ShmContext>> ShmContext::create(const Config& config) {
+  std::shared_ptr<ShmContext> context(new ShmContext(config));
+  if (auto ok = context->init(); !ok) return std::unexpected(ok.error());
+  return context;
+}
+
+Result<void> ShmContext::init() {
+  auto fd = create_memfd("rdmakit-shm-control", sizeof(ControlSegment));
+  if (!fd) return std::unexpected(fd.error());
+  auto mapping = map_shared(fd->get(), sizeof(ControlSegment), true);
+  if (!mapping) return std::unexpected(mapping.error());
+  auto arena = Arena::create();
+  if (!arena) return std::unexpected(arena.error());
+  doorbell_ = UniqueFd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  if (!doorbell_) return fail_errno("shm: eventfd", errno);
+  control_fd_ = std::move(*fd);
+  control_ = std::move(*mapping);
+  arena_.emplace(std::move(*arena));
+  auto* control = control_.as<ControlSegment>();
+  control->magic = kControlMagic;
+  control->version = kVersion;
+  control->slots = kSlots;
+  control->pid = ::getpid();
+  control->epoch = identity().epoch;
+  registry_.emplace(control);
+  progress_ = std::thread([this] { run_progress(); });
+  return {};
+}
+
+ShmContext::~ShmContext() {
+  stop_.store(true, std::memory_order_release);
+  eventfd_write(doorbell_.get(), 1);
+  if (progress_.joinable()) progress_.join();
+}
+
+Capabilities ShmContext::capabilities() const {
+  return Capabilities{
+      .one_sided_without_target_cpu = true,
+      .atomics_coherent_with_cpu = true,
+      .kernel_bypass = false,  // mapped memory bypasses the kernel, cross-memory attach does not
+      .max_message_size = std::uint64_t{1} << 31,
+      .max_sge = max_sge(),
+      .max_inline = 0};
+}
+
+std::uint32_t ShmContext::max_sge() const noexcept { return std::min(config().max_sge, kMaxSge); }
+
+Result<std::shared_ptr<MemoryRegion>> ShmContext::register_memory(void* data, std::size_t size,
+                                                                  Access access) {
+  return register_region(data, size, access, false);
+}
+
+Result<std::shared_ptr<MemoryRegion>> ShmContext::register_region(void* data, std::size_t size, Access access,
+                                                                  bool owned) {
+  if (data == nullptr) return fail(Errc::InvalidArgument, "register_memory: buffer is null");
+  if (size == 0) return fail(Errc::InvalidArgument, "register_memory: size is 0");
+  if (static_cast<std::uint32_t>(access) & ~static_cast<std::uint32_t>(Access::All))
+    return fail(Errc::InvalidArgument, "register_memory: unknown access bits");
+  if ((has(access, Access::RemoteWrite) || has(access, Access::RemoteAtomic)) &&
+      !has(access, Access::LocalWrite))
+    return fail(Errc::InvalidArgument,
+                "register_memory: RemoteWrite and RemoteAtomic need LocalWrite too (as in verbs), got " +
+                    to_string(access));
+  auto start = reinterpret_cast<std::uintptr_t>(data);
+  if (start + size < start) return fail(Errc::InvalidArgument, "register_memory: range wraps around");
+  auto key = registry_->add(start, size, access);
+  if (!key) return std::unexpected(key.error());
+  return std::make_shared<ShmRegion>(std::static_pointer_cast<ShmContext>(shared_from_this()), data, size,
+                                     access, *key, owned);
+}
+
+// The fast path: memory in the arena that every peer has mapped, so WRITE/READ are a memcpy and atomics a
+// CPU atomic in the initiator, with no system call.
+Result<std::shared_ptr<MemoryRegion>> ShmContext::allocate(std::size_t size, Access access) {
+  if (size == 0) return fail(Errc::InvalidArgument, "allocate: size is 0");
+  auto memory = arena_->allocate(size);
+  if (!memory) return std::unexpected(memory.error());
+  auto region = register_region(*memory, size, access, true);
+  if (!region) arena_->free(*memory, size);
+  return region;
+}
+
+Result<std::shared_ptr<CompletionQueue>> ShmContext::create_cq(std::size_t) {
+  return std::make_shared<ShmCq>(weak_from_this(), config().wait_mode, config().spin);
+}
+
+Result<std::shared_ptr<SoftCompletionQueue>> ShmContext::pick_cq(
+    const std::shared_ptr<CompletionQueue>& given) {
+  if (!given) return std::make_shared<ShmCq>(weak_from_this(), config().wait_mode, config().spin);
+  auto soft = std::dynamic_pointer_cast<SoftCompletionQueue>(given);
+  if (!soft) return fail(Errc::InvalidArgument, "connect: the completion queue belongs to another transport");
+  return soft;
+}
+
+std::vector<ConnectionStats> ShmContext::diagnostics() const {
+  std::lock_guard lock(connections_mutex_);
+  std::vector<ConnectionStats> all;
+  for (ShmConnection* connection : connections_) all.push_back(connection->stats());
+  return all;
+}
+
+void ShmContext::detach(ShmConnection* connection) {
+  std::lock_guard lock(connections_mutex_);
+  std::erase(connections_, connection);
+}
+
+void ShmContext::deregister(std::uint32_t key) {
+  registry_->revoke(key);
+  // Taking the connections mutex also waits for a progress round that may be serving an atomic on it.
+  auto deadline = Clock::now() + config().timeout;
+  for (;;) {
+    bool held;
+    {
+      std::lock_guard lock(connections_mutex_);
+      held = std::any_of(connections_.begin(), connections_.end(), [&](auto* c) { return c->pins(key); });
+    }
+    if (!held) break;
+    if (Clock::now() >= deadline) {
+      log::warn("shm", "deregistration: a peer kept key " + std::to_string(key) + " pinned past the timeout");
+      break;
+    }
+    std::this_thread::yield();
+  }
+  registry_->release(key);
+}
+
+}  // namespace rdmakit::shm

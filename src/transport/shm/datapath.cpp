@@ -1,0 +1,323 @@
+// The initiator's data path: post() queues the chain and carries it out at once, in order, with no
+// thread of the peer involved. Keys, bounds and rights are checked against the peer's registration table
+// (its control segment, mapped read-only here) under a pin the peer's deregistration respects.
+#include <poll.h>
+
+#include <cstring>
+
+#include "transport/shm/connection.hpp"
+
+namespace rdmakit::shm {
+namespace {
+
+// Operations up to this size are carried out inside post(): their latency is the point. Larger ones are
+// left to the progress thread (or a thread polling the completion queue), as a NIC's DMA engine would
+// take them, so post() returns at once and a peer that dies mid-transfer fails what is left.
+constexpr std::uint64_t kInlineMax = 64 << 10;
+// Large WRITE/READ move in chunks: between chunks the peer's liveness is checked and, every
+// kBytesPerRound, the connection is left so other connections and posters get their turn.
+constexpr std::uint64_t kChunk = 1 << 20;
+constexpr std::uint64_t kBytesPerRound = 8 << 20;
+
+}  // namespace
+
+Result<void> ShmConnection::validate(const WorkRequest& r) const {
+  switch (r.opcode) {
+    case Opcode::Write:
+    case Opcode::WriteImm:
+    case Opcode::Read:
+    case Opcode::Send:
+      break;
+    case Opcode::CompareSwap:
+    case Opcode::FetchAdd:
+      if (r.local.size() != 1 || r.local[0].length != 8)
+        return fail(Errc::InvalidArgument, "post: an atomic needs exactly one local segment of 8 bytes");
+      break;
+    default:
+      return fail(Errc::InvalidArgument,
+                  "post: opcode " + std::string(to_string(r.opcode)) + " cannot be posted");
+  }
+  if (r.local.size() > context_->max_sge())
+    return fail(Errc::InvalidArgument, "post: " + std::to_string(r.local.size()) +
+                                           " segments, the shm transport takes " +
+                                           std::to_string(context_->max_sge()));
+  std::uint64_t total = 0;
+  for (const Segment& s : r.local) total += s.length;
+  if (total > context_->capabilities().max_message_size)
+    return fail(Errc::InvalidArgument,
+                "post: " + std::to_string(total) + " bytes exceed the shm maximum message size");
+  bool one_sided = r.opcode != Opcode::Send;
+  if (one_sided && r.remote.owner_epoch != 0 && r.remote.owner_epoch != peer_->epoch)
+    return std::unexpected(Error(
+        Errc::StaleDescriptor,
+        "post: the remote descriptor belongs to another process or an earlier life of the peer "
+        "(epoch " +
+            std::to_string(r.remote.owner_epoch) + ", peer's is " + std::to_string(peer_->epoch) + ")"));
+  return {};
+}
+
+Result<std::uint64_t> ShmConnection::post(std::span<const WorkRequest> chain) {
+  if (chain.empty()) return fail(Errc::InvalidArgument, "post: empty chain");
+  for (const WorkRequest& r : chain)
+    if (auto ok = validate(r); !ok) return std::unexpected(ok.error());
+  std::lock_guard lock(mutex_);
+  if (broken_) return fail(Errc::ConnectionBroken, failure_);
+  if (pending_.size() + chain.size() > context_->config().send_queue_depth)
+    return fail(Errc::ResourceExhausted,
+                "post: send queue full (" + std::to_string(pending_.size()) + " pending)");
+  std::uint64_t first = make_id(send_sequence_, false);
+  for (const WorkRequest& r : chain) {
+    Pending& op = pending_.emplace_back();
+    op.id = make_id(send_sequence_++, false);
+    op.request = r;
+    op.count = static_cast<std::uint32_t>(r.local.size());
+    std::copy(r.local.begin(), r.local.end(), op.sge.begin());
+    for (const Segment& s : r.local) op.total += s.length;
+    op.request.local = {};
+  }
+  posted_ += chain.size();
+  drain(true);
+  if (wants_progress_) context_->wake();
+  return first;
+}
+
+// Carries out pending operations from the head until one must wait. From post(), stops at the first
+// large one; otherwise moves at most kBytesPerRound before returning. Returns whether anything moved.
+bool ShmConnection::drain(bool from_post) {
+  bool any = false;
+  std::uint64_t budget = kBytesPerRound;
+  wants_progress_ = false;
+  while (!pending_.empty() && !broken_) {
+    Pending& head = pending_.front();
+    if (head.total > kInlineMax && (from_post || budget == 0)) {
+      wants_progress_ = true;
+      break;
+    }
+    Outcome outcome = execute(head);
+    if (outcome.blocked) break;
+    any = true;
+    if (outcome.more) {
+      budget -= std::min(budget, kChunk);
+      if (peer_hung_up()) peer_gone_locked();
+      continue;
+    }
+    Pending op = pending_.front();
+    pending_.pop_front();
+    finish(op, outcome);
+  }
+  return any;
+}
+
+// Between chunks of a large transfer: has the peer's end of the socket gone? (No system call per
+// small operation; one per MiB moved.)
+bool ShmConnection::peer_hung_up() {
+  pollfd p{socket_.get(), POLLIN, 0};
+  return ::poll(&p, 1, 0) > 0;
+}
+
+ShmConnection::Outcome ShmConnection::execute(Pending& op) {
+  switch (op.request.opcode) {
+    case Opcode::Write:
+    case Opcode::WriteImm:
+      return do_write(op);
+    case Opcode::Read:
+      return do_read(op);
+    case Opcode::CompareSwap:
+    case Opcode::FetchAdd:
+      return do_atomic(op);
+    default:
+      return do_send(op);
+  }
+}
+
+Status ShmConnection::check_local(std::span<const Segment> local, bool write, std::uint64_t* total) const {
+  *total = 0;
+  for (const Segment& s : local) {
+    if (Status st = context_->registry().check_local(s, write); st != Status::Success) return st;
+    *total += s.length;
+  }
+  return Status::Success;
+}
+
+// Runs `access` with `key` pinned: the pin is published before the key is looked up (seq_cst on both
+// sides), so an owner revoking the key either makes the lookup fail or waits for the access to end.
+template <typename F>
+Status ShmConnection::pinned(std::uint32_t key, std::uint64_t addr, std::uint64_t length, Access needed,
+                             F&& access) {
+  Inbound& target = out();
+  target.pin.store(key, std::memory_order_seq_cst);
+  Status status = check_remote(peer_->ctl(), key, addr, length, needed);
+  if (status == Status::Success) status = access();
+  target.pin.store(0, std::memory_order_release);
+  return status;
+}
+
+ShmConnection::Outcome ShmConnection::do_write(Pending& op) {
+  std::uint64_t total;
+  if (Status st = check_local(op.local(), false, &total); st != Status::Success) return {false, false, st};
+  bool with_imm = op.request.opcode == Opcode::WriteImm;
+  if (with_imm) {
+    // Wait for a receive before writing anything: a WRITE-with-immediate that fails RNR wrote nothing.
+    Outcome wait = wait_for_receive(op);
+    if (wait.blocked || wait.status != Status::Success) return wait;
+  }
+  const RemoteAddress& remote = op.request.remote;
+  // Keys, bounds and rights are checked for the whole range on every chunk: an error shows before any
+  // byte moves, and a deregistration between chunks stops the rest.
+  std::uint64_t chunk = with_imm ? total : std::min(total - op.offset, kChunk);
+  Status st = pinned(remote.rkey, remote.addr, total, Access::RemoteWrite, [&] {
+    return write_remote(*peer_, op.local(), op.offset, remote.addr + op.offset, chunk);
+  });
+  if (st != Status::Success) return {false, false, st};
+  op.offset += chunk;
+  if (op.offset < total) return {false, true};
+  if (with_imm) {
+    bool closed;
+    if (!receive_ready(&closed))
+      return {false, false, Status::TransportRetryExceeded};  // the peer closed meanwhile
+    produce(RecvDone{.id = 0,
+                     .bytes = static_cast<std::uint32_t>(total),
+                     .imm = op.request.imm,
+                     .status = static_cast<std::uint8_t>(Status::Success),
+                     .opcode = static_cast<std::uint8_t>(Opcode::RecvWriteImm),
+                     .has_imm = 1});
+  }
+  return {false, false, Status::Success, static_cast<std::uint32_t>(total)};
+}
+
+ShmConnection::Outcome ShmConnection::do_read(Pending& op) {
+  std::uint64_t total;
+  if (Status st = check_local(op.local(), true, &total); st != Status::Success) return {false, false, st};
+  const RemoteAddress& remote = op.request.remote;
+  std::uint64_t chunk = std::min(total - op.offset, kChunk);
+  Status st = pinned(remote.rkey, remote.addr, total, Access::RemoteRead, [&] {
+    return read_remote(*peer_, op.local(), op.offset, remote.addr + op.offset, chunk);
+  });
+  if (st != Status::Success) return {false, false, st};
+  op.offset += chunk;
+  if (op.offset < total) return {false, true};
+  return {false, false, st, static_cast<std::uint32_t>(total)};
+}
+
+ShmConnection::Outcome ShmConnection::do_atomic(Pending& op) {
+  std::uint64_t total;
+  if (Status st = check_local(op.local(), true, &total); st != Status::Success) return {false, false, st};
+  const RemoteAddress& remote = op.request.remote;
+  if (remote.addr % 8 != 0) return {false, false, Status::RemoteInvalidRequest};
+  auto* word = reinterpret_cast<std::uint64_t*>(peer_->translate(remote.addr, 8));
+  if (!word) return do_atomic_by_owner(op);
+  std::uint64_t old_value = 0;
+  Status st = pinned(remote.rkey, remote.addr, 8, Access::RemoteAtomic, [&] {
+    atomic_on(word, op.request.opcode, op.request.compare_add, op.request.swap, &old_value);
+    return Status::Success;
+  });
+  if (st == Status::Success) std::memcpy(reinterpret_cast<void*>(op.sge[0].addr), &old_value, 8);
+  return {false, false, st, st == Status::Success ? 8u : 0u};
+}
+
+// Memory the owner registered but did not allocate() is not mapped here, and no system call does an
+// atomic in another process: the owner's progress thread does it as a CPU atomic on its own memory.
+ShmConnection::Outcome ShmConnection::do_atomic_by_owner(Pending& op) {
+  AtomicRequest& request = out().atomic;
+  if (!op.atomic_requested) {
+    if (out().closed.load(std::memory_order_acquire)) return {false, false, Status::TransportRetryExceeded};
+    request.rkey = op.request.remote.rkey;
+    request.opcode = static_cast<std::uint64_t>(op.request.opcode);
+    request.addr = op.request.remote.addr;
+    request.compare_add = op.request.compare_add;
+    request.swap = op.request.swap;
+    request.state.store(kAtomicRequested, std::memory_order_release);
+    op.atomic_requested = true;
+    op.deadline = Clock::now() + context_->config().timeout;
+    peer_->ring(true);
+    return {true};
+  }
+  if (request.state.load(std::memory_order_acquire) != kAtomicDone) {
+    if (Clock::now() >= op.deadline) return {false, false, Status::TransportRetryExceeded};
+    return {true};
+  }
+  auto status = static_cast<Status>(request.status);
+  std::uint64_t old_value = request.old_value;
+  request.state.store(kAtomicIdle, std::memory_order_release);
+  if (status == Status::Success) std::memcpy(reinterpret_cast<void*>(op.sge[0].addr), &old_value, 8);
+  return {false, false, status, status == Status::Success ? 8u : 0u};
+}
+
+ShmConnection::Outcome ShmConnection::do_send(Pending& op) {
+  std::uint64_t total;
+  if (Status st = check_local(op.local(), false, &total); st != Status::Success) return {false, false, st};
+  Outcome wait = wait_for_receive(op);
+  if (wait.blocked || wait.status != Status::Success) return wait;
+  Inbound& target = out();
+  bool closed;
+  if (!receive_ready(&closed)) return {false, false, Status::TransportRetryExceeded};
+  std::uint64_t taken = target.recv_taken.load(std::memory_order_relaxed);
+  const RecvEntry& entry = target.recv[taken % kRingSlots];
+  std::uint32_t count = std::min(entry.count, kMaxSge);
+  std::uint64_t room = 0;
+  for (std::uint32_t i = 0; i < count; ++i) room += entry.sge[i].length;
+  RecvDone done{.id = entry.id,
+                .bytes = static_cast<std::uint32_t>(total),
+                .imm = op.request.imm,
+                .status = static_cast<std::uint8_t>(Status::Success),
+                .opcode = static_cast<std::uint8_t>(Opcode::Recv),
+                .has_imm = static_cast<std::uint8_t>(op.request.with_imm ? 1 : 0)};
+  Status mine = Status::Success;
+  if (total > room) {  // verbs: the receiver sees a local length error, the sender an invalid request
+    done.status = static_cast<std::uint8_t>(Status::LocalLength);
+    done.bytes = 0;
+    mine = Status::RemoteInvalidRequest;
+  } else if (Status st = write_scattered(*peer_, op.local(), std::span(entry.sge, count), total);
+             st != Status::Success) {
+    done.status =
+        static_cast<std::uint8_t>(st == Status::TransportRetryExceeded ? st : Status::LocalProtection);
+    done.bytes = 0;
+    mine = st == Status::TransportRetryExceeded ? st : Status::RemoteOperation;
+  }
+  produce(done);
+  return {false, false, mine, mine == Status::Success ? static_cast<std::uint32_t>(total) : 0u};
+}
+
+// A posted receive at the peer, or the receiver-not-ready wait: blocked until one is posted, failing
+// after Config::rnr_timeout.
+ShmConnection::Outcome ShmConnection::wait_for_receive(Pending& op) {
+  bool closed;
+  bool ready = receive_ready(&closed);
+  out().pin.store(0, std::memory_order_release);
+  if (closed) return {false, false, Status::TransportRetryExceeded};
+  if (ready) return {false, false, Status::Success};
+  auto now = Clock::now();
+  if (op.deadline == Clock::time_point{}) op.deadline = now + context_->config().rnr_timeout;
+  if (now >= op.deadline) return {false, false, Status::RnrRetryExceeded};
+  return {true};
+}
+
+// Marks a delivery under way (the peer's close waits for it) and looks for a posted receive. Leaves the
+// delivering pin set; produce() or the caller clears it.
+bool ShmConnection::receive_ready(bool* closed) {
+  Inbound& target = out();
+  target.pin.store(kDeliveringPin, std::memory_order_seq_cst);
+  *closed = target.closed.load(std::memory_order_seq_cst) != 0;
+  if (*closed) {
+    target.pin.store(0, std::memory_order_release);
+    return false;
+  }
+  return target.recv_posted.load(std::memory_order_acquire) !=
+         target.recv_taken.load(std::memory_order_relaxed);
+}
+
+// Consumes the receive at the head of the peer's ring with `done`, publishes it, wakes the peer.
+void ShmConnection::produce(const RecvDone& done) {
+  Inbound& target = out();
+  std::uint64_t taken = target.recv_taken.load(std::memory_order_relaxed);
+  std::uint64_t produced = target.produced.load(std::memory_order_relaxed);
+  RecvDone filled = done;
+  filled.id = target.recv[taken % kRingSlots].id;
+  target.done[produced % kRingSlots] = filled;
+  target.recv_taken.store(taken + 1, std::memory_order_release);
+  target.produced.store(produced + 1, std::memory_order_release);
+  target.pin.store(0, std::memory_order_release);
+  peer_->ring();
+}
+
+}  // namespace rdmakit::shm

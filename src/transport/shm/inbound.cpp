@@ -1,0 +1,97 @@
+// The receiving side of a connection: posting receives into the shared ring, taking the completions the
+// initiator wrote there, serving atomics on memory the initiator cannot map.
+#include <algorithm>
+
+#include "transport/shm/connection.hpp"
+
+namespace rdmakit::shm {
+
+Result<std::uint64_t> ShmConnection::post_recv(std::span<const Segment> sgl) {
+  if (sgl.size() > context_->max_sge())
+    return fail(Errc::InvalidArgument, "post_recv: " + std::to_string(sgl.size()) +
+                                           " segments, the shm transport takes " +
+                                           std::to_string(context_->max_sge()));
+  std::lock_guard lock(mutex_);
+  if (broken_) return fail(Errc::ConnectionBroken, failure_);
+  Inbound& inbound = in();
+  std::uint64_t depth = std::min<std::uint64_t>(kRingSlots, context_->config().recv_queue_depth);
+  // Completions not yet reaped still hold their ring slot, so the completion ring can never overflow.
+  if (recv_posted_ - inbound.reaped.load(std::memory_order_relaxed) >= depth)
+    return fail(Errc::ResourceExhausted, "post_recv: " + std::to_string(depth) + " receives already posted");
+  std::uint64_t id = make_id(recv_sequence_++, true);
+  ++posted_;
+  std::uint64_t ignored;
+  if (check_local(sgl, true, &ignored) != Status::Success) {
+    // A receive the initiator could not fill: fail it now, as the connection would when it is reached.
+    enter_error("post_recv: a segment is outside its region or lacks LocalWrite", Status::Flushed);
+    push(*recv_cq_,
+         Completion{
+             .id = id, .status = Status::LocalProtection, .opcode = Opcode::Recv, .connection = number()});
+    return id;
+  }
+  RecvEntry& entry = inbound.recv[recv_posted_ % kRingSlots];
+  entry.id = id;
+  entry.count = static_cast<std::uint32_t>(sgl.size());
+  std::copy(sgl.begin(), sgl.end(), entry.sge);
+  receives_.push_back(id);
+  inbound.recv_posted.store(++recv_posted_, std::memory_order_release);
+  peer_->ring();  // an initiator may be waiting for a receive (RNR)
+  return id;
+}
+
+bool ShmConnection::reap() {
+  Inbound& inbound = in();
+  std::uint64_t produced = inbound.produced.load(std::memory_order_acquire);
+  std::uint64_t reaped = inbound.reaped.load(std::memory_order_relaxed);
+  if (reaped == produced) return false;
+  Status failed = Status::Success;
+  for (; reaped != produced && !receives_.empty(); ++reaped) {
+    const RecvDone& done = inbound.done[reaped % kRingSlots];
+    auto status = static_cast<Status>(done.status);
+    receives_.pop_front();
+    push(*recv_cq_, Completion{.id = done.id,
+                               .status = status,
+                               .opcode = static_cast<Opcode>(done.opcode),
+                               .has_imm = done.has_imm != 0,
+                               .bytes = done.bytes,
+                               .imm = done.imm,
+                               .connection = number()});
+    if (status != Status::Success && failed == Status::Success) failed = status;
+  }
+  inbound.reaped.store(reaped, std::memory_order_release);
+  if (failed != Status::Success)
+    enter_error("a receive failed: " + std::string(to_string(failed)), Status::Flushed);
+  return true;
+}
+
+bool ShmConnection::serve_atomic() {
+  AtomicRequest& request = in().atomic;
+  if (request.state.load(std::memory_order_acquire) != kAtomicRequested) return false;
+  auto status = request.addr % 8 != 0
+                    ? Status::RemoteInvalidRequest
+                    : context_->registry().check_own(request.rkey, request.addr, 8, Access::RemoteAtomic);
+  if (status == Status::Success)
+    atomic_on(reinterpret_cast<std::uint64_t*>(request.addr), static_cast<Opcode>(request.opcode),
+              request.compare_add, request.swap, &request.old_value);
+  request.status = static_cast<std::uint64_t>(status);
+  request.state.store(kAtomicDone, std::memory_order_release);
+  peer_->ring();
+  return true;
+}
+
+bool ShmConnection::progress(Clock::time_point* next_deadline) {
+  std::lock_guard lock(mutex_);
+  if (closed_) return false;
+  bool any = reap();
+  any |= serve_atomic();
+  if (!pending_.empty() && !broken_) {
+    any |= drain(false);
+    if (!pending_.empty() && next_deadline) {
+      auto deadline = pending_.front().deadline;
+      if (deadline != Clock::time_point{} && deadline < *next_deadline) *next_deadline = deadline;
+    }
+  }
+  return any;
+}
+
+}  // namespace rdmakit::shm

@@ -1,0 +1,52 @@
+// The peer as the initiator sees it: its control segment (read-only: its registration table and doorbell
+// flag), its allocate() arena (mapped read-write) and its pid. Moving bytes to and from its memory needs
+// none of its threads: through the shared mapping when the range lies in its arena, otherwise by
+// cross-memory attach (process_vm_writev / process_vm_readv).
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <span>
+#include <string>
+
+#include "rdmakit/completion.hpp"
+#include "rdmakit/memory.hpp"
+#include "transport/shm/fd.hpp"
+#include "transport/shm/layout.hpp"
+
+namespace rdmakit::shm {
+
+struct PeerView {
+  pid_t pid = 0;
+  std::uint64_t epoch = 0;
+  std::uint64_t id = 0;
+  std::string name;
+  Mapping control;               // PROT_READ
+  Mapping arena;                 // PROT_READ | PROT_WRITE
+  std::uint64_t arena_base = 0;  // the arena's address in the peer
+  UniqueFd doorbell;             // the peer's eventfd
+
+  const ControlSegment& ctl() const noexcept { return *control.as<const ControlSegment>(); }
+  // Our address of the peer's [addr, addr+length) when it lies in the peer's arena, else nullptr.
+  std::byte* translate(std::uint64_t addr, std::uint64_t length) const noexcept;
+  // Wakes the peer's progress thread if it sleeps. `always` also when it looks awake (for requests
+  // only that thread can serve).
+  void ring(bool always = false) const noexcept;
+};
+
+// WRITE: `length` bytes of the local segments, gathered from byte `skip` on, to [addr, addr+length) at the
+// peer.
+Status write_remote(const PeerView& peer, std::span<const Segment> local, std::uint64_t skip,
+                    std::uint64_t addr, std::uint64_t length);
+// READ: [addr, addr+length) at the peer, scattered into the local segments from byte `skip` on.
+Status read_remote(const PeerView& peer, std::span<const Segment> local, std::uint64_t skip,
+                   std::uint64_t addr, std::uint64_t length);
+// SEND: `length` bytes of the local segments into the peer's receive segments.
+Status write_scattered(const PeerView& peer, std::span<const Segment> local, std::span<const Segment> remote,
+                       std::uint64_t length);
+// A CPU atomic on an 8-byte aligned word; the old value goes to *old_value.
+void atomic_on(std::uint64_t* word, Opcode opcode, std::uint64_t compare_add, std::uint64_t swap,
+               std::uint64_t* old_value) noexcept;
+
+}  // namespace rdmakit::shm

@@ -1,0 +1,76 @@
+// The context's progress thread. It sleeps on the doorbell eventfd and on every connection's socket;
+// peers ring the doorbell only while the `sleeping` flag in our control segment is set, so a busy
+// context costs them no system call. A socket that hangs up means the peer died or closed.
+#include <poll.h>
+#include <sys/eventfd.h>
+
+#include <algorithm>
+
+#include "transport/shm/connection.hpp"
+
+namespace rdmakit::shm {
+namespace {
+
+// Nothing waits forever, and a deadline that passed while we slept is handled promptly.
+constexpr auto kIdleSleep = std::chrono::milliseconds(100);
+
+}  // namespace
+
+bool ShmContext::progress_all(bool block, Clock::time_point* next_deadline) {
+  std::unique_lock lock(connections_mutex_, std::defer_lock);
+  if (block)
+    lock.lock();
+  else if (!lock.try_lock())
+    return false;
+  bool any = false;
+  for (ShmConnection* connection : connections_) any |= connection->progress(next_deadline);
+  return any;
+}
+
+void ShmContext::wake() noexcept {
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (control_.as<ControlSegment>()->sleeping.load(std::memory_order_relaxed))
+    eventfd_write(doorbell_.get(), 1);
+}
+
+void ShmContext::run_progress() {
+  auto* control = control_.as<ControlSegment>();
+  while (!stop_.load(std::memory_order_acquire)) {
+    auto deadline = Clock::now() + kIdleSleep;
+    if (progress_all(true, &deadline)) continue;
+    control->sleeping.store(1, std::memory_order_relaxed);
+    // Pairs with PeerView::ring(): either the peer sees `sleeping` and writes the eventfd, or we see
+    // what it published before it looked.
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (!progress_all(true, &deadline)) sleep_on_doorbell(deadline);
+    control->sleeping.store(0, std::memory_order_relaxed);
+  }
+}
+
+void ShmContext::sleep_on_doorbell(Clock::time_point deadline) {
+  std::vector<pollfd> fds{{doorbell_.get(), POLLIN, 0}};
+  std::vector<std::uint32_t> numbers;
+  {
+    std::lock_guard lock(connections_mutex_);
+    for (ShmConnection* connection : connections_) {
+      if (connection->gone()) continue;
+      fds.push_back({connection->socket_fd(), POLLIN, 0});
+      numbers.push_back(connection->number());
+    }
+  }
+  auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now());
+  int n = ::poll(fds.data(), fds.size(), static_cast<int>(std::max<std::int64_t>(left.count(), 0)));
+  if (n <= 0) return;
+  eventfd_t ignored;
+  if (fds[0].revents) eventfd_read(doorbell_.get(), &ignored);
+  std::lock_guard lock(connections_mutex_);
+  for (std::size_t i = 1; i < fds.size(); ++i) {
+    if (!fds[i].revents) continue;
+    // After the handshake a socket carries nothing: readable means EOF, that is, the peer is gone.
+    auto it = std::find_if(connections_.begin(), connections_.end(),
+                           [&](ShmConnection* c) { return c->number() == numbers[i - 1]; });
+    if (it != connections_.end()) (*it)->peer_gone();
+  }
+}
+
+}  // namespace rdmakit::shm

@@ -1,0 +1,51 @@
+// Registration in shared memory. The owner writes its table into its control segment; initiators read
+// the peer's table from their read-only mapping of it, so keys, bounds and rights are checked at the
+// initiator with no thread of the owner involved (as an RDMA NIC checks them without the host CPU).
+#pragma once
+
+#include <cstdint>
+#include <mutex>
+#include <vector>
+
+#include "rdmakit/completion.hpp"
+#include "rdmakit/memory.hpp"
+#include "transport/shm/layout.hpp"
+
+namespace rdmakit::shm {
+
+// The owner's side: hands out slots and keys.
+class Registry {
+ public:
+  explicit Registry(ControlSegment* control);
+
+  // Publishes [addr, addr+length) with `access`; Errc::ResourceExhausted when every slot is taken.
+  Result<std::uint32_t> add(std::uint64_t addr, std::uint64_t length, Access access);
+  // Makes `key` invalid at once for every initiator that looks it up from now on. Accesses that
+  // already pinned it are waited for by the caller (the context knows the connections), then release().
+  void revoke(std::uint32_t key) noexcept;
+  void release(std::uint32_t key);
+
+  // A local segment of this process: key valid, inside its region, LocalWrite when `write`.
+  Status check_local(const Segment& segment, bool write) const noexcept;
+  // An access that this process carries out for a peer (atomics on unmapped memory).
+  Status check_own(std::uint32_t key, std::uint64_t addr, std::uint64_t length, Access needed) const noexcept;
+
+ private:
+  ControlSegment* control_;
+  std::mutex mutex_;
+  std::vector<std::uint32_t> free_slots_;
+  std::vector<std::uint32_t> generation_;
+};
+
+// The initiator's side: checks an access against the peer's table. The caller must have stored `key`
+// into its pin word (seq_cst) before calling, so that a revocation either is seen here or waits for it.
+Status check_remote(const ControlSegment& peer, std::uint32_t key, std::uint64_t addr, std::uint64_t length,
+                    Access needed) noexcept;
+
+// Overflow-safe "[addr, addr+length) inside [base, base+size)".
+constexpr bool covers(std::uint64_t base, std::uint64_t size, std::uint64_t addr,
+                      std::uint64_t length) noexcept {
+  return addr >= base && addr - base <= size && length <= size - (addr - base);
+}
+
+}  // namespace rdmakit::shm
