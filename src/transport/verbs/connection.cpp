@@ -1,0 +1,121 @@
+#include "transport/verbs/connection.hpp"
+
+#include <algorithm>
+
+#include "core/log.hpp"
+#include "transport/verbs/context.hpp"
+
+namespace rdmakit::verbs_impl {
+
+Result<QueuePair> QueuePair::create(const Device& device, const Config& config, VerbsCompletionQueue& send_cq,
+                                    VerbsCompletionQueue& recv_cq) {
+  const ibv_device_attr& limits = device.attr();
+  ibv_qp_init_attr init{};
+  init.send_cq = send_cq.cq();
+  init.recv_cq = recv_cq.cq();
+  init.qp_type = IBV_QPT_RC;
+  init.sq_sig_all = 0;  // selective signaling: WorkRequest::signaled decides
+  init.cap.max_send_wr = std::min<std::uint32_t>(config.send_queue_depth, static_cast<std::uint32_t>(limits.max_qp_wr));
+  init.cap.max_recv_wr = std::min<std::uint32_t>(config.recv_queue_depth, static_cast<std::uint32_t>(limits.max_qp_wr));
+  init.cap.max_send_sge = std::min<std::uint32_t>(config.max_sge, static_cast<std::uint32_t>(limits.max_sge));
+  init.cap.max_recv_sge = init.cap.max_send_sge;
+  init.cap.max_inline_data = config.inline_size;
+  ibv_qp* qp = device.api().create_qp(device.pd(), &init);
+  if (!qp)
+    return fail(Errc::ResourceExhausted,
+                "ibv_create_qp(" + device.name() + ", send " + std::to_string(init.cap.max_send_wr) + " x " +
+                    std::to_string(init.cap.max_send_sge) + " sge, inline " + std::to_string(config.inline_size) +
+                    "): " + std::strerror(errno) + " (lower send_queue_depth, max_sge or inline_size)");
+  // The provider may grant more inline room than asked; the caller's limit is what we use.
+  QueuePair owned(device.api(), qp, std::min(init.cap.max_inline_data, config.inline_size));
+  if (auto ok = owned.modify(init_transition(device.port()), "INIT"); !ok) return std::unexpected(ok.error());
+  return owned;
+}
+
+QueuePair::~QueuePair() {
+  if (qp_) api_->destroy_qp(qp_);
+}
+
+Result<void> QueuePair::modify(const QpTransition& transition, const char* what) const {
+  ibv_qp_attr attr = transition.attr;
+  // ibv_modify_qp returns the error number itself (not through errno).
+  if (int rc = api_->modify_qp(qp_, &attr, transition.mask); rc != 0)
+    return fail_errno(std::string("ibv_modify_qp(") + what + ")", rc > 0 ? rc : errno);
+  return {};
+}
+
+VerbsConnection::VerbsConnection(Parts parts)
+    : Connection(parts.number, parts.send_cq, parts.recv_cq),
+      context_(std::move(parts.context)), send_cq_(std::move(parts.send_cq)), recv_cq_(std::move(parts.recv_cq)),
+      track_(std::make_shared<Track>(parts.number, context_->config().send_queue_depth)),
+      endpoint_(std::move(parts.endpoint)), qp_(std::move(parts.qp)), peer_(parts.peer),
+      peer_address_(std::move(parts.peer_address)), inline_size_(qp_->max_inline()),
+      max_sge_(std::min<std::uint32_t>(context_->config().max_sge,
+                                       static_cast<std::uint32_t>(context_->device()->attr().max_sge))) {
+  send_cq_->attach(track_);
+  if (recv_cq_ != send_cq_) recv_cq_->attach(track_);
+}
+
+VerbsConnection::~VerbsConnection() { close(); }
+
+void VerbsConnection::close() {
+  std::lock_guard lock(close_mutex_);
+  if (closed_.exchange(true)) return;
+  context_->monitor().unwatch(endpoint_.fd());
+  track_->fail("connection " + std::to_string(number()) + " was closed");
+  if (qp_) {
+    // ERR flushes everything posted (as Flushed completions, unsignaled ones included); wait for them
+    // to reach the CQs' backlogs before the QP goes, so pollers still see them.
+    (void)qp_->modify(error_transition(), "ERR");
+    context_->device()->api().disconnect(endpoint_.id());
+    auto deadline = std::chrono::steady_clock::now() + std::min<std::chrono::milliseconds>(context_->config().timeout,
+                                                                                          std::chrono::seconds(2));
+    send_cq_->drain(*track_, deadline);
+    if (recv_cq_ != send_cq_) recv_cq_->drain(*track_, deadline);
+    if (track_->outstanding() > 0)
+      log::info("verbs", "connection " + std::to_string(number()) + " closed with " +
+                             std::to_string(track_->outstanding()) + " operations not flushed in time");
+    qp_.reset();
+  }
+  send_cq_->detach(track_.get());
+  if (recv_cq_ != send_cq_) recv_cq_->detach(track_.get());
+}
+
+void VerbsConnection::on_cm_readable() {
+  std::lock_guard lock(close_mutex_);
+  if (closed_.load()) return;
+  auto event = endpoint_.next_event(std::chrono::steady_clock::now());
+  if (!event || event->type != RDMA_CM_EVENT_DISCONNECTED) return;
+  track_->fail("the peer closed the connection (rdma_cm DISCONNECTED)");
+  if (qp_) (void)qp_->modify(error_transition(), "ERR");
+}
+
+PeerInfo VerbsConnection::peer() const {
+  return PeerInfo{.name = "", .id = peer_.context_id, .epoch = peer_.epoch, .address = peer_address_};
+}
+
+ConnectionStats VerbsConnection::stats() const {
+  ConnectionStats s;
+  s.connection = number();
+  s.peer = peer_address_;
+  s.posted = track_->send_posted.load() + track_->recv_posted.load();
+  s.completed = track_->send_done.load() + track_->recv_done.load();
+  s.outstanding = s.posted - s.completed;
+  if (auto ns = track_->last_completion_ns.load())
+    s.last_completion = std::chrono::system_clock::time_point(
+        std::chrono::duration_cast<std::chrono::system_clock::duration>(std::chrono::nanoseconds(ns)));
+  s.failed = track_->failed();
+  if (s.failed) s.failure = track_->failure();
+  return s;
+}
+
+std::unexpected<Error> VerbsConnection::broken() const {
+  return fail(Errc::ConnectionBroken, "verbs connection " + std::to_string(number()) + ": " + track_->failure());
+}
+
+Result<void> VerbsConnection::health() const {
+  if (track_->failed()) return broken();
+  return {};
+}
+
+}  // namespace rdmakit::verbs_impl

@@ -1,0 +1,132 @@
+#include "transport/verbs/context.hpp"
+
+#include <cstring>
+
+#include "core/soft_region.hpp"
+#include "transport/transport.hpp"
+#include "transport/verbs/connection.hpp"
+
+namespace rdmakit::verbs_impl {
+namespace {
+
+// A registered range, possibly sharing its ibv_mr with other regions through the cache.
+class VerbsMemoryRegion final : public MemoryRegion {
+ public:
+  VerbsMemoryRegion(std::shared_ptr<VerbsContext> context, const RegistrationCache::Entry* entry, void* data,
+                    std::size_t size, Access access)
+      : MemoryRegion(data, size, access, entry->lkey, entry->rkey, context->identity().id, context->identity().epoch),
+        context_(std::move(context)), entry_(entry) {}
+  ~VerbsMemoryRegion() override { context_->release(entry_); }
+
+ private:
+  std::shared_ptr<VerbsContext> context_;
+  const RegistrationCache::Entry* entry_;
+};
+
+}  // namespace
+
+VerbsContext::VerbsContext(Config config, std::shared_ptr<Device> device, std::shared_ptr<CmMonitor> monitor)
+    : Context(std::move(config)), device_(std::move(device)), monitor_(std::move(monitor)), cache_(this->config().registration_cache) {}
+
+Capabilities VerbsContext::capabilities() const {
+  Capabilities c;
+  c.one_sided_without_target_cpu = true;
+  // IBV_ATOMIC_GLOB: the HCA's atomics are atomic against the CPU's too; IBV_ATOMIC_HCA only among HCAs.
+  c.atomics_coherent_with_cpu = device_->attr().atomic_cap == IBV_ATOMIC_GLOB;
+  c.kernel_bypass = true;
+  c.max_message_size = device_->port_attr().max_msg_sz;
+  c.max_sge = std::min<std::uint32_t>(config().max_sge, static_cast<std::uint32_t>(device_->attr().max_sge));
+  c.max_inline = config().inline_size;
+  return c;
+}
+
+Result<std::shared_ptr<MemoryRegion>> VerbsContext::register_memory(void* data, std::size_t size, Access access) {
+  if (auto ok = check_registration(data, size, access); !ok) return std::unexpected(ok.error());
+  auto self = std::static_pointer_cast<VerbsContext>(shared_from_this());
+  const auto addr = reinterpret_cast<std::uint64_t>(data);
+  if (const auto* hit = cache_.acquire(addr, size, access))
+    return std::make_shared<VerbsMemoryRegion>(std::move(self), hit, data, size, access);
+  const auto start = std::chrono::steady_clock::now();
+  ibv_mr* mr = device_->api().reg_mr(device_->pd(), data, size, map_access(access));
+  const auto took = std::chrono::steady_clock::now() - start;
+  if (!mr) {
+    int err = errno;
+    return std::unexpected(Error(err == ENOMEM || err == EAGAIN ? Errc::ResourceExhausted : Errc::SystemError,
+                                 "ibv_reg_mr(" + std::to_string(size) + " bytes, " + to_string(access) +
+                                     "): " + std::strerror(err) +
+                                     (err == ENOMEM ? " (locked-memory limit? see ulimit -l)" : ""),
+                                 err));
+  }
+  const auto* entry = cache_.insert(addr, size, access, mr, mr->lkey, mr->rkey, took);
+  return std::make_shared<VerbsMemoryRegion>(std::move(self), entry, data, size, access);
+}
+
+void VerbsContext::release(const RegistrationCache::Entry* entry) {
+  if (void* handle = cache_.release(entry)) device_->api().dereg_mr(static_cast<ibv_mr*>(handle));
+}
+
+Result<std::shared_ptr<CompletionQueue>> VerbsContext::create_cq(std::size_t depth) {
+  auto cq = VerbsCompletionQueue::create(device_, depth ? static_cast<std::uint32_t>(depth) : config().cq_depth,
+                                         config().wait_mode, config().spin);
+  if (!cq) return std::unexpected(cq.error());
+  return std::shared_ptr<CompletionQueue>(std::move(*cq));
+}
+
+Result<std::pair<std::shared_ptr<VerbsCompletionQueue>, std::shared_ptr<VerbsCompletionQueue>>> VerbsContext::cqs_for(
+    const ConnectOptions& options) {
+  auto pick = [&](const std::shared_ptr<CompletionQueue>& given,
+                  std::uint32_t depth) -> Result<std::shared_ptr<VerbsCompletionQueue>> {
+    if (!given) return VerbsCompletionQueue::create(device_, depth, config().wait_mode, config().spin);
+    auto verbs = std::dynamic_pointer_cast<VerbsCompletionQueue>(given);
+    if (!verbs) return fail(Errc::InvalidArgument, "connect: the completion queue was not made by this verbs context");
+    return verbs;
+  };
+  auto send = pick(options.send_cq, config().send_queue_depth);
+  if (!send) return std::unexpected(send.error());
+  auto recv = pick(options.recv_cq, config().recv_queue_depth);
+  if (!recv) return std::unexpected(recv.error());
+  return std::pair{*send, *recv};
+}
+
+Result<std::shared_ptr<Listener>> VerbsContext::listen(std::string_view address) {
+  return listen_verbs(std::static_pointer_cast<VerbsContext>(shared_from_this()),
+                      address.empty() ? std::string_view(config().listen_address) : address);
+}
+
+Result<std::shared_ptr<Connection>> VerbsContext::connect(std::string_view address, const ConnectOptions& options) {
+  return connect_verbs(std::static_pointer_cast<VerbsContext>(shared_from_this()), address, options);
+}
+
+void VerbsContext::track(const std::shared_ptr<VerbsConnection>& connection) {
+  std::lock_guard lock(connections_mutex_);
+  std::erase_if(connections_, [](const std::weak_ptr<VerbsConnection>& c) { return c.expired(); });
+  connections_.push_back(connection);
+  monitor_->watch(connection->cm_fd(), std::weak_ptr<VerbsConnection>(connection));
+}
+
+std::vector<ConnectionStats> VerbsContext::diagnostics() const {
+  std::vector<ConnectionStats> out;
+  std::lock_guard lock(connections_mutex_);
+  for (const auto& weak : connections_)
+    if (auto c = weak.lock()) out.push_back(c->stats());
+  return out;
+}
+
+std::uint32_t VerbsContext::device_ipv4() const noexcept { return ipv4_of(device_->gid().gid).value_or(0); }
+
+}  // namespace rdmakit::verbs_impl
+
+namespace rdmakit::transport {
+
+Result<std::shared_ptr<Context>> open_verbs(const Config& config) {
+  auto api = verbs_impl::load_api();
+  if (!api) return std::unexpected(api.error());
+  auto device = verbs_impl::Device::open(**api, config);
+  if (!device) return std::unexpected(device.error());
+  auto monitor = verbs_impl::CmMonitor::start();
+  if (!monitor) return std::unexpected(monitor.error());
+  return std::shared_ptr<Context>(
+      std::make_shared<verbs_impl::VerbsContext>(config, std::move(*device), std::move(*monitor)));
+}
+
+}  // namespace rdmakit::transport

@@ -1,0 +1,53 @@
+// The verbs context: one device and protection domain, the registration cache, connection numbers.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "rdmakit/context.hpp"
+#include "transport/verbs/cq.hpp"
+#include "transport/verbs/device.hpp"
+#include "transport/verbs/monitor.hpp"
+#include "transport/verbs/reg_cache.hpp"
+
+namespace rdmakit::verbs_impl {
+
+class VerbsConnection;
+
+class VerbsContext final : public Context {
+ public:
+  VerbsContext(Config config, std::shared_ptr<Device> device, std::shared_ptr<CmMonitor> monitor);
+  CmMonitor& monitor() const noexcept { return *monitor_; }
+
+  std::string_view transport() const noexcept override { return "verbs"; }
+  Capabilities capabilities() const override;
+  Result<std::shared_ptr<MemoryRegion>> register_memory(void* data, std::size_t size, Access access) override;
+  Result<std::shared_ptr<CompletionQueue>> create_cq(std::size_t depth) override;
+  Result<std::shared_ptr<Listener>> listen(std::string_view address) override;
+  Result<std::shared_ptr<Connection>> connect(std::string_view address, const ConnectOptions& options) override;
+  std::vector<ConnectionStats> diagnostics() const override;
+
+  const std::shared_ptr<Device>& device() const noexcept { return device_; }
+  CacheStats cache_stats() const { return cache_.stats(); }
+  std::uint32_t next_number() noexcept { return next_number_.fetch_add(1, std::memory_order_relaxed); }
+  // The CQs of a new connection: the caller's, or new ones of the connection's own.
+  Result<std::pair<std::shared_ptr<VerbsCompletionQueue>, std::shared_ptr<VerbsCompletionQueue>>> cqs_for(
+      const ConnectOptions& options);
+  void track(const std::shared_ptr<VerbsConnection>& connection);
+  // This side's IPv4 address on the device (from its IPv4-mapped GID), 0 when it has none.
+  std::uint32_t device_ipv4() const noexcept;
+  // Called by a MemoryRegion's destructor.
+  void release(const RegistrationCache::Entry* entry);
+
+ private:
+  std::shared_ptr<Device> device_;
+  std::shared_ptr<CmMonitor> monitor_;
+  RegistrationCache cache_;
+  std::atomic<std::uint32_t> next_number_{1};
+  mutable std::mutex connections_mutex_;
+  std::vector<std::weak_ptr<VerbsConnection>> connections_;
+};
+
+}  // namespace rdmakit::verbs_impl

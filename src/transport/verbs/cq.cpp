@@ -1,0 +1,143 @@
+#include "transport/verbs/cq.hpp"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <poll.h>
+
+#include <algorithm>
+#include <array>
+
+#include "rdmakit/connection.hpp"
+
+namespace rdmakit::verbs_impl {
+
+Completion to_completion(const ibv_wc& wc, Opcode posted) noexcept {
+  Completion c;
+  c.id = wc.wr_id;
+  c.status = map_status(wc.status);
+  c.connection = Connection::connection_of(wc.wr_id);
+  const bool recv = Connection::is_recv_id(wc.wr_id);
+  if (recv) {
+    // wc.opcode is valid only on success; a flushed receive is still a receive.
+    c.opcode = c.ok() && wc.opcode == IBV_WC_RECV_RDMA_WITH_IMM ? Opcode::RecvWriteImm : Opcode::Recv;
+    c.bytes = c.ok() ? wc.byte_len : 0;
+    c.has_imm = c.ok() && (wc.wc_flags & IBV_WC_WITH_IMM);
+    c.imm = c.has_imm ? ntohl(wc.imm_data) : 0;
+    return c;
+  }
+  c.opcode = posted;
+  if (c.ok()) {
+    if (posted == Opcode::CompareSwap || posted == Opcode::FetchAdd)
+      c.bytes = 8;
+    else if (posted == Opcode::Read)
+      c.bytes = wc.byte_len;
+  }
+  return c;
+}
+
+Result<std::shared_ptr<VerbsCompletionQueue>> VerbsCompletionQueue::create(std::shared_ptr<Device> device,
+                                                                           std::uint32_t depth, WaitMode mode,
+                                                                           std::chrono::microseconds spin) {
+  const Api& api = device->api();
+  std::shared_ptr<VerbsCompletionQueue> q(new VerbsCompletionQueue(device, mode, spin));
+  q->channel_ = api.create_comp_channel(device->context());
+  if (!q->channel_) return fail_errno("ibv_create_comp_channel(" + device->name() + ")", errno);
+  // Non-blocking: several sleepers may wake for one event; the losers must not block in get_cq_event.
+  int flags = fcntl(q->channel_->fd, F_GETFL);
+  if (fcntl(q->channel_->fd, F_SETFL, flags | O_NONBLOCK) != 0) return fail_errno("fcntl(O_NONBLOCK)", errno);
+  q->depth_ = std::min<std::uint32_t>(depth, static_cast<std::uint32_t>(device->attr().max_cqe));
+  q->cq_ = api.create_cq(device->context(), static_cast<int>(q->depth_), nullptr, q->channel_, 0);
+  if (!q->cq_)
+    return fail_errno("ibv_create_cq(" + device->name() + ", " + std::to_string(q->depth_) + " entries)", errno);
+  return q;
+}
+
+VerbsCompletionQueue::~VerbsCompletionQueue() {
+  const Api& api = device_->api();
+  if (cq_) api.destroy_cq(cq_);
+  if (channel_) api.destroy_comp_channel(channel_);
+}
+
+void VerbsCompletionQueue::attach(std::shared_ptr<Track> track) {
+  std::lock_guard lock(mutex_);
+  tracks_.push_back(std::move(track));
+}
+
+void VerbsCompletionQueue::detach(const Track* track) {
+  std::lock_guard lock(mutex_);
+  if (last_ == track) last_ = nullptr;
+  std::erase_if(tracks_, [&](const std::shared_ptr<Track>& t) { return t.get() == track; });
+}
+
+Track* VerbsCompletionQueue::find(std::uint32_t number) {
+  if (last_ && last_->number() == number) return last_;
+  for (auto& t : tracks_)
+    if (t->number() == number) return last_ = t.get();
+  return nullptr;
+}
+
+std::size_t VerbsCompletionQueue::poll_locked(std::span<Completion> out) {
+  std::array<ibv_wc, 32> wcs;
+  const int want = static_cast<int>(std::min(out.size(), wcs.size()));
+  const int got = ibv_poll_cq(cq_, want, wcs.data());
+  for (int i = 0; i < got; ++i) {
+    const ibv_wc& wc = wcs[i];
+    const bool recv = Connection::is_recv_id(wc.wr_id);
+    const std::uint64_t sequence = wc.wr_id & (Connection::kRecvBit - 1);
+    Track* track = find(Connection::connection_of(wc.wr_id));
+    out[i] = to_completion(wc, track && !recv ? track->posted_opcode(sequence) : Opcode::Write);
+    if (track) track->completed(out[i], sequence, recv);
+  }
+  return got > 0 ? static_cast<std::size_t>(got) : 0;
+}
+
+std::size_t VerbsCompletionQueue::poll_transport(std::span<Completion> out) {
+  std::lock_guard lock(mutex_);
+  std::size_t n = 0;
+  if (has_backlog_.load(std::memory_order_relaxed)) {
+    for (; n < out.size() && !backlog_.empty(); ++n) {
+      out[n] = backlog_.front();
+      backlog_.pop_front();
+    }
+    has_backlog_.store(!backlog_.empty(), std::memory_order_relaxed);
+  }
+  if (n < out.size()) n += poll_locked(out.subspan(n));
+  return n;
+}
+
+void VerbsCompletionQueue::drain(const Track& track, std::chrono::steady_clock::time_point deadline) {
+  std::array<Completion, 32> batch;
+  while (track.outstanding() > 0 && std::chrono::steady_clock::now() < deadline) {
+    std::lock_guard lock(mutex_);
+    std::size_t n = poll_locked(batch);
+    backlog_.insert(backlog_.end(), batch.begin(), batch.begin() + static_cast<std::ptrdiff_t>(n));
+    has_backlog_.store(!backlog_.empty(), std::memory_order_relaxed);
+  }
+}
+
+Result<void> VerbsCompletionQueue::sleep_until(std::chrono::steady_clock::time_point deadline) {
+  if (ibv_req_notify_cq(cq_, 0) != 0) return fail_errno("ibv_req_notify_cq", errno);
+  {
+    // Re-poll after arming: what arrived before the arming raised no event and would be slept past.
+    std::lock_guard lock(mutex_);
+    std::array<Completion, 16> batch;
+    if (std::size_t n = poll_locked(batch)) {
+      backlog_.insert(backlog_.end(), batch.begin(), batch.begin() + static_cast<std::ptrdiff_t>(n));
+      has_backlog_.store(true, std::memory_order_relaxed);
+      return {};
+    }
+  }
+  auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+  if (left.count() <= 0) return {};
+  pollfd fd{channel_->fd, POLLIN, 0};
+  int ready = ::poll(&fd, 1, static_cast<int>(std::min<std::int64_t>(left.count(), 1000000)));
+  if (ready < 0 && errno != EINTR) return fail_errno("poll(completion channel)", errno);
+  if (ready > 0) {
+    ibv_cq* event_cq = nullptr;
+    void* cq_context = nullptr;
+    if (device_->api().get_cq_event(channel_, &event_cq, &cq_context) == 0) device_->api().ack_cq_events(event_cq, 1);
+  }
+  return {};
+}
+
+}  // namespace rdmakit::verbs_impl

@@ -1,0 +1,59 @@
+// A completion queue on an ibv_cq, with a completion channel for blocking waits. Busy polling is a
+// plain ibv_poll_cq; sleep_until arms the CQ, polls again (a completion that arrived between the last
+// poll and the arming raises no event) and then sleeps on the channel's fd until the deadline.
+#pragma once
+
+#include <atomic>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "rdmakit/completion.hpp"
+#include "transport/verbs/device.hpp"
+#include "transport/verbs/track.hpp"
+
+namespace rdmakit::verbs_impl {
+
+// A work completion in rdmakit's terms. `posted` is the opcode recorded at post time (send side).
+Completion to_completion(const ibv_wc& wc, Opcode posted) noexcept;
+
+class VerbsCompletionQueue final : public CompletionQueue {
+ public:
+  static Result<std::shared_ptr<VerbsCompletionQueue>> create(std::shared_ptr<Device> device, std::uint32_t depth,
+                                                              WaitMode mode, std::chrono::microseconds spin);
+  ~VerbsCompletionQueue() override;
+
+  ibv_cq* cq() const noexcept { return cq_; }
+  std::uint32_t depth() const noexcept { return depth_; }
+  // Connections whose completions arrive here, so the poller can keep their stats and opcodes.
+  void attach(std::shared_ptr<Track> track);
+  void detach(const Track* track);
+  // close(): polls into the backlog (where poll() finds them) until the track has nothing outstanding
+  // or the deadline passes.
+  void drain(const Track& track, std::chrono::steady_clock::time_point deadline);
+
+ protected:
+  std::size_t poll_transport(std::span<Completion> out) override;
+  Result<void> sleep_until(std::chrono::steady_clock::time_point deadline) override;
+
+ private:
+  VerbsCompletionQueue(std::shared_ptr<Device> device, WaitMode mode, std::chrono::microseconds spin)
+      : CompletionQueue(mode, spin), device_(std::move(device)) {}
+  std::size_t poll_locked(std::span<Completion> out);
+  Track* find(std::uint32_t number);
+
+  std::shared_ptr<Device> device_;
+  ibv_comp_channel* channel_ = nullptr;
+  ibv_cq* cq_ = nullptr;
+  std::uint32_t depth_ = 0;
+  // One uncontended lock per poll batch (not per completion): it guards the track table against
+  // close() and keeps the backlog in order. Providers lock their CQ inside ibv_poll_cq anyway.
+  std::mutex mutex_;
+  std::vector<std::shared_ptr<Track>> tracks_;
+  Track* last_ = nullptr;  // most CQs serve one connection: skip the search
+  std::atomic<bool> has_backlog_{false};
+  std::deque<Completion> backlog_;
+};
+
+}  // namespace rdmakit::verbs_impl

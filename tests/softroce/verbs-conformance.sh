@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# verbs-conformance.sh - the verbs transport over Soft-RoCE, in the QEMU VM of run-in-vm.sh:
+#   * the conformance suite (--gtest_filter='*/verbs*') on one device (rxe0: client and server share it),
+#     and between two devices (rxe0 <-> rxe1 over a veth pair: server context on rxe1, client on rxe0);
+#   * unit_verbs_device: every verb, the registration cache, mismatched MTUs on the two sides (prints the
+#     diagnostic both sides get), a connect to a port nobody listens on;
+#   * the example pair (examples/write_read_server + write_read_client) over verbs.
+#
+# Usage: tests/softroce/verbs-conformance.sh [--one|--two] [BUILD_DIR] [-- extra gtest args]
+#   BUILD_DIR defaults to build-verbs; it must hold conformance, conformance_peer, unit_verbs_device and
+#   the examples (make conformance conformance_peer unit_verbs_device write_read_server write_read_client).
+# Exit status: non-zero if any part failed in any configuration.
+set -euo pipefail
+trap 'echo "verbs-conformance.sh: error: command failed (status $?) at line $LINENO" >&2' ERR
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+repo="$(cd "$here/../.." && pwd)"
+modes=(one two)
+case "${1:-}" in
+    --one) modes=(one); shift ;;
+    --two) modes=(two); shift ;;
+esac
+build="$(cd "${1:-$repo/build-verbs}" && pwd)"
+[[ $# -gt 0 ]] && shift
+[[ "${1:-}" == "--" ]] && shift
+gtest_extra="$*"
+
+for bin in tests/conformance tests/conformance_peer tests/unit_verbs_device examples/write_read_server \
+           examples/write_read_client; do
+    [[ -x "$build/$bin" ]] || { echo "verbs-conformance.sh: error: $build/$bin missing (build it first)" >&2; exit 1; }
+done
+
+# libibverbs and librdmacm are dlopen'ed, so ldd does not see them: copy them under their sonames.
+libs=()
+for so in libibverbs.so.1 librdmacm.so.1; do
+    path=/usr/lib/x86_64-linux-gnu/$so
+    libs+=(--file "$(readlink -f "$path"):$path")
+done
+
+guest="$(mktemp /tmp/verbs-conformance-guest.XXXXXX.sh)"
+trap 'rm -f "$guest"' EXIT
+cat >"$guest" <<'GUEST'
+#!/bin/sh
+# Runs inside the VM. $1 = build dir, rest = extra gtest args.
+b=$1; shift
+fails=0
+step() { echo "===== verbs: $*"; }
+check() { if [ "$1" = 0 ]; then echo "VERBS PASS: $2"; else echo "VERBS FAIL: $2 (exit $1)"; fails=$((fails + 1)); fi; }
+
+export RDMAKIT_DEVICE=$RDMAKIT_VM_DEV0
+if [ "$RDMAKIT_VM_NDEVS" = 2 ]; then
+    # The server context on the other device, listening on that device's netdev address.
+    export RDMAKIT_CONFORMANCE_SERVER_DEVICE=$RDMAKIT_VM_DEV1
+    export RDMAKIT_CONFORMANCE_LISTEN=$RDMAKIT_VM_ADDR1:0
+    sdev=$RDMAKIT_VM_DEV1 saddr=$RDMAKIT_VM_ADDR1
+else
+    sdev=$RDMAKIT_VM_DEV0 saddr=$RDMAKIT_VM_ADDR0
+fi
+before=$(cat /sys/class/net/$RDMAKIT_VM_NETDEV0/statistics/tx_packets)
+
+step "unit_verbs_device ($RDMAKIT_DEVICE -> $sdev)"
+"$b/tests/unit_verbs_device" "$@"
+check $? "unit_verbs_device ($RDMAKIT_VM_NDEVS device(s))"
+
+step "conformance */verbs* ($RDMAKIT_DEVICE -> $sdev)"
+"$b/tests/conformance" --gtest_filter='*/verbs*' "$@"
+check $? "conformance over verbs ($RDMAKIT_VM_NDEVS device(s))"
+
+step "example write_read_server/client over verbs"
+RDMAKIT_TRANSPORT=verbs RDMAKIT_DEVICE=$sdev "$b/examples/write_read_server" /tmp/published "$saddr:0" >/tmp/server.out 2>&1 &
+spid=$!
+tries=0
+while [ ! -s /tmp/published ] && [ $tries -lt 100 ]; do sleep 0.1; tries=$((tries + 1)); done
+RDMAKIT_TRANSPORT=verbs timeout 120 "$b/examples/write_read_client" /tmp/published
+crc=$?
+wait $spid
+src=$?
+cat /tmp/server.out
+[ $crc = 0 ] && [ $src = 0 ]
+check $? "example over verbs ($RDMAKIT_VM_NDEVS device(s))"
+
+if [ "$RDMAKIT_VM_NDEVS" = 2 ]; then
+    after=$(cat /sys/class/net/$RDMAKIT_VM_NETDEV0/statistics/tx_packets)
+    echo "veth $RDMAKIT_VM_NETDEV0 sent $((after - before)) packets"
+    [ $((after - before)) -gt 100 ]
+    check $? "traffic crossed the veth pair"
+fi
+echo "verbs: $fails failure(s)"
+exit $fails
+GUEST
+
+status=0
+summary=()
+for mode in "${modes[@]}"; do
+    opts=()
+    [[ $mode == two ]] && opts+=(--two-devices)
+    echo "===== verbs-conformance: $mode device(s)"
+    rc=0
+    "$here/run-in-vm.sh" "${opts[@]}" --timeout 1500 "${libs[@]}" \
+        --file "$build/tests/conformance" --file "$build/tests/conformance_peer" \
+        --file "$build/tests/unit_verbs_device" \
+        --file "$build/examples/write_read_server" --file "$build/examples/write_read_client" \
+        -- "$guest" "$build" $gtest_extra || rc=$?
+    summary+=("$mode device(s): exit $rc")
+    ((rc == 0)) || status=1
+done
+echo "===== verbs-conformance summary"
+printf '  %s\n' "${summary[@]}"
+exit "$status"

@@ -1,0 +1,102 @@
+// Opening the verbs transport where there may be no RDMA at all: a clear Errc::Unavailable naming what
+// to install or create, never a crash; other transports never need rdma-core. Plus the work-completion
+// translation, with synthetic completions.
+#include <gtest/gtest.h>
+
+#include <arpa/inet.h>
+
+#include "rdmakit/context.hpp"
+#include "rdmakit/verbs.hpp"
+#include "transport/verbs/api.hpp"
+#include "transport/verbs/cq.hpp"
+
+namespace rdmakit {
+namespace {
+
+TEST(VerbsOpen, MissingLibraryNamesThePackages) {
+  auto api = verbs_impl::load_api_from("libibverbs-does-not-exist.so.1", "librdmacm.so.1");
+  ASSERT_FALSE(api);
+  EXPECT_EQ(api.error().code(), Errc::Unavailable);
+  EXPECT_NE(api.error().message().find("libibverbs-does-not-exist.so.1"), std::string::npos);
+  EXPECT_NE(api.error().message().find("libibverbs1 librdmacm1 ibverbs-providers"), std::string::npos)
+      << api.error().message();
+}
+
+TEST(VerbsOpen, NoDeviceIsUnavailableWithAHint) {
+  auto devices = verbs::list_devices();
+  if (devices && !devices->empty()) GTEST_SKIP() << "this machine has RDMA devices";
+  auto context = Context::open({.transport = "verbs"});
+  ASSERT_FALSE(context);
+  EXPECT_EQ(context.error().code(), Errc::Unavailable);
+  if (devices) {  // rdma-core is there, the kernel has no device
+    EXPECT_NE(context.error().message().find("rdma link add"), std::string::npos) << context.error().message();
+  }
+}
+
+TEST(VerbsOpen, UnknownDeviceIsNamed) {
+  auto devices = verbs::list_devices();
+  if (!devices || devices->empty()) GTEST_SKIP() << "needs an RDMA device";
+  auto context = Context::open({.transport = "verbs", .device = "no-such-device"});
+  ASSERT_FALSE(context);
+  EXPECT_EQ(context.error().code(), Errc::NotFound);
+  EXPECT_NE(context.error().message().find("no-such-device"), std::string::npos);
+}
+
+TEST(VerbsOpen, CacheStatsOfAnotherTransportIsAnError) {
+  auto context = Context::open({.transport = "tcp"});
+  if (!context) GTEST_SKIP() << context.error().describe();
+  auto stats = verbs::registration_cache_stats(**context);
+  ASSERT_FALSE(stats);
+  EXPECT_EQ(stats.error().code(), Errc::InvalidArgument);
+}
+
+std::uint64_t id_of(std::uint32_t connection, std::uint64_t sequence, bool recv) {
+  return (std::uint64_t{connection} << 40) | (recv ? Connection::kRecvBit : 0) | sequence;
+}
+
+TEST(VerbsCompletion, SendSideUsesThePostedOpcode) {
+  ibv_wc wc{};
+  wc.wr_id = id_of(7, 3, false);
+  wc.status = IBV_WC_SUCCESS;
+  wc.opcode = IBV_WC_RDMA_WRITE;  // what a WRITE-with-immediate completes as
+  auto c = verbs_impl::to_completion(wc, Opcode::WriteImm);
+  EXPECT_EQ(c.id, wc.wr_id);
+  EXPECT_EQ(c.connection, 7u);
+  EXPECT_EQ(c.opcode, Opcode::WriteImm);
+  EXPECT_TRUE(c.ok());
+
+  wc.status = IBV_WC_REM_ACCESS_ERR;
+  wc.opcode = static_cast<ibv_wc_opcode>(0xff);  // undefined on error
+  c = verbs_impl::to_completion(wc, Opcode::Read);
+  EXPECT_EQ(c.status, Status::RemoteAccess);
+  EXPECT_EQ(c.opcode, Opcode::Read);
+
+  wc.status = IBV_WC_SUCCESS;
+  c = verbs_impl::to_completion(wc, Opcode::FetchAdd);
+  EXPECT_EQ(c.bytes, 8u);
+}
+
+TEST(VerbsCompletion, ReceiveSide) {
+  ibv_wc wc{};
+  wc.wr_id = id_of(2, 9, true);
+  wc.status = IBV_WC_SUCCESS;
+  wc.opcode = IBV_WC_RECV_RDMA_WITH_IMM;
+  wc.wc_flags = IBV_WC_WITH_IMM;
+  wc.imm_data = htonl(0xdeadbeef);
+  wc.byte_len = 4096;
+  auto c = verbs_impl::to_completion(wc, Opcode::Write);
+  EXPECT_EQ(c.opcode, Opcode::RecvWriteImm);
+  EXPECT_TRUE(c.has_imm);
+  EXPECT_EQ(c.imm, 0xdeadbeefu);
+  EXPECT_EQ(c.bytes, 4096u);
+  EXPECT_EQ(c.connection, 2u);
+
+  wc.status = IBV_WC_WR_FLUSH_ERR;
+  c = verbs_impl::to_completion(wc, Opcode::Write);
+  EXPECT_EQ(c.opcode, Opcode::Recv);
+  EXPECT_EQ(c.status, Status::Flushed);
+  EXPECT_FALSE(c.has_imm);
+}
+
+}  // namespace
+}  // namespace rdmakit
