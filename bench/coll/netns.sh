@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Four "hosts" on one machine: network namespaces rdmakit-coll0..3 joined by veth pairs to a bridge,
+# link-local addresses 169.254.77.1..4. Runs a command as 4 torchrun-style ranks, one per namespace
+# (the store on rank 0 at 169.254.77.1). Needs root.
+#   netns.sh up | down | run <binary> [args...]
+set -euo pipefail
+n=4
+up() {
+  ip link add rkc-br type bridge 2>/dev/null || true
+  ip link set rkc-br up
+  for i in $(seq 0 $((n - 1))); do
+    ns=rdmakit-coll$i
+    ip netns add $ns 2>/dev/null || true
+    ip link add rkc-h$i type veth peer name rkc-n$i 2>/dev/null || true
+    ip link set rkc-n$i netns $ns 2>/dev/null || true
+    ip link set rkc-h$i master rkc-br
+    ip link set rkc-h$i up
+    ip netns exec $ns ip addr add 169.254.77.$((i + 1))/24 dev rkc-n$i 2>/dev/null || true
+    ip netns exec $ns ip link set rkc-n$i up
+    ip netns exec $ns ip link set lo up
+  done
+}
+down() {
+  for i in $(seq 0 $((n - 1))); do ip netns del rdmakit-coll$i 2>/dev/null || true; ip link del rkc-h$i 2>/dev/null || true; done
+  ip link del rkc-br 2>/dev/null || true
+}
+run() {
+  port=$((30000 + RANDOM % 20000))
+  pids=()
+  for i in $(seq 0 $((n - 1))); do
+    ip netns exec rdmakit-coll$i env RANK=$i WORLD_SIZE=$n LOCAL_RANK=0 MASTER_ADDR=169.254.77.1 MASTER_PORT=$port \
+      timeout 600 "$@" &
+    pids+=($!)
+  done
+  status=0
+  for p in "${pids[@]}"; do wait "$p" || status=1; done
+  return $status
+}
+"$@"

@@ -1,0 +1,107 @@
+// A communicator: a group of ranks and the collectives they run together.
+//
+//   auto comm = rdmakit::coll::Communicator::from_environment();   // torchrun, mpirun or srun set the env
+//   comm->allreduce(grad.data(), grad.data(), grad.size(), DataType::F32, ReduceOp::Avg);
+//
+// Every collective has a blocking form and an _async form returning a Work handle. Collectives run in
+// the order they were issued on every rank (issue them in the same order everywhere, as with MPI and
+// NCCL); several may be in flight, and they complete in that order. Buffers passed to an _async call
+// must stay valid and untouched until its Work is waited for. `send == recv` is in-place.
+//
+// Data moves as one-sided WRITE-with-immediate into staging memory each rank registers once, at
+// creation: ranks on one host over shm, others over the network transport (RDMAKIT_TRANSPORT, tcp by
+// default). A failure (a peer died, a timeout) fails the collective with an Error naming the peer, fails
+// every later collective too, and closes the connections so the other ranks learn of it at once.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "rdmakit/bootstrap.hpp"
+#include "rdmakit/coll/types.hpp"
+#include "rdmakit/error.hpp"
+
+namespace rdmakit::coll {
+
+// Every field left at its zero value comes from the environment variable named, else the default.
+struct CommOptions {
+  std::string network_transport;       // RDMAKIT_TRANSPORT, default tcp: between hosts
+  std::string local_transport;         // RDMAKIT_COLL_LOCAL_TRANSPORT, default shm (tcp when shm is not built)
+  std::chrono::milliseconds timeout{}; // RDMAKIT_COLL_TIMEOUT_MS, default 60000: one collective's limit
+  std::chrono::milliseconds bootstrap_timeout{};  // RDMAKIT_BOOTSTRAP_TIMEOUT_MS, default 60000
+  std::size_t chunk_bytes = 0;         // RDMAKIT_COLL_CHUNK_BYTES, default 512 KiB: pipeline unit and slot size
+  std::uint32_t slots = 0;             // RDMAKIT_COLL_SLOTS, default 4: chunks in flight per peer
+  std::size_t small_bytes = 0;         // RDMAKIT_COLL_SMALL_BYTES, default 64 KiB: recursive doubling up to this
+  Algorithm algorithm = Algorithm::Auto;  // RDMAKIT_COLL_ALGO: auto, ring, rd, hd
+  std::string host_id;                 // RDMAKIT_COLL_HOST_ID, default hostname + network namespace
+  std::string listen_address;          // network transport's listen address (RDMAKIT_LISTEN_ADDRESS); from_environment()
+                                       // picks the interface that routes to the store when the store is not on loopback
+  std::string key_prefix;              // store key prefix, to run several communicators over one store
+};
+
+class Work;
+
+class Communicator {
+ public:
+  // Ranks meet through `store`; every rank passes the same world size and a distinct rank.
+  static Result<std::unique_ptr<Communicator>> create(std::shared_ptr<bootstrap::Store> store, int rank,
+                                                      int world_size, const CommOptions& options = {});
+  // detect_launch() + open_store() + create().
+  static Result<std::unique_ptr<Communicator>> from_environment(const CommOptions& options = {});
+  ~Communicator();
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  int rank() const noexcept;
+  int size() const noexcept;
+  int local_rank() const noexcept;  // index among the ranks of this host
+  int local_size() const noexcept;
+  // "tcp", "shm" or "shm+tcp": what carries this rank's traffic.
+  std::string transports() const;
+
+  // recv = op over every rank's send (count elements each).
+  Result<void> allreduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op);
+  Work allreduce_async(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op);
+  // recv (at root only) = op over every rank's send.
+  Result<void> reduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op, int root);
+  Work reduce_async(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op, int root);
+  // recv = root's send, on every rank (send is read at root only).
+  Result<void> broadcast(const void* send, void* recv, std::size_t count, DataType type, int root);
+  Work broadcast_async(const void* send, void* recv, std::size_t count, DataType type, int root);
+  // recv[r*count .. (r+1)*count) = rank r's send (count elements).
+  Result<void> allgather(const void* send, void* recv, std::size_t count, DataType type);
+  Work allgather_async(const void* send, void* recv, std::size_t count, DataType type);
+  // recv (count elements) = op over every rank's send[rank*count .. (rank+1)*count).
+  Result<void> reduce_scatter(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op);
+  Work reduce_scatter_async(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op);
+  // recv[r*count ..) on this rank = send[this*count ..) of rank r.
+  Result<void> all_to_all(const void* send, void* recv, std::size_t count, DataType type);
+  Work all_to_all_async(const void* send, void* recv, std::size_t count, DataType type);
+  Result<void> barrier();
+  Work barrier_async();
+
+  struct Impl;
+
+ private:
+  explicit Communicator(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// A collective in flight. Move-only; waiting twice returns the same result.
+class Work {
+ public:
+  struct State;
+  Work() = default;
+  explicit Work(std::shared_ptr<State> state) : state_(std::move(state)) {}
+  // Waits until the collective finished; its result.
+  Result<void> wait();
+  bool done() const;
+
+ private:
+  std::shared_ptr<State> state_;
+};
+
+}  // namespace rdmakit::coll

@@ -1,0 +1,33 @@
+// Element types and reduction operators of the collectives.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+namespace rdmakit::coll {
+
+enum class DataType : std::uint8_t { F32, F64, F16, BF16, I32, I64, U8 };
+enum class ReduceOp : std::uint8_t { Sum, Prod, Min, Max, Avg };
+
+constexpr std::size_t size_of(DataType type) noexcept {
+  switch (type) {
+    case DataType::F64:
+    case DataType::I64: return 8;
+    case DataType::F32:
+    case DataType::I32: return 4;
+    case DataType::F16:
+    case DataType::BF16: return 2;
+    case DataType::U8: return 1;
+  }
+  return 1;
+}
+
+std::string_view to_string(DataType type) noexcept;
+std::string_view to_string(ReduceOp op) noexcept;
+
+// Which allreduce algorithm runs. Auto chooses by message size and world size.
+enum class Algorithm : std::uint8_t { Auto, Ring, RecursiveDoubling, HalvingDoubling };
+std::string_view to_string(Algorithm algorithm) noexcept;
+
+}  // namespace rdmakit::coll

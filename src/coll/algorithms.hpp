@@ -1,0 +1,74 @@
+// The collective algorithms, written over Exchange's chunked send/recv. Each takes the same arguments on
+// every rank and leaves the result in recv.
+#pragma once
+
+#include <cstddef>
+#include <cstring>
+#include <span>
+
+#include "coll/exchange.hpp"
+#include "coll/schedule.hpp"
+#include "rdmakit/coll/types.hpp"
+
+namespace rdmakit::coll::detail {
+
+struct Buffers {
+  const std::byte* send;
+  std::byte* recv;
+  std::size_t count;  // elements (per rank where the collective says so)
+  DataType type;
+  ReduceOp op = ReduceOp::Sum;
+};
+
+// Which allreduce algorithm to run for `bytes` on `n` ranks when the caller left it to us.
+Algorithm choose_allreduce(std::size_t bytes, int n, std::size_t small_bytes) noexcept;
+
+Result<void> allreduce_ring(Exchange& ex, const Buffers& b);
+Result<void> allreduce_doubling(Exchange& ex, const Buffers& b);
+Result<void> allreduce_halving(Exchange& ex, const Buffers& b);
+Result<void> reduce_tree(Exchange& ex, const Buffers& b, int root);
+Result<void> broadcast_tree(Exchange& ex, const Buffers& b, int root);
+Result<void> allgather_ring(Exchange& ex, const Buffers& b);
+Result<void> reduce_scatter_ring(Exchange& ex, const Buffers& b);
+Result<void> all_to_all_pairwise(Exchange& ex, const Buffers& b);
+Result<void> barrier_dissemination(Exchange& ex);
+
+// Streams `send_bytes` from `source` to rank `to` while receiving `recv_bytes` from rank `from`, chunk
+// by chunk, interleaved so that both directions pipeline through the slots; sink(offset, data) consumes
+// each received chunk before its slot is released. to/from -1: that direction is idle.
+template <typename Sink>
+Result<void> stream(Exchange& ex, int to, const std::byte* source, std::size_t send_bytes, int from,
+                    std::size_t recv_bytes, std::size_t element, Sink&& sink) {
+  std::size_t step = std::max(element, ex.chunk() / element * element);
+  std::size_t sends = to < 0 ? 0 : std::max<std::size_t>(1, (send_bytes + step - 1) / step);
+  std::size_t recvs = from < 0 ? 0 : std::max<std::size_t>(1, (recv_bytes + step - 1) / step);
+  for (std::size_t i = 0; i < std::max(sends, recvs); ++i) {
+    std::size_t offset = i * step;
+    if (i < sends)
+      if (auto ok = ex.send(to, source + offset, std::min(step, send_bytes - std::min(offset, send_bytes))); !ok)
+        return ok;
+    if (i < recvs) {
+      auto data = ex.recv(from);
+      if (!data) return std::unexpected(data.error());
+      std::size_t expected = std::min(step, recv_bytes - std::min(offset, recv_bytes));
+      if (data->size() != expected)
+        return std::unexpected(ex.fail_all(Error(Errc::ProtocolError,
+                                                 "rank " + std::to_string(ex.rank()) + ": rank " + std::to_string(from) +
+                                                     " sent " + std::to_string(data->size()) + " bytes where " +
+                                                     std::to_string(expected) +
+                                                     " were expected (were the collectives issued in the same "
+                                                     "order with the same counts on every rank?)")));
+      sink(offset, *data);
+      if (auto ok = ex.release(from); !ok) return ok;
+    }
+  }
+  return {};
+}
+
+inline auto copy_into(std::byte* base) {
+  return [base](std::size_t offset, std::span<const std::byte> data) {
+    if (!data.empty()) std::memcpy(base + offset, data.data(), data.size());
+  };
+}
+
+}  // namespace rdmakit::coll::detail

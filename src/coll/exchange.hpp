@@ -1,0 +1,96 @@
+// The point-to-point layer the collective algorithms are written in: send a chunk to a rank, receive the
+// next chunk from a rank, release it. Underneath, per pair of ranks:
+//  * the receiver registered, at creation, `slots` staging slots of `chunk` bytes for each peer;
+//  * send() copies the chunk into a local registered outbound slot and WRITEs it with immediate into
+//    the next slot at the receiver: the write-with-immediate is the "data arrived" signal;
+//  * release() hands the slot back with a zero-byte SEND whose immediate is the credit;
+//  * a sender holds at most `slots` unreleased chunks per peer (credits), so no slot is overwritten
+//    before it was consumed and no receive queue can run dry.
+// One thread drives an Exchange at a time (the communicator's executing thread): no locks inside.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "rdmakit/context.hpp"
+
+namespace rdmakit::coll::detail {
+
+// One transport context and what lives in it: a completion queue shared by all its connections (send
+// and receive), the listener, the staging regions.
+struct Fabric {
+  std::string name;  // "tcp", "shm", ...
+  std::shared_ptr<Context> context;
+  std::shared_ptr<CompletionQueue> cq;
+  std::shared_ptr<Listener> listener;
+  std::shared_ptr<MemoryRegion> inbound;   // peers write here: slots per peer
+  std::shared_ptr<MemoryRegion> outbound;  // local source of writes: slots per peer
+  std::vector<int> peers;                  // ranks reached through this fabric, ascending
+  std::unordered_map<std::uint32_t, int> rank_of_connection;
+};
+
+struct Peer {
+  int rank = -1;
+  Fabric* fabric = nullptr;
+  std::shared_ptr<Connection> connection;
+  RemoteAddress remote;          // this rank's first slot at the peer
+  std::byte* inbound = nullptr;  // the peer's first slot here
+  std::byte* outbound = nullptr;
+  std::uint32_t outbound_lkey = 0;
+  std::uint32_t credits = 0;     // free slots at the peer
+  std::uint64_t sent = 0, send_done = 0;
+  std::uint64_t arrived = 0, consumed = 0;
+  std::vector<std::uint32_t> arrived_bytes;  // by slot
+};
+
+class Exchange {
+ public:
+  Exchange(int rank, int size, std::size_t chunk, std::uint32_t slots, std::chrono::milliseconds timeout);
+
+  int rank() const noexcept { return rank_; }
+  int size() const noexcept { return size_; }
+  std::size_t chunk() const noexcept { return chunk_; }
+  std::uint32_t slots() const noexcept { return slots_; }
+
+  // Setup: the fabrics and one peer per other rank (filled in by mesh.cpp), then arm() posts receives.
+  std::vector<std::unique_ptr<Fabric>>& fabrics() noexcept { return fabrics_; }
+  Peer& peer(int rank) noexcept { return peers_[static_cast<std::size_t>(rank)]; }
+  Result<void> arm();
+
+  // `bytes` <= chunk(). Returns once the data is copied out of `data`.
+  Result<void> send(int to, const void* data, std::size_t bytes);
+  // The next chunk from `from`, valid until release(from).
+  Result<std::span<const std::byte>> recv(int from);
+  Result<void> release(int from);
+  // Waits until every chunk sent so far left this rank's outbound slots.
+  Result<void> flush();
+
+  // The sticky failure, if any.
+  const std::optional<Error>& failure() const noexcept { return failure_; }
+  // Records the first failure and closes every connection so the peers learn of it at once.
+  Error fail_all(Error error);
+
+ private:
+  template <typename Ready>
+  Result<void> wait_until(Ready ready, int rank, const char* what);
+  std::size_t progress();
+  Result<void> block_briefly();
+  void handle(Fabric& fabric, const Completion& completion);
+
+  int rank_, size_;
+  std::size_t chunk_;
+  std::uint32_t slots_;
+  std::chrono::milliseconds timeout_;
+  std::vector<std::unique_ptr<Fabric>> fabrics_;
+  std::vector<Peer> peers_;
+  std::optional<Error> failure_;
+};
+
+}  // namespace rdmakit::coll::detail

@@ -1,0 +1,200 @@
+#include "coll/mesh.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <charconv>
+#include <filesystem>
+#include <thread>
+
+namespace rdmakit::coll::detail {
+namespace {
+
+struct Layout {
+  std::vector<std::string> hosts;  // by rank
+  bool split = false;              // same-host peers go over the local transport
+
+  bool local(int a, int b) const { return split && hosts[static_cast<std::size_t>(a)] == hosts[static_cast<std::size_t>(b)]; }
+  const char* kind(int a, int b) const { return local(a, b) ? "local" : "net"; }
+  // The ranks `owner` reaches through fabric `kind`, ascending.
+  std::vector<int> members(int owner, std::string_view kind) const {
+    std::vector<int> out;
+    for (int q = 0; q < static_cast<int>(hosts.size()); ++q)
+      if (q != owner && this->kind(owner, q) == kind) out.push_back(q);
+    return out;
+  }
+};
+
+std::string key(const MeshConfig& config, const std::string& what) { return config.key_prefix + "coll/" + what; }
+
+Error missing_rank(const Error& error, int rank, int size, std::chrono::milliseconds timeout) {
+  if (error.code() != Errc::Timeout) return error;
+  return Error(Errc::Timeout, "bootstrap: rank " + std::to_string(rank) + " of " + std::to_string(size) +
+                                  " did not show up within " + std::to_string(timeout.count()) +
+                                  " ms (RDMAKIT_BOOTSTRAP_TIMEOUT_MS); is it running?");
+}
+
+// Phase 1: who lives where.
+Result<Layout> meet(bootstrap::Store& store, const MeshConfig& config, int rank, int size) {
+  Layout layout;
+  layout.split = config.local_transport != config.network_transport;
+  std::string mine = (layout.split ? "1" : "0") + config.host_id;
+  if (auto ok = store.set(key(config, "host/" + std::to_string(rank)), mine); !ok) return std::unexpected(ok.error());
+  for (int q = 0; q < size; ++q) {
+    auto value = store.get(key(config, "host/" + std::to_string(q)), config.bootstrap_timeout);
+    if (!value) return std::unexpected(missing_rank(value.error(), q, size, config.bootstrap_timeout));
+    if (value->empty() || (*value)[0] != mine[0])
+      return fail(Errc::InvalidArgument, "coll: rank " + std::to_string(q) + " uses a different local transport "
+                                         "setting (RDMAKIT_COLL_LOCAL_TRANSPORT must agree on every rank)");
+    layout.hosts.push_back(value->substr(1));
+  }
+  return layout;
+}
+
+// Phase 2: a context, staging and a listener per fabric, published.
+Result<void> open_fabric(bootstrap::Store& store, const MeshConfig& config, Exchange& ex, const Layout& layout,
+                         const char* kind) {
+  std::vector<int> members = layout.members(ex.rank(), kind);
+  if (members.empty()) return {};
+  bool local = std::string_view(kind) == "local";
+  Options options{.transport = local ? config.local_transport : config.network_transport,
+                  .name = "rdmakit-coll:" + std::to_string(getpid()) + ":" + config.key_prefix + ":" +
+                          std::to_string(ex.rank())};
+  if (!local && !config.listen_address.empty()) options.listen_address = config.listen_address;
+  auto context = Context::open(options);
+  if (!context) return std::unexpected(context.error());
+  auto fabric = std::make_unique<Fabric>();
+  fabric->name = std::string((*context)->transport());
+  fabric->context = *context;
+  fabric->peers = members;
+  std::size_t bytes = members.size() * ex.slots() * ex.chunk();
+  auto cq = fabric->context->create_cq();
+  auto inbound = fabric->context->allocate(bytes, Access::LocalWrite | Access::RemoteWrite);
+  auto outbound = fabric->context->allocate(bytes, Access::LocalWrite);
+  auto listener = fabric->context->listen();
+  for (const Error* e : {cq ? nullptr : &cq.error(), inbound ? nullptr : &inbound.error(),
+                         outbound ? nullptr : &outbound.error(), listener ? nullptr : &listener.error()})
+    if (e) return std::unexpected(Error(e->code(), "coll: setting up " + fabric->name + ": " + e->message()));
+  fabric->cq = *cq, fabric->inbound = *inbound, fabric->outbound = *outbound, fabric->listener = *listener;
+  std::string record = fabric->listener->address() + "\n" + fabric->inbound->descriptor().to_hex();
+  if (auto ok = store.set(key(config, std::string(kind) + "/" + std::to_string(ex.rank())), record); !ok)
+    return std::unexpected(ok.error());
+  ex.fabrics().push_back(std::move(fabric));
+  return {};
+}
+
+Fabric* fabric_for(Exchange& ex, const Layout& layout, int q) {
+  for (auto& f : ex.fabrics())
+    if (std::binary_search(f->peers.begin(), f->peers.end(), q)) return f.get();
+  (void)layout;
+  return nullptr;
+}
+
+// Phase 3a: read the peer's record and point the Peer at its slots.
+Result<std::string> describe_peer(bootstrap::Store& store, const MeshConfig& config, Exchange& ex,
+                                  const Layout& layout, int q) {
+  const char* kind = layout.kind(ex.rank(), q);
+  auto record = store.get(key(config, std::string(kind) + "/" + std::to_string(q)), config.bootstrap_timeout);
+  if (!record) return std::unexpected(missing_rank(record.error(), q, ex.size(), config.bootstrap_timeout));
+  std::size_t newline = record->find('\n');
+  auto region = RemoteRegion::from_hex(record->substr(newline + 1));
+  if (newline == std::string::npos || !region)
+    return fail(Errc::ProtocolError, "coll: rank " + std::to_string(q) + " published a malformed record");
+  std::vector<int> theirs = layout.members(q, kind);
+  auto index = static_cast<std::size_t>(std::find(theirs.begin(), theirs.end(), ex.rank()) - theirs.begin());
+  Peer& p = ex.peer(q);
+  Fabric* fabric = fabric_for(ex, layout, q);
+  auto mine = static_cast<std::size_t>(std::find(fabric->peers.begin(), fabric->peers.end(), q) - fabric->peers.begin());
+  std::size_t area = ex.slots() * ex.chunk();
+  p.rank = q;
+  p.fabric = fabric;
+  p.remote = region->at(index * area);
+  p.inbound = static_cast<std::byte*>(fabric->inbound->data()) + mine * area;
+  p.outbound = static_cast<std::byte*>(fabric->outbound->data()) + mine * area;
+  p.outbound_lkey = fabric->outbound->lkey();
+  return record->substr(0, newline);
+}
+
+int rank_from_name(const std::string& name) {
+  int rank = -1;
+  std::size_t colon = name.rfind(':');
+  if (colon == std::string::npos) return -1;
+  auto [end, ec] = std::from_chars(name.data() + colon + 1, name.data() + name.size(), rank);
+  return ec == std::errc() && end == name.data() + name.size() ? rank : -1;
+}
+
+// Phase 3b, accepting side: every higher rank of this fabric connects here.
+Result<void> accept_all(Fabric& fabric, Exchange& ex, std::chrono::milliseconds timeout) {
+  auto expected = static_cast<std::size_t>(std::count_if(fabric.peers.begin(), fabric.peers.end(),
+                                                         [&](int q) { return q > ex.rank(); }));
+  for (std::size_t i = 0; i < expected; ++i) {
+    auto connection = fabric.listener->accept(timeout, ConnectOptions{fabric.cq, fabric.cq});
+    if (!connection)
+      return std::unexpected(Error(connection.error().code(), "coll: rank " + std::to_string(ex.rank()) + ": " +
+                                                                  std::to_string(expected - i) +
+                                                                  " higher rank(s) did not connect: " +
+                                                                  connection.error().message()));
+    int q = rank_from_name((*connection)->peer().name);
+    if (q <= ex.rank() || q >= ex.size() || ex.peer(q).connection)
+      return fail(Errc::ProtocolError, "coll: unexpected connection from '" + (*connection)->peer().name + "'");
+    ex.peer(q).connection = *connection;
+  }
+  return {};
+}
+
+Result<void> connect_all(bootstrap::Store& store, const MeshConfig& config, Exchange& ex, const Layout& layout) {
+  std::vector<std::thread> acceptors;
+  std::vector<Result<void>> accepted(ex.fabrics().size());
+  for (std::size_t i = 0; i < ex.fabrics().size(); ++i)
+    acceptors.emplace_back([&, i] { accepted[i] = accept_all(*ex.fabrics()[i], ex, config.bootstrap_timeout); });
+  Result<void> connected;
+  for (int q = 0; q < ex.size() && connected; ++q) {
+    if (q == ex.rank()) continue;
+    auto address = describe_peer(store, config, ex, layout, q);
+    if (!address) connected = std::unexpected(address.error());
+    else if (q < ex.rank()) {
+      Fabric* f = ex.peer(q).fabric;
+      auto connection = f->context->connect(*address, ConnectOptions{f->cq, f->cq});
+      if (!connection)
+        connected = std::unexpected(Error(connection.error().code(), "coll: connecting to rank " + std::to_string(q) +
+                                                                         " at " + *address + ": " +
+                                                                         connection.error().message()));
+      else ex.peer(q).connection = *connection;
+    }
+  }
+  for (auto& t : acceptors) t.join();
+  if (!connected) return connected;
+  for (auto& a : accepted)
+    if (!a) return a;
+  for (int q = 0; q < ex.size(); ++q)
+    if (q != ex.rank()) ex.peer(q).fabric->rank_of_connection[ex.peer(q).connection->number()] = q;
+  return {};
+}
+
+}  // namespace
+
+std::string default_host_id() {
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  std::error_code ignored;
+  auto netns = std::filesystem::read_symlink("/proc/self/ns/net", ignored);
+  return std::string(host) + "/" + netns.string();
+}
+
+Result<MeshInfo> build_mesh(bootstrap::Store& store, const MeshConfig& config, Exchange& ex) {
+  auto layout = meet(store, config, ex.rank(), ex.size());
+  if (!layout) return std::unexpected(layout.error());
+  for (const char* kind : {"local", "net"})
+    if (auto ok = open_fabric(store, config, ex, *layout, kind); !ok) return std::unexpected(ok.error());
+  if (auto ok = connect_all(store, config, ex, *layout); !ok) return std::unexpected(ok.error());
+  if (auto ok = ex.arm(); !ok) return std::unexpected(ok.error());
+  MeshInfo info;
+  const std::string& mine = layout->hosts[static_cast<std::size_t>(ex.rank())];
+  info.local_rank = static_cast<int>(std::count(layout->hosts.begin(), layout->hosts.begin() + ex.rank(), mine));
+  info.local_size = static_cast<int>(std::count(layout->hosts.begin(), layout->hosts.end(), mine));
+  for (auto& f : ex.fabrics()) info.transports += (info.transports.empty() ? "" : "+") + f->name;
+  if (info.transports.empty()) info.transports = "none";
+  return info;
+}
+
+}  // namespace rdmakit::coll::detail

@@ -1,0 +1,35 @@
+// Communicator setup: the ranks meet in the store, open a transport per kind of neighbour (same host:
+// local transport; other hosts: network transport), register their staging memory once, publish where
+// it is, and connect every pair of ranks.
+#pragma once
+
+#include <chrono>
+#include <string>
+
+#include "coll/exchange.hpp"
+#include "rdmakit/bootstrap.hpp"
+
+namespace rdmakit::coll::detail {
+
+struct MeshConfig {
+  std::string network_transport;
+  std::string local_transport;  // equal to network_transport: one fabric for every peer
+  std::string listen_address;   // network transport's listen address; empty: its default
+  std::string host_id;
+  std::string key_prefix;
+  std::chrono::milliseconds bootstrap_timeout{};
+};
+
+struct MeshInfo {
+  int local_rank = 0;
+  int local_size = 1;
+  std::string transports;  // e.g. "shm+tcp"
+};
+
+Result<MeshInfo> build_mesh(bootstrap::Store& store, const MeshConfig& config, Exchange& exchange);
+
+// hostname + network namespace: ranks in different namespaces of one machine are different hosts
+// (they cannot share a tcp loopback, and tests model hosts that way).
+std::string default_host_id();
+
+}  // namespace rdmakit::coll::detail

@@ -1,0 +1,143 @@
+// Bootstrap: launcher environments (torchrun, mpirun, srun), Slurm host lists, and the rendezvous stores.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <thread>
+
+#include "rdmakit/bootstrap.hpp"
+
+namespace rdmakit::bootstrap {
+namespace {
+
+EnvLookup env_of(std::map<std::string, std::string> vars) {
+  return [vars = std::move(vars)](std::string_view name) -> std::optional<std::string> {
+    auto it = vars.find(std::string(name));
+    if (it == vars.end()) return std::nullopt;
+    return it->second;
+  };
+}
+
+TEST(Nodelist, ExpandsSlurmsCompressedForm) {
+  EXPECT_EQ(*expand_nodelist("node[01-04,07]"),
+            (std::vector<std::string>{"node01", "node02", "node03", "node04", "node07"}));
+  EXPECT_EQ(*expand_nodelist("a,b[9-10],c"), (std::vector<std::string>{"a", "b9", "b10", "c"}));
+  EXPECT_EQ(*expand_nodelist("r[1-2]-n[1-2]"), (std::vector<std::string>{"r1-n1", "r1-n2", "r2-n1", "r2-n2"}));
+  EXPECT_EQ(*expand_nodelist("login"), (std::vector<std::string>{"login"}));
+  for (const char* bad : {"node[1-", "node]", "node[4-1]", "node[a-b]", "a,,b", ""})
+    EXPECT_FALSE(expand_nodelist(bad).has_value()) << bad;
+}
+
+TEST(LaunchEnv, Torchrun) {
+  auto info = detect_launch(env_of({{"RANK", "3"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "1"},
+                                    {"MASTER_ADDR", "10.1.2.3"}, {"MASTER_PORT", "29500"}}));
+  ASSERT_TRUE(info.has_value()) << info.error().describe();
+  EXPECT_EQ(info->launcher, "torchrun");
+  EXPECT_EQ(info->rank, 3);
+  EXPECT_EQ(info->world_size, 4);
+  EXPECT_EQ(info->local_rank, 1);
+  EXPECT_EQ(info->store_host, "10.1.2.3");
+  EXPECT_EQ(info->store_port, 29500);
+  auto missing = detect_launch(env_of({{"RANK", "0"}, {"WORLD_SIZE", "2"}}));
+  ASSERT_FALSE(missing.has_value());
+  EXPECT_NE(missing.error().message().find("MASTER_ADDR"), std::string::npos);
+  EXPECT_FALSE(detect_launch(env_of({{"RANK", "2"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "1"}})));
+  EXPECT_FALSE(detect_launch(env_of({{"RANK", "x"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "1"}})));
+}
+
+TEST(LaunchEnv, MpirunDerivesAStorePortFromTheJobId) {
+  auto info = detect_launch(env_of({{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "4"},
+                                    {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}, {"OMPI_MCA_ess_base_jobid", "12345"}}));
+  ASSERT_TRUE(info.has_value()) << info.error().describe();
+  EXPECT_EQ(info->launcher, "mpirun");
+  EXPECT_EQ(info->rank, 1);
+  EXPECT_EQ(info->world_size, 4);
+  EXPECT_EQ(info->store_host, "127.0.0.1");
+  EXPECT_EQ(info->store_port, default_store_port("12345"));
+  EXPECT_GE(info->store_port, 20000);
+  EXPECT_LT(info->store_port, 40000);
+  EXPECT_NE(default_store_port("12345"), default_store_port("12346"));
+  // An explicit address wins.
+  auto explicit_addr = detect_launch(env_of({{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "2"},
+                                             {"RDMAKIT_STORE_ADDR", "node1:4000"}}));
+  ASSERT_TRUE(explicit_addr.has_value());
+  EXPECT_EQ(explicit_addr->store_host, "node1");
+  EXPECT_EQ(explicit_addr->store_port, 4000);
+  EXPECT_FALSE(detect_launch(env_of({{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "2"},
+                                     {"RDMAKIT_STORE_ADDR", "node1"}})));
+}
+
+TEST(LaunchEnv, SrunUsesTheFirstNodeOfTheJob) {
+  auto info = detect_launch(env_of({{"SLURM_PROCID", "5"}, {"SLURM_NTASKS", "8"}, {"SLURM_LOCALID", "1"},
+                                    {"SLURM_JOB_NODELIST", "gpu[07-10]"}, {"SLURM_JOB_ID", "77"}}));
+  ASSERT_TRUE(info.has_value()) << info.error().describe();
+  EXPECT_EQ(info->launcher, "srun");
+  EXPECT_EQ(info->rank, 5);
+  EXPECT_EQ(info->world_size, 8);
+  EXPECT_EQ(info->local_rank, 1);
+  EXPECT_EQ(info->store_host, "gpu07");
+  auto bad = detect_launch(env_of({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "1"}, {"SLURM_NODELIST", "gpu[07"}}));
+  EXPECT_FALSE(bad.has_value());
+}
+
+TEST(LaunchEnv, NoLauncherIsASingleRank) {
+  auto info = detect_launch(env_of({}));
+  ASSERT_TRUE(info.has_value());
+  EXPECT_EQ(info->launcher, "single");
+  EXPECT_EQ(info->world_size, 1);
+}
+
+TEST(Store, MemoryStoreWaitsForKeysAndTimesOut) {
+  auto store = make_memory_store();
+  std::thread writer([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    ASSERT_TRUE(store->set("k", std::string("v\0w", 3)).has_value());
+  });
+  auto value = store->get("k", std::chrono::milliseconds(5000));
+  writer.join();
+  ASSERT_TRUE(value.has_value());
+  EXPECT_EQ(*value, std::string("v\0w", 3));
+  auto missing = store->get("nope", std::chrono::milliseconds(10));
+  ASSERT_FALSE(missing.has_value());
+  EXPECT_EQ(missing.error().code(), Errc::Timeout);
+}
+
+TEST(Store, TcpStoreServesManyClients) {
+  auto server = TcpStore::open({.host = "127.0.0.1", .port = 0, .is_server = true});
+  ASSERT_TRUE(server.has_value()) << server.error().describe();
+  std::uint16_t port = (*server)->bound_port();
+  ASSERT_NE(port, 0);
+  std::vector<std::thread> clients;
+  for (int r = 0; r < 6; ++r)
+    clients.emplace_back([&, r] {
+      auto client = TcpStore::open({.host = "127.0.0.1", .port = port, .timeout = std::chrono::milliseconds(5000)});
+      ASSERT_TRUE(client.has_value()) << client.error().describe();
+      std::string big(100000 + static_cast<std::size_t>(r), static_cast<char>('a' + r));
+      ASSERT_TRUE((*client)->set("rank/" + std::to_string(r), big).has_value());
+      for (int q = 0; q < 6; ++q) {
+        auto value = (*client)->get("rank/" + std::to_string(q), std::chrono::milliseconds(5000));
+        ASSERT_TRUE(value.has_value()) << value.error().describe();
+        EXPECT_EQ(value->size(), 100000u + static_cast<std::size_t>(q));
+      }
+    });
+  for (auto& t : clients) t.join();
+  auto missing = (*server)->get("never", std::chrono::milliseconds(50));
+  ASSERT_FALSE(missing.has_value());
+  EXPECT_EQ(missing.error().code(), Errc::Timeout);
+}
+
+TEST(Store, AClientWhoseServerNeverComesFailsClearly) {
+  // Find a port nobody listens on: open a server, note its port, close it.
+  std::uint16_t port;
+  {
+    auto server = TcpStore::open({.host = "127.0.0.1", .port = 0, .is_server = true});
+    ASSERT_TRUE(server.has_value());
+    port = (*server)->bound_port();
+  }
+  auto client = TcpStore::open({.host = "127.0.0.1", .port = port, .timeout = std::chrono::milliseconds(200)});
+  ASSERT_FALSE(client.has_value());
+  EXPECT_EQ(client.error().code(), Errc::Timeout);
+  EXPECT_NE(client.error().message().find("rendezvous store"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace rdmakit::bootstrap
