@@ -1,0 +1,72 @@
+// The control channel between the two sides of a run: small fixed-size messages carried by SEND over a
+// connection of its own (perftest uses a side TCP socket; using rdmakit itself keeps the tool to one
+// transport and one address). One receive is always posted, so a message never waits for a receiver.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "rdmakit/connection.hpp"
+#include "rdmakit/context.hpp"
+#include "rdmakit/memory.hpp"
+
+namespace rdmakit::perf {
+
+enum class MessageKind : std::uint8_t {
+  Hello = 1,   // client -> server: the test and its shape, and the client's descriptor
+  Welcome,     // server -> client: the server's descriptor
+  Begin,       // client -> server: one size is about to run
+  Ready,       // server -> client: buffers prepared, receives posted
+  End,         // client -> server: the size is done; `count` operations were posted in all
+  Verdict,     // server -> client: ok or a failed check; a bidirectional server's own figures
+};
+
+struct ControlMessage {
+  std::uint32_t magic = kMagic;
+  MessageKind kind = MessageKind::Hello;
+  std::uint8_t test = 0;
+  std::uint8_t ok = 1;
+  std::uint8_t bidirectional = 0;
+  std::uint32_t connections = 0;
+  std::uint32_t tx_depth = 0;
+  std::uint64_t size = 0;        // Hello: the largest size; Begin/End: this size
+  std::uint64_t count = 0;       // End: operations posted per connection, warm-up included
+  std::uint64_t ops = 0;         // Verdict (bidirectional): operations the server timed
+  double seconds = 0;            // Verdict (bidirectional): the server's timed span
+  std::uint8_t region[48] = {};  // Hello/Welcome: RemoteRegion::serialize()
+  char text[112] = {};           // Verdict: what failed
+
+  static constexpr std::uint32_t kMagic = 0x50524b52;  // "RKRP"
+  void set_text(const std::string& message);
+  std::string get_text() const;
+};
+static_assert(sizeof(ControlMessage) == 208);
+
+class ControlChannel {
+ public:
+  static Result<ControlChannel> open(Context& context, std::shared_ptr<Connection> connection);
+
+  Result<void> send(const ControlMessage& message);
+  // Waits up to `timeout` for the next message; Errc::Timeout when none came, ProtocolError on garbage.
+  Result<ControlMessage> receive(std::chrono::milliseconds timeout);
+  // The next message if one has arrived, without waiting.
+  Result<std::optional<ControlMessage>> try_receive();
+  // Waits for a message of `kind`; anything else is a protocol error.
+  Result<ControlMessage> expect(MessageKind kind, std::chrono::milliseconds timeout);
+
+ private:
+  ControlChannel(std::shared_ptr<Connection> connection, std::shared_ptr<MemoryRegion> memory)
+      : connection_(std::move(connection)), memory_(std::move(memory)) {}
+  Result<void> post_receive();
+  Result<ControlMessage> take(const Completion& completion);
+
+  std::shared_ptr<Connection> connection_;
+  std::shared_ptr<MemoryRegion> memory_;  // [0]: receive slot, [1]: send slot
+  static constexpr std::uint64_t kNoReceive = ~std::uint64_t{0};
+  std::uint64_t recv_id_ = 0;
+};
+
+}  // namespace rdmakit::perf

@@ -1,0 +1,206 @@
+#include "perf/latency.hpp"
+
+#include <atomic>
+#include <string>
+
+#include "perf/bandwidth.hpp"
+
+namespace rdmakit::perf {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr auto kTimeout = std::chrono::milliseconds(30000);
+constexpr std::uint64_t kSignalEvery = 64;  // write_lat/send_lat: one signaled op in 64, like perftest's cq_mod
+
+double half_us(Clock::time_point t0, Clock::time_point t1) {
+  return std::chrono::duration<double, std::micro>(t1 - t0).count() / 2;
+}
+double full_us(Clock::time_point t0, Clock::time_point t1) {
+  return std::chrono::duration<double, std::micro>(t1 - t0).count();
+}
+
+// Whether round `round` (1-based) runs. A timed plan's clock starts when the warm-up is over.
+class Rounds {
+ public:
+  explicit Rounds(const LatencyPlan& plan) : plan_(plan) {}
+  bool keep_going(std::uint64_t round) {
+    if (plan_.iterations) return round <= plan_.warmup + plan_.iterations;
+    if (round <= plan_.warmup) return true;
+    if (round == plan_.warmup + 1) until_ = Clock::now() + plan_.duration;
+    return Clock::now() < until_;
+  }
+
+ private:
+  const LatencyPlan& plan_;
+  Clock::time_point until_{};
+};
+
+// Reaps signaled completions without waiting; a failed one ends the run.
+Result<void> drain(CompletionQueue& cq) {
+  Completion batch[16];
+  for (std::size_t n; (n = cq.poll(batch)) > 0;)
+    for (std::size_t i = 0; i < n; ++i)
+      if (!batch[i].ok())
+        return fail(Errc::TransportFailure, std::string(to_string(batch[i].opcode)) + " completed with " +
+                                                std::string(to_string(batch[i].status)));
+  return {};
+}
+
+// Spins until the peer's WRITE has put `mark` in the last byte. The byte is written by another agent (the
+// tcp progress thread, the peer process through shm, a NIC), so it is read with an atomic load each time.
+Result<bool> wait_for_mark(const PingPongEnd& end, std::uint64_t size, std::uint8_t mark,
+                           const std::function<bool()>* stop) {
+  std::atomic_ref<std::uint8_t> last(end.local[size - 1]);
+  const auto deadline = Clock::now() + kTimeout;
+  for (std::uint64_t spins = 1; last.load(std::memory_order_acquire) != mark; ++spins) {
+    if ((spins & 0xffff) != 0) continue;
+    if (stop && (*stop)()) return false;
+    if (Clock::now() > deadline) return fail(Errc::Timeout, "write_lat: the peer's WRITE did not arrive in 30 s");
+    if (auto ok = end.connection->health(); !ok) return std::unexpected(ok.error());
+  }
+  return true;
+}
+
+Result<void> post_write(const PingPongEnd& end, std::uint64_t round) {
+  auto id = end.connection->write(end.segment, end.remote, round % kSignalEvery == 0);
+  if (!id) return std::unexpected(id.error());
+  return drain(end.connection->send_cq());
+}
+
+// Waits for one receive, or returns nullopt once `stop` says the peer is done.
+Result<std::optional<Completion>> wait_recv(CompletionQueue& cq, CompletionMode mode, const std::function<bool()>* stop) {
+  const auto deadline = Clock::now() + kTimeout;
+  for (;;) {
+    auto c = wait_one(cq, mode, std::chrono::milliseconds(stop ? 5 : kTimeout.count()));
+    if (c) {
+      if (!c->ok()) return fail(Errc::TransportFailure, "receive completed with " + std::string(to_string(c->status)));
+      return std::optional<Completion>(*c);
+    }
+    if (c.error().code() != Errc::Timeout || Clock::now() > deadline) return std::unexpected(c.error());
+    if (stop && (*stop)()) return std::optional<Completion>{};
+  }
+}
+
+Result<void> send_and_repost(const PingPongEnd& end, std::uint64_t round) {
+  if (auto id = end.connection->post_recv(end.local_segment); !id) return std::unexpected(id.error());
+  WorkRequest send{.opcode = Opcode::Send, .local = std::span(&end.segment, 1), .signaled = round % kSignalEvery == 0};
+  if (auto id = end.connection->post(std::span(&send, 1)); !id) return std::unexpected(id.error());
+  return {};
+}
+
+}  // namespace
+
+Result<std::vector<double>> write_pingpong_initiator(const PingPongEnd& end, const LatencyPlan& plan,
+                                                     std::uint64_t* rounds_done) {
+  std::vector<double> samples;
+  samples.reserve(plan.iterations ? plan.iterations : 1 << 20);
+  std::uint8_t* source_last = reinterpret_cast<std::uint8_t*>(end.segment.addr) + plan.size - 1;
+  Rounds rounds(plan);
+  std::uint64_t round = 1;
+  for (; rounds.keep_going(round); ++round) {
+    const std::uint8_t mark = round_mark(round);
+    *source_last = mark;
+    auto t0 = Clock::now();
+    if (auto ok = post_write(end, round); !ok) return std::unexpected(ok.error());
+    if (auto got = wait_for_mark(end, plan.size, mark, nullptr); !got) return std::unexpected(got.error());
+    auto t1 = Clock::now();
+    if (round > plan.warmup) samples.push_back(half_us(t0, t1));
+  }
+  *rounds_done = round - 1;
+  return samples;
+}
+
+Result<void> write_pingpong_responder(const PingPongEnd& end, const LatencyPlan& plan, std::uint64_t rounds,
+                                      const std::function<bool()>& stop) {
+  std::uint8_t* source_last = reinterpret_cast<std::uint8_t*>(end.segment.addr) + plan.size - 1;
+  for (std::uint64_t round = 1; rounds == 0 || round <= rounds; ++round) {
+    const std::uint8_t mark = round_mark(round);
+    auto got = wait_for_mark(end, plan.size, mark, &stop);
+    if (!got) return std::unexpected(got.error());
+    if (!*got) return {};
+    *source_last = mark;
+    if (auto ok = post_write(end, round); !ok) return std::unexpected(ok.error());
+  }
+  return {};
+}
+
+Result<std::vector<double>> send_pingpong_initiator(const PingPongEnd& end, CompletionQueue& send_cq,
+                                                    CompletionQueue& recv_cq, const LatencyPlan& plan,
+                                                    std::uint64_t* rounds_done) {
+  std::vector<double> samples;
+  samples.reserve(plan.iterations ? plan.iterations : 1 << 20);
+  Rounds rounds(plan);
+  std::uint64_t round = 1;
+  for (; rounds.keep_going(round); ++round) {
+    auto t0 = Clock::now();
+    WorkRequest send{.opcode = Opcode::Send, .local = std::span(&end.segment, 1),
+                     .signaled = round % kSignalEvery == 0};
+    if (auto id = end.connection->post(std::span(&send, 1)); !id) return std::unexpected(id.error());
+    auto got = wait_recv(recv_cq, plan.mode, nullptr);
+    if (!got) return std::unexpected(got.error());
+    if (auto id = end.connection->post_recv(end.local_segment); !id) return std::unexpected(id.error());
+    auto t1 = Clock::now();
+    if (auto ok = drain(send_cq); !ok) return std::unexpected(ok.error());
+    if (round > plan.warmup) samples.push_back(half_us(t0, t1));
+  }
+  *rounds_done = round - 1;
+  return samples;
+}
+
+Result<void> send_pingpong_responder(const PingPongEnd& end, CompletionQueue& send_cq, CompletionQueue& recv_cq,
+                                     const LatencyPlan& plan, const std::function<bool()>& stop) {
+  for (std::uint64_t round = 1;; ++round) {
+    auto got = wait_recv(recv_cq, plan.mode, &stop);
+    if (!got) return std::unexpected(got.error());
+    if (!*got) return {};
+    if (auto ok = send_and_repost(end, round); !ok) return std::unexpected(ok.error());
+    if (auto ok = drain(send_cq); !ok) return std::unexpected(ok.error());
+  }
+}
+
+Result<std::vector<double>> read_latency(const PingPongEnd& end, CompletionQueue& send_cq, const LatencyPlan& plan,
+                                         std::uint64_t* ops_done) {
+  std::vector<double> samples;
+  samples.reserve(plan.iterations ? plan.iterations : 1 << 20);
+  Rounds rounds(plan);
+  std::uint64_t round = 1;
+  for (; rounds.keep_going(round); ++round) {
+    auto t0 = Clock::now();
+    auto id = end.connection->read(end.segment, end.remote);
+    if (!id) return std::unexpected(id.error());
+    auto c = wait_one(send_cq, plan.mode, kTimeout);
+    if (!c) return std::unexpected(c.error());
+    auto t1 = Clock::now();
+    if (!c->ok()) return fail(Errc::TransportFailure, "read completed with " + std::string(to_string(c->status)));
+    if (round > plan.warmup) samples.push_back(full_us(t0, t1));
+  }
+  *ops_done = round - 1;
+  return samples;
+}
+
+Result<std::vector<double>> atomic_latency(const PingPongEnd& end, CompletionQueue& send_cq, const LatencyPlan& plan,
+                                           std::uint64_t* ops_done) {
+  std::vector<double> samples;
+  samples.reserve(plan.iterations ? plan.iterations : 1 << 20);
+  Segment old_value{end.segment.addr, 8, end.segment.lkey};
+  Rounds rounds(plan);
+  std::uint64_t round = 1;
+  for (; rounds.keep_going(round); ++round) {
+    auto t0 = Clock::now();
+    auto id = end.connection->fetch_add(old_value, end.remote, 1);
+    if (!id) return std::unexpected(id.error());
+    auto c = wait_one(send_cq, plan.mode, kTimeout);
+    if (!c) return std::unexpected(c.error());
+    auto t1 = Clock::now();
+    if (!c->ok()) return fail(Errc::TransportFailure, "fetch_add completed with " + std::string(to_string(c->status)));
+    std::uint64_t old = *reinterpret_cast<const std::uint64_t*>(old_value.addr);
+    if (old != round - 1)
+      return fail(Errc::ProtocolError, "fetch_add #" + std::to_string(round) + " returned " + std::to_string(old) +
+                                           ", expected " + std::to_string(round - 1));
+    if (round > plan.warmup) samples.push_back(full_us(t0, t1));
+  }
+  *ops_done = round - 1;
+  return samples;
+}
+
+}  // namespace rdmakit::perf

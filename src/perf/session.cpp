@@ -1,0 +1,143 @@
+#include "perf/session.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+namespace rdmakit::perf {
+namespace {
+
+using namespace std::chrono_literals;
+constexpr Access kDataAccess =
+    Access::LocalWrite | Access::RemoteWrite | Access::RemoteRead | Access::RemoteAtomic;
+constexpr auto kAcceptTimeout = std::chrono::milliseconds(std::chrono::minutes(10));
+
+std::uint64_t round_page(std::uint64_t bytes) { return (std::max<std::uint64_t>(bytes, 8) + 4095) / 4096 * 4096; }
+
+bool needs_two_areas(Test test, bool bidirectional) { return bidirectional || !is_bandwidth(test); }
+
+Result<void> make_cqs(Session& session) {
+  auto send_cq = session.context->create_cq();
+  if (!send_cq) return std::unexpected(send_cq.error());
+  auto recv_cq = session.context->create_cq();
+  if (!recv_cq) return std::unexpected(recv_cq.error());
+  session.send_cq = std::move(*send_cq);
+  session.recv_cq = std::move(*recv_cq);
+  return {};
+}
+
+Result<void> allocate_slots(Session& session, std::uint32_t connections, std::uint64_t largest, bool two_areas) {
+  // Both sides compute the same layout from the same Hello, so lane offsets agree.
+  session.send_offset = two_areas ? round_page(largest) : 0;
+  session.slot_bytes = round_page(largest) + session.send_offset;
+  auto memory = session.context->allocate(session.slot_bytes * connections, kDataAccess);
+  if (!memory) return std::unexpected(memory.error());
+  session.local = std::move(*memory);
+  return {};
+}
+
+Result<void> take_remote(Session& session, const ControlMessage& message) {
+  auto remote = RemoteRegion::deserialize(std::as_bytes(std::span(message.region)));
+  if (!remote) return std::unexpected(remote.error());
+  session.remote = *remote;
+  return {};
+}
+
+void put_region(ControlMessage& message, const MemoryRegion& region) {
+  auto bytes = region.descriptor().serialize();
+  std::memcpy(message.region, bytes.data(), bytes.size());
+}
+
+}  // namespace
+
+std::string endpoint(const std::string& address, std::uint16_t port, std::string_view transport) {
+  if (transport == "shm") return address.starts_with("shm:") ? address : "shm:rdmakit-perf-" + std::to_string(port);
+  if (address.find(':') != std::string::npos) return address;
+  return address + ":" + std::to_string(port);
+}
+
+Result<std::shared_ptr<Context>> open_context(const Params& params) {
+  Options options;
+  if (!params.transport.empty()) options.transport = params.transport;
+  if (!params.device.empty()) options.device = params.device;
+  options.wait_mode = params.mode == CompletionMode::Poll ? WaitMode::Spin : WaitMode::Block;
+  // Deep windows across many connections: room for every outstanding operation and completion.
+  std::uint32_t depth = std::max<std::uint32_t>(params.tx_depth * 2, 1024);
+  options.send_queue_depth = depth;
+  options.recv_queue_depth = depth;
+  options.cq_depth = std::max<std::uint32_t>(depth * params.connections, 4096);
+  return Context::open(options);
+}
+
+Result<Session> connect_session(const Params& params, std::shared_ptr<Context> context) {
+  Session session;
+  session.context = std::move(context);
+  const std::string address = endpoint(params.server, params.port, session.context->transport());
+  auto control = session.context->connect(address);
+  if (!control) return std::unexpected(control.error());
+  session.control_connection = *control;
+  auto channel = ControlChannel::open(*session.context, *control);
+  if (!channel) return std::unexpected(channel.error());
+  session.control.emplace(std::move(*channel));
+  if (auto ok = allocate_slots(session, params.connections, max_size(params),
+                                 needs_two_areas(params.test, params.bidirectional)); !ok) return std::unexpected(ok.error());
+
+  ControlMessage& hello = session.hello;
+  hello.kind = MessageKind::Hello;
+  hello.test = static_cast<std::uint8_t>(params.test);
+  hello.bidirectional = params.bidirectional;
+  hello.connections = params.connections;
+  hello.tx_depth = params.tx_depth;
+  hello.size = max_size(params);
+  put_region(hello, *session.local);
+  if (auto ok = session.control->send(hello); !ok) return std::unexpected(ok.error());
+
+  if (auto ok = make_cqs(session); !ok) return std::unexpected(ok.error());
+  for (std::uint32_t i = 0; i < params.connections; ++i) {
+    auto connection = session.context->connect(address, {.send_cq = session.send_cq, .recv_cq = session.recv_cq});
+    if (!connection) return std::unexpected(connection.error());
+    session.data.push_back(std::move(*connection));
+  }
+  auto welcome = session.control->expect(MessageKind::Welcome, 30s);
+  if (!welcome) return std::unexpected(welcome.error());
+  if (!welcome->ok) return fail(Errc::ConnectionRefused, "server refused the run: " + welcome->get_text());
+  if (auto ok = take_remote(session, *welcome); !ok) return std::unexpected(ok.error());
+  return session;
+}
+
+Result<Session> accept_session(const Params& params, std::shared_ptr<Context> context, Listener& listener) {
+  Session session;
+  session.context = std::move(context);
+  auto control = listener.accept(kAcceptTimeout);
+  if (!control) return std::unexpected(control.error());
+  session.control_connection = *control;
+  auto channel = ControlChannel::open(*session.context, *control);
+  if (!channel) return std::unexpected(channel.error());
+  session.control.emplace(std::move(*channel));
+  auto hello = session.control->expect(MessageKind::Hello, 30s);
+  if (!hello) return std::unexpected(hello.error());
+  session.hello = *hello;
+  if (auto ok = take_remote(session, *hello); !ok) return std::unexpected(ok.error());
+
+  if (auto ok = make_cqs(session); !ok) return std::unexpected(ok.error());
+  for (std::uint32_t i = 0; i < hello->connections; ++i) {
+    auto connection = listener.accept(30s, {.send_cq = session.send_cq, .recv_cq = session.recv_cq});
+    if (!connection) return std::unexpected(connection.error());
+    session.data.push_back(std::move(*connection));
+  }
+  ControlMessage welcome;
+  welcome.kind = MessageKind::Welcome;
+  if (hello->test != static_cast<std::uint8_t>(params.test)) {
+    welcome.ok = 0;
+    welcome.set_text("the server runs " + std::string(to_string(params.test)) + ", the client asked for another test");
+    (void)session.control->send(welcome);
+    return fail(Errc::InvalidArgument, "the client asked for a different test than " + std::string(to_string(params.test)));
+  }
+  if (auto ok = allocate_slots(session, hello->connections, hello->size,
+                                 needs_two_areas(static_cast<Test>(hello->test), hello->bidirectional != 0)); !ok) return std::unexpected(ok.error());
+  put_region(welcome, *session.local);
+  if (auto ok = session.control->send(welcome); !ok) return std::unexpected(ok.error());
+  return session;
+}
+
+}  // namespace rdmakit::perf

@@ -1,0 +1,104 @@
+// rdmakit-perf end to end in one process: a server thread and a client over the tcp transport (and any
+// other transport named in RDMAKIT_PERF_TEST_TRANSPORTS, e.g. "tcp,shm"), every test, data checked.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <sstream>
+#include <thread>
+
+#include "perf/params.hpp"
+#include "perf/run.hpp"
+#include "perf/session.hpp"
+
+namespace rdmakit::perf {
+namespace {
+
+std::vector<std::string> transports() {
+  const char* env = std::getenv("RDMAKIT_PERF_TEST_TRANSPORTS");
+  std::vector<std::string> out;
+  std::stringstream list(env ? env : "tcp");
+  for (std::string name; std::getline(list, name, ',');) out.push_back(name);
+  return out;
+}
+
+// Runs server and client; returns the client's report.
+Result<Report> run_pair(const std::string& transport, std::vector<std::string_view> args) {
+  std::string transport_arg = "--transport=" + transport;
+  args.push_back(transport_arg);
+  auto server_args = args;
+  server_args.erase(server_args.begin() + 1);  // no server address: the server side
+  auto client_params = parse_args(args);
+  auto server_params = parse_args(server_args);
+  if (!client_params) return std::unexpected(client_params.error());
+  if (!server_params) return std::unexpected(server_params.error());
+  auto server_context = open_context(*server_params);
+  if (!server_context) return std::unexpected(server_context.error());
+  auto listener = (*server_context)->listen(transport == "tcp" ? "127.0.0.1:0" : "");
+  if (!listener) return std::unexpected(listener.error());
+  client_params->server = (*listener)->address();
+  Result<void> served;
+  std::thread server([&] { served = run_server(*server_params, *server_context, **listener); });
+  auto client_context = open_context(*client_params);
+  Result<Report> report = client_context ? run_client(*client_params, *client_context)
+                                         : Result<Report>(std::unexpected(client_context.error()));
+  server.join();
+  if (!served) return std::unexpected(served.error());
+  return report;
+}
+
+class PerfLoopback : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(PerfLoopback, EveryTestRunsAndVerifies) {
+  const std::vector<std::vector<std::string_view>> cases = {
+      {"write_bw", "x", "-s", "4096", "-n", "100"},
+      {"write_bw", "x", "-a", "--max-size", "256K", "-n", "40", "-q", "3", "-t", "16", "--cq-mod", "4"},
+      {"write_bw", "x", "-s", "1000", "-n", "100", "-b", "--mode", "block"},
+      {"read_bw", "x", "-s", "65536", "-n", "100", "-q", "2", "-b"},
+      {"send_bw", "x", "-a", "--max-size", "64K", "-n", "100", "-q", "2"},
+      {"send_bw", "x", "-s", "512", "-D", "1", "--mode", "block"},
+      {"write_lat", "x", "-a", "--max-size", "8K", "-n", "50"},
+      {"write_lat", "x", "-s", "8", "-D", "1"},
+      {"read_lat", "x", "-s", "3000", "-n", "50", "--mode", "block"},
+      {"send_lat", "x", "-a", "--max-size", "16K", "-n", "50"},
+      {"send_lat", "x", "-s", "8", "-D", "1", "--mode", "block"},
+      {"atomic_lat", "x", "-n", "100"},
+  };
+  for (const auto& args : cases) {
+    SCOPED_TRACE(std::string(args[0]) + " case of " + std::to_string(args.size()) + " args");
+    auto report = run_pair(GetParam(), args);
+    ASSERT_TRUE(report) << report.error().describe();
+    ASSERT_FALSE(report->rows.empty());
+    for (const Row& row : report->rows) {
+      EXPECT_TRUE(row.verified) << row.bytes;
+      EXPECT_GT(row.iterations, 0u);
+      if (row.bandwidth) { EXPECT_GT(row.bandwidth->average_bytes_per_second, 0); }
+      if (row.latency) { EXPECT_GT(row.latency->median_us, 0); }
+    }
+  }
+}
+
+TEST_P(PerfLoopback, ServerRefusesAnotherTest) {
+  auto server_params = parse_args(std::vector<std::string_view>{"read_bw", "--transport", GetParam()});
+  auto client_params = parse_args(std::vector<std::string_view>{"write_bw", "x", "--transport", GetParam(), "-n", "10"});
+  ASSERT_TRUE(server_params && client_params);
+  auto server_context = open_context(*server_params);
+  ASSERT_TRUE(server_context);
+  auto listener = (*server_context)->listen(GetParam() == "tcp" ? "127.0.0.1:0" : "");
+  ASSERT_TRUE(listener);
+  client_params->server = (*listener)->address();
+  Result<void> served;
+  std::thread server([&] { served = run_server(*server_params, *server_context, **listener); });
+  auto client_context = open_context(*client_params);
+  ASSERT_TRUE(client_context);
+  auto report = run_client(*client_params, *client_context);
+  server.join();
+  ASSERT_FALSE(report);
+  EXPECT_NE(report.error().message().find("read_bw"), std::string::npos) << report.error().describe();
+  EXPECT_FALSE(served);
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, PerfLoopback, ::testing::ValuesIn(transports()),
+                         [](const auto& info) { return info.param; });
+
+}  // namespace
+}  // namespace rdmakit::perf
