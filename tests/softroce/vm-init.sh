@@ -97,6 +97,12 @@ else
     ip rule add pref 100 iif lo lookup 100 || fail "rule 100"
     ip rule add pref 200 lookup local || fail "rule local"
     ip rule del pref 0 lookup local || fail "moving the local rule"
+    # Static neighbours: the first rdma_resolve_addr in a fresh VM otherwise waits on ARP across the
+    # policy-routed pair and was seen to miss its deadline.
+    mac0=$(cat "/sys/class/net/$RDMAKIT_VM_NETDEV0/address")
+    mac1=$(cat "/sys/class/net/$RDMAKIT_VM_NETDEV1/address")
+    ip neigh replace "$RDMAKIT_VM_ADDR1" lladdr "$mac1" dev "$RDMAKIT_VM_NETDEV0" nud permanent || fail "neigh0"
+    ip neigh replace "$RDMAKIT_VM_ADDR0" lladdr "$mac0" dev "$RDMAKIT_VM_NETDEV1" nud permanent || fail "neigh1"
     rdma link add "$RDMAKIT_VM_DEV0" type rxe netdev "$RDMAKIT_VM_NETDEV0" || fail "rdma link add 0"
     rdma link add "$RDMAKIT_VM_DEV1" type rxe netdev "$RDMAKIT_VM_NETDEV1" || fail "rdma link add 1"
     RDMAKIT_VM_GIDIDX1=$(gid_index_of "$RDMAKIT_VM_DEV1" "$RDMAKIT_VM_ADDR1") ||
