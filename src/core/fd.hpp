@@ -26,9 +26,9 @@ class Fd {
   int get() const noexcept { return fd_; }
   explicit operator bool() const noexcept { return fd_ >= 0; }
   int release() noexcept { return std::exchange(fd_, -1); }
-  void reset() noexcept {
+  void reset(int fd = -1) noexcept {
     if (fd_ >= 0) ::close(fd_);
-    fd_ = -1;
+    fd_ = fd;
   }
 
  private:

@@ -1,4 +1,4 @@
-// Move-only owners of the kernel resources the shm transport holds: file descriptors and mappings.
+// Move-only owners of the kernel resources the shm transport holds: file descriptors (core/fd.hpp) and mappings.
 #pragma once
 
 #include <sys/mman.h>
@@ -7,29 +7,12 @@
 #include <cstddef>
 #include <utility>
 
+#include "core/fd.hpp"
+
 namespace rdmakit::shm {
 
-class UniqueFd {
- public:
-  UniqueFd() = default;
-  explicit UniqueFd(int fd) noexcept : fd_(fd) {}
-  UniqueFd(UniqueFd&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
-  UniqueFd& operator=(UniqueFd&& other) noexcept {
-    if (this != &other) reset(std::exchange(other.fd_, -1));
-    return *this;
-  }
-  ~UniqueFd() { reset(); }
-
-  int get() const noexcept { return fd_; }
-  explicit operator bool() const noexcept { return fd_ >= 0; }
-  void reset(int fd = -1) noexcept {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = fd;
-  }
-
- private:
-  int fd_ = -1;
-};
+// The core owner of a file descriptor, under the name this transport grew up with.
+using UniqueFd = Fd;
 
 class Mapping {
  public:

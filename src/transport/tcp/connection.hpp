@@ -54,6 +54,7 @@ class TcpConnection final : public Connection, public Pollable, public std::enab
   // Reads what has arrived, from the thread that polls a completion queue of this connection (busy-polling
   // progress: no hand-off through the engine thread). Does nothing while another thread is reading.
   void poll_input();
+  void drain_input();
   void on_writable() override;
   void on_tick(std::int64_t now_ns) override;
 
@@ -160,6 +161,7 @@ class TcpConnection final : public Connection, public Pollable, public std::enab
   // The receive state machine: driven by the engine thread or by a thread polling our completion queue,
   // whichever holds rx_mutex_. Lock order: rx_mutex_ before mutex_.
   std::mutex rx_mutex_;
+  std::atomic<bool> rx_pending_{false};
   Receive rx_;
   std::vector<std::byte> discard_buffer_;
 

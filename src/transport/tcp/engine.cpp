@@ -50,7 +50,9 @@ Result<void> Engine::add(std::uint32_t key, int fd, std::weak_ptr<Pollable> targ
     targets_[key] = std::move(target);
   }
   epoll_event event{};
-  event.events = EPOLLIN | EPOLLRDHUP;
+  // Edge-triggered: a thread busy-polling a completion queue may be reading the socket; level-triggered
+  // epoll would spin the engine on the same bytes until it is done.
+  event.events = EPOLLIN | EPOLLRDHUP | EPOLLET;
   event.data.u64 = key;
   if (epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, fd, &event) != 0) {
     std::lock_guard lock(mutex_);
@@ -77,7 +79,7 @@ void Engine::kick(std::uint32_t key) {
 
 void Engine::set_interest(std::uint32_t key, int fd, bool input, bool output) {
   epoll_event event{};
-  event.events = EPOLLRDHUP | (input ? EPOLLIN : 0u) | (output ? EPOLLOUT : 0u);
+  event.events = EPOLLRDHUP | EPOLLET | (input ? EPOLLIN : 0u) | (output ? EPOLLOUT : 0u);
   event.data.u64 = key;
   epoll_ctl(epoll_.get(), EPOLL_CTL_MOD, fd, &event);
 }

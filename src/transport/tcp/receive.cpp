@@ -34,22 +34,26 @@ std::uint32_t sgl_to_iov(const SgList& sgl, std::uint64_t length, iovec* iov) {
 
 }  // namespace
 
-void TcpConnection::on_readable() {
-  // A polling thread that holds rx_mutex_ is reading right now; epoll is level-triggered, so anything it
-  // leaves behind wakes the engine again.
-  std::unique_lock rx_lock(rx_mutex_, std::try_to_lock);
-  if (!rx_lock.owns_lock()) return;
-  while (read_some()) {
-  }
-}
+void TcpConnection::on_readable() { drain_input(); }
 
 void TcpConnection::poll_input() {
-  // Only when something is expected: a poll of an idle connection costs no system call.
-  if (posted_.load(std::memory_order_relaxed) == completed_.load(std::memory_order_relaxed)) return;
+  // Also when nothing of ours is outstanding: the peer's one-sided requests are carried out by whoever
+  // reads, and a spinning poller must not leave them to an engine thread it keeps off the core.
   if (failed_.load(std::memory_order_relaxed)) return;
-  std::unique_lock rx_lock(rx_mutex_, std::try_to_lock);
-  if (!rx_lock.owns_lock()) return;
-  while (read_some()) {
+  drain_input();
+}
+
+// Reads until the socket is empty, in whichever thread gets rx_mutex_. The engine watches the socket
+// edge-triggered, so input must never be left behind: a thread that finds the lock taken raises
+// rx_pending_, and the holder drains again after letting go of the lock.
+void TcpConnection::drain_input() {
+  rx_pending_.store(true, std::memory_order_release);
+  while (rx_pending_.load(std::memory_order_acquire)) {
+    std::unique_lock rx_lock(rx_mutex_, std::try_to_lock);
+    if (!rx_lock.owns_lock()) return;
+    rx_pending_.store(false, std::memory_order_release);
+    while (read_some()) {
+    }
   }
 }
 
