@@ -98,5 +98,27 @@ TEST_P(Conformance, SendWaitsForAReceivePostedLate) {
   EXPECT_EQ(find_pattern_mismatch(in->data(), 64, 9), 64u);
 }
 
+TEST_P(Conformance, SendSucceedsEvenWhenTheReceiverClosesRightAfterReceiving) {
+  // RC acknowledges a message no later than its receive completes: a receiver that closes (or exits)
+  // as soon as it has the message must not make the sender's SEND fail.
+  for (int round = 0; round < 20; ++round) {
+    Endpoint client, server;
+    client.context = client_.context;
+    server.context = server_.context;
+    connect_pair(client, server);
+    ASSERT_TRUE(client.connection);
+    client_.context = client.context;
+    server_.context = server.context;
+    auto out = region(*client.context, 8, Access::LocalWrite);
+    auto in = region(*server.context, 8, Access::LocalWrite);
+    ASSERT_TRUE(out && in);
+    auto recv_id = RDMAKIT_ASSERT_OK(server.connection->post_recv(in->whole()));
+    auto id = RDMAKIT_ASSERT_OK(client.connection->send(out->whole()));
+    ASSERT_EQ(wait(*server.connection, recv_id).status, Status::Success);
+    server.connection->close();
+    EXPECT_EQ(wait(*client.connection, id).status, Status::Success) << "round " << round;
+  }
+}
+
 }  // namespace
 }  // namespace rdmakit::conformance

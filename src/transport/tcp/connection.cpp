@@ -201,6 +201,12 @@ void TcpConnection::on_tick(std::int64_t now_ns) {
   }
   bool waiting = !in_flight_.empty();
   if (waiting && now_ns - last_progress_ns_.load(std::memory_order_relaxed) > timeout_ns_) {
+    log::debug("tcp", "silent peer: connection " + std::to_string(number()) + " front sequence " +
+                          std::to_string(in_flight_.front().sequence) + " opcode " +
+                          std::string(to_string(in_flight_.front().opcode)) + ", next " +
+                          std::to_string(next_sequence_) + ", out frames " + std::to_string(out_.size()) +
+                          ", rx phase " + std::to_string(static_cast<int>(rx_.phase)) + ", deferred acks " +
+                          std::to_string(acks_deferred_));
     fail_locked(Status::TransportRetryExceeded,
                 Error(Errc::ConnectionBroken, "peer " + peer_.name + " at " + peer_.address + " silent for " +
                                                   std::to_string(timeout_ns_ / 1'000'000) + " ms with " +

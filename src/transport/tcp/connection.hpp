@@ -113,6 +113,9 @@ class TcpConnection final : public Connection, public Pollable, public std::enab
   void send_nak_locked(const FrameHeader& request, Status status);
   void complete_locked(const InFlight& op, Status status, std::uint32_t bytes);
   void complete_local_errors_locked();
+  void defer_ack_locked(std::uint64_t sequence);
+  void flush_ack_locked();
+  void on_cumulative_ack_locked(std::uint64_t sequence);
   // ---- receive side, engine thread (receive.cpp)
   bool read_some();  // false when the socket has nothing more now
   void dispatch_header();
@@ -149,6 +152,8 @@ class TcpConnection final : public Connection, public Pollable, public std::enab
   std::deque<InFlight> in_flight_;
   std::deque<PostedRecv> recvs_;
   std::uint64_t next_sequence_ = 1, next_recv_sequence_ = 1;
+  std::uint64_t ack_sequence_ = 0;    // target side: the last request a deferred ACK answers
+  std::uint32_t acks_deferred_ = 0;
   bool want_output_ = false;
   bool input_paused_ = false;  // a request waits for a receive to be posted (RNR)
   bool error_queued_ = false;  // an op failed at post: nothing more is sent

@@ -180,6 +180,7 @@ void TcpConnection::on_writable() {
 
 void TcpConnection::send_response_locked(const FrameHeader& request, FrameType type, std::uint64_t value,
                                          std::uint32_t length, const iovec* payload, RegistrationTable::Pin pin) {
+  if (type != FrameType::Ack) flush_ack_locked();  // responses leave in request order
   OutFrame& frame = out_.emplace_back();
   frame.header = FrameHeader{.type = type, .status = 0, .reserved = 0, .length = length, .addr = 0, .rkey = 0,
                              .imm = 0, .operand1 = value, .operand2 = 0, .sequence = request.sequence};
@@ -191,6 +192,7 @@ void TcpConnection::send_response_locked(const FrameHeader& request, FrameType t
 }
 
 void TcpConnection::send_nak_locked(const FrameHeader& request, Status status) {
+  flush_ack_locked();
   OutFrame& frame = out_.emplace_back();
   frame.header = FrameHeader{.type = FrameType::Nak, .status = static_cast<std::uint8_t>(status), .reserved = 0,
                              .length = 0, .addr = 0, .rkey = 0, .imm = 0, .operand1 = 0, .operand2 = 0,

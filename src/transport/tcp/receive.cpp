@@ -54,6 +54,9 @@ void TcpConnection::drain_input() {
     rx_pending_.store(false, std::memory_order_release);
     while (read_some()) {
     }
+    // The burst is over: one cumulative ACK answers every WRITE and SEND it carried.
+    std::lock_guard lock(mutex_);
+    flush_ack_locked();
   }
 }
 
@@ -253,16 +256,20 @@ void TcpConnection::finish_payload() {
   std::lock_guard lock(mutex_);
   switch (rx_.then) {
     case Receive::Then::Nothing: return;
-    case Receive::Then::Ack: return send_response_locked(h, FrameType::Ack, 0, 0, nullptr, {});
+    case Receive::Then::Ack: return defer_ack_locked(h.sequence);
     case Receive::Then::AckWriteImm:
     case Receive::Then::AckSend: {
       bool write_imm = rx_.then == Receive::Then::AckWriteImm;
+      // The ACK leaves before the receive completion is visible: once the application sees the message it
+      // may close or exit, and the sender must not then time out on a message that was delivered.
+      defer_ack_locked(h.sequence);
+      flush_ack_locked();
       completed_.fetch_add(1, std::memory_order_relaxed);
       recv_queue_->push(Completion{.id = rx_.recv.id, .status = Status::Success,
                                    .opcode = write_imm ? Opcode::RecvWriteImm : Opcode::Recv,
                                    .has_imm = write_imm || h.type == FrameType::SendImm, .bytes = h.length,
                                    .imm = h.imm, .connection = number()});
-      return send_response_locked(h, FrameType::Ack, 0, 0, nullptr, {});
+      return;
     }
     case Receive::Then::ReadDone: {
       if (in_flight_.empty()) return;  // failed meanwhile
@@ -300,12 +307,9 @@ void TcpConnection::on_response_header() {
   if (in_flight_.empty() || in_flight_.front().local_error != Status::Success)
     return protocol_error("a response with no request waiting for it");
   InFlight& op = in_flight_.front();
+  if (h.type == FrameType::Ack) return on_cumulative_ack_locked(h.sequence);
   if (h.sequence != op.sequence) return protocol_error("a response out of order");
   switch (h.type) {
-    case FrameType::Ack:
-      if (op.opcode != Opcode::Write && op.opcode != Opcode::WriteImm && op.opcode != Opcode::Send)
-        return protocol_error("an ACK for a " + std::string(to_string(op.opcode)));
-      break;
     case FrameType::AtomicResponse:
       if (op.opcode != Opcode::CompareSwap && op.opcode != Opcode::FetchAdd)
         return protocol_error("an atomic response for a " + std::string(to_string(op.opcode)));
@@ -334,6 +338,45 @@ void TcpConnection::on_response_header() {
   InFlight done = op;
   in_flight_.pop_front();
   complete_locked(done, Status::Success, done.opcode == Opcode::Read ? done.bytes : (done.opcode == Opcode::CompareSwap || done.opcode == Opcode::FetchAdd ? 8 : done.bytes));
+  complete_local_errors_locked();
+}
+
+}  // namespace rdmakit::tcp
+
+namespace rdmakit::tcp {
+
+// Target side. Requests complete in order, so "everything up to sequence N is done" answers a whole
+// burst of WRITEs and SENDs with one frame. It goes out when the burst ends (the socket is empty), before
+// any other response (responses stay in request order), and at least every kAckBatch requests.
+void TcpConnection::defer_ack_locked(std::uint64_t sequence) {
+  constexpr std::uint32_t kAckBatch = 64;
+  ack_sequence_ = sequence;
+  if (++acks_deferred_ >= kAckBatch) flush_ack_locked();
+}
+
+void TcpConnection::flush_ack_locked() {
+  if (acks_deferred_ == 0 || failed_.load(std::memory_order_relaxed)) return;
+  acks_deferred_ = 0;
+  FrameHeader ack{};
+  ack.sequence = ack_sequence_;
+  send_response_locked(ack, FrameType::Ack, 0, 0, nullptr, {});
+}
+
+// Initiator side: completes every WRITE, WRITE_IMM and SEND up to `sequence`.
+void TcpConnection::on_cumulative_ack_locked(std::uint64_t sequence) {
+  if (sequence < in_flight_.front().sequence || sequence >= next_sequence_)
+    return fail_locked(Status::GeneralError,
+                       Error(Errc::ProtocolError, "peer " + peer_.name + " broke the protocol: an ACK out of range"));
+  while (!in_flight_.empty() && in_flight_.front().sequence <= sequence) {
+    InFlight done = in_flight_.front();
+    if (done.local_error != Status::Success ||
+        (done.opcode != Opcode::Write && done.opcode != Opcode::WriteImm && done.opcode != Opcode::Send))
+      return fail_locked(Status::GeneralError, Error(Errc::ProtocolError, "peer " + peer_.name +
+                                                                               " broke the protocol: an ACK for a " +
+                                                                               std::string(to_string(done.opcode))));
+    in_flight_.pop_front();
+    complete_locked(done, Status::Success, done.bytes);
+  }
   complete_local_errors_locked();
 }
 

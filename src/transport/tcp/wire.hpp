@@ -21,7 +21,7 @@ enum class FrameType : std::uint8_t {
   Send,
   SendImm,
   // Responses, target -> initiator, one per request and in request order.
-  Ack = 16,        // WRITE, WRITE_IMM, SEND done
+  Ack = 16,        // cumulative: every WRITE, WRITE_IMM and SEND up to `sequence` is done
   ReadResponse,    // followed by `length` bytes
   AtomicResponse,  // operand1 = the old value
   Nak,             // status = why; the target fails the connection after sending it

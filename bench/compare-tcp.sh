@@ -1,0 +1,8 @@
+#!/bin/sh
+# rdmakit tcp vs UCX over TCP loopback (UCX_TLS=tcp UCX_NET_DEVICES=lo) vs a plain TCP socket, same run,
+# alternating, pinned (server CPU 0, client CPU 1). Extra arguments go to compare.py (--reps, --sizes, ...).
+set -e
+here=$(cd "$(dirname "$0")" && pwd)
+build=${BUILD:-$here/../build-perf}
+g++ -std=c++20 -O2 -o "$build/baseline" "$here/baseline.cpp"
+exec /usr/bin/python3 "$here/compare.py" tcp "$@"
