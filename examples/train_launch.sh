@@ -9,7 +9,9 @@ output=$(mktemp)
 trap 'rm -f "$output"' EXIT
 case "$launcher" in
   torchrun)
-    port=$(( 30000 + (RANDOM % 20000) ))
+    # A port the kernel says is free now (a random one collided with another test's listener once).
+    port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])' \
+           2>/dev/null || echo $(( 30000 + (RANDOM % 20000) )))
     pids=()
     for ((r = 0; r < ranks; r++)); do
       RANK=$r WORLD_SIZE=$ranks LOCAL_RANK=$r LOCAL_WORLD_SIZE=$ranks MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \

@@ -14,6 +14,8 @@ packages=(
   # Soft-RoCE test VM and the peers we measure against
   rdma-core ibverbs-providers ibverbs-utils rdmacm-utils perftest qemu-system-x86 busybox-static cpio iproute2
   ucx-utils python3-matplotlib
+  # collectives: the mpirun launch of the training example, and the Open MPI comparison
+  openmpi-bin libopenmpi-dev
 )
 missing=()
 for package in "${packages[@]}"; do
