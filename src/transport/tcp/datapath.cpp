@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "core/tsan.hpp"
 #include "transport/tcp/connection.hpp"
 
 namespace rdmakit::tcp {
@@ -138,6 +139,7 @@ void TcpConnection::flush_locked() {
     msghdr message{};
     message.msg_iov = batch;
     message.msg_iovlen = count;
+    tsan::before_socket_send();
     ssize_t sent = ::sendmsg(socket_.get(), &message, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (sent < 0) {
       if (errno == EINTR) continue;

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "core/tsan.hpp"
 #include "transport/tcp/connection.hpp"
 
 namespace rdmakit::tcp {
@@ -99,6 +100,7 @@ bool TcpConnection::read_some() {
     if (errno != EAGAIN && errno != EWOULDBLOCK) peer_gone(std::string("failed: ") + std::strerror(errno));
     return false;
   }
+  tsan::after_socket_receive();
   touch();
   auto got = static_cast<std::size_t>(n);
   switch (rx_.phase) {
