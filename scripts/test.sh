@@ -29,14 +29,12 @@ run_suite build-asan -DCMAKE_BUILD_TYPE=Debug -DRDMAKIT_SANITIZE=ON -DRDMAKIT_BU
 RDMAKIT_TRANSPORT=tcp scripts/run-example.sh build-asan
 
 echo "== build-tsan/ (ThreadSanitizer: the concurrency code)"
-# shm is not in this list yet: TSan reports its target-side atomics (request slots in shared memory) as
-# racing with the owner's plain accesses; see docs/shm.md, "Known gaps".
-tsan_tests=(unit_fault unit_completion_queue unit_tcp_hostile unit_coll_threads)
+tsan_tests=(unit_fault unit_completion_queue unit_tcp_hostile unit_shm_transport unit_shm_process unit_coll_threads)
 cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRDMAKIT_TSAN=ON > /dev/null
 cmake --build build-tsan -j "$jobs" --target conformance conformance_peer "${tsan_tests[@]}"
 # intercept_send=0: a socket send releases before the kernel reads the payload (src/core/tsan.hpp).
 export TSAN_OPTIONS="suppressions=$PWD/tests/tsan.supp intercept_send=0 halt_on_error=1 exitcode=66"
-(cd build-tsan/tests && ./conformance --gtest_filter='*/tcp:*/fault_tcp')
+(cd build-tsan/tests && ./conformance --gtest_filter='*/tcp:*/shm:*/fault_tcp')
 for test in "${tsan_tests[@]}"; do (cd build-tsan/tests && "./$test"); done
 unset TSAN_OPTIONS
 

@@ -1,8 +1,12 @@
-// ThreadSanitizer and sockets. Bytes that one thread sends on a socket and another receives order the two
-// threads (the kernel carries them), but TSan cannot see that, so in a process that holds both ends (every
-// conformance test) it reports the target's kernel-side payload copy as racing with the application's later
-// use of its memory. We tell it what the kernel guarantees: a send releases, a receive acquires. One token
-// for all sockets is coarser than the truth (it orders more than one stream does), never finer.
+// ThreadSanitizer and channels it cannot see. Two threads of one process (every conformance test holds
+// both ends of a connection) are ordered by things TSan does not model:
+//   * bytes one thread sends on a socket and another receives (the kernel carries them: tcp);
+//   * a release store and an acquire load on the same shared-memory word mapped at two addresses (the
+//     owner's mapping and the peer's: shm's rings and request slots). TSan tracks addresses, not pages.
+// Without help it reports the target's side of a one-sided operation as racing with the application's
+// later use of its memory. We tell it what the hardware and the kernel guarantee: publishing to the peer
+// releases, consuming from it acquires. One token for every channel is coarser than the truth (it orders
+// more than one channel does), never finer, so it can hide a race between two channels but invents none.
 // The sender's own read of the payload inside sendmsg comes after its release, so the TSan stage runs with
 // intercept_send=0 (scripts/test.sh): the application must not touch a buffer while its operation is
 // outstanding, which is RDMA's rule and not something TSan can check here.
@@ -16,12 +20,12 @@ extern "C" void __tsan_release(void* addr);
 namespace rdmakit::tsan {
 
 #if defined(__SANITIZE_THREAD__)
-inline char socket_token;
-inline void before_socket_send() { __tsan_release(&socket_token); }
-inline void after_socket_receive() { __tsan_acquire(&socket_token); }
+inline char channel_token;
+inline void release_to_peer() { __tsan_release(&channel_token); }
+inline void acquire_from_peer() { __tsan_acquire(&channel_token); }
 #else
-inline void before_socket_send() {}
-inline void after_socket_receive() {}
+inline void release_to_peer() {}
+inline void acquire_from_peer() {}
 #endif
 
 }  // namespace rdmakit::tsan

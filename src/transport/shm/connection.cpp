@@ -1,4 +1,5 @@
 // Connection control path: construction, completion bookkeeping, the error state, close.
+#include "core/tsan.hpp"
 #include "transport/shm/connection.hpp"
 
 #include <sys/socket.h>
@@ -69,7 +70,9 @@ void ShmConnection::peer_gone_locked() {
 }
 
 bool ShmConnection::pins(std::uint32_t key) const noexcept {
-  return !gone() && in().pin.load(std::memory_order_seq_cst) == key;
+  bool held = !gone() && in().pin.load(std::memory_order_seq_cst) == key;
+  tsan::acquire_from_peer();  // the initiator's accesses under the pin happen before its release
+  return held;
 }
 
 void ShmConnection::push(SoftCompletionQueue& cq, const Completion& completion) {

@@ -5,6 +5,7 @@
 
 #include <cstring>
 
+#include "core/tsan.hpp"
 #include "transport/shm/connection.hpp"
 
 namespace rdmakit::shm {
@@ -148,6 +149,7 @@ Status ShmConnection::pinned(std::uint32_t key, std::uint64_t addr, std::uint64_
   target.pin.store(key, std::memory_order_seq_cst);
   Status status = check_remote(peer_->ctl(), key, addr, length, needed);
   if (status == Status::Success) status = access();
+  tsan::release_to_peer();
   target.pin.store(0, std::memory_order_release);
   return status;
 }
@@ -226,6 +228,7 @@ ShmConnection::Outcome ShmConnection::do_atomic_by_owner(Pending& op) {
     request.addr = op.request.remote.addr;
     request.compare_add = op.request.compare_add;
     request.swap = op.request.swap;
+    tsan::release_to_peer();
     request.state.store(kAtomicRequested, std::memory_order_release);
     op.atomic_requested = true;
     op.deadline = Clock::now() + context_->config().timeout;
@@ -236,6 +239,7 @@ ShmConnection::Outcome ShmConnection::do_atomic_by_owner(Pending& op) {
     if (Clock::now() >= op.deadline) return {false, false, Status::TransportRetryExceeded};
     return {true};
   }
+  tsan::acquire_from_peer();
   auto status = static_cast<Status>(request.status);
   std::uint64_t old_value = request.old_value;
   request.state.store(kAtomicIdle, std::memory_order_release);
@@ -302,8 +306,10 @@ bool ShmConnection::receive_ready(bool* closed) {
     target.pin.store(0, std::memory_order_release);
     return false;
   }
-  return target.recv_posted.load(std::memory_order_acquire) !=
-         target.recv_taken.load(std::memory_order_relaxed);
+  bool posted = target.recv_posted.load(std::memory_order_acquire) !=
+                target.recv_taken.load(std::memory_order_relaxed);
+  tsan::acquire_from_peer();
+  return posted;
 }
 
 // Consumes the receive at the head of the peer's ring with `done`, publishes it, wakes the peer.
@@ -314,6 +320,7 @@ void ShmConnection::produce(const RecvDone& done) {
   RecvDone filled = done;
   filled.id = target.recv[taken % kRingSlots].id;
   target.done[produced % kRingSlots] = filled;
+  tsan::release_to_peer();
   target.recv_taken.store(taken + 1, std::memory_order_release);
   target.produced.store(produced + 1, std::memory_order_release);
   target.pin.store(0, std::memory_order_release);

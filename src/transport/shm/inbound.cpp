@@ -2,6 +2,7 @@
 // initiator wrote there, serving atomics on memory the initiator cannot map.
 #include <algorithm>
 
+#include "core/tsan.hpp"
 #include "transport/shm/connection.hpp"
 
 namespace rdmakit::shm {
@@ -34,6 +35,7 @@ Result<std::uint64_t> ShmConnection::post_recv(std::span<const Segment> sgl) {
   entry.count = static_cast<std::uint32_t>(sgl.size());
   std::copy(sgl.begin(), sgl.end(), entry.sge);
   receives_.push_back(id);
+  tsan::release_to_peer();
   inbound.recv_posted.store(++recv_posted_, std::memory_order_release);
   peer_->ring();  // an initiator may be waiting for a receive (RNR)
   return id;
@@ -42,6 +44,7 @@ Result<std::uint64_t> ShmConnection::post_recv(std::span<const Segment> sgl) {
 bool ShmConnection::reap() {
   Inbound& inbound = in();
   std::uint64_t produced = inbound.produced.load(std::memory_order_acquire);
+  tsan::acquire_from_peer();
   std::uint64_t reaped = inbound.reaped.load(std::memory_order_relaxed);
   if (reaped == produced) return false;
   Status failed = Status::Success;
@@ -67,6 +70,7 @@ bool ShmConnection::reap() {
 bool ShmConnection::serve_atomic() {
   AtomicRequest& request = in().atomic;
   if (request.state.load(std::memory_order_acquire) != kAtomicRequested) return false;
+  tsan::acquire_from_peer();
   auto status = request.addr % 8 != 0
                     ? Status::RemoteInvalidRequest
                     : context_->registry().check_own(request.rkey, request.addr, 8, Access::RemoteAtomic);
@@ -74,6 +78,7 @@ bool ShmConnection::serve_atomic() {
     atomic_on(reinterpret_cast<std::uint64_t*>(request.addr), static_cast<Opcode>(request.opcode),
               request.compare_add, request.swap, &request.old_value);
   request.status = static_cast<std::uint64_t>(status);
+  tsan::release_to_peer();
   request.state.store(kAtomicDone, std::memory_order_release);
   peer_->ring();
   return true;

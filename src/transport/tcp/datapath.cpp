@@ -139,7 +139,7 @@ void TcpConnection::flush_locked() {
     msghdr message{};
     message.msg_iov = batch;
     message.msg_iovlen = count;
-    tsan::before_socket_send();
+    tsan::release_to_peer();
     ssize_t sent = ::sendmsg(socket_.get(), &message, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (sent < 0) {
       if (errno == EINTR) continue;

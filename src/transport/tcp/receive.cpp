@@ -100,7 +100,7 @@ bool TcpConnection::read_some() {
     if (errno != EAGAIN && errno != EWOULDBLOCK) peer_gone(std::string("failed: ") + std::strerror(errno));
     return false;
   }
-  tsan::after_socket_receive();
+  tsan::acquire_from_peer();
   touch();
   auto got = static_cast<std::size_t>(n);
   switch (rx_.phase) {
