@@ -2,7 +2,7 @@
 # Allreduce comparison on one host: rdmakit (shm and tcp) vs Open MPI (shared memory and tcp) vs Gloo
 # (tcp), f32 sum, out-of-place, same sizes and timing rules (see rdmakit-coll-perf.cpp), 2/4/8 ranks.
 #   bench/coll/run.sh <rdmakit build dir> [max bytes] [ranks...]    -> bench/coll/results.jsonl
-# Needs: apt-get install openmpi-bin libopenmpi-dev libgloo-dev. Runs as root (--allow-run-as-root).
+# Installs Open MPI and Gloo from Debian if missing (peers.sh). Runs as root (--allow-run-as-root).
 set -euo pipefail
 build=$(realpath "${1:-build-coll-shm}")
 max=${2:-268435456}
@@ -13,8 +13,8 @@ here=$(dirname "$(realpath "$0")")
 out=$here/results.jsonl
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-mpicxx -O2 -std=c++17 -o "$work/mpi_allreduce" "$here/mpi_allreduce.cpp"
-g++ -O2 -std=c++17 -o "$work/gloo_allreduce" "$here/gloo_allreduce.cpp" -lgloo -lpthread
+source "$here/peers.sh"
+build_peers "$here" "$work"
 mpi=(mpirun --allow-run-as-root --oversubscribe --bind-to none --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo)
 perf="$build/tools/rdmakit-coll-perf"
 : >"$out"

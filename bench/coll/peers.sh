@@ -1,0 +1,12 @@
+# Sourced by run.sh and run-netns.sh: installs and builds the peers' benchmark programs.
+build_peers() {  # build_peers <bench/coll dir> <work dir>
+  local missing=()
+  for package in openmpi-bin libopenmpi-dev libgloo-dev; do
+    dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
+  done
+  if [ ${#missing[@]} -gt 0 ]; then
+    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
+  fi
+  mpicxx -O2 -std=c++17 -o "$2/mpi_allreduce" "$1/mpi_allreduce.cpp"
+  g++ -O2 -std=c++17 -o "$2/gloo_allreduce" "$1/gloo_allreduce.cpp" -lgloo -lpthread
+}
