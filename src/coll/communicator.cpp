@@ -61,7 +61,7 @@ struct Communicator::Impl {
 
   Impl(CommOptions o, std::shared_ptr<bootstrap::Store> s, int rank, int size)
       : options(std::move(o)), store(std::move(s)),
-        exchange(rank, size, options.chunk_bytes, options.slots, options.timeout) {}
+        exchange(rank, size, options.chunk_bytes, options.slots, options.timeout, options.spin) {}
 
   ~Impl() {
     {

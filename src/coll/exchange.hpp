@@ -52,7 +52,8 @@ struct Peer {
 
 class Exchange {
  public:
-  Exchange(int rank, int size, std::size_t chunk, std::uint32_t slots, std::chrono::milliseconds timeout);
+  Exchange(int rank, int size, std::size_t chunk, std::uint32_t slots, std::chrono::milliseconds timeout,
+           std::chrono::microseconds spin);
 
   int rank() const noexcept { return rank_; }
   int size() const noexcept { return size_; }
@@ -88,6 +89,7 @@ class Exchange {
   std::size_t chunk_;
   std::uint32_t slots_;
   std::chrono::milliseconds timeout_;
+  std::chrono::microseconds spin_;
   std::vector<std::unique_ptr<Fabric>> fabrics_;
   std::vector<Peer> peers_;
   std::optional<Error> failure_;

@@ -3,6 +3,7 @@
 // reached by cross-memory attach), the error rules, revocation, and the pure parts (registry, arena).
 #include <gtest/gtest.h>
 
+#include <array>
 #include <atomic>
 #include <cstring>
 #include <future>
@@ -268,6 +269,31 @@ TEST(Shm, BlockingWaiterIsWokenByTheDoorbell) {
     best = std::min(best, std::chrono::steady_clock::now() - start);
   }
   EXPECT_LT(best, 50ms);
+}
+
+// A poll takes the polling lease: peers stop ringing the doorbell. A poller that then stops without going
+// to sleep leaves what arrives to the progress thread, which must sleep no longer than the lease (1 ms),
+// not its idle 100 ms. Best of three trials, as above.
+TEST(Shm, ReceiveAfterAPollerStopsIsDeliveredWithinTheLease) {
+  Pair p = connect_pair(Options{.wait_mode = WaitMode::Spin});
+  Memory src = make_memory(*p.a, 64, true);
+  Memory dst = make_memory(*p.b, 64, true);
+  auto best = std::chrono::steady_clock::duration::max();
+  for (int trial = 0; trial < 3; ++trial) {
+    std::uint64_t before = p.ba->stats().completed;
+    auto recv = p.ba->post_recv(dst.region->slice(0, 64)).value();
+    std::this_thread::sleep_for(150ms);  // the progress thread is in its idle sleep
+    std::array<Completion, 4> batch;
+    ASSERT_EQ(p.ba->recv_cq().poll(batch), 0u);  // b polls once: the lease starts
+    wait_ok(*p.ab, p.ab->send(src.region->slice(0, 8)).value());
+    auto start = std::chrono::steady_clock::now();
+    // Nobody polls b now, and stats() makes no progress: only b's progress thread can reap the receive.
+    while (p.ba->stats().completed == before && std::chrono::steady_clock::now() - start < 2s)
+      std::this_thread::sleep_for(200us);
+    best = std::min(best, std::chrono::steady_clock::now() - start);
+    ASSERT_EQ(wait_ok(*p.ba, recv).bytes, 8u);
+  }
+  EXPECT_LT(best, 10ms);
 }
 
 TEST(Shm, AddressesAndCapabilities) {

@@ -32,6 +32,8 @@ struct CommOptions {
   std::string local_transport;         // RDMAKIT_COLL_LOCAL_TRANSPORT, default shm (tcp when shm is not built)
   std::chrono::milliseconds timeout{}; // RDMAKIT_COLL_TIMEOUT_MS, default 60000: one collective's limit
   std::chrono::milliseconds bootstrap_timeout{};  // RDMAKIT_BOOTSTRAP_TIMEOUT_MS, default 60000
+  std::chrono::microseconds spin{-1};  // RDMAKIT_COLL_SPIN_US, default 5000: a waiting rank polls (yielding
+                                       // the CPU between polls) this long before it sleeps; 0 sleeps at once
   std::size_t chunk_bytes = 0;         // RDMAKIT_COLL_CHUNK_BYTES, default 512 KiB: pipeline unit and slot size
   std::uint32_t slots = 0;             // RDMAKIT_COLL_SLOTS, default 4: chunks in flight per peer
   std::size_t small_bytes = 0;         // RDMAKIT_COLL_SMALL_BYTES, default 64 KiB: recursive doubling up to this

@@ -41,7 +41,15 @@ class ShmCq final : public SoftCompletionQueue {
 
  protected:
   void progress() override {
-    if (auto context = context_.lock()) static_cast<ShmContext&>(*context).progress_all(false);
+    if (auto context = context_.lock()) {
+      auto& shm = static_cast<ShmContext&>(*context);
+      shm.note_polling();
+      shm.progress_all(false);
+    }
+  }
+  Result<void> sleep_until(std::chrono::steady_clock::time_point deadline) override {
+    if (auto context = context_.lock()) static_cast<ShmContext&>(*context).end_polling();
+    return SoftCompletionQueue::sleep_until(deadline);
   }
 
  private:

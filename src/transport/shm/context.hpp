@@ -55,8 +55,12 @@ class ShmContext final : public Context {
   Result<std::shared_ptr<Connection>> establish(UniqueFd socket, bool connector,
                                                 const ConnectOptions& options, std::string address);
   void detach(ShmConnection* connection);
-  // Wakes the progress thread if it sleeps (a large operation was queued for it).
+  // Wakes the progress thread if it sleeps (a large operation was queued for it) and nobody polls.
   void wake() noexcept;
+  // The polling lease (layout.hpp, ControlSegment::polled_until): renewed by every poll of one of our
+  // completion queues, ended by a waiter that is about to sleep.
+  void note_polling() noexcept;
+  void end_polling();
 
  private:
   explicit ShmContext(Config config);
@@ -65,6 +69,7 @@ class ShmContext final : public Context {
                                                         bool owned);
   void run_progress();
   void sleep_on_doorbell(Clock::time_point deadline);
+  Clock::time_point bounded_by_lease(Clock::time_point deadline) const noexcept;
   Result<std::shared_ptr<SoftCompletionQueue>> pick_cq(const std::shared_ptr<CompletionQueue>& given);
   // One view (and one 32 GiB arena mapping) per peer context, shared by all connections to it.
   Result<std::shared_ptr<PeerView>> peer_view(const Hello& hello, pid_t pid, std::vector<UniqueFd>& fds);

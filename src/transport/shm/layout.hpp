@@ -5,6 +5,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 
@@ -15,7 +16,7 @@ namespace rdmakit::shm {
 static_assert(std::atomic<std::uint64_t>::is_always_lock_free, "shared atomics must be address-free");
 static_assert(std::atomic<std::uint32_t>::is_always_lock_free, "shared atomics must be address-free");
 
-constexpr std::uint32_t kVersion = 1;
+constexpr std::uint32_t kVersion = 2;
 constexpr std::uint64_t kControlMagic = 0x4c52544353444b52ull;  // "RKDSCTRL"
 constexpr std::uint64_t kLinkMagic = 0x4b4e494c53444b52ull;     // "RKDSLINK"
 
@@ -43,8 +44,27 @@ struct ControlSegment {
   // Set while the owner's progress thread sleeps on its doorbell: peers write the eventfd only then,
   // so a busy owner costs them no system call.
   alignas(64) std::atomic<std::uint32_t> sleeping;
+  // The polling lease: until this time (monotonic_ns) a thread of the owner polls its completion queues
+  // and so makes progress itself. Peers do not ring while it runs: a wake-up would only put the progress
+  // thread on a core the poller needs. 0: nobody polls.
+  std::atomic<std::int64_t> polled_until;
   alignas(64) RegistrationSlot slot[kSlots];
 };
+
+// CLOCK_MONOTONIC in nanoseconds: one clock for every process on the host (std::chrono::steady_clock).
+inline std::int64_t monotonic_ns() noexcept {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// Whether whoever just published something for the owner of `control` must write its doorbell. The caller
+// has issued a seq_cst fence after publishing (pairs with the sleeper's fence, and with the fence of a
+// poller that ends its lease).
+inline bool needs_doorbell(const ControlSegment& control) noexcept {
+  if (control.sleeping.load(std::memory_order_relaxed) == 0) return false;
+  return control.polled_until.load(std::memory_order_relaxed) <= monotonic_ns();
+}
 
 // Receives and atomics: what one connection's direction can hold.
 constexpr std::uint32_t kMaxSge = 16;

@@ -117,7 +117,7 @@ std::byte* PeerView::translate(std::uint64_t addr, std::uint64_t length) const n
 
 void PeerView::ring(bool always) const noexcept {
   std::atomic_thread_fence(std::memory_order_seq_cst);  // pairs with the sleeper's fence (progress.cpp)
-  if (!always && ctl().sleeping.load(std::memory_order_relaxed) == 0) return;
+  if (!always && !needs_doorbell(ctl())) return;
   eventfd_write(doorbell.get(), 1);
 }
 

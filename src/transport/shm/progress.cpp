@@ -13,6 +13,10 @@ namespace {
 
 // Nothing waits forever, and a deadline that passed while we slept is handled promptly.
 constexpr auto kIdleSleep = std::chrono::milliseconds(100);
+// How long one poll keeps peers from ringing. A poller that stops without going to sleep (it returns to
+// computing) leaves messages that arrived meanwhile to the progress thread, which sleeps no longer than
+// the lease: this is the worst extra latency, and the progress thread's wake-up rate while someone polls.
+constexpr std::int64_t kLeaseNs = 1'000'000;
 
 }  // namespace
 
@@ -29,8 +33,34 @@ bool ShmContext::progress_all(bool block, Clock::time_point* next_deadline) {
 
 void ShmContext::wake() noexcept {
   std::atomic_thread_fence(std::memory_order_seq_cst);
-  if (control_.as<ControlSegment>()->sleeping.load(std::memory_order_relaxed))
-    eventfd_write(doorbell_.get(), 1);
+  if (needs_doorbell(*control_.as<ControlSegment>())) eventfd_write(doorbell_.get(), 1);
+}
+
+// Called on every poll of one of our completion queues. Renews the lease once half of it is gone, so a
+// spinning poller writes the shared line about once per half lease, not once per poll.
+void ShmContext::note_polling() noexcept {
+  auto& until = control_.as<ControlSegment>()->polled_until;
+  std::int64_t now = monotonic_ns();
+  std::int64_t current = until.load(std::memory_order_relaxed);
+  if (current - now > kLeaseNs / 2) return;
+  until.store(now + kLeaseNs, std::memory_order_relaxed);
+  // A new lease: the progress thread may be asleep on a timeout longer than the lease, and peers stop
+  // ringing now. Wake it so that it goes back to sleep bounded by the lease.
+  if (current <= now) {
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (control_.as<ControlSegment>()->sleeping.load(std::memory_order_relaxed)) eventfd_write(doorbell_.get(), 1);
+  }
+}
+
+// A poller is about to sleep: end the lease, then take whatever a peer published without ringing while it
+// ran. The fence pairs with the publisher's: either it sees the lease gone and rings, or this round sees
+// what it published. The round waits for the progress thread's (blocking lock), so nothing slips between.
+void ShmContext::end_polling() {
+  auto& until = control_.as<ControlSegment>()->polled_until;
+  if (until.load(std::memory_order_relaxed) == 0) return;
+  until.store(0, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  progress_all(true);
 }
 
 void ShmContext::run_progress() {
@@ -42,9 +72,16 @@ void ShmContext::run_progress() {
     // Pairs with PeerView::ring(): either the peer sees `sleeping` and writes the eventfd, or we see
     // what it published before it looked.
     std::atomic_thread_fence(std::memory_order_seq_cst);
-    if (!progress_all(true, &deadline)) sleep_on_doorbell(deadline);
+    if (!progress_all(true, &deadline)) sleep_on_doorbell(bounded_by_lease(deadline));
     control->sleeping.store(0, std::memory_order_relaxed);
   }
+}
+
+// While a poller holds the lease, peers do not ring: sleep no longer than the lease, then look again.
+Clock::time_point ShmContext::bounded_by_lease(Clock::time_point deadline) const noexcept {
+  std::int64_t until = control_.as<ControlSegment>()->polled_until.load(std::memory_order_relaxed);
+  if (until <= monotonic_ns()) return deadline;
+  return std::min(deadline, Clock::time_point(std::chrono::nanoseconds(until)));
 }
 
 void ShmContext::sleep_on_doorbell(Clock::time_point deadline) {
