@@ -1,10 +1,12 @@
 // Connection control path: construction, completion bookkeeping, the error state, close.
-#include "core/tsan.hpp"
 #include "transport/shm/connection.hpp"
 
 #include <sys/socket.h>
 
 #include <thread>
+
+#include "core/clock.hpp"
+#include "core/tsan.hpp"
 
 namespace rdmakit::shm {
 
@@ -77,7 +79,7 @@ bool ShmConnection::pins(std::uint32_t key) const noexcept {
 
 void ShmConnection::push(SoftCompletionQueue& cq, const Completion& completion) {
   ++completed_;
-  last_completion_ = std::chrono::system_clock::now();
+  last_completion_ = coarse_wall_clock();
   cq.push(completion);
 }
 
@@ -85,7 +87,7 @@ void ShmConnection::finish(const Pending& op, const Outcome& outcome) {
   bool ok = outcome.status == Status::Success;
   if (ok && !op.request.signaled) {
     ++completed_;
-    last_completion_ = std::chrono::system_clock::now();
+    last_completion_ = coarse_wall_clock();
   } else {
     push(*send_cq_, Completion{.id = op.id,
                                .status = outcome.status,

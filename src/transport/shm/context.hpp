@@ -70,6 +70,7 @@ class ShmContext final : public Context {
   void run_progress();
   void sleep_on_doorbell(Clock::time_point deadline);
   Clock::time_point bounded_by_lease(Clock::time_point deadline) const noexcept;
+  bool leased() const noexcept;
   Result<std::shared_ptr<SoftCompletionQueue>> pick_cq(const std::shared_ptr<CompletionQueue>& given);
   // One view (and one 32 GiB arena mapping) per peer context, shared by all connections to it.
   Result<std::shared_ptr<PeerView>> peer_view(const Hello& hello, pid_t pid, std::vector<UniqueFd>& fds);

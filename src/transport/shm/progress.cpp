@@ -67,14 +67,20 @@ void ShmContext::run_progress() {
   auto* control = control_.as<ControlSegment>();
   while (!stop_.load(std::memory_order_acquire)) {
     auto deadline = Clock::now() + kIdleSleep;
-    if (progress_all(true, &deadline)) continue;
+    // While a poller holds the lease it does the work; a second thread on it would only take turns with
+    // it for the lock and the core (measured: 16 MiB WRITEs at a third of the speed).
+    if (!leased() && progress_all(true, &deadline)) continue;
     control->sleeping.store(1, std::memory_order_relaxed);
     // Pairs with PeerView::ring(): either the peer sees `sleeping` and writes the eventfd, or we see
     // what it published before it looked.
     std::atomic_thread_fence(std::memory_order_seq_cst);
-    if (!progress_all(true, &deadline)) sleep_on_doorbell(bounded_by_lease(deadline));
+    if (leased() || !progress_all(true, &deadline)) sleep_on_doorbell(bounded_by_lease(deadline));
     control->sleeping.store(0, std::memory_order_relaxed);
   }
+}
+
+bool ShmContext::leased() const noexcept {
+  return control_.as<ControlSegment>()->polled_until.load(std::memory_order_relaxed) > monotonic_ns();
 }
 
 // While a poller holds the lease, peers do not ring: sleep no longer than the lease, then look again.

@@ -5,6 +5,7 @@
 
 #include <chrono>
 
+#include "core/clock.hpp"
 #include "core/log.hpp"
 #include "transport/tcp/context.hpp"
 #include "transport/tcp/completion_queue.hpp"
@@ -86,7 +87,7 @@ void TcpConnection::touch() noexcept { last_progress_ns_.store(steady_ns(), std:
 
 void TcpConnection::complete_locked(const InFlight& op, Status status, std::uint32_t bytes) {
   completed_.fetch_add(1, std::memory_order_relaxed);
-  last_completion_ns_.store(std::chrono::system_clock::now().time_since_epoch().count(), std::memory_order_relaxed);
+  last_completion_ns_.store(coarse_wall_clock().time_since_epoch().count(), std::memory_order_relaxed);
   if (status == Status::Success && !op.signaled) return;
   send_queue_->push(Completion{.id = op.id, .status = status, .opcode = op.opcode, .bytes = bytes,
                                .connection = number()});

@@ -2,6 +2,8 @@
 
 #include <bit>
 
+#include "core/clock.hpp"
+
 namespace rdmakit::verbs_impl {
 
 Track::Track(std::uint32_t number, std::uint32_t send_depth)
@@ -19,7 +21,7 @@ void Track::completed(const Completion& completion, std::uint64_t sequence, bool
     while (done < sequence + 1 && !send_done.compare_exchange_weak(done, sequence + 1, std::memory_order_relaxed)) {
     }
   }
-  auto now = std::chrono::system_clock::now().time_since_epoch();
+  auto now = coarse_wall_clock().time_since_epoch();
   last_completion_ns.store(std::chrono::duration_cast<std::chrono::nanoseconds>(now).count(), std::memory_order_relaxed);
   if (completion.status != Status::Success && completion.status != Status::Flushed)
     fail("operation " + std::to_string(completion.id) + " (" + std::string(to_string(completion.opcode)) +
