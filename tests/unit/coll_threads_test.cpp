@@ -2,6 +2,7 @@
 // contexts), for world sizes 1 to 8, over tcp and shm, every data type and operator, counts that do not
 // divide evenly, in-place and out-of-place, each allreduce algorithm, multi-chunk paths forced by
 // 64-byte chunks, and several asynchronous collectives in flight.
+#include <cstdlib>
 #include <gtest/gtest.h>
 
 #include <numeric>
@@ -167,6 +168,17 @@ TEST(CollSetup, ARankThatNeverShowsUpFailsTheOthersWithItsNumber) {
   ASSERT_FALSE(comm.has_value());
   EXPECT_EQ(comm.error().code(), Errc::Timeout);
   EXPECT_NE(comm.error().message().find("rank 1 of 3 did not show up"), std::string::npos) << comm.error().message();
+}
+
+TEST(CollSetup, ABadEnvironmentValueIsAnErrorNamingTheVariable) {
+  for (const char* bad : {"-1", "5ms", ""}) {
+    ::setenv("RDMAKIT_COLL_SPIN_US", bad, 1);
+    auto comm = Communicator::create(bootstrap::make_memory_store(), 0, 1, CommOptions{.network_transport = "tcp"});
+    ::unsetenv("RDMAKIT_COLL_SPIN_US");
+    ASSERT_FALSE(comm.has_value()) << "RDMAKIT_COLL_SPIN_US='" << bad << "' was accepted";
+    EXPECT_EQ(comm.error().code(), Errc::InvalidArgument);
+    EXPECT_NE(comm.error().message().find("RDMAKIT_COLL_SPIN_US"), std::string::npos) << comm.error().message();
+  }
 }
 
 TEST(CollSetup, BadArgumentsAreErrorsNotCrashes) {
