@@ -13,6 +13,7 @@
 #include <mutex>
 #include <string>
 
+#include "core/ring_queue.hpp"
 #include "core/soft_cq.hpp"
 #include "rdmakit/connection.hpp"
 #include "transport/shm/context.hpp"
@@ -106,7 +107,7 @@ class ShmConnection final : public Connection {
   std::string address_;
 
   mutable std::mutex mutex_;
-  std::deque<Pending> pending_;         // posted, not yet carried out (head may be blocked)
+  RingQueue<Pending> pending_;          // posted, not yet carried out (head may be blocked)
   std::deque<std::uint64_t> receives_;  // posted receives, oldest first
   std::uint64_t send_sequence_ = 0;
   std::uint64_t recv_sequence_ = 0;

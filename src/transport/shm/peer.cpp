@@ -121,8 +121,28 @@ void PeerView::ring(bool always) const noexcept {
   eventfd_write(doorbell.get(), 1);
 }
 
+namespace {
+
+// The common small case: one local segment and memory the peer shares by mapping, so a plain memcpy with
+// no I/O lists (callgrind: building and copying the lists was a quarter of an 8-byte WRITE's instructions).
+bool move_direct(const PeerView& peer, std::span<const Segment> local, std::uint64_t skip, std::uint64_t addr,
+                 std::uint64_t length, bool write) {
+  if (local.size() != 1 || skip > local[0].length || local[0].length - skip < length) return false;
+  std::byte* mapped = peer.translate(addr, length);
+  if (!mapped) return false;
+  auto* mine = reinterpret_cast<std::byte*>(local[0].addr + skip);
+  if (write)
+    std::memcpy(mapped, mine, length);
+  else
+    std::memcpy(mine, mapped, length);
+  return true;
+}
+
+}  // namespace
+
 Status write_remote(const PeerView& peer, std::span<const Segment> local, std::uint64_t skip,
                     std::uint64_t addr, std::uint64_t length) {
+  if (move_direct(peer, local, skip, addr, length, true)) return Status::Success;
   IoList remote;
   remote.add(addr, length);
   return move(peer, IoList::of(local, skip, length), remote, true);
@@ -130,6 +150,7 @@ Status write_remote(const PeerView& peer, std::span<const Segment> local, std::u
 
 Status read_remote(const PeerView& peer, std::span<const Segment> local, std::uint64_t skip,
                    std::uint64_t addr, std::uint64_t length) {
+  if (move_direct(peer, local, skip, addr, length, false)) return Status::Success;
   IoList remote;
   remote.add(addr, length);
   return move(peer, IoList::of(local, skip, length), remote, false);

@@ -1,0 +1,45 @@
+// A FIFO in one growing ring buffer. std::deque allocates a node per 512 bytes, which for a queue of
+// work requests with inline scatter-gather lists (a few hundred bytes each) is one malloc and one free
+// per operation (callgrind: 16 % of an 8-byte shm WRITE). This grows by doubling and then never allocates.
+#pragma once
+
+#include <cstddef>
+#include <utility>
+#include <vector>
+
+namespace rdmakit {
+
+template <typename T>
+class RingQueue {
+ public:
+  bool empty() const noexcept { return count_ == 0; }
+  std::size_t size() const noexcept { return count_; }
+  T& front() noexcept { return slots_[head_]; }
+
+  // A fresh element at the back (assigned over whatever the slot held before).
+  T& emplace_back() {
+    if (count_ == slots_.size()) grow();
+    T& slot = slots_[(head_ + count_) % slots_.size()];
+    slot = T{};
+    ++count_;
+    return slot;
+  }
+  void pop_front() noexcept {
+    head_ = (head_ + 1) % slots_.size();
+    --count_;
+  }
+
+ private:
+  void grow() {
+    std::vector<T> bigger(slots_.empty() ? 16 : slots_.size() * 2);
+    for (std::size_t i = 0; i < count_; ++i) bigger[i] = std::move(slots_[(head_ + i) % slots_.size()]);
+    slots_ = std::move(bigger);
+    head_ = 0;
+  }
+
+  std::vector<T> slots_;
+  std::size_t head_ = 0;
+  std::size_t count_ = 0;
+};
+
+}  // namespace rdmakit
