@@ -90,6 +90,31 @@ TEST_P(Conformance, BlockingWaitSleepsUntilTheCompletionArrives) {
   EXPECT_EQ(never.error().code(), Errc::Timeout);
 }
 
+// A target that polled its completion queues once and then went back to computing (no wait, no poll)
+// still serves one-sided operations promptly. A software transport that leases its sockets to a polling
+// thread (tcp: the engine stops watching input while someone polls) must take them back when the lease
+// runs out, not when the initiator gives up. Best of three trials.
+TEST_P(Conformance, OneSidedOperationsAreServedAfterTheTargetStopsPolling) {
+  connect_pair(client_, server_);
+  ASSERT_TRUE(client_.connection);
+  auto target = region(*server_.context, 4096, Access::LocalWrite | Access::RemoteWrite | Access::RemoteRead);
+  auto source = region(*client_.context, 4096, Access::LocalWrite);
+  ASSERT_TRUE(target && source);
+  fill_pattern(source->data(), 4096, 77);
+  auto best = std::chrono::steady_clock::duration::max();
+  for (int trial = 0; trial < 3; ++trial) {
+    Completion batch[4];
+    (void)server_.connection->recv_cq().poll(batch);  // the target polls once ...
+    (void)server_.connection->send_cq().poll(batch);
+    auto start = std::chrono::steady_clock::now();    // ... and then only computes
+    auto id = RDMAKIT_ASSERT_OK(client_.connection->write(source->whole(), target->descriptor().at(0)));
+    ASSERT_EQ(wait(*client_.connection, id).status, Status::Success);
+    best = std::min(best, std::chrono::steady_clock::now() - start);
+  }
+  EXPECT_EQ(find_pattern_mismatch(target->data(), 4096, 77), 4096u);
+  EXPECT_LT(best, 200ms);
+}
+
 TEST_P(Conformance, DiagnosticsShowOutstandingOperationsAndTheLastCompletion) {
   connect_pair(client_, server_);
   ASSERT_TRUE(client_.connection);

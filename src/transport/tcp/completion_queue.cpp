@@ -15,9 +15,25 @@ void TcpCompletionQueue::attach(const std::shared_ptr<TcpConnection>& connection
 void TcpCompletionQueue::progress() {
   // Called on every poll: no allocation. A connection's destructor never takes this lock, so it may run
   // here when a completion drops the last reference.
+  auto now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                 std::chrono::steady_clock::now().time_since_epoch())
+                 .count();
   std::lock_guard lock(mutex_);
   for (const auto& weak : connections_)
-    if (auto connection = weak.lock()) connection->poll_input();
+    if (auto connection = weak.lock()) {
+      connection->renew_lease(now);
+      connection->poll_input();
+    }
+}
+
+// About to sleep: the engine thread must watch our connections' input again before we do.
+Result<void> TcpCompletionQueue::sleep_until(std::chrono::steady_clock::time_point deadline) {
+  {
+    std::lock_guard lock(mutex_);
+    for (const auto& weak : connections_)
+      if (auto connection = weak.lock()) connection->end_lease();
+  }
+  return SoftCompletionQueue::sleep_until(deadline);
 }
 
 }  // namespace rdmakit::tcp

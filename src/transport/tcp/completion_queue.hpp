@@ -20,6 +20,7 @@ class TcpCompletionQueue final : public SoftCompletionQueue {
 
  protected:
   void progress() override;
+  Result<void> sleep_until(std::chrono::steady_clock::time_point deadline) override;
 
  private:
   std::mutex mutex_;

@@ -145,7 +145,9 @@ void TcpConnection::shut_down_locked() {
 }
 
 void TcpConnection::update_interest_locked() {
-  if (!shut_down_) engine_.set_interest(number(), socket_.get(), !input_paused_, want_output_);
+  if (!shut_down_)
+    engine_.set_interest(number(), socket_.get(), !input_paused_ && !input_leased_.load(std::memory_order_relaxed),
+                         want_output_);
 }
 
 Result<void> TcpConnection::health() const {

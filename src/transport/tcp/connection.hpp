@@ -57,6 +57,11 @@ class TcpConnection final : public Connection, public Pollable, public std::enab
   void drain_input();
   void on_writable() override;
   void on_tick(std::int64_t now_ns) override;
+  // The polling lease (lease.cpp): renewed by every poll of one of our completion queues, ended by a
+  // waiter that is about to sleep, checked by the engine when it runs out.
+  void renew_lease(std::int64_t now_ns);
+  void end_lease();
+  void on_lease_check(std::int64_t now_ns) override;
 
   // Public for make_shared; use create().
   TcpConnection(std::uint32_t number, std::shared_ptr<TcpContext> context, Fd socket, PeerInfo peer,
@@ -135,6 +140,7 @@ class TcpConnection final : public Connection, public Pollable, public std::enab
   void fail_now(Status head_status, Error reason);
   void shut_down_locked();
   void update_interest_locked();
+  void give_back_input();
   void touch() noexcept;
   void peer_gone(const std::string& why);
 
@@ -156,6 +162,8 @@ class TcpConnection final : public Connection, public Pollable, public std::enab
   std::uint32_t acks_deferred_ = 0;
   bool want_output_ = false;
   bool input_paused_ = false;  // a request waits for a receive to be posted (RNR)
+  std::atomic<bool> input_leased_{false};  // written under mutex_: a poller reads the socket, epoll does not
+  std::atomic<std::int64_t> polled_until_ns_{0};
   bool error_queued_ = false;  // an op failed at post: nothing more is sent
   bool linger_ = false;        // failed, but the last frames (a NAK) still go out before shutdown
   bool shut_down_ = false;

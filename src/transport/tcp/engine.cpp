@@ -3,6 +3,7 @@
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -110,11 +111,44 @@ void Engine::run_kicked() {
     if (auto target = find(key)) target->on_readable();
 }
 
+void Engine::lease_until(std::int64_t until_ns) noexcept {
+  std::int64_t current = lease_check_ns_.load(std::memory_order_relaxed);
+  while (current == 0 || until_ns < current) {
+    if (lease_check_ns_.compare_exchange_weak(current, until_ns, std::memory_order_relaxed)) {
+      // The engine may be asleep until its next tick (20 ms): make it look at the earlier time.
+      if (!on_engine_thread()) {
+        std::uint64_t one = 1;
+        (void)!::write(wake_.get(), &one, sizeof(one));
+      }
+      return;
+    }
+  }
+}
+
+// How long epoll_wait may sleep: until the tick, or until the earliest polling lease runs out (rounded up:
+// a lease must have expired when we look).
+int Engine::wait_ms(std::int64_t next_tick) const noexcept {
+  std::int64_t wake_at = next_tick;
+  std::int64_t lease = lease_check_ns_.load(std::memory_order_relaxed);
+  if (lease != 0 && lease < wake_at) wake_at = lease;
+  std::int64_t left = wake_at - now_ns();
+  if (left <= 0) return 0;
+  return static_cast<int>(std::min<std::int64_t>(kTickMs, (left + 999'999) / 1'000'000));
+}
+
+void Engine::check_leases(std::int64_t now) {
+  std::int64_t lease = lease_check_ns_.load(std::memory_order_relaxed);
+  if (lease == 0 || lease > now) return;
+  // Connections still leased register their new expiry again from on_lease_check.
+  lease_check_ns_.store(0, std::memory_order_relaxed);
+  for (auto& target : watched()) target->on_lease_check(now);
+}
+
 void Engine::run() {
   epoll_event events[64];
   std::int64_t next_tick = now_ns();
   for (;;) {
-    int n = epoll_wait(epoll_.get(), events, 64, kTickMs);
+    int n = epoll_wait(epoll_.get(), events, 64, wait_ms(next_tick));
     if (n < 0 && errno != EINTR) {
       log::error("tcp", std::string("epoll_wait failed; progress stops: ") + std::strerror(errno));
       return;
@@ -130,7 +164,9 @@ void Engine::run() {
       if (events[i].events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) target->on_readable();
       if (events[i].events & EPOLLOUT) target->on_writable();
     }
-    if (std::int64_t now = now_ns(); now >= next_tick) {
+    std::int64_t now = now_ns();
+    check_leases(now);
+    if (now >= next_tick) {
       for (auto& target : watched()) target->on_tick(now);
       next_tick = now + kTickMs * 1'000'000;
     }

@@ -23,6 +23,8 @@ class Pollable {
   virtual void on_readable() = 0;
   virtual void on_writable() = 0;
   virtual void on_tick(std::int64_t now_ns) = 0;
+  // A polling lease may have run out (see Engine::lease_until): take input back if so.
+  virtual void on_lease_check(std::int64_t now_ns) = 0;
 };
 
 class Engine {
@@ -41,6 +43,9 @@ class Engine {
   // for a frame that waits for one).
   void kick(std::uint32_t key);
   bool on_engine_thread() const noexcept { return std::this_thread::get_id() == thread_.get_id(); }
+  // A connection stopped watching its input because a thread polls it, until `until_ns`: the engine wakes
+  // by then (instead of its 20 ms tick) to call on_lease_check() on every connection.
+  void lease_until(std::int64_t until_ns) noexcept;
   // Every connection the engine watches, alive at the time of the call.
   std::vector<std::shared_ptr<Pollable>> watched() const;
 
@@ -48,6 +53,8 @@ class Engine {
   Engine(Fd epoll, Fd wake);
   void run();
   void run_kicked();
+  int wait_ms(std::int64_t next_tick) const noexcept;
+  void check_leases(std::int64_t now);
   std::shared_ptr<Pollable> find(std::uint32_t key) const;
 
   Fd epoll_;
@@ -56,6 +63,7 @@ class Engine {
   std::unordered_map<std::uint32_t, std::weak_ptr<Pollable>> targets_;
   std::vector<std::uint32_t> kicked_;  // guarded by mutex_
   std::atomic<bool> stopping_{false};
+  std::atomic<std::int64_t> lease_check_ns_{0};  // 0: no lease to check
   std::thread thread_;  // last: started after everything it uses exists, joined first
 };
 
