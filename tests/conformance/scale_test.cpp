@@ -112,7 +112,7 @@ TEST_P(Conformance, OneSidedOperationsAreServedAfterTheTargetStopsPolling) {
     best = std::min(best, std::chrono::steady_clock::now() - start);
   }
   EXPECT_EQ(find_pattern_mismatch(target->data(), 4096, 77), 4096u);
-  EXPECT_LT(best, 200ms);
+  EXPECT_LT(best, 1s);  // emulated RDMA (Soft-RoCE under TCG) is slow; the failure is a multi-second timeout
 }
 
 TEST_P(Conformance, DiagnosticsShowOutstandingOperationsAndTheLastCompletion) {
