@@ -62,12 +62,12 @@ Result<CommOptions> resolve_options(const CommOptions& given) {
   if (auto ok = number_from_env("RDMAKIT_COLL_TIMEOUT_MS", timeout, 60000L, 1L); !ok) return std::unexpected(ok.error());
   if (auto ok = number_from_env("RDMAKIT_BOOTSTRAP_TIMEOUT_MS", boot, 60000L, 1L); !ok) return std::unexpected(ok.error());
   o.timeout = std::chrono::milliseconds(timeout);
+  o.bootstrap_timeout = std::chrono::milliseconds(boot);
   if (o.spin.count() < 0) {
     long spin = 0;
     if (auto ok = number_from_env("RDMAKIT_COLL_SPIN_US", spin, 5000L, 0L); !ok) return std::unexpected(ok.error());
     o.spin = std::chrono::microseconds(spin);
   }
-  o.bootstrap_timeout = std::chrono::milliseconds(boot);
   if (auto ok = number_from_env<std::size_t>("RDMAKIT_COLL_CHUNK_BYTES", o.chunk_bytes, 512 * 1024, 64); !ok)
     return std::unexpected(ok.error());
   if (o.chunk_bytes % 64 != 0 || o.chunk_bytes > (1u << 30))

@@ -5,10 +5,10 @@
 #pragma once
 
 #include <atomic>
-#include <chrono>
 #include <cstddef>
 #include <cstdint>
 
+#include "core/clock.hpp"
 #include "rdmakit/memory.hpp"
 
 namespace rdmakit::shm {
@@ -44,26 +44,19 @@ struct ControlSegment {
   // Set while the owner's progress thread sleeps on its doorbell: peers write the eventfd only then,
   // so a busy owner costs them no system call.
   alignas(64) std::atomic<std::uint32_t> sleeping;
-  // The polling lease: until this time (monotonic_ns) a thread of the owner polls its completion queues
+  // The polling lease: until this time (steady_ns) a thread of the owner polls its completion queues
   // and so makes progress itself. Peers do not ring while it runs: a wake-up would only put the progress
   // thread on a core the poller needs. 0: nobody polls.
   std::atomic<std::int64_t> polled_until;
   alignas(64) RegistrationSlot slot[kSlots];
 };
 
-// CLOCK_MONOTONIC in nanoseconds: one clock for every process on the host (std::chrono::steady_clock).
-inline std::int64_t monotonic_ns() noexcept {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
 // Whether whoever just published something for the owner of `control` must write its doorbell. The caller
 // has issued a seq_cst fence after publishing (pairs with the sleeper's fence, and with the fence of a
 // poller that ends its lease).
 inline bool needs_doorbell(const ControlSegment& control) noexcept {
   if (control.sleeping.load(std::memory_order_relaxed) == 0) return false;
-  return control.polled_until.load(std::memory_order_relaxed) <= monotonic_ns();
+  return control.polled_until.load(std::memory_order_relaxed) <= steady_ns();
 }
 
 // Receives and atomics: what one connection's direction can hold.

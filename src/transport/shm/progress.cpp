@@ -40,7 +40,7 @@ void ShmContext::wake() noexcept {
 // spinning poller writes the shared line about once per half lease, not once per poll.
 void ShmContext::note_polling() noexcept {
   auto& until = control_.as<ControlSegment>()->polled_until;
-  std::int64_t now = monotonic_ns();
+  std::int64_t now = steady_ns();
   std::int64_t current = until.load(std::memory_order_relaxed);
   if (current - now > kLeaseNs / 2) return;
   until.store(now + kLeaseNs, std::memory_order_relaxed);
@@ -80,13 +80,13 @@ void ShmContext::run_progress() {
 }
 
 bool ShmContext::leased() const noexcept {
-  return control_.as<ControlSegment>()->polled_until.load(std::memory_order_relaxed) > monotonic_ns();
+  return control_.as<ControlSegment>()->polled_until.load(std::memory_order_relaxed) > steady_ns();
 }
 
 // While a poller holds the lease, peers do not ring: sleep no longer than the lease, then look again.
 Clock::time_point ShmContext::bounded_by_lease(Clock::time_point deadline) const noexcept {
   std::int64_t until = control_.as<ControlSegment>()->polled_until.load(std::memory_order_relaxed);
-  if (until <= monotonic_ns()) return deadline;
+  if (until <= steady_ns()) return deadline;
   return std::min(deadline, Clock::time_point(std::chrono::nanoseconds(until)));
 }
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "core/clock.hpp"
 #include "transport/tcp/connection.hpp"
 
 namespace rdmakit::tcp {
@@ -15,9 +16,7 @@ void TcpCompletionQueue::attach(const std::shared_ptr<TcpConnection>& connection
 void TcpCompletionQueue::progress() {
   // Called on every poll: no allocation. A connection's destructor never takes this lock, so it may run
   // here when a completion drops the last reference.
-  auto now = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                 std::chrono::steady_clock::now().time_since_epoch())
-                 .count();
+  std::int64_t now = steady_ns();
   std::lock_guard lock(mutex_);
   for (const auto& weak : connections_)
     if (auto connection = weak.lock()) {

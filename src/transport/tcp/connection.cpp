@@ -14,11 +14,6 @@
 namespace rdmakit::tcp {
 namespace {
 
-std::int64_t steady_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
 Result<std::shared_ptr<TcpCompletionQueue>> own_or_new_cq(const std::shared_ptr<CompletionQueue>& given,
                                                           const Config& config) {
   if (!given) return std::make_shared<TcpCompletionQueue>(config.wait_mode, config.spin);

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <string>
 
+#include "core/clock.hpp"
 #include "core/log.hpp"
 
 namespace rdmakit::tcp {
@@ -16,11 +17,6 @@ namespace {
 
 constexpr int kTickMs = 20;  // deadline checks: well below any sensible timeout
 constexpr std::uint64_t kWakeKey = ~std::uint64_t{0};
-
-std::int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 
 }  // namespace
 
@@ -131,7 +127,7 @@ int Engine::wait_ms(std::int64_t next_tick) const noexcept {
   std::int64_t wake_at = next_tick;
   std::int64_t lease = lease_check_ns_.load(std::memory_order_relaxed);
   if (lease != 0 && lease < wake_at) wake_at = lease;
-  std::int64_t left = wake_at - now_ns();
+  std::int64_t left = wake_at - steady_ns();
   if (left <= 0) return 0;
   return static_cast<int>(std::min<std::int64_t>(kTickMs, (left + 999'999) / 1'000'000));
 }
@@ -146,7 +142,7 @@ void Engine::check_leases(std::int64_t now) {
 
 void Engine::run() {
   epoll_event events[64];
-  std::int64_t next_tick = now_ns();
+  std::int64_t next_tick = steady_ns();
   for (;;) {
     int n = epoll_wait(epoll_.get(), events, 64, wait_ms(next_tick));
     if (n < 0 && errno != EINTR) {
@@ -164,7 +160,7 @@ void Engine::run() {
       if (events[i].events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) target->on_readable();
       if (events[i].events & EPOLLOUT) target->on_writable();
     }
-    std::int64_t now = now_ns();
+    std::int64_t now = steady_ns();
     check_leases(now);
     if (now >= next_tick) {
       for (auto& target : watched()) target->on_tick(now);

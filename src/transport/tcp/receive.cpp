@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "core/clock.hpp"
 #include "core/tsan.hpp"
 #include "transport/tcp/connection.hpp"
 
@@ -15,11 +16,6 @@ namespace rdmakit::tcp {
 namespace {
 
 constexpr std::size_t kDiscardChunk = 64 * 1024;
-
-std::int64_t steady_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 
 // Fills iov with the first `length` bytes of `sgl`; returns the number of entries.
 std::uint32_t sgl_to_iov(const SgList& sgl, std::uint64_t length, iovec* iov) {
