@@ -14,4 +14,9 @@ export PKG_CONFIG_PATH="$scratch/prefix/lib/pkgconfig"
 # shellcheck disable=SC2046
 g++ "$source_dir/consumer/main.cpp" -o "$scratch/consumer-pkgconfig" $(pkg-config --cflags --libs rdmakit)
 LD_LIBRARY_PATH="$scratch/prefix/lib" "$scratch/consumer-pkgconfig"
-echo "package: find_package and pkg-config both work"
+# An installed tool starts with no LD_LIBRARY_PATH (its RPATH points at ../lib) and lists the transports.
+if [ -x "$scratch/prefix/bin/rdmakit-info" ]; then
+  env -u LD_LIBRARY_PATH "$scratch/prefix/bin/rdmakit-info" --config > "$scratch/info.txt"
+  grep -q "timeout_ms" "$scratch/info.txt" || { echo "package: installed rdmakit-info printed no options"; exit 1; }
+fi
+echo "package: find_package and pkg-config both work; the installed rdmakit-info runs"
