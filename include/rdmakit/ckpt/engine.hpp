@@ -1,0 +1,76 @@
+// The checkpoint engine: snapshot application state into staging memory in the time of a memcpy, persist
+// it to disk in the background, and restore the newest good checkpoint after a crash.
+//
+//   auto engine = rdmakit::ckpt::Engine::create({.directory = "/nvme/run1"}, {{"w", w.data(), w.size() * 4,
+//                                                 DType::F32, {1024, 256}}});
+//   if (auto step = (*engine)->restore_latest()) start = *step + 1;   // NotFound on a fresh start
+//   for (step = start; ...; ++step) { train(); if (step % 10 == 0) (*engine)->snapshot(step); }
+//
+// snapshot() returns once every buffer is copied into the engine's staging memory (one buffer of the
+// state's size, aligned for O_DIRECT, reused by every snapshot); a background thread then writes it with
+// io_uring, checksums every chunk, and commits it with fsyncs and an atomic rename (docs/ckpt.md has the
+// on-disk format and the guarantees). Staging holds one snapshot: a snapshot() issued while the previous
+// one is still being persisted waits for it.
+//
+// Errors of the background work (disk full, I/O error) are kept and returned by the next call into the
+// engine (snapshot, wait_persisted, restore_latest), once; the checkpoint that failed is not committed and
+// the previous ones stay intact.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "rdmakit/ckpt/types.hpp"
+#include "rdmakit/error.hpp"
+
+namespace rdmakit::ckpt {
+
+struct EngineOptions {
+  std::string directory;               // checkpoints live in <directory>/ckpt-<step>; created if missing
+  std::uint32_t keep = 3;              // committed checkpoints kept (>= 1); older ones deleted after a commit
+  std::size_t chunk_bytes = 4u << 20;  // write and checksum unit; a multiple of 4096
+  std::uint32_t io_depth = 4;          // writes in flight
+  std::uint32_t copy_threads = 0;      // threads splitting the snapshot copy; 0 = min(4, cores)
+  bool direct_io = true;               // O_DIRECT; falls back to buffered I/O (with a warning) if refused
+  std::uint32_t rank = 0;              // this process's rank and the job's world size, recorded in the
+  std::uint32_t world_size = 1;        // manifest; restore refuses a checkpoint of another world size
+  // Test hook for crash tests: the persist thread raises SIGKILL on its own process when it reaches this
+  // numbered point of the commit (see CrashPoint in src/ckpt/persist.hpp). 0 = never.
+  int crash_point = 0;
+};
+
+class Engine {
+ public:
+  // Checks the buffers (unique non-empty names, sizes matching shapes, host memory) and allocates staging.
+  static Result<std::unique_ptr<Engine>> create(EngineOptions options, std::vector<Buffer> buffers);
+  // Waits for the checkpoint being persisted (it is committed or fails) and stops the background thread.
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Copies every buffer into staging and hands the copy to the background persist; returns when the
+  // buffers may be modified again. Returns a pending background error instead (nothing is snapshotted).
+  Result<void> snapshot(std::uint64_t step);
+  // Returns when the copy of the last snapshot() is complete. snapshot() copies before returning, so this
+  // returns at once today; it is the point a lazy mode would stall at.
+  Result<void> wait_snapshot();
+  // Waits until the last snapshot is committed on disk and reports it (NotFound when none was taken).
+  Result<PersistReport> wait_persisted();
+  // Loads the newest checkpoint whose manifest and every chunk checksum verify into the buffers, and
+  // returns its step. A torn or corrupted checkpoint is reported (a warning naming the file and chunk) and
+  // skipped for the previous one. NotFound when no good checkpoint exists; the buffers are then untouched.
+  Result<std::uint64_t> restore_latest();
+
+  const EngineOptions& options() const noexcept;
+  std::size_t state_bytes() const noexcept;    // sum of the buffers' sizes
+  std::size_t staging_bytes() const noexcept;  // memory the engine holds for staging
+
+ private:
+  struct Impl;
+  explicit Engine(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace rdmakit::ckpt

@@ -1,0 +1,73 @@
+// Reading checkpoints without an engine: what `rdmakit-ckpt list|verify|show|export` is built on.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "rdmakit/ckpt/types.hpp"
+#include "rdmakit/error.hpp"
+
+namespace rdmakit::ckpt {
+
+// One buffer's place in a checkpoint.
+struct TensorEntry {
+  std::string name;
+  DType dtype = DType::U8;
+  std::vector<std::uint64_t> shape;
+  std::uint32_t file = 0;    // index into Manifest::files
+  std::uint64_t offset = 0;  // byte offset in that file
+  std::uint64_t size = 0;
+};
+
+// One checksummed chunk of a data file.
+struct ChunkEntry {
+  std::uint32_t file = 0;
+  std::uint64_t offset = 0;
+  std::uint64_t size = 0;
+  std::uint64_t checksum = 0;
+};
+
+struct FileEntry {
+  std::string name;  // a plain file name inside the checkpoint directory
+  std::uint64_t size = 0;
+};
+
+struct Manifest {
+  std::uint32_t version = 1;
+  std::uint64_t step = 0;
+  std::int64_t time_ns = 0;  // wall clock (CLOCK_REALTIME) when the snapshot was taken
+  std::uint32_t rank = 0;
+  std::uint32_t world_size = 1;
+  std::uint64_t chunk_bytes = 0;
+  std::vector<FileEntry> files;
+  std::vector<TensorEntry> tensors;
+  std::vector<ChunkEntry> chunks;
+};
+
+struct CheckpointInfo {
+  std::string path;
+  std::uint64_t step = 0;
+  // Empty when the manifest reads and checks; else why not (the checkpoint is unusable). Chunks are not
+  // verified by list_checkpoints(): verify_checkpoint() does that.
+  std::string problem;
+  Manifest manifest;
+};
+
+// The committed checkpoints under `directory`, newest first (in-progress and deleted ones are not listed).
+Result<std::vector<CheckpointInfo>> list_checkpoints(const std::string& directory);
+// Reads and checks the manifest of one checkpoint directory.
+Result<Manifest> read_manifest(const std::string& checkpoint_path);
+// Reads every data file and checks every chunk checksum. The error names the file and the chunk.
+// `progress` (may be empty) is called with bytes verified so far and the total.
+Result<Manifest> verify_checkpoint(
+    const std::string& checkpoint_path,
+    const std::function<void(std::uint64_t done, std::uint64_t total)>& progress = {});
+// The manifest as readable text (what `rdmakit-ckpt show` prints).
+std::string describe_manifest(const Manifest& manifest);
+// Writes one tensor as a numpy .npy file (format 1.0), after verifying the chunks it spans.
+Result<void> export_npy(const std::string& checkpoint_path, const std::string& tensor_name,
+                        const std::string& output_file);
+
+}  // namespace rdmakit::ckpt

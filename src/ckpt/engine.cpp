@@ -1,0 +1,253 @@
+#include "rdmakit/ckpt/engine.hpp"
+
+#include <condition_variable>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <thread>
+
+#include "ckpt/copy_pool.hpp"
+#include "ckpt/io.hpp"
+#include "ckpt/manifest.hpp"
+#include "ckpt/persist.hpp"
+#include "ckpt/restore.hpp"
+#include "core/log.hpp"
+#include "rdmakit/ckpt/store.hpp"
+
+namespace rdmakit::ckpt {
+namespace {
+
+Result<void> check_options(const EngineOptions& o) {
+  if (o.directory.empty()) return fail(Errc::InvalidArgument, "ckpt: EngineOptions::directory is empty");
+  if (o.keep == 0) return fail(Errc::InvalidArgument, "ckpt: EngineOptions::keep must be at least 1");
+  if (o.chunk_bytes == 0 || o.chunk_bytes % detail::kIoAlignment != 0 ||
+      o.chunk_bytes > detail::kMaxChunkBytes)
+    return fail(Errc::InvalidArgument,
+                "ckpt: EngineOptions::chunk_bytes must be a multiple of 4096 up to 1 GiB");
+  if (o.io_depth == 0 || o.io_depth > 256)
+    return fail(Errc::InvalidArgument, "ckpt: EngineOptions::io_depth must be 1..256");
+  if (o.world_size == 0 || o.rank >= o.world_size)
+    return fail(Errc::InvalidArgument, "ckpt: EngineOptions::rank must be below world_size");
+  return {};
+}
+
+Result<void> check_buffers(const std::vector<Buffer>& buffers) {
+  std::set<std::string> names;
+  for (const auto& b : buffers) {
+    std::string where = "ckpt: buffer '" + b.name + "': ";
+    if (b.name.empty() || !names.insert(b.name).second)
+      return fail(Errc::InvalidArgument, where + "empty or repeated name");
+    if (b.kind != MemoryKind::Host)
+      return fail(Errc::NotSupported, where + "only host memory is supported in this build (docs/ckpt.md)");
+    if (!b.data && b.size > 0) return fail(Errc::InvalidArgument, where + "null data");
+    std::uint64_t elements = 1;
+    for (auto d : b.shape) elements *= d;
+    if (!b.shape.empty() && elements * dtype_size(b.dtype) != b.size)
+      return fail(Errc::InvalidArgument, where + "shape times dtype size is not its size");
+  }
+  return {};
+}
+
+// The manifest describes exactly this engine's state (same rank, world size, names, dtypes and places).
+Result<void> check_compatible(const Manifest& m, const EngineOptions& o,
+                              const std::vector<TensorEntry>& layout, std::uint64_t bytes) {
+  if (m.world_size != o.world_size)
+    return fail(Errc::InvalidArgument, "written by a job of " + std::to_string(m.world_size) +
+                                           " ranks, this one has " + std::to_string(o.world_size) +
+                                           " (resharding is not supported)");
+  if (m.rank != o.rank) return fail(Errc::InvalidArgument, "written by rank " + std::to_string(m.rank));
+  if (m.files.size() != 1 || m.files[0].size != bytes || m.tensors.size() != layout.size())
+    return fail(Errc::InvalidArgument, "its state has a different size or number of buffers");
+  for (std::size_t i = 0; i < layout.size(); ++i) {
+    const auto &a = m.tensors[i], &b = layout[i];
+    if (a.name != b.name || a.offset != b.offset || a.size != b.size || a.dtype != b.dtype ||
+        a.shape != b.shape)
+      return fail(Errc::InvalidArgument,
+                  "buffer '" + b.name + "' differs from the checkpoint's '" + a.name + "'");
+  }
+  return {};
+}
+
+std::int64_t wall_clock_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
+struct Engine::Impl {
+  EngineOptions options;
+  std::vector<Buffer> buffers;
+  std::vector<TensorEntry> layout;
+  std::vector<detail::Span> spans;
+  std::uint64_t bytes = 0;
+  detail::AlignedBuffer staging;  // round_up(bytes, 4096): O_DIRECT writes whole blocks
+  std::optional<detail::Ring> ring;
+  std::optional<detail::CopyPool> pool;
+  bool warned_buffered = false;
+
+  // Shared with the persist thread, under `mutex`.
+  std::mutex mutex;
+  std::condition_variable changed;
+  bool job_pending = false;  // staging holds a snapshot not yet committed or failed
+  bool stop = false;
+  std::uint64_t job_step = 0;
+  std::int64_t job_time_ns = 0;
+  std::optional<Error> background_error;  // returned once by the next call
+  std::optional<PersistReport> last_report;
+  std::jthread persist_thread;  // last: stopped and joined first
+
+  void copy(bool to_staging) {
+    std::size_t parts = bytes < (1u << 20) ? 1 : pool->threads();
+    pool->run(parts, [&](std::size_t part) {
+      detail::copy_part(spans, staging.data(), bytes, part, parts, to_staging);
+    });
+  }
+
+  // Waits until staging is free; returns the background error, if any, once.
+  Result<void> settle(std::unique_lock<std::mutex>& lock) {
+    changed.wait(lock, [&] { return !job_pending; });
+    if (background_error) {
+      Error error = std::move(*background_error);
+      background_error.reset();
+      return std::unexpected(std::move(error));
+    }
+    return {};
+  }
+
+  void persist_loop() {
+    std::unique_lock lock(mutex);
+    while (true) {
+      changed.wait(lock, [&] { return stop || job_pending; });
+      if (!job_pending) return;  // stopping with nothing to do
+      detail::PersistJob job{options.directory, job_step,        job_time_ns, staging.data(), bytes, layout,
+                             &options,          &warned_buffered};
+      lock.unlock();
+      auto report = detail::persist_checkpoint(*ring, job);
+      if (!report)
+        log::error("ckpt", "checkpoint of step " + std::to_string(job.step) +
+                               " failed: " + report.error().describe());
+      lock.lock();
+      if (report)
+        last_report = std::move(*report);
+      else
+        background_error = Error(report.error().code(),
+                                 "ckpt: checkpoint of step " + std::to_string(job.step) +
+                                     " failed in the background: " + report.error().message(),
+                                 report.error().sys_errno());
+      job_pending = false;
+      changed.notify_all();
+    }
+  }
+};
+
+Result<std::unique_ptr<Engine>> Engine::create(EngineOptions options, std::vector<Buffer> buffers) {
+  if (auto ok = check_options(options); !ok) return std::unexpected(ok.error());
+  if (auto ok = check_buffers(buffers); !ok) return std::unexpected(ok.error());
+  if (auto ok = detail::make_directory(options.directory); !ok) return std::unexpected(ok.error());
+  detail::clean_leftovers(options.directory, options.rank);
+
+  auto impl = std::make_unique<Impl>();
+  impl->layout = detail::plan_layout(buffers);
+  for (std::size_t i = 0; i < buffers.size(); ++i)
+    impl->spans.push_back(
+        {static_cast<unsigned char*>(buffers[i].data), impl->layout[i].offset, buffers[i].size});
+  for (const auto& b : buffers) impl->bytes += b.size;
+  auto staging = detail::AlignedBuffer::allocate(detail::round_up(impl->bytes, detail::kIoAlignment));
+  if (!staging) return std::unexpected(staging.error());
+  impl->staging = std::move(*staging);
+  auto ring = detail::Ring::create(options.io_depth);
+  if (!ring) return std::unexpected(ring.error());
+  impl->ring.emplace(std::move(*ring));
+  unsigned threads = options.copy_threads ? options.copy_threads
+                                          : std::min(4u, std::max(1u, std::thread::hardware_concurrency()));
+  impl->pool.emplace(threads);
+  impl->options = std::move(options);
+  impl->buffers = std::move(buffers);
+  impl->persist_thread = std::jthread([raw = impl.get()] { raw->persist_loop(); });
+  return std::unique_ptr<Engine>(new Engine(std::move(impl)));
+}
+
+Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Engine::~Engine() {
+  {
+    std::lock_guard lock(impl_->mutex);
+    impl_->stop = true;
+  }
+  impl_->changed.notify_all();
+  if (impl_->persist_thread.joinable()) impl_->persist_thread.join();
+}
+
+Result<void> Engine::snapshot(std::uint64_t step) {
+  auto& s = *impl_;
+  {
+    std::unique_lock lock(s.mutex);
+    if (auto ok = s.settle(lock); !ok) return ok;
+  }
+  s.copy(true);
+  std::lock_guard lock(s.mutex);
+  s.job_step = step;
+  s.job_time_ns = wall_clock_ns();
+  s.job_pending = true;
+  s.changed.notify_all();
+  return {};
+}
+
+Result<void> Engine::wait_snapshot() {
+  std::lock_guard lock(impl_->mutex);
+  if (impl_->background_error) {
+    Error error = std::move(*impl_->background_error);
+    impl_->background_error.reset();
+    return std::unexpected(std::move(error));
+  }
+  return {};
+}
+
+Result<PersistReport> Engine::wait_persisted() {
+  std::unique_lock lock(impl_->mutex);
+  if (auto ok = impl_->settle(lock); !ok) return std::unexpected(ok.error());
+  if (!impl_->last_report) return fail(Errc::NotFound, "ckpt: no checkpoint was persisted yet");
+  return *impl_->last_report;
+}
+
+Result<std::uint64_t> Engine::restore_latest() {
+  auto& s = *impl_;
+  {
+    std::unique_lock lock(s.mutex);
+    if (auto ok = s.settle(lock); !ok) return std::unexpected(ok.error());
+  }
+  auto found = list_checkpoints(s.options.directory);
+  if (!found) return std::unexpected(found.error());
+  for (const auto& info : *found) {
+    auto skip = [&](const std::string& why) { log::warn("ckpt", "skipping " + info.path + ": " + why); };
+    if (!info.problem.empty()) {
+      skip(info.problem);
+      continue;
+    }
+    // Another world size is the caller's mistake, not damage: refused rather than skipped.
+    if (info.manifest.world_size != s.options.world_size)
+      return fail(Errc::InvalidArgument, "ckpt: " + info.path + " was written by a job of " +
+                                             std::to_string(info.manifest.world_size) +
+                                             " ranks, this one has " + std::to_string(s.options.world_size) +
+                                             " (resharding is not supported)");
+    if (auto ok = check_compatible(info.manifest, s.options, s.layout, s.bytes); !ok) {
+      skip(ok.error().message());
+      continue;
+    }
+    if (auto ok = detail::read_verified(info.path, info.manifest, s.staging.data(), {}); !ok) {
+      skip(ok.error().message());
+      continue;
+    }
+    s.copy(false);
+    return info.step;
+  }
+  return fail(Errc::NotFound, "ckpt: no complete checkpoint in " + s.options.directory);
+}
+
+const EngineOptions& Engine::options() const noexcept { return impl_->options; }
+std::size_t Engine::state_bytes() const noexcept { return impl_->bytes; }
+std::size_t Engine::staging_bytes() const noexcept { return impl_->staging.size(); }
+
+}  // namespace rdmakit::ckpt

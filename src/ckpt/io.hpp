@@ -1,0 +1,94 @@
+// The file-system side of checkpoints: aligned staging memory, an io_uring that keeps several chunk
+// reads or writes in flight, and the directory operations a crash-safe commit needs.
+#pragma once
+
+#include <liburing.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/fd.hpp"
+#include "rdmakit/error.hpp"
+
+namespace rdmakit::ckpt::detail {
+
+// Page-aligned anonymous memory (O_DIRECT needs aligned buffers), zero-filled, unmapped on destruction.
+class AlignedBuffer {
+ public:
+  static Result<AlignedBuffer> allocate(std::size_t size);
+  AlignedBuffer() = default;
+  AlignedBuffer(AlignedBuffer&& other) noexcept;
+  AlignedBuffer& operator=(AlignedBuffer&& other) noexcept;
+  AlignedBuffer(const AlignedBuffer&) = delete;
+  AlignedBuffer& operator=(const AlignedBuffer&) = delete;
+  ~AlignedBuffer();
+
+  unsigned char* data() const noexcept { return data_; }
+  std::size_t size() const noexcept { return size_; }
+
+ private:
+  unsigned char* data_ = nullptr;
+  std::size_t size_ = 0;
+};
+
+// One io_uring instance.
+class Ring {
+ public:
+  static Result<Ring> create(unsigned depth);
+  Ring(Ring&&) noexcept = default;
+  Ring& operator=(Ring&&) noexcept = default;
+  ~Ring();
+
+  // Queues one read or write; submitted by the next wait().
+  Result<void> queue(bool write, int fd, void* buffer, std::uint32_t length, std::uint64_t offset,
+                     std::uint64_t tag);
+  struct Done {
+    std::uint64_t tag;
+    std::int32_t result;  // bytes moved, or -errno
+  };
+  Result<Done> wait();
+  unsigned depth() const noexcept { return depth_; }
+
+ private:
+  Ring(std::unique_ptr<io_uring> ring, unsigned depth) : ring_(std::move(ring)), depth_(depth) {}
+  std::unique_ptr<io_uring> ring_;
+  unsigned depth_ = 0;
+};
+
+// One chunk of a pipelined transfer.
+struct IoChunk {
+  std::uint64_t offset = 0;  // in the file; aligned for O_DIRECT
+  std::uint64_t length = 0;  // bytes to transfer, rounded up to the alignment for O_DIRECT
+  std::uint64_t needed = 0;  // a read that ends at end-of-file must move at least this many bytes
+};
+
+// Moves `chunks` between `fd` and memory with up to ring.depth() in flight, in chunk order of submission.
+// buffer(i, slot) says where chunk i goes or comes from (slot: one of depth() slots, free while the chunk
+// is in flight, for callers that stream through a few buffers). before(i) runs just before chunk i is
+// queued, while earlier chunks are in flight (the checksum of chunk n+1 overlaps the write of chunk n);
+// after(i) runs when chunk i has completed. The first failure stops new submissions; what is in flight is
+// drained before returning, so no buffer is used after the call.
+struct Pipeline {
+  std::function<unsigned char*(std::size_t index, unsigned slot)> buffer;
+  std::function<Result<void>(std::size_t index)> before;
+  std::function<Result<void>(std::size_t index)> after;
+};
+Result<void> run_pipeline(Ring& ring, bool write, int fd, const std::vector<IoChunk>& chunks,
+                          const Pipeline& steps, const std::string& file_name);
+
+// Opens `path` with O_DIRECT when `direct` and the file system accepts it; `got_direct` says which.
+Result<Fd> open_file(const std::string& path, int flags, bool direct, bool& got_direct);
+Result<void> fsync_fd(int fd, const std::string& what);
+Result<void> fsync_directory(const std::string& path);
+Result<void> write_whole_file(const std::string& path, const std::string& contents);  // with fsync
+Result<std::string> read_whole_file(const std::string& path, std::uint64_t limit);
+Result<void> make_directory(const std::string& path);  // mkdir -p
+void remove_tree(const std::string& path) noexcept;    // best effort
+
+std::uint64_t round_up(std::uint64_t value, std::uint64_t alignment) noexcept;
+
+}  // namespace rdmakit::ckpt::detail

@@ -1,0 +1,21 @@
+// Reading a checkpoint back: every chunk is checked against the manifest's checksum as it arrives.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "ckpt/io.hpp"
+#include "rdmakit/ckpt/store.hpp"
+
+namespace rdmakit::ckpt::detail {
+
+using Progress = std::function<void(std::uint64_t done, std::uint64_t total)>;
+
+// Reads every data file of `manifest` (at `path`) with io_uring and checks every chunk. With `dest`, the
+// manifest must have one file and `dest` must hold round_up(its size, 4096) bytes: the file lands there.
+// Without, chunks stream through scratch buffers. The error names the file and the chunk.
+Result<void> read_verified(const std::string& path, const Manifest& manifest, unsigned char* dest,
+                           const Progress& progress);
+
+}  // namespace rdmakit::ckpt::detail

@@ -1,0 +1,242 @@
+// The checkpoint engine end to end on a real directory: snapshot, persist, commit, retention, restore,
+// corruption and torn checkpoints skipped, background errors surfacing at the next call.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+#include <vector>
+
+#include "ckpt/persist.hpp"
+#include "rdmakit/ckpt/engine.hpp"
+#include "rdmakit/ckpt/store.hpp"
+#include "support/test_support.hpp"
+
+namespace rdmakit::ckpt {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A temporary directory on the same file system as the build (ext4 here: O_DIRECT works).
+class TempDir {
+ public:
+  TempDir() {
+    std::string pattern = (fs::temp_directory_path() / "rdmakit-ckpt-XXXXXX").string();
+    path_ = ::mkdtemp(pattern.data());
+  }
+  ~TempDir() { fs::remove_all(path_); }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// Application state: three buffers of odd sizes, so chunks and buffers do not line up.
+struct State {
+  std::vector<float> weights = std::vector<float>(300'000);
+  std::vector<std::uint8_t> bytes = std::vector<std::uint8_t>(12'345);
+  std::vector<double> moments = std::vector<double>(70'001);
+
+  void fill(std::uint32_t seed) {
+    testing::fill_pattern(weights.data(), weights.size() * 4, seed);
+    testing::fill_pattern(bytes.data(), bytes.size(), seed + 1);
+    testing::fill_pattern(moments.data(), moments.size() * 8, seed + 2);
+  }
+  bool matches(std::uint32_t seed) const {
+    return testing::find_pattern_mismatch(weights.data(), weights.size() * 4, seed) == weights.size() * 4 &&
+           testing::find_pattern_mismatch(bytes.data(), bytes.size(), seed + 1) == bytes.size() &&
+           testing::find_pattern_mismatch(moments.data(), moments.size() * 8, seed + 2) == moments.size() * 8;
+  }
+  std::vector<Buffer> buffers() {
+    return {{"layer0.weight", weights.data(), weights.size() * 4, DType::F32, {600, 500}},
+            {"step bytes", bytes.data(), bytes.size(), DType::U8, {}},
+            {"adam/m", moments.data(), moments.size() * 8, DType::F64, {70'001}}};
+  }
+};
+
+EngineOptions small_options(const std::string& dir) {
+  return EngineOptions{
+      .directory = dir, .keep = 2, .chunk_bytes = 64 << 10, .io_depth = 4, .copy_threads = 2};
+}
+
+TEST(CkptEngine, SnapshotPersistRestoreBitExact) {
+  TempDir dir;
+  State state;
+  auto engine = Engine::create(small_options(dir.path()), state.buffers());
+  ASSERT_TRUE(engine) << engine.error().describe();
+  EXPECT_EQ((*engine)->staging_bytes(), (((*engine)->state_bytes() + 4095) / 4096) * 4096);
+  state.fill(7);
+  ASSERT_TRUE((*engine)->snapshot(10));
+  state.fill(99);  // training goes on: the snapshot already holds its own copy
+  auto report = (*engine)->wait_persisted();
+  ASSERT_TRUE(report) << report.error().describe();
+  EXPECT_EQ(report->step, 10u);
+  EXPECT_TRUE(report->direct_io);
+  EXPECT_EQ(report->bytes, (*engine)->state_bytes());
+  EXPECT_TRUE(fs::exists(dir.path() + "/" + detail::checkpoint_name(10) + "/MANIFEST"));
+
+  auto step = (*engine)->restore_latest();
+  ASSERT_TRUE(step) << step.error().describe();
+  EXPECT_EQ(*step, 10u);
+  EXPECT_TRUE(state.matches(7));
+}
+
+TEST(CkptEngine, KeepsLastKAndRestoresNewest) {
+  TempDir dir;
+  State state;
+  auto engine = Engine::create(small_options(dir.path()), state.buffers());
+  ASSERT_TRUE(engine);
+  for (std::uint32_t step = 1; step <= 5; ++step) {
+    state.fill(step);
+    ASSERT_TRUE((*engine)->snapshot(step));
+  }
+  auto report = (*engine)->wait_persisted();
+  ASSERT_TRUE(report) << report.error().describe();
+  auto list = list_checkpoints(dir.path());
+  ASSERT_TRUE(list);
+  ASSERT_EQ(list->size(), 2u);
+  EXPECT_EQ((*list)[0].step, 5u);
+  EXPECT_EQ((*list)[1].step, 4u);
+  for (const auto& entry : fs::directory_iterator(dir.path()))  // no temporary or half-deleted leftovers
+    EXPECT_TRUE(entry.path().filename().string().starts_with("ckpt-")) << entry.path();
+  state.fill(1000);
+  ASSERT_EQ((*engine)->restore_latest().value_or(0), 5u);
+  EXPECT_TRUE(state.matches(5));
+}
+
+// Flips one byte of the newest checkpoint's data file: verify names the chunk, restore falls back.
+TEST(CkptEngine, CorruptByteDetectedNamedAndSkipped) {
+  TempDir dir;
+  State state;
+  auto engine = Engine::create(small_options(dir.path()), state.buffers());
+  ASSERT_TRUE(engine);
+  state.fill(1);
+  ASSERT_TRUE((*engine)->snapshot(1));
+  ASSERT_TRUE((*engine)->wait_persisted());
+  state.fill(2);
+  ASSERT_TRUE((*engine)->snapshot(2));
+  ASSERT_TRUE((*engine)->wait_persisted());
+
+  std::string newest = dir.path() + "/" + detail::checkpoint_name(2);
+  std::uint64_t at = 3 * (64 << 10) + 100;  // inside chunk 3
+  {
+    std::fstream file(newest + "/rank-00000.data", std::ios::in | std::ios::out | std::ios::binary);
+    file.seekg(static_cast<std::streamoff>(at));
+    char c = static_cast<char>(file.get());
+    file.seekp(static_cast<std::streamoff>(at));
+    file.put(static_cast<char>(c ^ 0x10));
+  }
+  auto verified = verify_checkpoint(newest);
+  ASSERT_FALSE(verified);
+  EXPECT_NE(verified.error().message().find("rank-00000.data chunk 3 "), std::string::npos)
+      << verified.error().message();
+  EXPECT_NE(verified.error().message().find("layer0.weight"), std::string::npos);
+
+  testing::expect_warning("checksum mismatch");
+  state.fill(50);
+  auto step = (*engine)->restore_latest();
+  ASSERT_TRUE(step);
+  EXPECT_EQ(*step, 1u);
+  EXPECT_TRUE(state.matches(1));
+}
+
+TEST(CkptEngine, TruncatedDataFileAndTornManifestSkipped) {
+  TempDir dir;
+  State state;
+  auto engine = Engine::create(small_options(dir.path()), state.buffers());
+  ASSERT_TRUE(engine);
+  for (std::uint32_t step = 1; step <= 2; ++step) {
+    state.fill(step);
+    ASSERT_TRUE((*engine)->snapshot(step));
+    ASSERT_TRUE((*engine)->wait_persisted());
+  }
+  fs::resize_file(dir.path() + "/" + detail::checkpoint_name(2) + "/rank-00000.data", 100'000);
+  testing::expect_warning("truncated");
+  state.fill(9);
+  ASSERT_EQ((*engine)->restore_latest().value_or(0), 1u);
+  EXPECT_TRUE(state.matches(1));
+
+  // A manifest cut short: detected by its checksum line, nothing restorable is left.
+  auto manifest = dir.path() + "/" + detail::checkpoint_name(1) + "/MANIFEST";
+  fs::resize_file(manifest, fs::file_size(manifest) - 10);
+  testing::expect_warning("manifest");
+  auto step = (*engine)->restore_latest();
+  ASSERT_FALSE(step);
+  EXPECT_EQ(step.error().code(), Errc::NotFound);
+  EXPECT_TRUE(state.matches(1));  // untouched
+}
+
+TEST(CkptEngine, OtherWorldSizeRefusedClearly) {
+  TempDir dir;
+  State state;
+  auto options = small_options(dir.path());
+  options.world_size = 2;
+  {
+    auto engine = Engine::create(options, state.buffers());
+    ASSERT_TRUE(engine);
+    ASSERT_TRUE((*engine)->snapshot(3));
+    ASSERT_TRUE((*engine)->wait_persisted());
+  }
+  options.world_size = 4;
+  auto engine = Engine::create(options, state.buffers());
+  ASSERT_TRUE(engine);
+  auto step = (*engine)->restore_latest();
+  ASSERT_FALSE(step);
+  EXPECT_EQ(step.error().code(), Errc::InvalidArgument);
+  EXPECT_NE(step.error().message().find("2 ranks"), std::string::npos) << step.error().message();
+}
+
+// A background failure surfaces, with its cause, at the next call, once; the engine keeps working after.
+TEST(CkptEngine, BackgroundErrorSurfacesAtNextCall) {
+  TempDir dir;
+  State state;
+  auto engine = Engine::create(small_options(dir.path() + "/sub"), state.buffers());
+  ASSERT_TRUE(engine);
+  state.fill(1);
+  ASSERT_TRUE((*engine)->snapshot(1));
+  ASSERT_TRUE((*engine)->wait_persisted());
+  // Make the directory unwritable by replacing it with a file for one snapshot.
+  fs::rename(dir.path() + "/sub", dir.path() + "/moved");
+  { std::ofstream(dir.path() + "/sub") << "not a directory"; }
+  testing::expect_warning("failed");
+  ASSERT_TRUE((*engine)->snapshot(2));
+  auto next = (*engine)->snapshot(3);
+  ASSERT_FALSE(next);
+  EXPECT_NE(next.error().message().find("step 2"), std::string::npos) << next.error().message();
+  EXPECT_NE(next.error().message().find("Not a directory"), std::string::npos) << next.error().message();
+  fs::remove(dir.path() + "/sub");
+  fs::rename(dir.path() + "/moved", dir.path() + "/sub");
+  state.fill(4);
+  ASSERT_TRUE((*engine)->snapshot(4));
+  auto report = (*engine)->wait_persisted();
+  ASSERT_TRUE(report) << report.error().describe();
+  EXPECT_EQ(report->step, 4u);
+}
+
+TEST(CkptEngine, BadBuffersAndOptionsRefused) {
+  TempDir dir;
+  std::vector<float> a(10);
+  auto dup = Engine::create(small_options(dir.path()),
+                            {{"a", a.data(), 40, DType::F32, {}}, {"a", a.data(), 40, DType::F32, {}}});
+  EXPECT_FALSE(dup);
+  auto shape = Engine::create(small_options(dir.path()), {{"a", a.data(), 40, DType::F32, {3, 3}}});
+  ASSERT_FALSE(shape);
+  EXPECT_NE(shape.error().message().find("shape"), std::string::npos);
+  auto cuda =
+      Engine::create(small_options(dir.path()), {{"a", a.data(), 40, DType::F32, {}, MemoryKind::Cuda}});
+  ASSERT_FALSE(cuda);
+  EXPECT_EQ(cuda.error().code(), Errc::NotSupported);
+  auto options = small_options(dir.path());
+  options.chunk_bytes = 1000;
+  EXPECT_FALSE(Engine::create(options, {{"a", a.data(), 40, DType::F32, {}}}));
+  options = small_options(dir.path());
+  options.keep = 0;
+  EXPECT_FALSE(Engine::create(options, {{"a", a.data(), 40, DType::F32, {}}}));
+}
+
+}  // namespace
+}  // namespace rdmakit::ckpt
