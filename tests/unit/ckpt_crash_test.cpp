@@ -1,0 +1,257 @@
+// Crash safety: a writer process is killed with SIGKILL at every numbered point of the commit and at
+// random moments; after each death the newest surviving checkpoint must restore bit-exactly and be at
+// least as new as the last one the writer saw committed. Also: a full file system fails the checkpoint
+// cleanly and leaves the previous ones intact.
+//
+// The writer is this same program, re-executed with CKPT_TEST_WRITER set (a test-only variable read before
+// main, so gtest never starts in the child).
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/mount.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+#include "ckpt/persist.hpp"
+#include "rdmakit/ckpt/engine.hpp"
+#include "rdmakit/ckpt/store.hpp"
+#include "support/test_support.hpp"
+
+extern char** environ;
+
+namespace rdmakit::ckpt {
+namespace {
+
+namespace fs = std::filesystem;
+
+// ~1.6 MiB of state in buffers of odd sizes; the contents are a function of the step.
+struct State {
+  std::vector<unsigned char> a = std::vector<unsigned char>(1'000'003);
+  std::vector<unsigned char> b = std::vector<unsigned char>(600'000);
+  std::vector<unsigned char> c = std::vector<unsigned char>(77);
+
+  void fill(std::uint64_t step) {
+    auto seed = static_cast<std::uint32_t>(step * 3);
+    testing::fill_pattern(a.data(), a.size(), seed);
+    testing::fill_pattern(b.data(), b.size(), seed + 1);
+    testing::fill_pattern(c.data(), c.size(), seed + 2);
+  }
+  bool matches(std::uint64_t step) const {
+    auto seed = static_cast<std::uint32_t>(step * 3);
+    return testing::find_pattern_mismatch(a.data(), a.size(), seed) == a.size() &&
+           testing::find_pattern_mismatch(b.data(), b.size(), seed + 1) == b.size() &&
+           testing::find_pattern_mismatch(c.data(), c.size(), seed + 2) == c.size();
+  }
+  std::vector<Buffer> buffers() {
+    return {{"a", a.data(), a.size(), DType::U8, {}},
+            {"b", b.data(), b.size(), DType::I32, {150'000}},
+            {"c", c.data(), c.size(), DType::U8, {77}}};
+  }
+};
+
+EngineOptions writer_options(const std::string& dir, int crash_point) {
+  return EngineOptions{.directory = dir,
+                       .keep = 2,
+                       .chunk_bytes = 128 << 10,
+                       .io_depth = 4,
+                       .copy_threads = 2,
+                       .crash_point = crash_point};
+}
+
+// The child: resume from the newest checkpoint, then snapshot one step after another, appending
+// "<step>\n" to the log once each is committed, until killed (or `steps` are done).
+int run_writer(const std::string& dir, int crash_point, int steps, const std::string& log) {
+  State state;
+  auto engine = Engine::create(writer_options(dir, crash_point), state.buffers());
+  if (!engine) return 2;
+  auto start = (*engine)->restore_latest();
+  std::uint64_t step = start ? *start + 1 : 1;
+  int out = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+  for (int i = 0; i < steps; ++i, ++step) {
+    state.fill(step);
+    if (!(*engine)->snapshot(step) || !(*engine)->wait_persisted()) return 3;
+    auto line = std::to_string(step) + "\n";
+    if (::write(out, line.data(), line.size()) != static_cast<ssize_t>(line.size())) return 4;
+  }
+  return 0;
+}
+
+const bool kIsWriter = [] {
+  if (const char* args = std::getenv("CKPT_TEST_WRITER")) {
+    std::istringstream in(args);
+    std::string dir, log;
+    int crash_point = 0, steps = 0;
+    in >> dir >> crash_point >> steps >> log;
+    std::_Exit(run_writer(dir, crash_point, steps, log));
+  }
+  return false;
+}();
+
+pid_t spawn_writer(const std::string& dir, int crash_point, int steps, const std::string& log) {
+  std::vector<std::string> env_strings;
+  for (char** e = environ; *e; ++e) env_strings.emplace_back(*e);
+  env_strings.push_back("CKPT_TEST_WRITER=" + dir + " " + std::to_string(crash_point) + " " +
+                        std::to_string(steps) + " " + log);
+  std::vector<char*> env;
+  for (auto& s : env_strings) env.push_back(s.data());
+  env.push_back(nullptr);
+  char self[] = "/proc/self/exe";
+  char* argv[] = {self, nullptr};
+  pid_t pid = -1;
+  if (::posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, argv, env.data()) != 0) return -1;
+  return pid;
+}
+
+std::uint64_t last_logged(const std::string& log) {
+  std::ifstream in(log);
+  std::uint64_t step = 0, last = 0;
+  while (in >> step) last = step;
+  return last;
+}
+
+class TempDir {
+ public:
+  TempDir() {
+    std::string pattern = (fs::temp_directory_path() / "rdmakit-ckpt-crash-XXXXXX").string();
+    path_ = ::mkdtemp(pattern.data());
+  }
+  ~TempDir() { fs::remove_all(path_); }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// After a death: the newest checkpoint restores bit-exactly and is no older than the last commit seen.
+void check_survivor(const std::string& dir, std::uint64_t last_committed, const std::string& what) {
+  State state;
+  auto engine = Engine::create(writer_options(dir, 0), state.buffers());
+  ASSERT_TRUE(engine) << what;
+  auto step = (*engine)->restore_latest();
+  if (last_committed == 0 && !step) return;  // nothing was ever committed
+  ASSERT_TRUE(step) << what << ": " << step.error().describe();
+  EXPECT_GE(*step, last_committed) << what;
+  EXPECT_TRUE(state.matches(*step)) << what << ": step " << *step << " does not restore bit-exactly";
+  auto list = list_checkpoints(dir);
+  ASSERT_TRUE(list);
+  for (const auto& info : *list)
+    EXPECT_TRUE(info.problem.empty()) << what << ": " << info.path << ": " << info.problem;
+}
+
+TEST(CkptCrash, KilledAtEveryCommitPointAndAtRandomTimes) {
+  TempDir dir;
+  std::string log = dir.path() + "/../" + fs::path(dir.path()).filename().string() + ".log";
+  std::string store = dir.path() + "/ckpt";
+  std::mt19937 random(12345);
+  int numbered = 0, timed = 0;
+  for (int round = 0; round < 60; ++round) {
+    // Two rounds out of three stop at a numbered point (cycling through all of them), the others are
+    // killed from outside after a random delay while the writer loops.
+    int point = round % 3 != 2 ? 1 + (numbered++ % (static_cast<int>(detail::CrashPoint::Count) - 1)) : 0;
+    pid_t pid = spawn_writer(store, point, point ? 1 : 1000, log);
+    ASSERT_GT(pid, 0);
+    if (!point) {
+      ++timed;
+      std::this_thread::sleep_for(
+          std::chrono::microseconds(std::uniform_int_distribution<int>(2'000, 40'000)(random)));
+      ::kill(pid, SIGKILL);
+    }
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL)
+        << "round " << round << " point " << point << ": writer exited with status " << status;
+    check_survivor(store, last_logged(log),
+                   "round " + std::to_string(round) + " point " + std::to_string(point));
+    if (::testing::Test::HasFailure()) break;
+  }
+  std::printf("killed %d times at numbered points, %d at random times; newest committed step %llu\n",
+              numbered, timed, static_cast<unsigned long long>(last_logged(log)));
+  fs::remove(log);
+}
+
+// Mounts a file system of `type` on a fresh directory for one test (needs root; the test skips elsewhere).
+class Mounted {
+ public:
+  Mounted(const char* type, const char* data) {
+    ok_ = ::mount(type, dir_.path().c_str(), type, 0, data) == 0;
+    if (!ok_) why_ = std::string("cannot mount a ") + type + " here (not root?): " + std::strerror(errno);
+  }
+  ~Mounted() {
+    if (ok_) ::umount2(dir_.path().c_str(), MNT_DETACH);
+  }
+  bool ok() const { return ok_; }
+  const std::string& why() const { return why_; }
+  const std::string& path() const { return dir_.path(); }
+
+ private:
+  TempDir dir_;
+  bool ok_ = false;
+  std::string why_;
+};
+
+// ramfs refuses O_DIRECT (tmpfs accepts it since Linux 6.6): the fallback must warn, report, and work.
+TEST(CkptCrash, BufferedFallbackWarnsAndIsReported) {
+  Mounted dir("ramfs", nullptr);
+  if (!dir.ok()) GTEST_SKIP() << dir.why();
+  std::vector<unsigned char> data(1u << 20);
+  testing::expect_warning("O_DIRECT refused");
+  auto engine =
+      Engine::create(writer_options(dir.path(), 0), {{"data", data.data(), data.size() - 5, DType::U8, {}}});
+  ASSERT_TRUE(engine);
+  testing::fill_pattern(data.data(), data.size(), 8);
+  ASSERT_TRUE((*engine)->snapshot(8));
+  auto report = (*engine)->wait_persisted();
+  ASSERT_TRUE(report) << report.error().describe();
+  EXPECT_FALSE(report->direct_io);
+  EXPECT_EQ(testing::warnings_seen(), 1u);
+  std::fill(data.begin(), data.end(), 0);
+  ASSERT_EQ((*engine)->restore_latest().value_or(0), 8u);
+  EXPECT_EQ(testing::find_pattern_mismatch(data.data(), data.size() - 5, 8), data.size() - 5);
+}
+
+// A size-limited tmpfs: the third 3 MiB checkpoint does not fit in 8 MiB.
+TEST(CkptCrash, FullDiskFailsCleanlyAndKeepsPrevious) {
+  Mounted dir("tmpfs", "size=8m");
+  if (!dir.ok()) GTEST_SKIP() << dir.why();
+  std::vector<unsigned char> data(3u << 20);
+  testing::expect_warning("O_DIRECT refused");  // on kernels before 6.6
+  testing::expect_warning("failed");
+  auto engine =
+      Engine::create(writer_options(dir.path(), 0), {{"data", data.data(), data.size(), DType::U8, {}}});
+  ASSERT_TRUE(engine);
+  for (std::uint32_t step = 1; step <= 2; ++step) {
+    testing::fill_pattern(data.data(), data.size(), step);
+    ASSERT_TRUE((*engine)->snapshot(step));
+    auto report = (*engine)->wait_persisted();
+    ASSERT_TRUE(report) << report.error().describe();
+  }
+  testing::fill_pattern(data.data(), data.size(), 3);
+  ASSERT_TRUE((*engine)->snapshot(3));  // 3 x 3 MiB does not fit in 8 MiB
+  auto failed = (*engine)->wait_persisted();
+  ASSERT_FALSE(failed);
+  EXPECT_EQ(failed.error().sys_errno(), ENOSPC) << failed.error().describe();
+  EXPECT_NE(failed.error().message().find("step 3"), std::string::npos);
+
+  auto list = list_checkpoints(dir.path());
+  ASSERT_TRUE(list);
+  ASSERT_EQ(list->size(), 2u);
+  for (const auto& entry : fs::directory_iterator(dir.path()))  // the torn attempt was removed
+    EXPECT_TRUE(entry.path().filename().string().starts_with("ckpt-")) << entry.path();
+  ASSERT_EQ((*engine)->restore_latest().value_or(0), 2u);
+  EXPECT_EQ(testing::find_pattern_mismatch(data.data(), data.size(), 2), data.size());
+  EXPECT_TRUE(verify_checkpoint(dir.path() + "/" + detail::checkpoint_name(1)));
+}
+
+}  // namespace
+}  // namespace rdmakit::ckpt
