@@ -16,6 +16,8 @@ packages=(
   ucx-utils python3-matplotlib
   # collectives: the mpirun launch of the training example, and the Open MPI comparison
   openmpi-bin libopenmpi-dev
+  # checkpoint engine: io_uring persist, and fio for its bench (bench/ckpt/run.sh)
+  liburing-dev fio
 )
 missing=()
 for package in "${packages[@]}"; do

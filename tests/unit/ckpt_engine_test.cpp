@@ -238,5 +238,32 @@ TEST(CkptEngine, BadBuffersAndOptionsRefused) {
   EXPECT_FALSE(Engine::create(options, {{"a", a.data(), 40, DType::F32, {}}}));
 }
 
+
+// export_npy writes numpy's format 1.0: magic, version, header length, a dict padded to 64 bytes, data.
+TEST(CkptStore, ExportNpyHeaderAndData) {
+  TempDir dir;
+  State state;
+  auto engine = Engine::create(small_options(dir.path()), state.buffers());
+  ASSERT_TRUE(engine);
+  state.fill(4);
+  ASSERT_TRUE((*engine)->snapshot(4));
+  auto report = (*engine)->wait_persisted();
+  ASSERT_TRUE(report);
+  std::string out = dir.path() + "/w.npy";
+  ASSERT_TRUE(export_npy(report->path, "layer0.weight", out));
+  std::ifstream in(out, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ASSERT_GT(bytes.size(), 10u);
+  EXPECT_EQ(bytes.substr(0, 8), std::string("\x93NUMPY\x01\x00", 8));
+  std::size_t header = static_cast<unsigned char>(bytes[8]) | (static_cast<unsigned char>(bytes[9]) << 8);
+  EXPECT_EQ((10 + header) % 64, 0u);
+  auto dict = bytes.substr(10, header);
+  EXPECT_NE(dict.find("'descr': '<f4'"), std::string::npos) << dict;
+  EXPECT_NE(dict.find("'shape': (600, 500)"), std::string::npos) << dict;
+  ASSERT_EQ(bytes.size(), 10 + header + state.weights.size() * 4);
+  EXPECT_EQ(std::memcmp(bytes.data() + 10 + header, state.weights.data(), state.weights.size() * 4), 0);
+  EXPECT_EQ(export_npy(report->path, "nope", out).error().code(), Errc::NotFound);
+}
+
 }  // namespace
 }  // namespace rdmakit::ckpt

@@ -1,0 +1,153 @@
+// rdmakit-ckpt: look at checkpoints on disk, and measure the engine.
+//
+//   rdmakit-ckpt list DIR                    committed checkpoints, newest first
+//   rdmakit-ckpt verify CKPT|DIR             every chunk checksum (DIR: the newest checkpoint)
+//   rdmakit-ckpt show CKPT|DIR               the manifest
+//   rdmakit-ckpt export CKPT|DIR NAME OUT.npy   one tensor in numpy's format
+//   rdmakit-ckpt bench DIR [MiB] [rounds]    snapshot stall vs memcpy, persist and restore bandwidth
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "rdmakit/ckpt/engine.hpp"
+#include "rdmakit/ckpt/store.hpp"
+
+namespace ckpt = rdmakit::ckpt;
+
+namespace {
+
+int usage() {
+  std::fprintf(stderr,
+               "usage: rdmakit-ckpt list DIR\n"
+               "       rdmakit-ckpt verify CKPT|DIR\n"
+               "       rdmakit-ckpt show CKPT|DIR\n"
+               "       rdmakit-ckpt export CKPT|DIR NAME OUT.npy\n"
+               "       rdmakit-ckpt bench DIR [MiB=256] [rounds=3]\n");
+  return 2;
+}
+
+int report(const rdmakit::Error& error) {
+  std::fprintf(stderr, "rdmakit-ckpt: %s\n", error.describe().c_str());
+  return 1;
+}
+
+// A checkpoint directory itself, or a directory of checkpoints (then its newest).
+rdmakit::Result<std::string> resolve(const std::string& path) {
+  if (std::filesystem::exists(path + "/MANIFEST")) return path;
+  auto list = ckpt::list_checkpoints(path);
+  if (!list) return std::unexpected(list.error());
+  if (list->empty()) return rdmakit::fail(rdmakit::Errc::NotFound, "no checkpoint in " + path);
+  return list->front().path;
+}
+
+int list(const std::string& dir) {
+  auto found = ckpt::list_checkpoints(dir);
+  if (!found) return report(found.error());
+  std::printf("%-20s %-8s %14s %8s  %s\n", "step", "rank", "bytes", "tensors", "path");
+  for (const auto& info : *found) {
+    std::uint64_t bytes = 0;
+    for (const auto& f : info.manifest.files) bytes += f.size;
+    if (!info.problem.empty())
+      std::printf("%-20llu %-8s %14s %8s  %s  BROKEN: %s\n", static_cast<unsigned long long>(info.step), "-", "-", "-",
+                  info.path.c_str(), info.problem.c_str());
+    else
+      std::printf("%-20llu %u/%-6u %14llu %8zu  %s\n", static_cast<unsigned long long>(info.step), info.manifest.rank,
+                  info.manifest.world_size, static_cast<unsigned long long>(bytes), info.manifest.tensors.size(),
+                  info.path.c_str());
+  }
+  return 0;
+}
+
+int verify(const std::string& path) {
+  auto target = resolve(path);
+  if (!target) return report(target.error());
+  bool tty = ::isatty(STDERR_FILENO);
+  auto bar = [&](std::uint64_t done, std::uint64_t total) {
+    if (!tty || total == 0) return;
+    int filled = static_cast<int>(40 * done / total);
+    std::fprintf(stderr, "\r[%-40.*s] %3d%%", filled, "########################################",
+                 static_cast<int>(100 * done / total));
+  };
+  auto manifest = ckpt::verify_checkpoint(*target, bar);
+  if (tty) std::fprintf(stderr, "\n");
+  if (!manifest) return report(manifest.error());
+  std::printf("%s: OK (step %llu, %zu chunks)\n", target->c_str(), static_cast<unsigned long long>(manifest->step),
+              manifest->chunks.size());
+  return 0;
+}
+
+int show(const std::string& path) {
+  auto target = resolve(path);
+  if (!target) return report(target.error());
+  auto manifest = ckpt::read_manifest(*target);
+  if (!manifest) return report(manifest.error());
+  std::printf("%s\n%s", target->c_str(), ckpt::describe_manifest(*manifest).c_str());
+  return 0;
+}
+
+int export_npy(const std::string& path, const std::string& name, const std::string& out) {
+  auto target = resolve(path);
+  if (!target) return report(target.error());
+  if (auto ok = ckpt::export_npy(*target, name, out); !ok) return report(ok.error());
+  std::printf("%s: wrote '%s' to %s\n", target->c_str(), name.c_str(), out.c_str());
+  return 0;
+}
+
+double since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// One state of `mib` MiB in 8 buffers; prints one JSON object per round.
+int bench(const std::string& dir, std::size_t mib, int rounds) {
+  std::size_t bytes = mib << 20, pieces = 8;
+  std::vector<std::vector<unsigned char>> state(pieces, std::vector<unsigned char>(bytes / pieces, 1));
+  std::vector<unsigned char> copy(bytes / pieces * pieces, 0);  // memcpy's target, touched once beforehand
+  std::vector<ckpt::Buffer> buffers;
+  for (std::size_t i = 0; i < pieces; ++i)
+    buffers.push_back({"part" + std::to_string(i), state[i].data(), state[i].size(), ckpt::DType::U8, {}});
+  auto engine = ckpt::Engine::create({.directory = dir, .keep = 2}, buffers);
+  if (!engine) return report(engine.error());
+  if (auto ok = (*engine)->snapshot(0); !ok) return report(ok.error());  // warm-up: staging pages faulted in
+  if (auto ok = (*engine)->wait_persisted(); !ok) return report(ok.error());
+  for (int round = 1; round <= rounds; ++round) {
+    for (auto& s : state) s[round] = static_cast<unsigned char>(round);
+    auto start = std::chrono::steady_clock::now();
+    for (std::size_t i = 0; i < pieces; ++i) std::memcpy(copy.data() + i * state[i].size(), state[i].data(), state[i].size());
+    double memcpy_s = since(start);
+    start = std::chrono::steady_clock::now();
+    if (auto ok = (*engine)->snapshot(static_cast<std::uint64_t>(round)); !ok) return report(ok.error());
+    double stall_s = since(start);
+    auto persisted = (*engine)->wait_persisted();
+    if (!persisted) return report(persisted.error());
+    start = std::chrono::steady_clock::now();
+    auto restored = (*engine)->restore_latest();
+    if (!restored) return report(restored.error());
+    double restore_s = since(start);
+    double gb = static_cast<double>(bytes) / 1e9;
+    std::printf("{\"bytes\": %zu, \"memcpy_ms\": %.2f, \"snapshot_stall_ms\": %.2f, \"stall_ratio\": %.3f, "
+                "\"write_GBps\": %.3f, \"persist_GBps\": %.3f, \"restore_GBps\": %.3f, \"direct_io\": %s}\n",
+                bytes, memcpy_s * 1e3, stall_s * 1e3, stall_s / memcpy_s, gb / persisted->write_seconds,
+                gb / persisted->total_seconds, gb / restore_s, persisted->direct_io ? "true" : "false");
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty()) return usage();
+  const auto& command = args[0];
+  if (command == "list" && args.size() == 2) return list(args[1]);
+  if (command == "verify" && args.size() == 2) return verify(args[1]);
+  if (command == "show" && args.size() == 2) return show(args[1]);
+  if (command == "export" && args.size() == 4) return export_npy(args[1], args[2], args[3]);
+  if (command == "bench" && args.size() >= 2 && args.size() <= 4)
+    return bench(args[1], args.size() > 2 ? std::stoul(args[2]) : 256, args.size() > 3 ? std::stoi(args[3]) : 3);
+  return usage();
+}
