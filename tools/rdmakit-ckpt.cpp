@@ -53,12 +53,12 @@ int list(const std::string& dir) {
     std::uint64_t bytes = 0;
     for (const auto& f : info.manifest.files) bytes += f.size;
     if (!info.problem.empty())
-      std::printf("%-20llu %-8s %14s %8s  %s  BROKEN: %s\n", static_cast<unsigned long long>(info.step), "-", "-", "-",
-                  info.path.c_str(), info.problem.c_str());
+      std::printf("%-20llu %-8s %14s %8s  %s  BROKEN: %s\n", static_cast<unsigned long long>(info.step), "-",
+                  "-", "-", info.path.c_str(), info.problem.c_str());
     else
-      std::printf("%-20llu %u/%-6u %14llu %8zu  %s\n", static_cast<unsigned long long>(info.step), info.manifest.rank,
-                  info.manifest.world_size, static_cast<unsigned long long>(bytes), info.manifest.tensors.size(),
-                  info.path.c_str());
+      std::printf("%-20llu %u/%-6u %14llu %8zu  %s\n", static_cast<unsigned long long>(info.step),
+                  info.manifest.rank, info.manifest.world_size, static_cast<unsigned long long>(bytes),
+                  info.manifest.tensors.size(), info.path.c_str());
   }
   return 0;
 }
@@ -76,8 +76,8 @@ int verify(const std::string& path) {
   auto manifest = ckpt::verify_checkpoint(*target, bar);
   if (tty) std::fprintf(stderr, "\n");
   if (!manifest) return report(manifest.error());
-  std::printf("%s: OK (step %llu, %zu chunks)\n", target->c_str(), static_cast<unsigned long long>(manifest->step),
-              manifest->chunks.size());
+  std::printf("%s: OK (step %llu, %zu chunks)\n", target->c_str(),
+              static_cast<unsigned long long>(manifest->step), manifest->chunks.size());
   return 0;
 }
 
@@ -117,7 +117,8 @@ int bench(const std::string& dir, std::size_t mib, int rounds) {
   for (int round = 1; round <= rounds; ++round) {
     for (auto& s : state) s[round] = static_cast<unsigned char>(round);
     auto start = std::chrono::steady_clock::now();
-    for (std::size_t i = 0; i < pieces; ++i) std::memcpy(copy.data() + i * state[i].size(), state[i].data(), state[i].size());
+    for (std::size_t i = 0; i < pieces; ++i)
+      std::memcpy(copy.data() + i * state[i].size(), state[i].data(), state[i].size());
     double memcpy_s = since(start);
     start = std::chrono::steady_clock::now();
     if (auto ok = (*engine)->snapshot(static_cast<std::uint64_t>(round)); !ok) return report(ok.error());
@@ -129,10 +130,11 @@ int bench(const std::string& dir, std::size_t mib, int rounds) {
     if (!restored) return report(restored.error());
     double restore_s = since(start);
     double gb = static_cast<double>(bytes) / 1e9;
-    std::printf("{\"bytes\": %zu, \"memcpy_ms\": %.2f, \"snapshot_stall_ms\": %.2f, \"stall_ratio\": %.3f, "
-                "\"write_GBps\": %.3f, \"persist_GBps\": %.3f, \"restore_GBps\": %.3f, \"direct_io\": %s}\n",
-                bytes, memcpy_s * 1e3, stall_s * 1e3, stall_s / memcpy_s, gb / persisted->write_seconds,
-                gb / persisted->total_seconds, gb / restore_s, persisted->direct_io ? "true" : "false");
+    std::printf(
+        "{\"bytes\": %zu, \"memcpy_ms\": %.2f, \"snapshot_stall_ms\": %.2f, \"stall_ratio\": %.3f, "
+        "\"write_GBps\": %.3f, \"persist_GBps\": %.3f, \"restore_GBps\": %.3f, \"direct_io\": %s}\n",
+        bytes, memcpy_s * 1e3, stall_s * 1e3, stall_s / memcpy_s, gb / persisted->write_seconds,
+        gb / persisted->total_seconds, gb / restore_s, persisted->direct_io ? "true" : "false");
   }
   return 0;
 }
@@ -148,6 +150,7 @@ int main(int argc, char** argv) {
   if (command == "show" && args.size() == 2) return show(args[1]);
   if (command == "export" && args.size() == 4) return export_npy(args[1], args[2], args[3]);
   if (command == "bench" && args.size() >= 2 && args.size() <= 4)
-    return bench(args[1], args.size() > 2 ? std::stoul(args[2]) : 256, args.size() > 3 ? std::stoi(args[3]) : 3);
+    return bench(args[1], args.size() > 2 ? std::stoul(args[2]) : 256,
+                 args.size() > 3 ? std::stoi(args[3]) : 3);
   return usage();
 }

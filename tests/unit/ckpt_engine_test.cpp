@@ -238,7 +238,6 @@ TEST(CkptEngine, BadBuffersAndOptionsRefused) {
   EXPECT_FALSE(Engine::create(options, {{"a", a.data(), 40, DType::F32, {}}}));
 }
 
-
 // export_npy writes numpy's format 1.0: magic, version, header length, a dict padded to 64 bytes, data.
 TEST(CkptStore, ExportNpyHeaderAndData) {
   TempDir dir;
