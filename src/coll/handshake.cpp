@@ -135,6 +135,9 @@ Result<RemoteRegion> handshake_initiate(Context& context, Connection& connection
                          .world = static_cast<std::uint32_t>(config.world), .nonce = *nonce, .mac = t.mac("initiator")};
   if (auto ok = channel->send(2, proof); !ok) return std::unexpected(ok.error());
   auto accept = channel->receive(*third, 1, kAccept);
+  if (!accept && !connection.health())  // the acceptor closed the connection on our proof
+    return fail(Errc::ConnectionRefused, "rank " + std::to_string(expected) + " closed the connection on this rank's "
+                                         "proof of the job secret (is RDMAKIT_JOB_SECRET the same on every rank?)");
   if (!accept) return std::unexpected(accept.error());
   if (!auth::verify(t.mac("acceptor", view(accept->descriptor)), accept->mac))
     return std::unexpected(unproven("rank " + std::to_string(expected)));
