@@ -31,19 +31,21 @@ Mac mac(std::string_view secret, std::initializer_list<std::string_view> parts) 
   std::string_view key = secret.empty() ? kPublicKey : secret;
   Mac out{};
   unsigned int length = 0;
-  HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()), reinterpret_cast<const unsigned char*>(message.data()),
-       message.size(), out.data(), &length);
+  HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
+       reinterpret_cast<const unsigned char*>(message.data()), message.size(), out.data(), &length);
   return out;
 }
 
 bool verify(const Mac& expected, std::span<const std::uint8_t> received) noexcept {
-  return received.size() == expected.size() && CRYPTO_memcmp(expected.data(), received.data(), expected.size()) == 0;
+  return received.size() == expected.size() &&
+         CRYPTO_memcmp(expected.data(), received.data(), expected.size()) == 0;
 }
 
 Result<std::string> job_secret(std::string_view given) {
   if (!given.empty()) {
     if (given.size() < kMinSecret)
-      return fail(Errc::InvalidArgument, "option job_secret (RDMAKIT_JOB_SECRET): must be at least 16 characters");
+      return fail(Errc::InvalidArgument,
+                  "option job_secret (RDMAKIT_JOB_SECRET): must be at least 16 characters");
     return std::string(given);
   }
   auto config = resolve_config(Options{});

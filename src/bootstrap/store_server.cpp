@@ -53,11 +53,12 @@ Result<Fd> bind_listener(const std::string& host, std::uint16_t port, bool any_f
   setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
   if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&*addr), sizeof(*addr)) != 0) {
     if (errno != EADDRNOTAVAIL || !any_fallback)
-      return fail_errno("store: bind " + host + ":" + std::to_string(port) +
-                            (errno == EADDRNOTAVAIL ? " (not an address of this host; without RDMAKIT_JOB_SECRET "
-                                                      "the store does not fall back to all interfaces)"
-                                                    : ""),
-                        errno);
+      return fail_errno(
+          "store: bind " + host + ":" + std::to_string(port) +
+              (errno == EADDRNOTAVAIL ? " (not an address of this host; without RDMAKIT_JOB_SECRET "
+                                        "the store does not fall back to all interfaces)"
+                                      : ""),
+          errno);
     addr->sin_addr.s_addr = htonl(INADDR_ANY);  // MASTER_ADDR names this host some other way
     if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&*addr), sizeof(*addr)) != 0)
       return fail_errno("store: bind *:" + std::to_string(port), errno);
@@ -119,14 +120,17 @@ Result<std::unique_ptr<StoreServer>> StoreServer::start(const std::string& host,
   getsockname(listener->get(), reinterpret_cast<sockaddr*>(&bound), &length);
   Fd stop(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   if (!stop) return fail_errno("store: eventfd", errno);
-  auto server = std::unique_ptr<StoreServer>(
-      new StoreServer(std::move(*listener), std::move(stop), ntohs(bound.sin_port), std::move(secret), limits));
+  auto server = std::unique_ptr<StoreServer>(new StoreServer(
+      std::move(*listener), std::move(stop), ntohs(bound.sin_port), std::move(secret), limits));
   server->thread_ = std::thread([s = server.get()] { s->run(); });
   return server;
 }
 
 StoreServer::StoreServer(Fd listener, Fd stop, std::uint16_t port, std::string secret, StoreLimits limits)
-    : listener_(std::move(listener)), stop_(std::move(stop)), port_(port), secret_(std::move(secret)),
+    : listener_(std::move(listener)),
+      stop_(std::move(stop)),
+      port_(port),
+      secret_(std::move(secret)),
       data_(limits) {}
 
 StoreServer::~StoreServer() {
@@ -184,7 +188,8 @@ void StoreServer::accept_clients(std::list<Client>& clients) {
     setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     StoreSession session(secret_, *nonce);
     if (clients.size() >= data_.limits().max_clients) {
-      session.refuse("too many clients (store_max_clients=" + std::to_string(data_.limits().max_clients) + ")");
+      session.refuse("too many clients (store_max_clients=" + std::to_string(data_.limits().max_clients) +
+                     ")");
       log::warn("store", "refused a client: already serving store_max_clients=" +
                              std::to_string(data_.limits().max_clients));
     }

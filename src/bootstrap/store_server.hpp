@@ -20,8 +20,8 @@ class StoreServer {
   // Listens on host:port (port 0: any free port). With a secret, a host that is not an address of this
   // machine falls back to all interfaces (MASTER_ADDR may name this host some other way); without one it
   // is an error, since an unauthenticated store must not be reachable from where nobody expected it.
-  static Result<std::unique_ptr<StoreServer>> start(const std::string& host, std::uint16_t port, std::string secret,
-                                                    StoreLimits limits);
+  static Result<std::unique_ptr<StoreServer>> start(const std::string& host, std::uint16_t port,
+                                                    std::string secret, StoreLimits limits);
   ~StoreServer();
   StoreServer(const StoreServer&) = delete;
   StoreServer& operator=(const StoreServer&) = delete;

@@ -14,12 +14,13 @@ Result<StoreLimits> store_limits() {
 
 Result<void> StoreData::set(std::string_view key, std::string_view value) {
   if (values_.contains(key))
-    return fail(Errc::InvalidArgument, "key '" + std::string(key) + "' is already set (store keys are write-once)");
+    return fail(Errc::InvalidArgument,
+                "key '" + std::string(key) + "' is already set (store keys are write-once)");
   std::uint64_t size = key.size() + value.size();
   if (bytes_ + size > limits_.max_bytes)
-    return fail(Errc::ResourceExhausted, "the store is full: " + std::to_string(bytes_) + " + " +
-                                             std::to_string(size) + " bytes would exceed store_max_bytes=" +
-                                             std::to_string(limits_.max_bytes));
+    return fail(Errc::ResourceExhausted,
+                "the store is full: " + std::to_string(bytes_) + " + " + std::to_string(size) +
+                    " bytes would exceed store_max_bytes=" + std::to_string(limits_.max_bytes));
   values_.emplace(std::string(key), std::string(value));
   bytes_ += size;
   return {};
@@ -44,7 +45,8 @@ StoreSession::Outcome StoreSession::feed(std::string_view input, StoreData& data
 // Before the proof only the two fixed-size setup messages are legal; more bytes are a broken client.
 StoreSession::Outcome StoreSession::on_hello(std::string& out) {
   if (in_.size() < wire::kHelloSize) return Outcome::Continue;
-  if (std::string_view(in_).substr(0, 4) != wire::kHelloMagic || in_.size() > wire::kHelloSize + wire::kProofSize) {
+  if (std::string_view(in_).substr(0, 4) != wire::kHelloMagic ||
+      in_.size() > wire::kHelloSize + wire::kProofSize) {
     wire::append_error(out, Errc::ProtocolError, "not an rdmakit store client (protocol v2 hello expected)");
     return Outcome::Close;
   }
@@ -70,7 +72,8 @@ StoreSession::Outcome StoreSession::on_proof(std::string& out) {
   }
   in_.erase(0, wire::kProofSize);
   auto proof = auth::mac(secret_, {wire::kMacLabel, "server", client_nonce_, auth::bytes(nonce_)});
-  wire::append_reply(out, wire::kOk, std::string_view(reinterpret_cast<const char*>(proof.data()), proof.size()));
+  wire::append_reply(out, wire::kOk,
+                     std::string_view(reinterpret_cast<const char*>(proof.data()), proof.size()));
   state_ = State::Open;
   return Outcome::Continue;
 }
@@ -85,8 +88,8 @@ StoreSession::Outcome StoreSession::on_requests(StoreData& data, std::string& ou
     }
     wire::Request request;
     std::string error;
-    auto decoded = wire::decode_request(std::string_view(in_).substr(consumed), data.limits().max_request_bytes,
-                                        request, error);
+    auto decoded = wire::decode_request(std::string_view(in_).substr(consumed),
+                                        data.limits().max_request_bytes, request, error);
     if (decoded == wire::Decode::NeedMore) break;
     if (decoded == wire::Decode::Bad) {
       wire::append_error(out, Errc::ResourceExhausted, error);
@@ -95,8 +98,10 @@ StoreSession::Outcome StoreSession::on_requests(StoreData& data, std::string& ou
     }
     consumed += request.size;
     if (request.op == wire::kSet) {
-      if (auto ok = data.set(request.key, request.value); ok) wire::append_reply(out, wire::kOk, {});
-      else wire::append_error(out, ok.error().code(), ok.error().message());
+      if (auto ok = data.set(request.key, request.value); ok)
+        wire::append_reply(out, wire::kOk, {});
+      else
+        wire::append_error(out, ok.error().code(), ok.error().message());
     } else if (const std::string* value = data.find(request.key)) {
       wire::append_reply(out, wire::kOk, *value);
     } else {

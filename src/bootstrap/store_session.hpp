@@ -46,7 +46,8 @@ class StoreSession {
     Overflow,  // the client left more than max_client_buffer_bytes of replies unread: drop it
   };
 
-  StoreSession(std::string secret, auth::Nonce server_nonce) : secret_(std::move(secret)), nonce_(server_nonce) {}
+  StoreSession(std::string secret, auth::Nonce server_nonce)
+      : secret_(std::move(secret)), nonce_(server_nonce) {}
 
   // Appends `input` and serves every complete message, appending replies to `out` (which holds the
   // client's unsent bytes: requests stop being served while it is over the per-client cap).

@@ -12,8 +12,8 @@ Decode decode_request(std::string_view in, std::size_t max_request, Request& out
   std::uint64_t key_length = get_u32(in.data() + 1);
   std::uint64_t value_length = get_u32(in.data() + 5);
   if (key_length + value_length > max_request) {
-    error = "a request of " + std::to_string(key_length + value_length) +
-            " bytes is over the limit of " + std::to_string(max_request) + " (store_max_request_bytes)";
+    error = "a request of " + std::to_string(key_length + value_length) + " bytes is over the limit of " +
+            std::to_string(max_request) + " (store_max_request_bytes)";
     return Decode::Bad;
   }
   std::uint64_t total = kHeaderSize + key_length + value_length;

@@ -8,8 +8,8 @@
 //   server -> client  reply:  ok + HMAC(secret, ... "server" ...), or error + message, then close
 // Then requests: op(1) key_length(4) value_length(4) key value, each answered by one reply.
 // A reply is status(1) length(4) payload: Ok (SET: empty; GET: the value), NotFound (GET), Error (an
-// Errc byte and the message; the request had no effect). GET never waits at the server: the client polls, so a client that
-// gives up leaves nothing pending behind it.
+// Errc byte and the message; the request had no effect). GET never waits at the server: the client polls, so
+// a client that gives up leaves nothing pending behind it.
 #pragma once
 
 #include <cstdint>

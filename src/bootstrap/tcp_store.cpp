@@ -57,16 +57,20 @@ class TcpStoreClient final : public TcpStore {
     if (auto ok = send_all(hello); !ok) return ok;
     auto challenge = receive_reply(wire::kProofSize);
     if (!challenge) return std::unexpected(challenge.error());
-    if (challenge->size() != wire::kProofSize) return std::unexpected(protocol_error("a malformed challenge"));
+    if (challenge->size() != wire::kProofSize)
+      return std::unexpected(protocol_error("a malformed challenge"));
     auto proof = auth::mac(secret, {wire::kMacLabel, "client", auth::bytes(*nonce), *challenge});
-    if (auto ok = send_all(std::string(reinterpret_cast<const char*>(proof.data()), proof.size())); !ok) return ok;
+    if (auto ok = send_all(std::string(reinterpret_cast<const char*>(proof.data()), proof.size())); !ok)
+      return ok;
     auto answer = receive_reply(wire::kProofSize);
     if (!answer) return std::unexpected(answer.error());
     auto expected = auth::mac(secret, {wire::kMacLabel, "server", auth::bytes(*nonce), *challenge});
-    if (!auth::verify(expected, std::span(reinterpret_cast<const std::uint8_t*>(answer->data()), answer->size())))
-      return fail(Errc::ConnectionRefused, "store at " + where_ +
-                                               ": the server does not know the job secret (RDMAKIT_JOB_SECRET "
-                                               "must be the same on every rank)");
+    if (!auth::verify(expected,
+                      std::span(reinterpret_cast<const std::uint8_t*>(answer->data()), answer->size())))
+      return fail(Errc::ConnectionRefused,
+                  "store at " + where_ +
+                      ": the server does not know the job secret (RDMAKIT_JOB_SECRET "
+                      "must be the same on every rank)");
     return {};
   }
 
@@ -124,7 +128,8 @@ class TcpStoreClient final : public TcpStore {
     if (auto ok = receive(length, payload); !ok) return std::unexpected(ok.error());
     if (error) {
       auto code = payload.empty() ? 0 : static_cast<std::uint8_t>(payload[0]);
-      if (code < static_cast<std::uint8_t>(Errc::InvalidArgument) || code > static_cast<std::uint8_t>(Errc::TransportFailure))
+      if (code < static_cast<std::uint8_t>(Errc::InvalidArgument) ||
+          code > static_cast<std::uint8_t>(Errc::TransportFailure))
         return std::unexpected(protocol_error("a malformed error reply"));
       return fail(static_cast<Errc>(code), "store at " + where_ + " refused: " + payload.substr(1));
     }
@@ -137,7 +142,8 @@ class TcpStoreClient final : public TcpStore {
     while (done < data.size()) {
       ssize_t n = ::send(socket_.get(), data.data() + done, data.size() - done, MSG_NOSIGNAL);
       if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) return fail(Errc::ConnectionBroken, "store at " + where_ + ": send failed: " + std::strerror(errno));
+      if (n <= 0)
+        return fail(Errc::ConnectionBroken, "store at " + where_ + ": send failed: " + std::strerror(errno));
       done += static_cast<std::size_t>(n);
     }
     return {};
@@ -154,7 +160,8 @@ class TcpStoreClient final : public TcpStore {
       ssize_t n = ready > 0 ? ::recv(socket_.get(), out.data() + done, length - done, 0) : -1;
       if (n < 0 && errno == EINTR) continue;
       if (n <= 0)
-        return fail(Errc::ConnectionBroken, "store at " + where_ + ": the store (rank 0) closed the connection");
+        return fail(Errc::ConnectionBroken,
+                    "store at " + where_ + ": the store (rank 0) closed the connection");
       done += static_cast<std::size_t>(n);
     }
     return {};
@@ -181,8 +188,8 @@ Result<std::shared_ptr<TcpStore>> TcpStore::open(const StoreOptions& options) {
     auto started = StoreServer::start(options.host, options.port, *secret, *limits);
     if (!started)
       return std::unexpected(Error(started.error().code(), "bootstrap: rank 0 cannot host the store at " +
-                                                               options.host + ":" + std::to_string(port) + ": " +
-                                                               started.error().message()));
+                                                               options.host + ":" + std::to_string(port) +
+                                                               ": " + started.error().message()));
     server = std::move(*started);
     port = server->port();
   }
@@ -198,8 +205,8 @@ Result<std::shared_ptr<TcpStore>> TcpStore::open(const StoreOptions& options) {
     if (socket.error().code() == Errc::InvalidArgument) return std::unexpected(socket.error());
     if (Clock::now() >= deadline)
       return fail(Errc::Timeout, "bootstrap: could not reach the rendezvous store at " + where + " within " +
-                                     std::to_string(options.timeout.count()) +
-                                     " ms (is rank 0 running? " + socket.error().message() + ")");
+                                     std::to_string(options.timeout.count()) + " ms (is rank 0 running? " +
+                                     socket.error().message() + ")");
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
 }
@@ -212,13 +219,17 @@ Result<std::shared_ptr<Store>> open_store(const LaunchInfo& launch, std::chrono:
   if (secret->empty() && !launch.spans_hosts()) {
     host = "127.0.0.1";  // unauthenticated: nobody beyond this host may reach it
   } else if (secret->empty() && launch.rank == 0) {
-    log::warn("bootstrap", "the rendezvous store at " + launch.store_host + ":" + std::to_string(launch.store_port) +
-                               " is UNAUTHENTICATED: this launch spans hosts and RDMAKIT_JOB_SECRET is not set, so "
-                               "anyone who can reach that address can read the store and join the job as a rank. "
-                               "Set RDMAKIT_JOB_SECRET (the same value, at least 16 characters) on every rank.");
+    log::warn("bootstrap",
+              "the rendezvous store at " + launch.store_host + ":" + std::to_string(launch.store_port) +
+                  " is UNAUTHENTICATED: this launch spans hosts and RDMAKIT_JOB_SECRET is not set, so "
+                  "anyone who can reach that address can read the store and join the job as a rank. "
+                  "Set RDMAKIT_JOB_SECRET (the same value, at least 16 characters) on every rank.");
   }
-  auto store = TcpStore::open(StoreOptions{.host = host, .port = launch.store_port, .is_server = launch.rank == 0,
-                                           .timeout = timeout, .secret = *secret});
+  auto store = TcpStore::open(StoreOptions{.host = host,
+                                           .port = launch.store_port,
+                                           .is_server = launch.rank == 0,
+                                           .timeout = timeout,
+                                           .secret = *secret});
   if (!store) return std::unexpected(store.error());
   return std::shared_ptr<Store>(std::move(*store));
 }

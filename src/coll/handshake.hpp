@@ -3,9 +3,9 @@
 // messages, the lower rank (A, which accepted) speaking first so the initiator never sends into a
 // connection whose receives may not be posted yet:
 //   1 A -> I  challenge:  rank a, nonce_a
-//   2 I -> A  proof:      rank i, nonce_i, HMAC(secret, "initiator" | job | world | a | i | nonce_a | nonce_i)
-//   3 A -> I  accept:     HMAC(secret, "acceptor" | ... | descriptor_a), descriptor_a
-//   4 I -> A  descriptor: HMAC(secret, "descriptor" | ... | descriptor_i), descriptor_i
+//   2 I -> A  proof:      rank i, nonce_i, HMAC(secret, "initiator" | job | world | a | i | nonce_a |
+//   nonce_i) 3 A -> I  accept:     HMAC(secret, "acceptor" | ... | descriptor_a), descriptor_a 4 I -> A
+//   descriptor: HMAC(secret, "descriptor" | ... | descriptor_i), descriptor_i
 // The peer's rank is the one the MAC binds, never a name it claims; a connection that fails any check is
 // closed having learnt nothing but a nonce. The nonces from both sides make a recorded exchange useless.
 #pragma once
@@ -47,8 +47,9 @@ struct HandshakeMessage {
 };
 
 // Initiator: `self` connected to `expected` (a lower rank). Returns the peer's staging descriptor.
-Result<RemoteRegion> handshake_initiate(Context& context, Connection& connection, const HandshakeConfig& config,
-                                        int self, int expected, const RemoteRegion& mine);
+Result<RemoteRegion> handshake_initiate(Context& context, Connection& connection,
+                                        const HandshakeConfig& config, int self, int expected,
+                                        const RemoteRegion& mine);
 
 struct ProvenPeer {
   int rank = -1;
@@ -57,6 +58,7 @@ struct ProvenPeer {
 
 // Acceptor: the peer's proven rank (one `acceptable` allows) and its staging descriptor.
 Result<ProvenPeer> handshake_accept(Context& context, Connection& connection, const HandshakeConfig& config,
-                                    int self, const RemoteRegion& mine, const std::function<bool(int)>& acceptable);
+                                    int self, const RemoteRegion& mine,
+                                    const std::function<bool(int)>& acceptable);
 
 }  // namespace rdmakit::coll::detail

@@ -16,7 +16,9 @@ struct Layout {
   std::vector<std::string> hosts;  // by rank
   bool split = false;              // same-host peers go over the local transport
 
-  bool local(int a, int b) const { return split && hosts[static_cast<std::size_t>(a)] == hosts[static_cast<std::size_t>(b)]; }
+  bool local(int a, int b) const {
+    return split && hosts[static_cast<std::size_t>(a)] == hosts[static_cast<std::size_t>(b)];
+  }
   const char* kind(int a, int b) const { return local(a, b) ? "local" : "net"; }
   // The ranks `owner` reaches through fabric `kind`, ascending.
   std::vector<int> members(int owner, std::string_view kind) const {
@@ -27,7 +29,9 @@ struct Layout {
   }
 };
 
-std::string key(const MeshConfig& config, const std::string& what) { return config.key_prefix + "coll/" + what; }
+std::string key(const MeshConfig& config, const std::string& what) {
+  return config.key_prefix + "coll/" + what;
+}
 
 Error missing_rank(const Error& error, int rank, int size, std::chrono::milliseconds timeout) {
   if (error.code() != Errc::Timeout) return error;
@@ -41,21 +45,24 @@ Result<Layout> meet(bootstrap::Store& store, const MeshConfig& config, int rank,
   Layout layout;
   layout.split = config.local_transport != config.network_transport;
   std::string mine = (layout.split ? "1" : "0") + config.host_id;
-  if (auto ok = store.set(key(config, "host/" + std::to_string(rank)), mine); !ok) return std::unexpected(ok.error());
+  if (auto ok = store.set(key(config, "host/" + std::to_string(rank)), mine); !ok)
+    return std::unexpected(ok.error());
   for (int q = 0; q < size; ++q) {
     auto value = store.get(key(config, "host/" + std::to_string(q)), config.bootstrap_timeout);
     if (!value) return std::unexpected(missing_rank(value.error(), q, size, config.bootstrap_timeout));
     if (value->empty() || (*value)[0] != mine[0])
-      return fail(Errc::InvalidArgument, "coll: rank " + std::to_string(q) + " uses a different local transport "
-                                         "setting (RDMAKIT_COLL_LOCAL_TRANSPORT must agree on every rank)");
+      return fail(Errc::InvalidArgument,
+                  "coll: rank " + std::to_string(q) +
+                      " uses a different local transport "
+                      "setting (RDMAKIT_COLL_LOCAL_TRANSPORT must agree on every rank)");
     layout.hosts.push_back(value->substr(1));
   }
   return layout;
 }
 
 // Phase 2: a context, staging and a listener per fabric, published.
-Result<void> open_fabric(bootstrap::Store& store, const MeshConfig& config, Exchange& ex, const Layout& layout,
-                         const char* kind) {
+Result<void> open_fabric(bootstrap::Store& store, const MeshConfig& config, Exchange& ex,
+                         const Layout& layout, const char* kind) {
   std::vector<int> members = layout.members(ex.rank(), kind);
   if (members.empty()) return {};
   bool local = std::string_view(kind) == "local";
@@ -79,7 +86,8 @@ Result<void> open_fabric(bootstrap::Store& store, const MeshConfig& config, Exch
     if (e) return std::unexpected(Error(e->code(), "coll: setting up " + fabric->name + ": " + e->message()));
   fabric->cq = *cq, fabric->inbound = *inbound, fabric->outbound = *outbound, fabric->listener = *listener;
   // Only the address: the staging descriptor is handed to proven peers in the handshake.
-  if (auto ok = store.set(key(config, std::string(kind) + "/" + std::to_string(ex.rank())), fabric->listener->address());
+  if (auto ok = store.set(key(config, std::string(kind) + "/" + std::to_string(ex.rank())),
+                          fabric->listener->address());
       !ok)
     return std::unexpected(ok.error());
   ex.fabrics().push_back(std::move(fabric));
@@ -97,7 +105,8 @@ Fabric* fabric_for(Exchange& ex, const Layout& layout, int q) {
 void prepare_peer(Exchange& ex, const Layout& layout, int q) {
   Peer& p = ex.peer(q);
   Fabric* fabric = fabric_for(ex, layout, q);
-  auto mine = static_cast<std::size_t>(std::find(fabric->peers.begin(), fabric->peers.end(), q) - fabric->peers.begin());
+  auto mine = static_cast<std::size_t>(std::find(fabric->peers.begin(), fabric->peers.end(), q) -
+                                       fabric->peers.begin());
   std::size_t area = ex.slots() * ex.chunk();
   p.rank = q;
   p.fabric = fabric;
@@ -112,50 +121,56 @@ Result<void> set_remote(Exchange& ex, const Layout& layout, int q, const RemoteR
   auto index = static_cast<std::size_t>(std::find(theirs.begin(), theirs.end(), ex.rank()) - theirs.begin());
   std::size_t area = ex.slots() * ex.chunk();
   if (region.length < (index + 1) * area)
-    return fail(Errc::ProtocolError, "coll: rank " + std::to_string(q) + " offered a staging region too small for " +
-                                         "this rank's slots");
+    return fail(Errc::ProtocolError, "coll: rank " + std::to_string(q) +
+                                         " offered a staging region too small for " + "this rank's slots");
   ex.peer(q).remote = region.at(index * area);
   return {};
 }
 
 HandshakeConfig handshake_config(const MeshConfig& config, const Exchange& ex, const Fabric& fabric,
                                  std::chrono::milliseconds timeout) {
-  return HandshakeConfig{.secret = config.secret, .job = config.key_prefix + "/" + fabric.name,
-                         .world = ex.size(), .timeout = timeout};
+  return HandshakeConfig{.secret = config.secret,
+                         .job = config.key_prefix + "/" + fabric.name,
+                         .world = ex.size(),
+                         .timeout = timeout};
 }
 
 // The longest a connection may take to prove itself at an acceptor: a stranger who connects and stays
 // silent delays the real ranks behind it by at most this much.
-constexpr auto kProofLimit = std::chrono::milliseconds(10000);
+constexpr auto kProofLimit = std::chrono::milliseconds(5000);  // under the default connect_timeout_ms
 
 // Phase 3b, accepting side: every higher rank of this fabric connects here and proves who it is. A
 // connection that fails to is closed and the next one accepted, so a stranger cannot fail the job.
 Result<void> accept_all(const MeshConfig& config, Fabric& fabric, Exchange& ex, const Layout& layout) {
-  auto expected = static_cast<std::size_t>(std::count_if(fabric.peers.begin(), fabric.peers.end(),
-                                                         [&](int q) { return q > ex.rank(); }));
+  auto expected = static_cast<std::size_t>(
+      std::count_if(fabric.peers.begin(), fabric.peers.end(), [&](int q) { return q > ex.rank(); }));
   auto deadline = std::chrono::steady_clock::now() + config.bootstrap_timeout;
-  std::vector<std::shared_ptr<Connection>> refused;  // kept open to the end: their receives are flushed then
+  std::vector<std::shared_ptr<Connection>> refused;  // closed by the handshake; counted for the error message
   auto acceptable = [&](int q) {
-    return q > ex.rank() && q < ex.size() && std::binary_search(fabric.peers.begin(), fabric.peers.end(), q) &&
-           !ex.peer(q).connection;
+    return q > ex.rank() && q < ex.size() &&
+           std::binary_search(fabric.peers.begin(), fabric.peers.end(), q) && !ex.peer(q).connection;
   };
   for (std::size_t done = 0; done < expected;) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-    auto connection = fabric.listener->accept(std::max(left, std::chrono::milliseconds(1)), ConnectOptions{fabric.cq, fabric.cq});
+    auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    auto connection = fabric.listener->accept(std::max(left, std::chrono::milliseconds(1)),
+                                              ConnectOptions{fabric.cq, fabric.cq});
     if (!connection)
-      return std::unexpected(Error(connection.error().code(),
-                                   "coll: rank " + std::to_string(ex.rank()) + ": " + std::to_string(expected - done) +
-                                       " higher rank(s) did not connect" +
-                                       (refused.empty() ? "" : " (" + std::to_string(refused.size()) +
-                                                                    " connection(s) refused for failing the handshake)") +
-                                       ": " + connection.error().message()));
-    auto proven = handshake_accept(*fabric.context, **connection,
-                                   handshake_config(config, ex, fabric, std::min(left, std::chrono::milliseconds(kProofLimit))),
-                                   ex.rank(), fabric.inbound->descriptor(), acceptable);
+      return std::unexpected(
+          Error(connection.error().code(),
+                "coll: rank " + std::to_string(ex.rank()) + ": " + std::to_string(expected - done) +
+                    " higher rank(s) did not connect" +
+                    (refused.empty() ? ""
+                                     : " (" + std::to_string(refused.size()) +
+                                           " connection(s) refused for failing the handshake)") +
+                    ": " + connection.error().message()));
+    auto proven = handshake_accept(
+        *fabric.context, **connection,
+        handshake_config(config, ex, fabric, std::min(left, std::chrono::milliseconds(kProofLimit))),
+        ex.rank(), fabric.inbound->descriptor(), acceptable);
     if (!proven) {
       log::warn("coll", "rank " + std::to_string(ex.rank()) + " refused a connection from " +
                             (*connection)->peer().address + ": " + proven.error().message());
-      (*connection)->close();
       refused.push_back(std::move(*connection));
       continue;
     }
@@ -166,24 +181,28 @@ Result<void> accept_all(const MeshConfig& config, Fabric& fabric, Exchange& ex, 
   return {};
 }
 
-Result<void> connect_to(const MeshConfig& config, Exchange& ex, const Layout& layout, int q, const std::string& address) {
+Result<void> connect_to(const MeshConfig& config, Exchange& ex, const Layout& layout, int q,
+                        const std::string& address) {
   Fabric* f = ex.peer(q).fabric;
   auto connection = f->context->connect(address, ConnectOptions{f->cq, f->cq});
   if (!connection)
-    return std::unexpected(Error(connection.error().code(), "coll: connecting to rank " + std::to_string(q) + " at " +
-                                                                address + ": " + connection.error().message()));
-  auto region = handshake_initiate(*f->context, **connection, handshake_config(config, ex, *f, config.bootstrap_timeout),
-                                   ex.rank(), q, f->inbound->descriptor());
+    return std::unexpected(Error(connection.error().code(), "coll: connecting to rank " + std::to_string(q) +
+                                                                " at " + address + ": " +
+                                                                connection.error().message()));
+  auto region = handshake_initiate(*f->context, **connection,
+                                   handshake_config(config, ex, *f, config.bootstrap_timeout), ex.rank(), q,
+                                   f->inbound->descriptor());
   if (!region)
-    return std::unexpected(Error(region.error().code(), "coll: rank " + std::to_string(ex.rank()) +
-                                                            ": handshake with rank " + std::to_string(q) + " at " +
-                                                            address + ": " + region.error().message()));
+    return std::unexpected(Error(region.error().code(),
+                                 "coll: rank " + std::to_string(ex.rank()) + ": handshake with rank " +
+                                     std::to_string(q) + " at " + address + ": " + region.error().message()));
   if (auto ok = set_remote(ex, layout, q, *region); !ok) return ok;
   ex.peer(q).connection = *connection;
   return {};
 }
 
-Result<void> connect_all(bootstrap::Store& store, const MeshConfig& config, Exchange& ex, const Layout& layout) {
+Result<void> connect_all(bootstrap::Store& store, const MeshConfig& config, Exchange& ex,
+                         const Layout& layout) {
   for (int q = 0; q < ex.size(); ++q)
     if (q != ex.rank()) prepare_peer(ex, layout, q);
   std::vector<std::thread> acceptors;
@@ -193,9 +212,12 @@ Result<void> connect_all(bootstrap::Store& store, const MeshConfig& config, Exch
   Result<void> connected;
   for (int q = 0; q < ex.rank() && connected; ++q) {
     const char* kind = layout.kind(ex.rank(), q);
-    auto address = store.get(key(config, std::string(kind) + "/" + std::to_string(q)), config.bootstrap_timeout);
-    if (!address) connected = std::unexpected(missing_rank(address.error(), q, ex.size(), config.bootstrap_timeout));
-    else connected = connect_to(config, ex, layout, q, *address);
+    auto address =
+        store.get(key(config, std::string(kind) + "/" + std::to_string(q)), config.bootstrap_timeout);
+    if (!address)
+      connected = std::unexpected(missing_rank(address.error(), q, ex.size(), config.bootstrap_timeout));
+    else
+      connected = connect_to(config, ex, layout, q, *address);
   }
   for (auto& t : acceptors) t.join();
   if (!connected) return connected;
@@ -225,7 +247,8 @@ Result<MeshInfo> build_mesh(bootstrap::Store& store, const MeshConfig& config, E
   if (auto ok = ex.arm(); !ok) return std::unexpected(ok.error());
   MeshInfo info;
   const std::string& mine = layout->hosts[static_cast<std::size_t>(ex.rank())];
-  info.local_rank = static_cast<int>(std::count(layout->hosts.begin(), layout->hosts.begin() + ex.rank(), mine));
+  info.local_rank =
+      static_cast<int>(std::count(layout->hosts.begin(), layout->hosts.begin() + ex.rank(), mine));
   info.local_size = static_cast<int>(std::count(layout->hosts.begin(), layout->hosts.end(), mine));
   for (auto& f : ex.fabrics()) info.transports += (info.transports.empty() ? "" : "+") + f->name;
   if (info.transports.empty()) info.transports = "none";

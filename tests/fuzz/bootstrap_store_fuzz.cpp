@@ -19,15 +19,17 @@ using namespace rdmakit::bootstrap;
 namespace {
 
 constexpr std::string_view kSecret = "fuzzing secret, 16+ chars";
-constexpr StoreLimits kLimits{.max_bytes = 1 << 16, .max_request_bytes = 4096, .max_client_buffer_bytes = 8192,
-                              .max_clients = 4};
+constexpr StoreLimits kLimits{
+    .max_bytes = 1 << 16, .max_request_bytes = 4096, .max_client_buffer_bytes = 8192, .max_clients = 4};
 
 void decode_all(std::string_view in) {
   for (std::size_t at = 0; at < in.size();) {
     wire::Request request;
     std::string error;
-    if (wire::decode_request(in.substr(at), kLimits.max_request_bytes, request, error) != wire::Decode::Ready) break;
-    if (request.size == 0 || request.key.size() + request.value.size() + wire::kHeaderSize != request.size) __builtin_trap();
+    if (wire::decode_request(in.substr(at), kLimits.max_request_bytes, request, error) != wire::Decode::Ready)
+      break;
+    if (request.size == 0 || request.key.size() + request.value.size() + wire::kHeaderSize != request.size)
+      __builtin_trap();
     at += request.size;
   }
   for (std::size_t at = 0; at < in.size();) {
@@ -38,7 +40,8 @@ void decode_all(std::string_view in) {
 }
 
 // Feeds `in` in pieces whose sizes come from `seed`; returns what the session answered.
-std::string feed(StoreSession& session, StoreData& data, std::string_view in, std::uint8_t seed, bool& closed) {
+std::string feed(StoreSession& session, StoreData& data, std::string_view in, std::uint8_t seed,
+                 bool& closed) {
   std::string out;
   closed = false;
   for (std::size_t at = 0; at < in.size() && !closed;) {

@@ -5,6 +5,7 @@
 // Everything is configured through the environment (RDMAKIT_JOB_SECRET, RDMAKIT_STORE_MAX_*), the way a
 // launch configures it.
 #include <arpa/inet.h>
+#include <gtest/gtest.h>
 #include <ifaddrs.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -17,8 +18,6 @@
 #include <cstring>
 #include <map>
 #include <thread>
-
-#include <gtest/gtest.h>
 
 #include "core/fd.hpp"
 #include "rdmakit/bootstrap.hpp"
@@ -50,8 +49,10 @@ class ScopedEnv {
   }
   ~ScopedEnv() {
     for (auto& [name, value] : saved_)
-      if (value) setenv(name.c_str(), value->c_str(), 1);
-      else unsetenv(name.c_str());
+      if (value)
+        setenv(name.c_str(), value->c_str(), 1);
+      else
+        unsetenv(name.c_str());
   }
 
  private:
@@ -173,7 +174,8 @@ TEST(StoreSecurity, ASecretTooShortIsAnErrorNamingTheOption) {
   ScopedEnv env(ScopedEnv::Vars{{"RDMAKIT_JOB_SECRET", "short"}});
   auto server = TcpStore::open({.host = "127.0.0.1", .port = 0, .is_server = true});
   ASSERT_FALSE(server.has_value());
-  EXPECT_NE(server.error().message().find("RDMAKIT_JOB_SECRET"), std::string::npos) << server.error().describe();
+  EXPECT_NE(server.error().message().find("RDMAKIT_JOB_SECRET"), std::string::npos)
+      << server.error().describe();
 }
 
 TEST(StoreSecurity, KeysAreWriteOnce) {
@@ -197,12 +199,14 @@ TEST(StoreSecurity, KeysAreWriteOnce) {
 }
 
 TEST(StoreSecurity, ARequestOverTheSizeCapIsRefused) {
-  ScopedEnv env(ScopedEnv::Vars{{"RDMAKIT_JOB_SECRET", kSecret}, {"RDMAKIT_STORE_MAX_REQUEST_BYTES", "1024"}});
+  ScopedEnv env(
+      ScopedEnv::Vars{{"RDMAKIT_JOB_SECRET", kSecret}, {"RDMAKIT_STORE_MAX_REQUEST_BYTES", "1024"}});
   auto server = open_server();
   ASSERT_TRUE(server);
   auto big = server->set("big", std::string(2000, 'x'));
   ASSERT_FALSE(big.has_value()) << "a 2000-byte SET passed a 1024-byte cap";
-  EXPECT_NE(big.error().message().find("store_max_request_bytes"), std::string::npos) << big.error().describe();
+  EXPECT_NE(big.error().message().find("store_max_request_bytes"), std::string::npos)
+      << big.error().describe();
 }
 
 TEST(StoreSecurity, TheStoreStopsAtItsTotalCap) {
@@ -237,8 +241,8 @@ TEST(StoreSecurity, ClientsBeyondTheCapAreToldWhy) {
 TEST(StoreSecurity, AClientThatLeavesRepliesUnreadIsDropped) {
   testing::expect_warning("store_max_client_buffer_bytes");
   ScopedEnv env(ScopedEnv::Vars{{"RDMAKIT_JOB_SECRET", kSecret},
-                 {"RDMAKIT_STORE_MAX_REQUEST_BYTES", "1048576"},
-                 {"RDMAKIT_STORE_MAX_CLIENT_BUFFER_BYTES", "2097152"}});
+                                {"RDMAKIT_STORE_MAX_REQUEST_BYTES", "1048576"},
+                                {"RDMAKIT_STORE_MAX_CLIENT_BUFFER_BYTES", "2097152"}});
   auto server = open_server();
   ASSERT_TRUE(server);
   const std::string value(512 * 1024, 'v');
@@ -283,7 +287,8 @@ TEST(StoreSecurity, SlowReadersDoNotDelayAnHonestGet) {
     worst = std::max(worst, Clock::now() - start);
     ASSERT_TRUE(value.has_value()) << value.error().describe();
   }
-  EXPECT_LT(worst, 200ms) << "an honest GET took " << std::chrono::duration_cast<std::chrono::milliseconds>(worst).count()
+  EXPECT_LT(worst, 200ms) << "an honest GET took "
+                          << std::chrono::duration_cast<std::chrono::milliseconds>(worst).count()
                           << " ms behind 4 slow readers";
 }
 

@@ -19,8 +19,11 @@ TEST(CollHandshake, RanksWithDifferentSecretsCannotFormACommunicator) {
   auto store = bootstrap::make_memory_store();
   auto create = [&](int rank, const char* secret) {
     return Communicator::create(store, rank, 2,
-                                CommOptions{.network_transport = "tcp", .local_transport = "tcp", .timeout = 2000ms,
-                                            .bootstrap_timeout = 1500ms, .job_secret = secret});
+                                CommOptions{.network_transport = "tcp",
+                                            .local_transport = "tcp",
+                                            .timeout = 2000ms,
+                                            .bootstrap_timeout = 1500ms,
+                                            .job_secret = secret});
   };
   auto rank0 = std::async(std::launch::async, create, 0, "the secret of the real job");
   auto rank1 = create(1, "a guess at the secret of the job");
@@ -39,7 +42,8 @@ TEST(CollHandshake, RanksWithTheSameSecretRunOverShmAndTcp) {
   options.host_id = "";  // every rank on this host: shm between them
   run_ranks(3, options, [](Communicator& comm) {
     std::vector<float> data(100, 1.0f);
-    ASSERT_TRUE(comm.allreduce(data.data(), data.data(), data.size(), DataType::F32, ReduceOp::Sum).has_value());
+    ASSERT_TRUE(
+        comm.allreduce(data.data(), data.data(), data.size(), DataType::F32, ReduceOp::Sum).has_value());
     EXPECT_EQ(data[99], 3.0f);
   });
 }
@@ -59,7 +63,8 @@ TEST(CollHandshake, TheDecoderRejectsWhatIsNotAHandshakeMessage) {
   EXPECT_EQ(decoded->rank, 1u);
   EXPECT_EQ(decoded->world, 4u);
   EXPECT_FALSE(detail::HandshakeMessage::decode(bytes, 3).has_value()) << "wrong type accepted";
-  EXPECT_FALSE(detail::HandshakeMessage::decode(std::span(bytes).first(100), 2).has_value()) << "short accepted";
+  EXPECT_FALSE(detail::HandshakeMessage::decode(std::span(bytes).first(100), 2).has_value())
+      << "short accepted";
   bytes[0] = std::byte{'X'};
   EXPECT_FALSE(detail::HandshakeMessage::decode(bytes, 2).has_value()) << "bad magic accepted";
 }

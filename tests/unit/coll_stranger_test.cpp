@@ -91,16 +91,18 @@ TEST(CollStranger, CannotJoinAsARankNorWriteStagingMemory) {
   auto store = bootstrap::make_memory_store();
   std::promise<void> attempted;
   std::shared_future<void> release = attempted.get_future().share();
-  CommOptions options{.network_transport = "tcp", .local_transport = "tcp", .timeout = 4000ms,
-                      .bootstrap_timeout = 6000ms};
+  CommOptions options{
+      .network_transport = "tcp", .local_transport = "tcp", .timeout = 4000ms, .bootstrap_timeout = 6000ms};
   auto run_rank = [&](int rank, std::shared_ptr<bootstrap::Store> through) -> std::string {
     auto comm = Communicator::create(std::move(through), rank, 2, options);
     if (!comm) return "create: " + comm.error().describe();
     std::vector<float> data(256, static_cast<float>(rank + 1));
-    if (auto ok = (*comm)->allreduce(data.data(), data.data(), data.size(), DataType::F32, ReduceOp::Sum); !ok)
+    if (auto ok = (*comm)->allreduce(data.data(), data.data(), data.size(), DataType::F32, ReduceOp::Sum);
+        !ok)
       return "allreduce: " + ok.error().describe();
     for (float x : data)
-      if (x != 3.0f) return "allreduce: wrong result " + std::to_string(x) + " (staging memory was tampered with?)";
+      if (x != 3.0f)
+        return "allreduce: wrong result " + std::to_string(x) + " (staging memory was tampered with?)";
     return "";
   };
   auto rank0 = std::async(std::launch::async, run_rank, 0, store);
