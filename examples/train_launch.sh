@@ -6,6 +6,9 @@
 set -u
 binary=$1 ranks=$2 launcher=$3
 output=$(mktemp)
+# The job secret every rank proves to the store and to each other (a launcher passes it like MASTER_PORT).
+RDMAKIT_JOB_SECRET=$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')
+export RDMAKIT_JOB_SECRET
 trap 'rm -f "$output"' EXIT
 case "$launcher" in
   torchrun)
@@ -25,7 +28,7 @@ case "$launcher" in
     command -v mpirun >/dev/null || { echo "mpirun not installed (apt-get install openmpi-bin): skipped"; exit 77; }
     extra=()
     [ "$(id -u)" = 0 ] && extra+=(--allow-run-as-root)
-    timeout 120 mpirun "${extra[@]}" --oversubscribe -np "$ranks" "$binary" >"$output" 2>&1
+    timeout 120 mpirun "${extra[@]}" --oversubscribe -x RDMAKIT_JOB_SECRET -np "$ranks" "$binary" >"$output" 2>&1
     status=$?
     ;;
   *) echo "unknown launcher $launcher"; exit 2 ;;

@@ -9,6 +9,8 @@ sudo_if_needed() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
 packages=(
   build-essential cmake g++ pkg-config git
   googletest libgtest-dev libgmock-dev libbenchmark-dev
+  # libcrypto: HMAC-SHA256 proofs of the job secret (bootstrap store, collective handshakes)
+  libssl-dev
   # verbs transport headers (the library loads libibverbs/librdmacm at run time only)
   libibverbs-dev librdmacm-dev
   # Soft-RoCE test VM and the peers we measure against

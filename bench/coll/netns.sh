@@ -30,11 +30,13 @@ launch() {
   local style=$1
   shift
   port=$((30000 + RANDOM % 20000))
+  # The ranks span "hosts" (namespaces): without a shared job secret the store would be unauthenticated.
+  secret=$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')
   pids=()
   for i in $(seq 0 $((n - 1))); do
     if [ "$style" = torchrun ]; then
       ip netns exec rdmakit-coll$i env RANK=$i WORLD_SIZE=$n LOCAL_RANK=0 MASTER_ADDR=169.254.77.1 \
-        MASTER_PORT=$port timeout 600 "$@" &
+        MASTER_PORT=$port RDMAKIT_JOB_SECRET=$secret timeout 600 "$@" &
     else
       ip netns exec rdmakit-coll$i env OMPI_COMM_WORLD_RANK=$i OMPI_COMM_WORLD_SIZE=$n \
         timeout 600 "$@" 169.254.77.$((i + 1)) &

@@ -29,6 +29,11 @@ struct LaunchInfo {
   std::uint16_t store_port = 0;
   std::string launcher;        // "torchrun", "mpirun", "srun" or "single" (no launcher found)
   std::string job_id;          // the launcher's job id when it has one (names shared resources)
+  int local_size = 0;          // ranks on this host as the launcher says (LOCAL_WORLD_SIZE, ...); 0: not said
+
+  // Whether ranks may run on other hosts than the store's: the launcher says so, or (when it does not)
+  // the store address is not a loopback address.
+  bool spans_hosts() const noexcept;
 };
 
 // Reads a variable; nullopt when unset. Tests pass their own.
@@ -52,7 +57,8 @@ Result<std::vector<std::string>> expand_nodelist(std::string_view list);
 // The port a launcher without MASTER_PORT uses for job `job_id`.
 std::uint16_t default_store_port(std::string_view job_id) noexcept;
 
-// A key-value store all ranks share. Thread-safe.
+// A key-value store all ranks share. Thread-safe. Keys are write-once: setting a key that is already set
+// fails with Errc::InvalidArgument naming the key, so nobody can replace what a rank published.
 class Store {
  public:
   virtual ~Store() = default;
@@ -69,18 +75,25 @@ struct StoreOptions {
   std::uint16_t port = 0;
   bool is_server = false;                         // rank 0: host the store (and use it)
   std::chrono::milliseconds timeout{30000};       // clients: retry connecting this long
+  std::optional<std::string> secret;              // the job secret; nullopt: option job_secret
+                                                  // (RDMAKIT_JOB_SECRET); empty: none
 };
 
 // Rank 0 (is_server) listens on host:port and serves the store from a thread for as long as the
 // returned object lives; everyone (rank 0 too) gets a client. port 0 with is_server picks a free port,
-// reported by bound_port().
+// reported by bound_port(). Every client proves the job secret before the store answers anything (an
+// HMAC over nonces from both sides; the secret never travels), and the server proves it back. The
+// server's caps are options: store_max_bytes, store_max_request_bytes, store_max_client_buffer_bytes,
+// store_max_clients (RDMAKIT_STORE_MAX_*); a request over a cap fails with an error naming it.
 class TcpStore : public Store {
  public:
   static Result<std::shared_ptr<TcpStore>> open(const StoreOptions& options);
   virtual std::uint16_t bound_port() const noexcept = 0;
 };
 
-// The store for a detected launch: rank 0 serves, the others connect.
+// The store for a detected launch: rank 0 serves, the others connect. Without a job secret the store is
+// unauthenticated: on a launch within one host it then binds and is reached on 127.0.0.1 only; on a launch
+// that spans hosts rank 0 warns that anyone who reaches the store can join the job.
 Result<std::shared_ptr<Store>> open_store(const LaunchInfo& launch, std::chrono::milliseconds timeout);
 
 // Reads RDMAKIT_BOOTSTRAP_TIMEOUT_MS (default 60000): how long to wait for a rank that does not show up.

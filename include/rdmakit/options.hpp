@@ -35,6 +35,11 @@ struct Config {
   std::uint32_t inline_size = 0;             // verbs: WRITE/SEND payloads up to this go inline
   bool registration_cache = true;            // verbs: reuse registrations of the same range
   std::string log_level;                     // error | warn | info | debug
+  std::string job_secret;                    // shared by a job's processes; never logged or printed
+  std::uint64_t store_max_bytes = 0;         // rendezvous store: keys + values held in total
+  std::uint64_t store_max_request_bytes = 0; // rendezvous store: one request's key + value
+  std::uint64_t store_max_client_buffer_bytes = 0;  // rendezvous store: unread replies held per client
+  std::uint32_t store_max_clients = 0;       // rendezvous store: connected clients
 };
 
 // What the caller sets in code; anything left empty comes from the environment or the default.
@@ -58,6 +63,11 @@ struct Options {
   std::optional<std::uint32_t> inline_size;
   std::optional<bool> registration_cache;
   std::optional<std::string> log_level;
+  std::optional<std::string> job_secret;
+  std::optional<std::uint64_t> store_max_bytes;
+  std::optional<std::uint64_t> store_max_request_bytes;
+  std::optional<std::uint64_t> store_max_client_buffer_bytes;
+  std::optional<std::uint32_t> store_max_clients;
 };
 
 Result<Config> resolve_config(const Options& options);

@@ -56,6 +56,9 @@ Result<LaunchInfo> from_torchrun(const EnvLookup& env) {
   if (!local) return std::unexpected(local.error());
   info.rank = *rank, info.world_size = *size, info.local_rank = *local;
   info.job_id = env("TORCHELASTIC_RUN_ID").value_or("");
+  auto local_size = read_int(env, "LOCAL_WORLD_SIZE", 0, false);
+  if (!local_size) return std::unexpected(local_size.error());
+  info.local_size = *local_size;
   if (!env("MASTER_ADDR") || !env("MASTER_PORT"))
     if (!env("RDMAKIT_STORE_ADDR"))
       return fail(Errc::InvalidArgument, "bootstrap: torchrun-style launch (RANK set) needs MASTER_ADDR and "
@@ -73,6 +76,9 @@ Result<LaunchInfo> from_mpirun(const EnvLookup& env) {
   if (!local) return std::unexpected(local.error());
   info.rank = *rank, info.world_size = *size, info.local_rank = *local;
   // Every rank of one mpirun job sees the same jobid; two jobs on one host get different ports.
+  auto local_size = read_int(env, "OMPI_COMM_WORLD_LOCAL_SIZE", 0, false);
+  if (!local_size) return std::unexpected(local_size.error());
+  info.local_size = *local_size;
   info.job_id = env("OMPI_MCA_ess_base_jobid").value_or(env("OMPI_MCA_orte_ess_jobid").value_or(""));
   if (auto ok = resolve_store(env, info, "127.0.0.1"); !ok) return std::unexpected(ok.error());
   return info;
@@ -88,6 +94,9 @@ Result<LaunchInfo> from_srun(const EnvLookup& env) {
   info.rank = *rank, info.world_size = *size, info.local_rank = *local;
   info.job_id = env("SLURM_JOB_ID").value_or(env("SLURM_JOBID").value_or("")) + "." +
                 env("SLURM_STEP_ID").value_or("");
+  auto nodes = read_int(env, "SLURM_JOB_NUM_NODES", 0, false);
+  if (!nodes) return std::unexpected(nodes.error());
+  if (*nodes == 1) info.local_size = info.world_size;
   std::string first = "127.0.0.1";
   auto list = env("SLURM_JOB_NODELIST");
   if (!list) list = env("SLURM_NODELIST");
@@ -109,12 +118,18 @@ std::uint16_t default_store_port(std::string_view job_id) noexcept {
   return static_cast<std::uint16_t>(20000 + hash % 20000);
 }
 
+bool LaunchInfo::spans_hosts() const noexcept {
+  if (local_size > 0) return local_size < world_size;
+  return !(store_host.starts_with("127.") || store_host == "localhost");
+}
+
 Result<LaunchInfo> detect_launch(const EnvLookup& env) {
   Result<LaunchInfo> info = LaunchInfo{.launcher = "single"};
   if (env("RANK") && env("WORLD_SIZE")) info = from_torchrun(env);
   else if (env("OMPI_COMM_WORLD_RANK")) info = from_mpirun(env);
   else if (env("SLURM_PROCID")) info = from_srun(env);
   else if (auto ok = resolve_store(env, *info, "127.0.0.1"); !ok) return std::unexpected(ok.error());
+  if (info && info->launcher == "single") info->local_size = 1;
   if (!info) return info;
   if (info->world_size < 1) return fail(Errc::InvalidArgument, "bootstrap: world size must be at least 1");
   if (info->rank >= info->world_size)

@@ -13,7 +13,9 @@ class MemoryStore final : public Store {
   Result<void> set(std::string_view key, std::string_view value) override {
     {
       std::lock_guard lock(mutex_);
-      values_[std::string(key)] = std::string(value);
+      if (!values_.emplace(std::string(key), std::string(value)).second)
+        return fail(Errc::InvalidArgument, "store: key '" + std::string(key) + "' is already set (store keys are "
+                                           "write-once)");
     }
     changed_.notify_all();
     return {};

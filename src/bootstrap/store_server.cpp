@@ -9,13 +9,25 @@
 #include <sys/socket.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
+#include <list>
 #include <vector>
 
 #include "bootstrap/store_wire.hpp"
+#include "core/log.hpp"
 
 namespace rdmakit::bootstrap {
 namespace {
+
+using Clock = std::chrono::steady_clock;
+// A connection that has not proven the secret by then is dropped, so silent strangers cannot hold
+// client slots for long.
+constexpr auto kHandshakeLimit = std::chrono::seconds(10);
+// Bytes read from one client per wake-up: one busy client cannot starve the others.
+constexpr std::size_t kReadBurst = 256 * 1024;
+// Connections over store_max_clients that are still told why before they are closed; beyond, closed at once.
+constexpr std::size_t kRefusing = 64;
 
 Result<sockaddr_in> resolve(const std::string& host, std::uint16_t port) {
   addrinfo hints{};
@@ -32,15 +44,21 @@ Result<sockaddr_in> resolve(const std::string& host, std::uint16_t port) {
   return addr;
 }
 
-Result<Fd> bind_listener(const std::string& host, std::uint16_t port) {
+Result<Fd> bind_listener(const std::string& host, std::uint16_t port, bool any_fallback) {
   auto addr = resolve(host, port);
   if (!addr) return std::unexpected(addr.error());
-  Fd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  Fd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
   if (!fd) return fail_errno("store: socket", errno);
   int one = 1;
   setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
   if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&*addr), sizeof(*addr)) != 0) {
-    if (errno != EADDRNOTAVAIL) return fail_errno("store: bind " + host + ":" + std::to_string(port), errno);
+    if (errno != EADDRNOTAVAIL || !any_fallback)
+      return fail_errno(
+          "store: bind " + host + ":" + std::to_string(port) +
+              (errno == EADDRNOTAVAIL ? " (not an address of this host; without RDMAKIT_JOB_SECRET "
+                                        "the store does not fall back to all interfaces)"
+                                      : ""),
+          errno);
     addr->sin_addr.s_addr = htonl(INADDR_ANY);  // MASTER_ADDR names this host some other way
     if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&*addr), sizeof(*addr)) != 0)
       return fail_errno("store: bind *:" + std::to_string(port), errno);
@@ -49,39 +67,71 @@ Result<Fd> bind_listener(const std::string& host, std::uint16_t port) {
   return fd;
 }
 
-bool write_all(int fd, const std::string& data) {
-  std::size_t done = 0;
-  while (done < data.size()) {
-    ssize_t n = ::send(fd, data.data() + done, data.size() - done, MSG_NOSIGNAL);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      pollfd p{fd, POLLOUT, 0};
-      if (::poll(&p, 1, 1000) <= 0) return false;  // a client that does not read its replies is dropped
-      continue;
-    }
-    if (n <= 0) return false;
-    done += static_cast<std::size_t>(n);
-  }
-  return true;
-}
-
 }  // namespace
 
-Result<std::unique_ptr<StoreServer>> StoreServer::start(const std::string& host, std::uint16_t port) {
-  auto listener = bind_listener(host, port);
+struct StoreServer::Client {
+  Fd fd;
+  StoreSession session;
+  std::string out;  // replies not yet taken by the socket
+  Clock::time_point handshake_deadline;
+  bool closing = false;  // close once `out` is sent
+
+  // Sends what the socket takes now; false when the connection is gone.
+  bool flush() {
+    while (!out.empty()) {
+      ssize_t n = ::send(fd.get(), out.data(), out.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return true;
+      if (n <= 0) return false;
+      out.erase(0, static_cast<std::size_t>(n));
+    }
+    return true;
+  }
+
+  // Reads a burst and serves it; false when the client is to be dropped now.
+  bool serve(StoreData& data) {
+    char chunk[65536];
+    for (std::size_t total = 0; total < kReadBurst && !closing;) {
+      ssize_t n = ::recv(fd.get(), chunk, sizeof(chunk), MSG_DONTWAIT);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+      if (n <= 0) return false;
+      total += static_cast<std::size_t>(n);
+      auto outcome = session.feed(std::string_view(chunk, static_cast<std::size_t>(n)), data, out);
+      if (outcome == StoreSession::Outcome::Overflow) {
+        log::warn("store", "dropped a client that left " + std::to_string(out.size()) +
+                               " bytes of replies unread (store_max_client_buffer_bytes=" +
+                               std::to_string(data.limits().max_client_buffer_bytes) + ")");
+        return false;
+      }
+      closing = outcome == StoreSession::Outcome::Close;
+      if (!flush()) return false;
+    }
+    return true;
+  }
+};
+
+Result<std::unique_ptr<StoreServer>> StoreServer::start(const std::string& host, std::uint16_t port,
+                                                        std::string secret, StoreLimits limits) {
+  auto listener = bind_listener(host, port, !secret.empty());
   if (!listener) return std::unexpected(listener.error());
   sockaddr_in bound{};
   socklen_t length = sizeof(bound);
   getsockname(listener->get(), reinterpret_cast<sockaddr*>(&bound), &length);
   Fd stop(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   if (!stop) return fail_errno("store: eventfd", errno);
-  auto server = std::unique_ptr<StoreServer>(new StoreServer(std::move(*listener), std::move(stop), ntohs(bound.sin_port)));
+  auto server = std::unique_ptr<StoreServer>(new StoreServer(
+      std::move(*listener), std::move(stop), ntohs(bound.sin_port), std::move(secret), limits));
   server->thread_ = std::thread([s = server.get()] { s->run(); });
   return server;
 }
 
-StoreServer::StoreServer(Fd listener, Fd stop, std::uint16_t port)
-    : listener_(std::move(listener)), stop_(std::move(stop)), port_(port) {}
+StoreServer::StoreServer(Fd listener, Fd stop, std::uint16_t port, std::string secret, StoreLimits limits)
+    : listener_(std::move(listener)),
+      stop_(std::move(stop)),
+      port_(port),
+      secret_(std::move(secret)),
+      data_(limits) {}
 
 StoreServer::~StoreServer() {
   std::uint64_t one = 1;
@@ -90,61 +140,61 @@ StoreServer::~StoreServer() {
 }
 
 void StoreServer::run() {
-  std::vector<Fd> clients;
-  std::vector<std::string> buffers;
+  std::list<Client> clients;
+  std::vector<pollfd> fds;
+  std::vector<Client*> order;
   for (;;) {
-    std::vector<pollfd> fds{{stop_.get(), POLLIN, 0}, {listener_.get(), POLLIN, 0}};
-    for (const Fd& c : clients) fds.push_back({c.get(), POLLIN, 0});
-    if (::poll(fds.data(), fds.size(), -1) < 0 && errno != EINTR) return;
+    auto now = Clock::now();
+    int timeout = -1;
+    fds.assign({{stop_.get(), POLLIN, 0}, {listener_.get(), POLLIN, 0}});
+    order.clear();
+    for (Client& c : clients) {
+      short events = static_cast<short>((c.closing ? 0 : POLLIN) | (c.out.empty() ? 0 : POLLOUT));
+      fds.push_back({c.fd.get(), events, 0});
+      order.push_back(&c);
+      if (!c.session.authenticated()) {
+        auto left = std::chrono::duration_cast<std::chrono::milliseconds>(c.handshake_deadline - now).count();
+        timeout = timeout < 0 ? static_cast<int>(std::max<long>(left, 0) + 1)
+                              : std::min(timeout, static_cast<int>(std::max<long>(left, 0) + 1));
+      }
+    }
+    if (::poll(fds.data(), fds.size(), timeout) < 0 && errno != EINTR) return;
     if (fds[0].revents) return;
-    for (std::size_t i = clients.size(); i-- > 0;) {
-      if (!fds[i + 2].revents) continue;
-      char chunk[65536];
-      ssize_t n = ::recv(clients[i].get(), chunk, sizeof(chunk), MSG_DONTWAIT);
-      if (n < 0 && (errno == EAGAIN || errno == EINTR)) continue;
-      if (n > 0) buffers[i].append(chunk, static_cast<std::size_t>(n));
-      if (n <= 0 || !serve(clients[i].get(), buffers[i])) {
-        clients.erase(clients.begin() + static_cast<std::ptrdiff_t>(i));
-        buffers.erase(buffers.begin() + static_cast<std::ptrdiff_t>(i));
-      }
+    now = Clock::now();
+    for (std::size_t i = 0; i < order.size(); ++i) {
+      Client& c = *order[i];
+      short revents = fds[i + 2].revents;
+      bool keep = true;
+      if (revents & (POLLERR | POLLNVAL)) keep = false;
+      if (keep && (revents & POLLOUT)) keep = c.flush();
+      if (keep && (revents & (POLLIN | POLLHUP))) keep = c.serve(data_);
+      if (keep && c.closing && c.out.empty()) keep = false;
+      if (keep && !c.session.authenticated() && now >= c.handshake_deadline) keep = false;
+      if (!keep) c.fd = Fd();  // marks it for removal below
     }
-    if (fds[1].revents & POLLIN) {
-      Fd client(::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
-      if (client) {
-        int one = 1;
-        setsockopt(client.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-        clients.push_back(std::move(client));
-        buffers.emplace_back();
-      }
-    }
+    clients.remove_if([](const Client& c) { return !c.fd; });
+    if (fds[1].revents & POLLIN) accept_clients(clients);
   }
 }
 
-bool StoreServer::serve(int fd, std::string& buffer) {
-  while (buffer.size() >= wire::kHeaderSize) {
-    auto op = static_cast<std::uint8_t>(buffer[0]);
-    std::uint32_t key_length = wire::get_u32(buffer.data() + 1);
-    std::uint32_t value_length = wire::get_u32(buffer.data() + 5);
-    if (key_length > wire::kMaxField || value_length > wire::kMaxField) return false;
-    std::size_t total = wire::kHeaderSize + key_length + value_length;
-    if (buffer.size() < total) return true;
-    std::string key = buffer.substr(wire::kHeaderSize, key_length);
-    std::string reply;
-    if (op == wire::kSet) {
-      values_[key] = buffer.substr(wire::kHeaderSize + key_length, value_length);
-      reply = std::string(1, '\1');
-    } else if (op == wire::kGet) {
-      auto it = values_.find(key);
-      reply = std::string(1, it != values_.end() ? '\1' : '\0');
-      wire::put_u32(reply, it != values_.end() ? static_cast<std::uint32_t>(it->second.size()) : 0);
-      if (it != values_.end()) reply += it->second;
-    } else {
-      return false;
+// Takes every pending connection. Over store_max_clients, the newcomer is told why and closed.
+void StoreServer::accept_clients(std::list<Client>& clients) {
+  for (;;) {
+    Fd fd(::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
+    if (!fd) return;  // EAGAIN, or a connection that went away before we took it
+    auto nonce = auth::fresh_nonce();
+    if (!nonce || clients.size() >= data_.limits().max_clients + kRefusing) continue;  // closed at once
+    int one = 1;
+    setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    StoreSession session(secret_, *nonce);
+    if (clients.size() >= data_.limits().max_clients) {
+      session.refuse("too many clients (store_max_clients=" + std::to_string(data_.limits().max_clients) +
+                     ")");
+      log::warn("store", "refused a client: already serving store_max_clients=" +
+                             std::to_string(data_.limits().max_clients));
     }
-    buffer.erase(0, total);
-    if (!write_all(fd, reply)) return false;
+    clients.push_back(Client{std::move(fd), std::move(session), {}, Clock::now() + kHandshakeLimit});
   }
-  return true;
 }
 
 }  // namespace rdmakit::bootstrap

@@ -8,11 +8,14 @@
 
 #include <cerrno>
 #include <cstring>
+#include <limits>
 #include <mutex>
 #include <thread>
 
+#include "bootstrap/auth.hpp"
 #include "bootstrap/store_server.hpp"
 #include "bootstrap/store_wire.hpp"
+#include "core/log.hpp"
 #include "rdmakit/bootstrap.hpp"
 
 namespace rdmakit::bootstrap {
@@ -45,11 +48,38 @@ class TcpStoreClient final : public TcpStore {
 
   std::uint16_t bound_port() const noexcept override { return port_; }
 
+  // Proves the job secret to the server and checks the server's proof back (store_wire.hpp).
+  Result<void> authenticate(const std::string& secret) {
+    auto nonce = auth::fresh_nonce();
+    if (!nonce) return std::unexpected(nonce.error());
+    std::string hello(wire::kHelloMagic);
+    hello += auth::bytes(*nonce);
+    if (auto ok = send_all(hello); !ok) return ok;
+    auto challenge = receive_reply(wire::kProofSize);
+    if (!challenge) return std::unexpected(challenge.error());
+    if (challenge->size() != wire::kProofSize)
+      return std::unexpected(protocol_error("a malformed challenge"));
+    auto proof = auth::mac(secret, {wire::kMacLabel, "client", auth::bytes(*nonce), *challenge});
+    if (auto ok = send_all(std::string(reinterpret_cast<const char*>(proof.data()), proof.size())); !ok)
+      return ok;
+    auto answer = receive_reply(wire::kProofSize);
+    if (!answer) return std::unexpected(answer.error());
+    auto expected = auth::mac(secret, {wire::kMacLabel, "server", auth::bytes(*nonce), *challenge});
+    if (!auth::verify(expected,
+                      std::span(reinterpret_cast<const std::uint8_t*>(answer->data()), answer->size())))
+      return fail(Errc::ConnectionRefused,
+                  "store at " + where_ +
+                      ": the server does not know the job secret (RDMAKIT_JOB_SECRET "
+                      "must be the same on every rank)");
+    return {};
+  }
+
   Result<void> set(std::string_view key, std::string_view value) override {
     std::lock_guard lock(mutex_);
     if (auto ok = send_all(wire::request(wire::kSet, key, value)); !ok) return ok;
-    std::string reply;
-    return receive(1, reply);
+    auto reply = receive_reply(0);
+    if (!reply) return std::unexpected(reply.error());
+    return {};
   }
 
   Result<std::string> get(std::string_view key, std::chrono::milliseconds timeout) override {
@@ -71,12 +101,40 @@ class TcpStoreClient final : public TcpStore {
   Result<std::optional<std::string>> try_get(std::string_view key) {
     std::lock_guard lock(mutex_);
     if (auto ok = send_all(wire::request(wire::kGet, key, {})); !ok) return std::unexpected(ok.error());
+    bool found = true;
+    auto value = receive_reply(std::numeric_limits<std::uint32_t>::max(), &found);
+    if (!value) return std::unexpected(value.error());
+    if (!found) return std::nullopt;
+    return std::move(*value);
+  }
+
+  Error protocol_error(const std::string& what) const {
+    return Error(Errc::ProtocolError, "store at " + where_ + ": " + what);
+  }
+
+  // One reply: its payload when Ok; `found` = false for NotFound (only where the caller allows it); an
+  // error carrying the server's message for Error. The store refuses with ConnectionRefused before the
+  // handshake completed, so a wrong secret reads as what it is.
+  Result<std::string> receive_reply(std::size_t max_payload, bool* found = nullptr) {
     std::string header;
-    if (auto ok = receive(5, header); !ok) return std::unexpected(ok.error());
-    if (header[0] == '\0') return std::nullopt;
-    std::string value;
-    if (auto ok = receive(wire::get_u32(header.data() + 1), value); !ok) return std::unexpected(ok.error());
-    return value;
+    if (auto ok = receive(wire::kReplyHeaderSize, header); !ok) return std::unexpected(ok.error());
+    auto status = static_cast<std::uint8_t>(header[0]);
+    std::uint32_t length = wire::get_u32(header.data() + 1);
+    bool error = status == wire::kError;
+    if (status > wire::kError || (status == wire::kNotFound && !found) || (!error && length > max_payload) ||
+        (error && length > 4096))
+      return std::unexpected(protocol_error("a malformed reply"));
+    std::string payload;
+    if (auto ok = receive(length, payload); !ok) return std::unexpected(ok.error());
+    if (error) {
+      auto code = payload.empty() ? 0 : static_cast<std::uint8_t>(payload[0]);
+      if (code < static_cast<std::uint8_t>(Errc::InvalidArgument) ||
+          code > static_cast<std::uint8_t>(Errc::TransportFailure))
+        return std::unexpected(protocol_error("a malformed error reply"));
+      return fail(static_cast<Errc>(code), "store at " + where_ + " refused: " + payload.substr(1));
+    }
+    if (found) *found = status == wire::kOk;
+    return payload;
   }
 
   Result<void> send_all(const std::string& data) {
@@ -84,7 +142,8 @@ class TcpStoreClient final : public TcpStore {
     while (done < data.size()) {
       ssize_t n = ::send(socket_.get(), data.data() + done, data.size() - done, MSG_NOSIGNAL);
       if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) return fail(Errc::ConnectionBroken, "store at " + where_ + ": send failed: " + std::strerror(errno));
+      if (n <= 0)
+        return fail(Errc::ConnectionBroken, "store at " + where_ + ": send failed: " + std::strerror(errno));
       done += static_cast<std::size_t>(n);
     }
     return {};
@@ -101,7 +160,8 @@ class TcpStoreClient final : public TcpStore {
       ssize_t n = ready > 0 ? ::recv(socket_.get(), out.data() + done, length - done, 0) : -1;
       if (n < 0 && errno == EINTR) continue;
       if (n <= 0)
-        return fail(Errc::ConnectionBroken, "store at " + where_ + ": the store (rank 0) closed the connection");
+        return fail(Errc::ConnectionBroken,
+                    "store at " + where_ + ": the store (rank 0) closed the connection");
       done += static_cast<std::size_t>(n);
     }
     return {};
@@ -117,15 +177,19 @@ class TcpStoreClient final : public TcpStore {
 }  // namespace
 
 Result<std::shared_ptr<TcpStore>> TcpStore::open(const StoreOptions& options) {
+  auto secret = options.secret ? Result<std::string>(*options.secret) : auth::job_secret();
+  if (!secret) return std::unexpected(secret.error());
   std::unique_ptr<StoreServer> server;
   std::uint16_t port = options.port;
   std::string host = options.host;
   if (options.is_server) {
-    auto started = StoreServer::start(options.host, options.port);
+    auto limits = store_limits();
+    if (!limits) return std::unexpected(limits.error());
+    auto started = StoreServer::start(options.host, options.port, *secret, *limits);
     if (!started)
       return std::unexpected(Error(started.error().code(), "bootstrap: rank 0 cannot host the store at " +
-                                                               options.host + ":" + std::to_string(port) + ": " +
-                                                               started.error().message()));
+                                                               options.host + ":" + std::to_string(port) +
+                                                               ": " + started.error().message()));
     server = std::move(*started);
     port = server->port();
   }
@@ -133,20 +197,39 @@ Result<std::shared_ptr<TcpStore>> TcpStore::open(const StoreOptions& options) {
   auto deadline = Clock::now() + options.timeout;
   for (;;) {  // rank 0 may start after us: retry until the deadline
     auto socket = try_connect(host, port);
-    if (socket) return std::make_shared<TcpStoreClient>(std::move(server), std::move(*socket), port, where);
+    if (socket) {
+      auto client = std::make_shared<TcpStoreClient>(std::move(server), std::move(*socket), port, where);
+      if (auto ok = client->authenticate(*secret); !ok) return std::unexpected(ok.error());
+      return client;
+    }
     if (socket.error().code() == Errc::InvalidArgument) return std::unexpected(socket.error());
     if (Clock::now() >= deadline)
       return fail(Errc::Timeout, "bootstrap: could not reach the rendezvous store at " + where + " within " +
-                                     std::to_string(options.timeout.count()) +
-                                     " ms (is rank 0 running? " + socket.error().message() + ")");
+                                     std::to_string(options.timeout.count()) + " ms (is rank 0 running? " +
+                                     socket.error().message() + ")");
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
 }
 
 Result<std::shared_ptr<Store>> open_store(const LaunchInfo& launch, std::chrono::milliseconds timeout) {
   if (launch.world_size == 1 && launch.launcher == "single") return make_memory_store();
-  auto store = TcpStore::open(StoreOptions{.host = launch.store_host, .port = launch.store_port,
-                                           .is_server = launch.rank == 0, .timeout = timeout});
+  auto secret = auth::job_secret();
+  if (!secret) return std::unexpected(secret.error());
+  std::string host = launch.store_host;
+  if (secret->empty() && !launch.spans_hosts()) {
+    host = "127.0.0.1";  // unauthenticated: nobody beyond this host may reach it
+  } else if (secret->empty() && launch.rank == 0) {
+    log::warn("bootstrap",
+              "the rendezvous store at " + launch.store_host + ":" + std::to_string(launch.store_port) +
+                  " is UNAUTHENTICATED: this launch spans hosts and RDMAKIT_JOB_SECRET is not set, so "
+                  "anyone who can reach that address can read the store and join the job as a rank. "
+                  "Set RDMAKIT_JOB_SECRET (the same value, at least 16 characters) on every rank.");
+  }
+  auto store = TcpStore::open(StoreOptions{.host = host,
+                                           .port = launch.store_port,
+                                           .is_server = launch.rank == 0,
+                                           .timeout = timeout,
+                                           .secret = *secret});
   if (!store) return std::unexpected(store.error());
   return std::shared_ptr<Store>(std::move(*store));
 }

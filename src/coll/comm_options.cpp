@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "bootstrap/auth.hpp"
 #include "coll/mesh.hpp"
 #include "core/fd.hpp"
 #include "core/log.hpp"
@@ -85,6 +86,9 @@ Result<CommOptions> resolve_options(const CommOptions& given) {
     }
   if (o.host_id.empty()) o.host_id = env("RDMAKIT_COLL_HOST_ID").value_or(default_host_id());
   if (o.listen_address.empty()) o.listen_address = env("RDMAKIT_LISTEN_ADDRESS").value_or("");
+  auto secret = bootstrap::auth::job_secret(o.job_secret);
+  if (!secret) return std::unexpected(secret.error());
+  o.job_secret = std::move(*secret);
   return o;
 }
 

@@ -172,7 +172,8 @@ Result<std::unique_ptr<Communicator>> Communicator::create(std::shared_ptr<boots
                           .listen_address = options->listen_address,
                           .host_id = options->host_id,
                           .key_prefix = options->key_prefix,
-                          .bootstrap_timeout = options->bootstrap_timeout};
+                          .bootstrap_timeout = options->bootstrap_timeout,
+                          .secret = options->job_secret};
   auto info = detail::build_mesh(*impl->store, mesh, impl->exchange);
   if (!info) {
     impl->exchange.fail_all(info.error());

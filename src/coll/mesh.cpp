@@ -3,9 +3,11 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <charconv>
 #include <filesystem>
 #include <thread>
+
+#include "coll/handshake.hpp"
+#include "core/log.hpp"
 
 namespace rdmakit::coll::detail {
 namespace {
@@ -14,7 +16,9 @@ struct Layout {
   std::vector<std::string> hosts;  // by rank
   bool split = false;              // same-host peers go over the local transport
 
-  bool local(int a, int b) const { return split && hosts[static_cast<std::size_t>(a)] == hosts[static_cast<std::size_t>(b)]; }
+  bool local(int a, int b) const {
+    return split && hosts[static_cast<std::size_t>(a)] == hosts[static_cast<std::size_t>(b)];
+  }
   const char* kind(int a, int b) const { return local(a, b) ? "local" : "net"; }
   // The ranks `owner` reaches through fabric `kind`, ascending.
   std::vector<int> members(int owner, std::string_view kind) const {
@@ -25,7 +29,9 @@ struct Layout {
   }
 };
 
-std::string key(const MeshConfig& config, const std::string& what) { return config.key_prefix + "coll/" + what; }
+std::string key(const MeshConfig& config, const std::string& what) {
+  return config.key_prefix + "coll/" + what;
+}
 
 Error missing_rank(const Error& error, int rank, int size, std::chrono::milliseconds timeout) {
   if (error.code() != Errc::Timeout) return error;
@@ -39,21 +45,24 @@ Result<Layout> meet(bootstrap::Store& store, const MeshConfig& config, int rank,
   Layout layout;
   layout.split = config.local_transport != config.network_transport;
   std::string mine = (layout.split ? "1" : "0") + config.host_id;
-  if (auto ok = store.set(key(config, "host/" + std::to_string(rank)), mine); !ok) return std::unexpected(ok.error());
+  if (auto ok = store.set(key(config, "host/" + std::to_string(rank)), mine); !ok)
+    return std::unexpected(ok.error());
   for (int q = 0; q < size; ++q) {
     auto value = store.get(key(config, "host/" + std::to_string(q)), config.bootstrap_timeout);
     if (!value) return std::unexpected(missing_rank(value.error(), q, size, config.bootstrap_timeout));
     if (value->empty() || (*value)[0] != mine[0])
-      return fail(Errc::InvalidArgument, "coll: rank " + std::to_string(q) + " uses a different local transport "
-                                         "setting (RDMAKIT_COLL_LOCAL_TRANSPORT must agree on every rank)");
+      return fail(Errc::InvalidArgument,
+                  "coll: rank " + std::to_string(q) +
+                      " uses a different local transport "
+                      "setting (RDMAKIT_COLL_LOCAL_TRANSPORT must agree on every rank)");
     layout.hosts.push_back(value->substr(1));
   }
   return layout;
 }
 
 // Phase 2: a context, staging and a listener per fabric, published.
-Result<void> open_fabric(bootstrap::Store& store, const MeshConfig& config, Exchange& ex, const Layout& layout,
-                         const char* kind) {
+Result<void> open_fabric(bootstrap::Store& store, const MeshConfig& config, Exchange& ex,
+                         const Layout& layout, const char* kind) {
   std::vector<int> members = layout.members(ex.rank(), kind);
   if (members.empty()) return {};
   bool local = std::string_view(kind) == "local";
@@ -76,8 +85,10 @@ Result<void> open_fabric(bootstrap::Store& store, const MeshConfig& config, Exch
                          outbound ? nullptr : &outbound.error(), listener ? nullptr : &listener.error()})
     if (e) return std::unexpected(Error(e->code(), "coll: setting up " + fabric->name + ": " + e->message()));
   fabric->cq = *cq, fabric->inbound = *inbound, fabric->outbound = *outbound, fabric->listener = *listener;
-  std::string record = fabric->listener->address() + "\n" + fabric->inbound->descriptor().to_hex();
-  if (auto ok = store.set(key(config, std::string(kind) + "/" + std::to_string(ex.rank())), record); !ok)
+  // Only the address: the staging descriptor is handed to proven peers in the handshake.
+  if (auto ok = store.set(key(config, std::string(kind) + "/" + std::to_string(ex.rank())),
+                          fabric->listener->address());
+      !ok)
     return std::unexpected(ok.error());
   ex.fabrics().push_back(std::move(fabric));
   return {};
@@ -90,77 +101,123 @@ Fabric* fabric_for(Exchange& ex, const Layout& layout, int q) {
   return nullptr;
 }
 
-// Phase 3a: read the peer's record and point the Peer at its slots.
-Result<std::string> describe_peer(bootstrap::Store& store, const MeshConfig& config, Exchange& ex,
-                                  const Layout& layout, int q) {
-  const char* kind = layout.kind(ex.rank(), q);
-  auto record = store.get(key(config, std::string(kind) + "/" + std::to_string(q)), config.bootstrap_timeout);
-  if (!record) return std::unexpected(missing_rank(record.error(), q, ex.size(), config.bootstrap_timeout));
-  std::size_t newline = record->find('\n');
-  auto region = RemoteRegion::from_hex(record->substr(newline + 1));
-  if (newline == std::string::npos || !region)
-    return fail(Errc::ProtocolError, "coll: rank " + std::to_string(q) + " published a malformed record");
-  std::vector<int> theirs = layout.members(q, kind);
-  auto index = static_cast<std::size_t>(std::find(theirs.begin(), theirs.end(), ex.rank()) - theirs.begin());
+// Phase 3a: point the Peer at its slots here (the remote slots come from the handshake).
+void prepare_peer(Exchange& ex, const Layout& layout, int q) {
   Peer& p = ex.peer(q);
   Fabric* fabric = fabric_for(ex, layout, q);
-  auto mine = static_cast<std::size_t>(std::find(fabric->peers.begin(), fabric->peers.end(), q) - fabric->peers.begin());
+  auto mine = static_cast<std::size_t>(std::find(fabric->peers.begin(), fabric->peers.end(), q) -
+                                       fabric->peers.begin());
   std::size_t area = ex.slots() * ex.chunk();
   p.rank = q;
   p.fabric = fabric;
-  p.remote = region->at(index * area);
   p.inbound = static_cast<std::byte*>(fabric->inbound->data()) + mine * area;
   p.outbound = static_cast<std::byte*>(fabric->outbound->data()) + mine * area;
   p.outbound_lkey = fabric->outbound->lkey();
-  return record->substr(0, newline);
 }
 
-int rank_from_name(const std::string& name) {
-  int rank = -1;
-  std::size_t colon = name.rfind(':');
-  if (colon == std::string::npos) return -1;
-  auto [end, ec] = std::from_chars(name.data() + colon + 1, name.data() + name.size(), rank);
-  return ec == std::errc() && end == name.data() + name.size() ? rank : -1;
+// This rank's slots inside peer q's staging region, checked against the region's length.
+Result<void> set_remote(Exchange& ex, const Layout& layout, int q, const RemoteRegion& region) {
+  std::vector<int> theirs = layout.members(q, layout.kind(ex.rank(), q));
+  auto index = static_cast<std::size_t>(std::find(theirs.begin(), theirs.end(), ex.rank()) - theirs.begin());
+  std::size_t area = ex.slots() * ex.chunk();
+  if (region.length < (index + 1) * area)
+    return fail(Errc::ProtocolError, "coll: rank " + std::to_string(q) +
+                                         " offered a staging region too small for " + "this rank's slots");
+  ex.peer(q).remote = region.at(index * area);
+  return {};
 }
 
-// Phase 3b, accepting side: every higher rank of this fabric connects here.
-Result<void> accept_all(Fabric& fabric, Exchange& ex, std::chrono::milliseconds timeout) {
-  auto expected = static_cast<std::size_t>(std::count_if(fabric.peers.begin(), fabric.peers.end(),
-                                                         [&](int q) { return q > ex.rank(); }));
-  for (std::size_t i = 0; i < expected; ++i) {
-    auto connection = fabric.listener->accept(timeout, ConnectOptions{fabric.cq, fabric.cq});
+HandshakeConfig handshake_config(const MeshConfig& config, const Exchange& ex, const Fabric& fabric,
+                                 std::chrono::milliseconds timeout) {
+  return HandshakeConfig{.secret = config.secret,
+                         .job = config.key_prefix + "/" + fabric.name,
+                         .world = ex.size(),
+                         .timeout = timeout};
+}
+
+// The longest a connection may take to prove itself at an acceptor: a stranger who connects and stays
+// silent delays the real ranks behind it by at most this much.
+constexpr auto kProofLimit = std::chrono::milliseconds(5000);  // under the default connect_timeout_ms
+
+// Phase 3b, accepting side: every higher rank of this fabric connects here and proves who it is. A
+// connection that fails to is closed and the next one accepted, so a stranger cannot fail the job.
+Result<void> accept_all(const MeshConfig& config, Fabric& fabric, Exchange& ex, const Layout& layout) {
+  auto expected = static_cast<std::size_t>(
+      std::count_if(fabric.peers.begin(), fabric.peers.end(), [&](int q) { return q > ex.rank(); }));
+  auto deadline = std::chrono::steady_clock::now() + config.bootstrap_timeout;
+  std::vector<std::shared_ptr<Connection>> refused;  // closed by the handshake; counted for the error message
+  auto acceptable = [&](int q) {
+    return q > ex.rank() && q < ex.size() &&
+           std::binary_search(fabric.peers.begin(), fabric.peers.end(), q) && !ex.peer(q).connection;
+  };
+  for (std::size_t done = 0; done < expected;) {
+    auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    auto connection = fabric.listener->accept(std::max(left, std::chrono::milliseconds(1)),
+                                              ConnectOptions{fabric.cq, fabric.cq});
     if (!connection)
-      return std::unexpected(Error(connection.error().code(), "coll: rank " + std::to_string(ex.rank()) + ": " +
-                                                                  std::to_string(expected - i) +
-                                                                  " higher rank(s) did not connect: " +
-                                                                  connection.error().message()));
-    int q = rank_from_name((*connection)->peer().name);
-    if (q <= ex.rank() || q >= ex.size() || ex.peer(q).connection)
-      return fail(Errc::ProtocolError, "coll: unexpected connection from '" + (*connection)->peer().name + "'");
-    ex.peer(q).connection = *connection;
+      return std::unexpected(
+          Error(connection.error().code(),
+                "coll: rank " + std::to_string(ex.rank()) + ": " + std::to_string(expected - done) +
+                    " higher rank(s) did not connect" +
+                    (refused.empty() ? ""
+                                     : " (" + std::to_string(refused.size()) +
+                                           " connection(s) refused for failing the handshake)") +
+                    ": " + connection.error().message()));
+    auto proven = handshake_accept(
+        *fabric.context, **connection,
+        handshake_config(config, ex, fabric, std::min(left, std::chrono::milliseconds(kProofLimit))),
+        ex.rank(), fabric.inbound->descriptor(), acceptable);
+    if (!proven) {
+      log::warn("coll", "rank " + std::to_string(ex.rank()) + " refused a connection from " +
+                            (*connection)->peer().address + ": " + proven.error().message());
+      refused.push_back(std::move(*connection));
+      continue;
+    }
+    if (auto ok = set_remote(ex, layout, proven->rank, proven->region); !ok) return ok;
+    ex.peer(proven->rank).connection = *connection;
+    ++done;
   }
   return {};
 }
 
-Result<void> connect_all(bootstrap::Store& store, const MeshConfig& config, Exchange& ex, const Layout& layout) {
+Result<void> connect_to(const MeshConfig& config, Exchange& ex, const Layout& layout, int q,
+                        const std::string& address) {
+  Fabric* f = ex.peer(q).fabric;
+  auto connection = f->context->connect(address, ConnectOptions{f->cq, f->cq});
+  if (!connection)
+    return std::unexpected(Error(connection.error().code(), "coll: connecting to rank " + std::to_string(q) +
+                                                                " at " + address + ": " +
+                                                                connection.error().message()));
+  auto region = handshake_initiate(*f->context, **connection,
+                                   handshake_config(config, ex, *f, config.bootstrap_timeout), ex.rank(), q,
+                                   f->inbound->descriptor());
+  if (!region)
+    return std::unexpected(Error(region.error().code(),
+                                 "coll: rank " + std::to_string(ex.rank()) + ": handshake with rank " +
+                                     std::to_string(q) + " at " + address + ": " + region.error().message()));
+  if (auto ok = set_remote(ex, layout, q, *region); !ok) return ok;
+  ex.peer(q).connection = *connection;
+  return {};
+}
+
+Result<void> connect_all(bootstrap::Store& store, const MeshConfig& config, Exchange& ex,
+                         const Layout& layout) {
+  for (int q = 0; q < ex.size(); ++q)
+    if (q != ex.rank()) prepare_peer(ex, layout, q);
   std::vector<std::thread> acceptors;
   std::vector<Result<void>> accepted(ex.fabrics().size());
   for (std::size_t i = 0; i < ex.fabrics().size(); ++i)
-    acceptors.emplace_back([&, i] { accepted[i] = accept_all(*ex.fabrics()[i], ex, config.bootstrap_timeout); });
+    acceptors.emplace_back([&, i] { accepted[i] = accept_all(config, *ex.fabrics()[i], ex, layout); });
   Result<void> connected;
-  for (int q = 0; q < ex.size() && connected; ++q) {
-    if (q == ex.rank()) continue;
-    auto address = describe_peer(store, config, ex, layout, q);
-    if (!address) connected = std::unexpected(address.error());
-    else if (q < ex.rank()) {
-      Fabric* f = ex.peer(q).fabric;
-      auto connection = f->context->connect(*address, ConnectOptions{f->cq, f->cq});
-      if (!connection)
-        connected = std::unexpected(Error(connection.error().code(), "coll: connecting to rank " + std::to_string(q) +
-                                                                         " at " + *address + ": " +
-                                                                         connection.error().message()));
-      else ex.peer(q).connection = *connection;
-    }
+  for (int q = 0; q < ex.rank() && connected; ++q) {
+    const char* kind = layout.kind(ex.rank(), q);
+    auto address =
+        store.get(key(config, std::string(kind) + "/" + std::to_string(q)), config.bootstrap_timeout);
+    if (!address)
+      connected = std::unexpected(missing_rank(address.error(), q, ex.size(), config.bootstrap_timeout));
+    else
+      connected = connect_to(config, ex, layout, q, *address);
   }
   for (auto& t : acceptors) t.join();
   if (!connected) return connected;
@@ -190,7 +247,8 @@ Result<MeshInfo> build_mesh(bootstrap::Store& store, const MeshConfig& config, E
   if (auto ok = ex.arm(); !ok) return std::unexpected(ok.error());
   MeshInfo info;
   const std::string& mine = layout->hosts[static_cast<std::size_t>(ex.rank())];
-  info.local_rank = static_cast<int>(std::count(layout->hosts.begin(), layout->hosts.begin() + ex.rank(), mine));
+  info.local_rank =
+      static_cast<int>(std::count(layout->hosts.begin(), layout->hosts.begin() + ex.rank(), mine));
   info.local_size = static_cast<int>(std::count(layout->hosts.begin(), layout->hosts.end(), mine));
   for (auto& f : ex.fabrics()) info.transports += (info.transports.empty() ? "" : "+") + f->name;
   if (info.transports.empty()) info.transports = "none";

@@ -1,6 +1,8 @@
 // Communicator setup: the ranks meet in the store, open a transport per kind of neighbour (same host:
-// local transport; other hosts: network transport), register their staging memory once, publish where
-// it is, and connect every pair of ranks.
+// local transport; other hosts: network transport), register their staging memory once, publish their
+// listeners' addresses, and connect every pair of ranks. Staging descriptors never go through the store:
+// each pair swaps them inside the handshake that proves the job secret (handshake.hpp), so only a proven
+// rank ever learns where it may write.
 #pragma once
 
 #include <chrono>
@@ -18,6 +20,7 @@ struct MeshConfig {
   std::string host_id;
   std::string key_prefix;
   std::chrono::milliseconds bootstrap_timeout{};
+  std::string secret;  // the job secret every connection's handshake proves; empty: none
 };
 
 struct MeshInfo {

@@ -76,6 +76,16 @@ Spec make_spec(const char* name, const char* default_value, const char* doc, con
               [field](const Config& c) { return print_value(c.*field); }};
 }
 
+// The job secret: like any string option, but never printed (rdmakit-info --config shows whether it is set).
+Spec secret_spec() {
+  Spec spec = make_spec("job_secret", "",
+                        "secret shared by a job's processes (at least 16 characters): store clients and "
+                        "collective connections prove it; empty = unauthenticated, loopback-only store",
+                        "text", &Options::job_secret, &Config::job_secret);
+  spec.print = [](const Config& c) { return std::string(c.job_secret.empty() ? "" : "(set)"); };
+  return spec;
+}
+
 const std::vector<Spec>& specs() {
   using O = Options;
   using C = Config;
@@ -116,6 +126,16 @@ const std::vector<Spec>& specs() {
                 "yes or no", &O::registration_cache, &C::registration_cache),
       make_spec("log_level", "warn", "least severe log messages shown: error, warn, info, debug",
                 "error, warn, info or debug", &O::log_level, &C::log_level),
+      secret_spec(),
+      make_spec("store_max_bytes", "67108864", "rendezvous store: total bytes of keys and values it holds",
+                "an integer", &O::store_max_bytes, &C::store_max_bytes),
+      make_spec("store_max_request_bytes", "4194304", "rendezvous store: largest key + value of one request",
+                "an integer", &O::store_max_request_bytes, &C::store_max_request_bytes),
+      make_spec("store_max_client_buffer_bytes", "8388608",
+                "rendezvous store: unread replies held for one client before it is dropped", "an integer",
+                &O::store_max_client_buffer_bytes, &C::store_max_client_buffer_bytes),
+      make_spec("store_max_clients", "4096", "rendezvous store: clients connected at once", "an integer",
+                &O::store_max_clients, &C::store_max_clients),
   };
   return table;
 }
@@ -145,6 +165,12 @@ Result<void> check_ranges(const Config& config) {
   if (config.mtu != 0 && config.mtu != 256 && config.mtu != 512 && config.mtu != 1024 && config.mtu != 2048 &&
       config.mtu != 4096)
     return bad("mtu", "must be 0, 256, 512, 1024, 2048 or 4096, got " + std::to_string(config.mtu));
+  if (!config.job_secret.empty() && config.job_secret.size() < 16)
+    return bad("job_secret", "must be at least 16 characters (got " + std::to_string(config.job_secret.size()) + ")");
+  if (config.store_max_request_bytes < 64) return bad("store_max_request_bytes", "must be at least 64");
+  if (config.store_max_client_buffer_bytes < config.store_max_request_bytes + 64)
+    return bad("store_max_client_buffer_bytes", "must exceed store_max_request_bytes by at least 64");
+  if (config.store_max_clients == 0) return bad("store_max_clients", "must be at least 1");
   LogLevel level;
   if (!log::parse_level(config.log_level, level))
     return bad("log_level", "must be error, warn, info or debug, got '" + config.log_level + "'");

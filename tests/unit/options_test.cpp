@@ -138,6 +138,17 @@ TEST_F(OptionsTest, RangeChecksNameTheOption) {
   EXPECT_NE(from_env.error().message().find("RDMAKIT_MTU"), std::string::npos) << from_env.error().message();
 }
 
+TEST_F(OptionsTest, TheJobSecretIsNeverPrinted) {
+  auto config = resolve_config({.job_secret = "a secret of twenty-six chars"});
+  ASSERT_TRUE(config.has_value()) << config.error().describe();
+  for (const auto& option : describe_options(*config))
+    EXPECT_EQ(option.value.find("twenty-six"), std::string::npos) << option.name << " printed the secret";
+  auto short_secret = resolve_config({.job_secret = "short"});
+  ASSERT_FALSE(short_secret.has_value());
+  EXPECT_NE(short_secret.error().message().find("RDMAKIT_JOB_SECRET"), std::string::npos);
+  EXPECT_EQ(short_secret.error().message().find("short"), std::string::npos) << "the error shows the secret";
+}
+
 TEST_F(OptionsTest, DescribeListsEveryOptionWithDocEnvAndDefault) {
   auto config = resolve_config({.timeout = std::chrono::milliseconds(321), .wait_mode = WaitMode::Spin});
   ASSERT_TRUE(config.has_value());
@@ -155,7 +166,8 @@ TEST_F(OptionsTest, DescribeListsEveryOptionWithDocEnvAndDefault) {
   const char* expected[] = {"transport", "name", "listen_address", "device", "port", "gid_index", "mtu",
                             "timeout_ms", "rnr_timeout_ms", "connect_timeout_ms", "wait_mode", "spin_us",
                             "cq_depth", "send_queue_depth", "recv_queue_depth", "max_sge", "inline_size",
-                            "registration_cache", "log_level"};
+                            "registration_cache", "log_level", "job_secret", "store_max_bytes",
+                            "store_max_request_bytes", "store_max_client_buffer_bytes", "store_max_clients"};
   EXPECT_EQ(options.size(), std::size(expected));
   for (const char* name : expected) EXPECT_TRUE(names.contains(name)) << name;
 

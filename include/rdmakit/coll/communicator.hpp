@@ -12,6 +12,11 @@
 // creation: ranks on one host over shm, others over the network transport (RDMAKIT_TRANSPORT, tcp by
 // default). A failure (a peer died, a timeout) fails the collective with an Error naming the peer, fails
 // every later collective too, and closes the connections so the other ranks learn of it at once.
+//
+// Trust: each pair of ranks proves the job secret (RDMAKIT_JOB_SECRET) in a handshake over the new
+// connection, and only then swaps staging descriptors; a peer's rank is the one it proved. A connection
+// that fails the proof is refused and does not fail the job. Keys in the store are write-once, so two
+// communicators over one store need different key_prefix values.
 #pragma once
 
 #include <chrono>
@@ -42,6 +47,8 @@ struct CommOptions {
   std::string listen_address;          // network transport's listen address (RDMAKIT_LISTEN_ADDRESS); from_environment()
                                        // picks the interface that routes to the store when the store is not on loopback
   std::string key_prefix;              // store key prefix, to run several communicators over one store
+  std::string job_secret;              // RDMAKIT_JOB_SECRET (option job_secret): every connection between two
+                                       // ranks proves it before staging memory is shared; empty: none
 };
 
 class Work;
