@@ -16,6 +16,8 @@ packages=(
   ucx-utils python3-matplotlib
   # collectives: the mpirun launch of the training example, and the Open MPI comparison
   openmpi-bin libopenmpi-dev
+  # fuzzing (scripts/fuzz.sh): clang 16 and its libFuzzer/sanitizer runtimes
+  clang-16 libclang-rt-16-dev
 )
 missing=()
 for package in "${packages[@]}"; do
