@@ -54,4 +54,4 @@ if [ ${#failed[@]} -gt 0 ]; then
   echo "fuzz: failed: ${failed[*]}"
   exit 1
 fi
-echo "fuzz: ${#names[@]} targets passed ($runs runs each)"
+echo "fuzz: all ${#names[@]} target(s) passed ($runs runs each)"

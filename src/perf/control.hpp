@@ -17,12 +17,12 @@
 namespace rdmakit::perf {
 
 enum class MessageKind : std::uint8_t {
-  Hello = 1,   // client -> server: the test and its shape, and the client's descriptor
-  Welcome,     // server -> client: the server's descriptor
-  Begin,       // client -> server: one size is about to run
-  Ready,       // server -> client: buffers prepared, receives posted
-  End,         // client -> server: the size is done; `count` operations were posted in all
-  Verdict,     // server -> client: ok or a failed check; a bidirectional server's own figures
+  Hello = 1,  // client -> server: the test and its shape, and the client's descriptor
+  Welcome,    // server -> client: the server's descriptor
+  Begin,      // client -> server: one size is about to run
+  Ready,      // server -> client: buffers prepared, receives posted
+  End,        // client -> server: the size is done; `count` operations were posted in all
+  Verdict,    // server -> client: ok or a failed check; a bidirectional server's own figures
 };
 
 struct ControlMessage {
@@ -69,6 +69,8 @@ Result<void> check_hello(const ControlMessage& hello);
 // A Begin against the Hello it follows: its size fits the buffers the Hello sized, its counts and time
 // are in bounds.
 Result<void> check_begin(const ControlMessage& begin, const ControlMessage& hello);
+// An End against the Begin it closes: the same size.
+Result<void> check_end(const ControlMessage& end, const ControlMessage& begin);
 // A server's Verdict, as the client checks it: figures a report can hold.
 Result<void> check_verdict(const ControlMessage& verdict);
 

@@ -133,6 +133,7 @@ Result<void> serve_size(const Params& params, Session& session, const ControlMes
   }
   auto end = watch.wait();
   if (!end) return std::unexpected(end.error());
+  if (auto ok = check_end(*end, begin); !ok) return ok;
   if (*own) verdict.ops = (*own)->ops, verdict.seconds = (*own)->seconds;
   if (begin.ok) {
     std::string problem = verify_size(session, run.test, run.bidirectional, Role::Server, run.size, end->count);
