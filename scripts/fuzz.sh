@@ -32,6 +32,7 @@ work=$(mktemp -d /tmp/rdmakit-fuzz.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 for name in "${names[@]}"; do
   target=$build/tests/fuzz/fuzz_$name
+  [ -x "$target" ] || { echo "fuzz: $name: not built (its transport is off in this build)"; continue; }
   findings=$build/findings/$name
   mkdir -p "$work/$name" "$findings"
   [ -d "tests/fuzz/corpus/$name" ] && cp -r "tests/fuzz/corpus/$name/." "$work/$name/"
