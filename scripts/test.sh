@@ -2,7 +2,8 @@
 # Runs every test: the unit tests, the conformance suite over each transport, the package check and the
 # example, in a normal build (build/) and under AddressSanitizer + UndefinedBehaviorSanitizer
 # (build-asan/); the concurrency-heavy tests under ThreadSanitizer (build-tsan/); then the verbs
-# conformance suite, the verbs unit tests and the example over verbs in the Soft-RoCE VM.
+# conformance suite, the verbs unit tests and the example over verbs in the Soft-RoCE VM. Between the two,
+# the libFuzzer targets (scripts/fuzz.sh, build-fuzz/).
 #   scripts/test.sh            everything
 #   scripts/test.sh --quick    the normal build only (no sanitizers, no VM)
 set -euo pipefail
@@ -25,6 +26,9 @@ RDMAKIT_TRANSPORT=tcp scripts/run-example.sh build
 
 echo "== build-asan/ (AddressSanitizer + UndefinedBehaviorSanitizer)"
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+# The key-guessing case makes a connection per guess (48000 in build/, 5 s; ~40 s per transport under ASan):
+# the sanitizer builds look for memory errors, and a tenth of the guesses is plenty for that.
+export RDMAKIT_CONFORMANCE_KEY_GUESSES=100,1000
 run_suite build-asan -DCMAKE_BUILD_TYPE=Debug -DRDMAKIT_SANITIZE=ON -DRDMAKIT_BUILD_EXAMPLES=ON
 RDMAKIT_TRANSPORT=tcp scripts/run-example.sh build-asan
 
@@ -37,6 +41,9 @@ export TSAN_OPTIONS="suppressions=$PWD/tests/tsan.supp intercept_send=0 halt_on_
 (cd build-tsan/tests && ./conformance --gtest_filter='*/tcp:*/shm:*/fault_tcp')
 for test in "${tsan_tests[@]}"; do (cd build-tsan/tests && "./$test"); done
 unset TSAN_OPTIONS
+
+echo "== build-fuzz/ (libFuzzer: every decoder of outside bytes, 10^5 runs each)"
+scripts/fuzz.sh 100000
 
 if [ -x tests/softroce/verbs-conformance.sh ]; then
   echo "== verbs over Soft-RoCE in a QEMU VM"

@@ -37,7 +37,10 @@ std::size_t parse_size(const char* text) {
   if (end && (*end == 'K' || *end == 'k')) unit = 1 << 10;
   if (end && (*end == 'M' || *end == 'm')) unit = 1 << 20;
   if (end && (*end == 'G' || *end == 'g')) unit = 1 << 30;
-  return static_cast<std::size_t>(v * static_cast<double>(unit));
+  // 0 (refused by parse()) for what no size is: a cast of a negative, NaN or huge double is undefined.
+  double bytes = v * static_cast<double>(unit);
+  if (!(bytes >= 1 && bytes <= static_cast<double>(std::size_t{1} << 40))) return 0;
+  return static_cast<std::size_t>(bytes);
 }
 
 bool parse(int argc, char** argv, Args& a) {

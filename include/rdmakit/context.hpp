@@ -21,6 +21,9 @@ struct Capabilities {
   bool one_sided_without_target_cpu = false;  // WRITE/READ complete with no thread of the target running
   bool atomics_coherent_with_cpu = false;     // remote atomics are atomic against the owner's CPU atomics
   bool kernel_bypass = false;
+  // Memory keys come from the device (verbs), by its own rule: rxe and mlx5 make them of a region index and
+  // 8 random bits, so one key's neighbours are guessable. The software transports draw 32 random bits.
+  bool device_keys = false;
   std::uint64_t max_message_size = 0;
   std::uint32_t max_sge = 0;
   std::uint32_t max_inline = 0;

@@ -67,7 +67,8 @@ Result<RemoteRegion> RemoteRegion::deserialize(std::span<const std::byte> bytes)
     return fail(Errc::InvalidArgument, "remote descriptor has unknown access bits");
   region.access = static_cast<Access>(access_bits);
   region.rkey = get<std::uint32_t>(in);
-  get<std::uint32_t>(in);
+  // Reserved for a later version: a nonzero value is a field this version would silently drop.
+  if (get<std::uint32_t>(in) != 0) return fail(Errc::InvalidArgument, "remote descriptor has nonzero reserved bits");
   region.addr = get<std::uint64_t>(in);
   region.length = get<std::uint64_t>(in);
   region.owner_id = get<std::uint64_t>(in);

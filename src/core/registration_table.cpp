@@ -2,28 +2,25 @@
 
 #include <thread>
 
-#include "core/identity.hpp"
-
 namespace rdmakit {
 
-// Keys start at a random point so that a key from an earlier life of the process is unlikely to be valid;
-// the owner epoch in descriptors catches the rest.
-RegistrationTable::RegistrationTable()
-    : next_key_(static_cast<std::uint32_t>(identity::new_epoch()) | 1u) {}
-
-std::uint32_t RegistrationTable::add(std::uint64_t addr, std::uint64_t length, Access access) {
+// Keys are random and never reused within the table's life (KeySource); a key from an earlier life of the
+// process may match by chance (1 in 2^32), and the owner epoch in descriptors catches that.
+Result<RegistrationTable::Keys> RegistrationTable::add(std::uint64_t addr, std::uint64_t length, Access access) {
   std::unique_lock lock(mutex_);
-  std::uint32_t key;
-  do {
-    key = next_key_++;
-  } while (key == 0 || entries_.contains(key));
+  auto lkey = keys_.next();
+  if (!lkey) return std::unexpected(lkey.error());
+  auto rkey = keys_.next();  // differs from lkey: the source never issues a key twice
+  if (!rkey) return std::unexpected(rkey.error());
   auto entry = std::make_unique<Entry>();
   entry->addr = addr;
   entry->length = length;
   entry->access = access;
-  entry->key = key;
-  entries_.emplace(key, std::move(entry));
-  return key;
+  entry->lkey = *lkey;
+  entry->rkey = *rkey;
+  by_rkey_.emplace(*rkey, entry.get());
+  entries_.emplace(*lkey, std::move(entry));
+  return Keys{*lkey, *rkey};
 }
 
 void RegistrationTable::remove(std::uint32_t key) {
@@ -34,16 +31,18 @@ void RegistrationTable::remove(std::uint32_t key) {
     if (it == entries_.end()) return;
     entry = std::move(it->second);
     entries_.erase(it);
+    by_rkey_.erase(entry->rkey);
   }
   // New lookups can no longer find it; wait for accesses already under way. Each ends in bounded time:
   // its bytes arrive or its connection fails.
   while (entry->pins.load(std::memory_order_acquire) != 0) std::this_thread::sleep_for(std::chrono::microseconds(50));
 }
 
-const RegistrationTable::Entry* RegistrationTable::find_covering(std::uint32_t key, std::uint64_t addr,
-                                                                 std::uint64_t length) const {
-  auto it = entries_.find(key);
-  if (it == entries_.end()) return nullptr;
+template <typename Map>
+const RegistrationTable::Entry* RegistrationTable::find_covering(const Map& map, std::uint32_t key,
+                                                                 std::uint64_t addr, std::uint64_t length) {
+  auto it = map.find(key);
+  if (it == map.end()) return nullptr;
   const Entry& e = *it->second;
   // Written to avoid overflow of addr + length on hostile input.
   if (addr < e.addr || addr - e.addr > e.length || length > e.length - (addr - e.addr)) return nullptr;
@@ -53,7 +52,7 @@ const RegistrationTable::Entry* RegistrationTable::find_covering(std::uint32_t k
 Status RegistrationTable::check_remote(std::uint32_t rkey, std::uint64_t addr, std::uint64_t length,
                                        Access needed, Pin* pin) const {
   std::shared_lock lock(mutex_);
-  const Entry* entry = find_covering(rkey, addr, length);
+  const Entry* entry = find_covering(by_rkey_, rkey, addr, length);
   if (!entry || !has(entry->access, needed)) return Status::RemoteAccess;
   auto* mutable_entry = const_cast<Entry*>(entry);
   mutable_entry->pins.fetch_add(1, std::memory_order_acquire);
@@ -63,7 +62,7 @@ Status RegistrationTable::check_remote(std::uint32_t rkey, std::uint64_t addr, s
 
 Status RegistrationTable::check_local(const Segment& segment, bool write) const {
   std::shared_lock lock(mutex_);
-  const Entry* entry = find_covering(segment.lkey, segment.addr, segment.length);
+  const Entry* entry = find_covering(entries_, segment.lkey, segment.addr, segment.length);
   if (!entry || (write && !has(entry->access, Access::LocalWrite))) return Status::LocalProtection;
   return Status::Success;
 }

@@ -10,6 +10,7 @@
 #include <unordered_map>
 #include <utility>
 
+#include "core/key_source.hpp"
 #include "rdmakit/completion.hpp"
 #include "rdmakit/memory.hpp"
 
@@ -21,7 +22,8 @@ class RegistrationTable {
     std::uint64_t addr;
     std::uint64_t length;
     Access access;
-    std::uint32_t key;
+    std::uint32_t lkey;
+    std::uint32_t rkey;
     std::atomic<int> pins{0};
   };
 
@@ -49,10 +51,16 @@ class RegistrationTable {
     Entry* entry_ = nullptr;
   };
 
-  RegistrationTable();
-  // Registers [addr, addr+length); the key serves as lkey and rkey and is never reused in this table's life.
-  std::uint32_t add(std::uint64_t addr, std::uint64_t length, Access access);
-  // Removes a key; waits until no access pins it.
+  struct Keys {
+    std::uint32_t lkey;
+    std::uint32_t rkey;
+  };
+
+  // Registers [addr, addr+length) under two random keys that differ, neither ever issued before in this
+  // table's life (KeySource): an rkey a peer holds says nothing about another region's keys, and an
+  // lkey is never valid as an rkey.
+  Result<Keys> add(std::uint64_t addr, std::uint64_t length, Access access);
+  // Removes the region of this lkey; waits until no access pins it.
   void remove(std::uint32_t key);
 
   // A remote peer's access: key known, [addr, addr+length) inside the region, `needed` granted.
@@ -63,11 +71,13 @@ class RegistrationTable {
   Status check_local(const Segment& segment, bool write) const;
 
  private:
-  const Entry* find_covering(std::uint32_t key, std::uint64_t addr, std::uint64_t length) const;
+  template <typename Map>
+  static const Entry* find_covering(const Map& map, std::uint32_t key, std::uint64_t addr, std::uint64_t length);
 
   mutable std::shared_mutex mutex_;
-  std::unordered_map<std::uint32_t, std::unique_ptr<Entry>> entries_;
-  std::uint32_t next_key_;
+  std::unordered_map<std::uint32_t, std::unique_ptr<Entry>> entries_;  // by lkey
+  std::unordered_map<std::uint32_t, Entry*> by_rkey_;
+  KeySource keys_;
 };
 
 }  // namespace rdmakit

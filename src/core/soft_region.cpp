@@ -6,8 +6,8 @@ namespace {
 class SoftRegion final : public MemoryRegion {
  public:
   SoftRegion(std::shared_ptr<RegistrationTable> table, std::shared_ptr<const Context> owner, void* data,
-             std::size_t size, Access access, std::uint32_t key)
-      : MemoryRegion(data, size, access, key, key, owner->identity().id, owner->identity().epoch),
+             std::size_t size, Access access, RegistrationTable::Keys keys)
+      : MemoryRegion(data, size, access, keys.lkey, keys.rkey, owner->identity().id, owner->identity().epoch),
         table_(std::move(table)), owner_(std::move(owner)) {}
   ~SoftRegion() override { table_->remove(lkey()); }
 
@@ -37,8 +37,9 @@ Result<std::shared_ptr<MemoryRegion>> register_soft(std::shared_ptr<Registration
                                                     std::shared_ptr<const Context> owner, void* data,
                                                     std::size_t size, Access access) {
   if (auto ok = check_registration(data, size, access); !ok) return std::unexpected(ok.error());
-  std::uint32_t key = table->add(reinterpret_cast<std::uint64_t>(data), size, access);
-  return std::make_shared<SoftRegion>(std::move(table), std::move(owner), data, size, access, key);
+  auto keys = table->add(reinterpret_cast<std::uint64_t>(data), size, access);
+  if (!keys) return std::unexpected(keys.error());
+  return std::make_shared<SoftRegion>(std::move(table), std::move(owner), data, size, access, *keys);
 }
 
 }  // namespace rdmakit

@@ -119,6 +119,7 @@ Result<Row> run_size(const Params& params, Session& session, std::uint64_t size)
   auto verdict = session.control->expect(MessageKind::Verdict, 120s);
   if (!verdict) return std::unexpected(verdict.error());
   if (!verdict->ok) return fail(Errc::ProtocolError, "server: " + verdict->get_text());
+  if (auto ok = check_verdict(*verdict); !ok) return std::unexpected(ok.error());
   if (params.bidirectional)
     row.peer_bandwidth = summarize_bandwidth(size, std::vector<Mark>{{verdict->ops, static_cast<std::int64_t>(verdict->seconds * 1e9)}});
   if (params.verify) {

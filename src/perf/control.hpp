@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 
 #include "rdmakit/connection.hpp"
@@ -16,12 +17,12 @@
 namespace rdmakit::perf {
 
 enum class MessageKind : std::uint8_t {
-  Hello = 1,   // client -> server: the test and its shape, and the client's descriptor
-  Welcome,     // server -> client: the server's descriptor
-  Begin,       // client -> server: one size is about to run
-  Ready,       // server -> client: buffers prepared, receives posted
-  End,         // client -> server: the size is done; `count` operations were posted in all
-  Verdict,     // server -> client: ok or a failed check; a bidirectional server's own figures
+  Hello = 1,  // client -> server: the test and its shape, and the client's descriptor
+  Welcome,    // server -> client: the server's descriptor
+  Begin,      // client -> server: one size is about to run
+  Ready,      // server -> client: buffers prepared, receives posted
+  End,        // client -> server: the size is done; `count` operations were posted in all
+  Verdict,    // server -> client: ok or a failed check; a bidirectional server's own figures
 };
 
 struct ControlMessage {
@@ -44,6 +45,34 @@ struct ControlMessage {
   std::string get_text() const;
 };
 static_assert(sizeof(ControlMessage) == 208);
+
+// What a peer's messages may ask for (the same bounds parse_args puts on a command line).
+inline constexpr std::uint64_t kMaxMessageSize = std::uint64_t{1} << 31;
+inline constexpr std::uint32_t kMaxConnections = 65536;
+inline constexpr std::uint32_t kMaxTxDepth = 65536;
+inline constexpr double kMaxSeconds = 1e6;
+inline constexpr std::uint64_t kMaxOperations = std::uint64_t{1} << 48;
+
+// The buffer layout both sides derive from the Hello: `connections` slots of slot_bytes; a slot's send
+// area starts at send_offset (0: one area). Checked arithmetic: an error, never a wrapped size.
+struct Layout {
+  std::uint64_t send_offset = 0;
+  std::uint64_t slot_bytes = 0;
+  std::uint64_t total = 0;
+};
+Result<Layout> plan_layout(std::uint32_t connections, std::uint64_t largest, bool two_areas);
+
+// The peer's bytes as a message: the right size and magic, a known kind, flags 0 or 1. Pure, fuzzed.
+Result<ControlMessage> decode_message(std::span<const std::byte> bytes);
+// A client's Hello, as the server checks it: a known test, counts and sizes in bounds, a layout that fits.
+Result<void> check_hello(const ControlMessage& hello);
+// A Begin against the Hello it follows: its size fits the buffers the Hello sized, its counts and time
+// are in bounds.
+Result<void> check_begin(const ControlMessage& begin, const ControlMessage& hello);
+// An End against the Begin it closes: the same size.
+Result<void> check_end(const ControlMessage& end, const ControlMessage& begin);
+// A server's Verdict, as the client checks it: figures a report can hold.
+Result<void> check_verdict(const ControlMessage& verdict);
 
 class ControlChannel {
  public:

@@ -133,6 +133,7 @@ Result<void> serve_size(const Params& params, Session& session, const ControlMes
   }
   auto end = watch.wait();
   if (!end) return std::unexpected(end.error());
+  if (auto ok = check_end(*end, begin); !ok) return ok;
   if (*own) verdict.ops = (*own)->ops, verdict.seconds = (*own)->seconds;
   if (begin.ok) {
     std::string problem = verify_size(session, run.test, run.bidirectional, Role::Server, run.size, end->count);
@@ -157,6 +158,14 @@ Result<void> run_server(const Params& params, std::shared_ptr<Context> context, 
     if (!message) return std::unexpected(message.error());
     if (message->kind == MessageKind::End && message->size == 0) return {};  // the client is done
     if (message->kind != MessageKind::Begin) return fail(Errc::ProtocolError, "control channel: expected Begin");
+    if (auto ok = check_begin(*message, session->hello); !ok) {
+      ControlMessage verdict;  // tells the client why, in place of its Ready
+      verdict.kind = MessageKind::Verdict;
+      verdict.ok = 0;
+      verdict.set_text(ok.error().message());
+      (void)session->control->send(verdict);
+      return ok;
+    }
     if (auto ok = serve_size(params, *session, *message, receivers, first); !ok) return ok;
   }
 }

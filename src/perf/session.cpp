@@ -12,8 +12,6 @@ constexpr Access kDataAccess =
     Access::LocalWrite | Access::RemoteWrite | Access::RemoteRead | Access::RemoteAtomic;
 constexpr auto kAcceptTimeout = std::chrono::milliseconds(std::chrono::minutes(10));
 
-std::uint64_t round_page(std::uint64_t bytes) { return (std::max<std::uint64_t>(bytes, 8) + 4095) / 4096 * 4096; }
-
 bool needs_two_areas(Test test, bool bidirectional) { return bidirectional || !is_bandwidth(test); }
 
 Result<void> make_cqs(Session& session) {
@@ -28,9 +26,11 @@ Result<void> make_cqs(Session& session) {
 
 Result<void> allocate_slots(Session& session, std::uint32_t connections, std::uint64_t largest, bool two_areas) {
   // Both sides compute the same layout from the same Hello, so lane offsets agree.
-  session.send_offset = two_areas ? round_page(largest) : 0;
-  session.slot_bytes = round_page(largest) + session.send_offset;
-  auto memory = session.context->allocate(session.slot_bytes * connections, kDataAccess);
+  auto layout = plan_layout(connections, largest, two_areas);
+  if (!layout) return std::unexpected(layout.error());
+  session.send_offset = layout->send_offset;
+  session.slot_bytes = layout->slot_bytes;
+  auto memory = session.context->allocate(layout->total, kDataAccess);
   if (!memory) return std::unexpected(memory.error());
   session.local = std::move(*memory);
   return {};
@@ -101,7 +101,13 @@ Result<Session> connect_session(const Params& params, std::shared_ptr<Context> c
   auto welcome = session.control->expect(MessageKind::Welcome, 30s);
   if (!welcome) return std::unexpected(welcome.error());
   if (!welcome->ok) return fail(Errc::ConnectionRefused, "server refused the run: " + welcome->get_text());
+  // The server's buffer must hold the layout the Hello described, or our lane offsets point past it.
+  auto layout = plan_layout(params.connections, max_size(params), needs_two_areas(params.test, params.bidirectional));
+  if (!layout) return std::unexpected(layout.error());
   if (auto ok = take_remote(session, *welcome); !ok) return std::unexpected(ok.error());
+  if (session.remote.length < layout->total)
+    return fail(Errc::ProtocolError, "server's buffer is " + std::to_string(session.remote.length) +
+                                         " bytes, smaller than the run's " + std::to_string(layout->total));
   return session;
 }
 
@@ -116,6 +122,15 @@ Result<Session> accept_session(const Params& params, std::shared_ptr<Context> co
   session.control.emplace(std::move(*channel));
   auto hello = session.control->expect(MessageKind::Hello, 30s);
   if (!hello) return std::unexpected(hello.error());
+  // The Hello sizes this side's buffers and counts its connections: checked before anything is made of it.
+  if (auto ok = check_hello(*hello); !ok) {
+    ControlMessage refusal;
+    refusal.kind = MessageKind::Welcome;
+    refusal.ok = 0;
+    refusal.set_text(ok.error().message());
+    (void)session.control->send(refusal);
+    return std::unexpected(ok.error());
+  }
   session.hello = *hello;
   if (auto ok = take_remote(session, *hello); !ok) return std::unexpected(ok.error());
 

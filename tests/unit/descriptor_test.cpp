@@ -92,6 +92,21 @@ TEST(Descriptor, RejectsBadMagicVersionAndAccessBits) {
   EXPECT_FALSE(RemoteRegion::deserialize(zeros).has_value());
 }
 
+// Found by tests/fuzz/descriptor_fuzz.cpp (kept in tests/fuzz/regressions/descriptor/): the reserved word was
+// read and dropped, so two different byte strings decoded to one descriptor.
+TEST(Descriptor, RejectsNonzeroReservedBits) {
+  auto bytes = sample().serialize();
+  for (std::size_t i = 12; i < 16; ++i) {  // the 32-bit reserved field after the rkey
+    auto reserved = bytes;
+    reserved[i] = std::byte{0xff};
+    auto r = RemoteRegion::deserialize(reserved);
+    ASSERT_FALSE(r.has_value()) << "byte " << i;
+    EXPECT_NE(r.error().message().find("reserved"), std::string::npos) << r.error().message();
+    auto hex = RemoteRegion::from_hex(sample().to_hex().replace(2 * i, 2, "ff"));
+    EXPECT_FALSE(hex.has_value()) << "byte " << i;
+  }
+}
+
 TEST(Descriptor, RejectsBadHex) {
   std::string hex = sample().to_hex();
   EXPECT_FALSE(RemoteRegion::from_hex("").has_value());

@@ -83,6 +83,10 @@ Result<Hello> Hello::decode(std::span<const std::byte> bytes) {
   h.max_rd_atomic = static_cast<std::uint8_t>(r.get(1));
   r.get(1);
   h.lid = static_cast<std::uint16_t>(r.get(2));
+  // Fields that go into ibv_modify_qp have a width there: a wider value is not the peer's meaning.
+  if (h.psn > 0xffffff) return fail(Errc::ProtocolError, "verbs handshake: the peer's PSN is wider than 24 bits");
+  if (h.timeout > 31 || h.rnr_timer > 31 || h.retry_cnt > 7 || h.rnr_retry > 7)
+    return fail(Errc::ProtocolError, "verbs handshake: the peer's timeout or retry fields are out of range");
   return h;
 }
 
