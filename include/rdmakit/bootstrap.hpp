@@ -46,7 +46,8 @@ using EnvLookup = std::function<std::optional<std::string>(std::string_view name
 //    SLURM_JOB_NODELIST (or SLURM_NODELIST), compressed lists like "node[01-04,07]" expanded.
 // The store address, for every launcher: RDMAKIT_STORE_ADDR ("host:port") if set, else MASTER_ADDR and
 // MASTER_PORT if set, else (mpirun: 127.0.0.1, srun: the first node) and a port derived from the job
-// id (OMPI_MCA_ess_base_jobid / SLURM_JOB_ID) so that two jobs on one host do not meet: 20000 + hash % 20000.
+// id (OMPI_MCA_ess_base_jobid / SLURM_JOB_ID) so that two jobs on one host do not meet: 20000 + hash % 12768 (below the
+// kernel's ephemeral port range).
 // No launcher variables at all: a single rank (rank 0 of 1).
 Result<LaunchInfo> detect_launch();
 Result<LaunchInfo> detect_launch(const EnvLookup& env);

@@ -112,10 +112,17 @@ Result<LaunchInfo> from_srun(const EnvLookup& env) {
 
 }  // namespace
 
+namespace {
+constexpr std::uint64_t kFirstStorePort = 20000;
+constexpr std::uint64_t kEphemeralStart = 32768;
+}  // namespace
+
 std::uint16_t default_store_port(std::string_view job_id) noexcept {
   std::uint64_t hash = 1469598103934665603ull;  // FNV-1a: stable across processes and builds
   for (char c : job_id) hash = (hash ^ static_cast<unsigned char>(c)) * 1099511628211ull;
-  return static_cast<std::uint16_t>(20000 + hash % 20000);
+  // Below Linux's default ephemeral range (32768-60999): a port in it can be held by any process's
+  // outgoing connection, and then rank 0 cannot bind it (seen when a test made thousands of connections).
+  return static_cast<std::uint16_t>(kFirstStorePort + hash % (kEphemeralStart - kFirstStorePort));
 }
 
 bool LaunchInfo::spans_hosts() const noexcept {

@@ -54,6 +54,7 @@ TEST(LaunchEnv, MpirunDerivesAStorePortFromTheJobId) {
   EXPECT_EQ(info->store_host, "127.0.0.1");
   EXPECT_EQ(info->store_port, default_store_port("12345"));
   EXPECT_GE(info->store_port, 20000);
+  EXPECT_LT(info->store_port, 32768);  // outside the ephemeral range, where outgoing connections live
   EXPECT_LT(info->store_port, 40000);
   EXPECT_NE(default_store_port("12345"), default_store_port("12346"));
   // An explicit address wins.
