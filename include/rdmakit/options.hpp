@@ -35,6 +35,7 @@ struct Config {
   std::uint32_t inline_size = 0;             // verbs: WRITE/SEND payloads up to this go inline
   bool registration_cache = true;            // verbs: reuse registrations of the same range
   std::string log_level;                     // error | warn | info | debug
+  std::string shm_allowed_uids;              // shm: uids besides ours that may connect, "1000,1001"
 };
 
 // What the caller sets in code; anything left empty comes from the environment or the default.
@@ -58,6 +59,7 @@ struct Options {
   std::optional<std::uint32_t> inline_size;
   std::optional<bool> registration_cache;
   std::optional<std::string> log_level;
+  std::optional<std::string> shm_allowed_uids;
 };
 
 Result<Config> resolve_config(const Options& options);

@@ -116,6 +116,10 @@ const std::vector<Spec>& specs() {
                 "yes or no", &O::registration_cache, &C::registration_cache),
       make_spec("log_level", "warn", "least severe log messages shown: error, warn, info, debug",
                 "error, warn, info or debug", &O::log_level, &C::log_level),
+      make_spec("shm_allowed_uids", "",
+                "shm: uids besides our own that may connect to us and that we connect to, comma-separated; "
+                "empty = our own uid only (anyone allowed can read and write our remote-writable memory)",
+                "uids separated by commas", &O::shm_allowed_uids, &C::shm_allowed_uids),
   };
   return table;
 }
@@ -145,6 +149,10 @@ Result<void> check_ranges(const Config& config) {
   if (config.mtu != 0 && config.mtu != 256 && config.mtu != 512 && config.mtu != 1024 && config.mtu != 2048 &&
       config.mtu != 4096)
     return bad("mtu", "must be 0, 256, 512, 1024, 2048 or 4096, got " + std::to_string(config.mtu));
+  if (config.shm_allowed_uids.find_first_not_of("0123456789,") != std::string::npos ||
+      config.shm_allowed_uids.find(",,") != std::string::npos || config.shm_allowed_uids.starts_with(',') ||
+      config.shm_allowed_uids.ends_with(','))
+    return bad("shm_allowed_uids", "must be uids separated by commas, got '" + config.shm_allowed_uids + "'");
   LogLevel level;
   if (!log::parse_level(config.log_level, level))
     return bad("log_level", "must be error, warn, info or debug, got '" + config.log_level + "'");
