@@ -57,7 +57,7 @@ int listen_mode(rdmakit::Context& context, const char* name) {
   if (!listener) return std::printf("LISTEN-FAILED %s\n", listener.error().describe().c_str()), 1;
   std::printf("READY %s\n", (*listener)->address().c_str());
   std::fflush(stdout);
-  auto connection = (*listener)->accept(std::chrono::seconds(5));
+  auto connection = (*listener)->accept(std::chrono::seconds(2));
   if (connection) return std::printf("ACCEPTED\n"), 0;
   std::printf("ACCEPT-FAILED %s\n", connection.error().describe().c_str());
   return 3;
