@@ -146,7 +146,8 @@ TEST_F(ShmCrossUid, ConnectorRefusesAListenerOfAnotherUid) {
   auto connection = context_->connect(ready.substr(6));
   ASSERT_FALSE(connection.has_value());
   EXPECT_EQ(connection.error().code(), Errc::ConnectionRefused);
-  EXPECT_NE(connection.error().message().find("uid 65534"), std::string::npos) << connection.error().message();
+  EXPECT_NE(connection.error().message().find("uid 65534"), std::string::npos)
+      << connection.error().message();
   std::string accepted = peer.line();
   EXPECT_TRUE(accepted.starts_with("ACCEPT-FAILED")) << accepted;
 }

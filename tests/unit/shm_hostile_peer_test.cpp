@@ -89,7 +89,8 @@ struct ArenaRange {
 template <typename H>  // a template, so that only the branch of the Hello we build against is compiled
 std::vector<ArenaRange> arenas_of(const H& hello) {
   if constexpr (requires { hello.rw_arena_base; })
-    return {{hello.rw_arena_base, hello.rw_arena_size, 1, true}, {hello.ro_arena_base, hello.ro_arena_size, 2, false}};
+    return {{hello.rw_arena_base, hello.rw_arena_size, 1, true},
+            {hello.ro_arena_base, hello.ro_arena_size, 2, false}};
   else
     return {{hello.arena_base, hello.arena_size, 1, true}};
 }
@@ -103,9 +104,9 @@ bool inside(const ArenaRange& a, const void* p) {
 class HostilePeer {
  public:
   HostilePeer(Context& target, Flaws flaws = {}) {
-    listener_ = target.listen("shm:rdmakit-hostile-" + std::to_string(::getpid()) + "-" +
-                              std::to_string(counter_++))
-                    .value();
+    listener_ =
+        target.listen("shm:rdmakit-hostile-" + std::to_string(::getpid()) + "-" + std::to_string(counter_++))
+            .value();
     accepted_ = std::async(std::launch::async, [this] { return listener_->accept(5s); });
     socket_ = std::move(shm::connect_unix(listener_->address().substr(4)).value());
     build(flaws);
@@ -142,7 +143,8 @@ class HostilePeer {
     } else {
       doorbell_ = UniqueFd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
     }
-    link_fd_ = flaws.unsealed_link ? plain_memfd(sizeof(shm::LinkSegment)) : sealed_memfd(sizeof(shm::LinkSegment));
+    link_fd_ =
+        flaws.unsealed_link ? plain_memfd(sizeof(shm::LinkSegment)) : sealed_memfd(sizeof(shm::LinkSegment));
     link_ = map_rw(link_fd_.get(), sizeof(shm::LinkSegment));
     link().magic = shm::kLinkMagic;
     link().version = shm::kVersion;
@@ -215,7 +217,8 @@ TEST(ShmHostilePeer, ControlSegmentCannotBeMadeWritable) {
   ASSERT_TRUE(connection.has_value()) << connection.error().describe();
   int control = got.fds[0].get();
   errno = 0;
-  void* writable = ::mmap(nullptr, sizeof(shm::ControlSegment), PROT_READ | PROT_WRITE, MAP_SHARED, control, 0);
+  void* writable =
+      ::mmap(nullptr, sizeof(shm::ControlSegment), PROT_READ | PROT_WRITE, MAP_SHARED, control, 0);
   EXPECT_EQ(writable, MAP_FAILED) << "a peer mapped the control segment writable";
   EXPECT_EQ(errno, EPERM);
   if (writable != MAP_FAILED) ::munmap(writable, sizeof(shm::ControlSegment));
@@ -241,7 +244,8 @@ TEST(ShmHostilePeer, ForgedAtomicRequestsAreRefused) {
   auto connection = peer.accepted();  // kept: a closed connection serves nothing
   ASSERT_TRUE(connection.has_value()) << connection.error().describe();
   std::uint32_t key = region->rkey();
-  void* table = ::mmap(nullptr, sizeof(shm::ControlSegment), PROT_READ | PROT_WRITE, MAP_SHARED, got.fds[0].get(), 0);
+  void* table =
+      ::mmap(nullptr, sizeof(shm::ControlSegment), PROT_READ | PROT_WRITE, MAP_SHARED, got.fds[0].get(), 0);
   if (table != MAP_FAILED) {  // only before the fix: forge the slot
     auto& slot = static_cast<shm::ControlSegment*>(table)->slot[key & (shm::kSlots - 1)];
     slot.access.store(static_cast<std::uint32_t>(Access::All));
@@ -249,7 +253,8 @@ TEST(ShmHostilePeer, ForgedAtomicRequestsAreRefused) {
     slot.length.store(8);
   }
   int doorbell = got.fds[doorbell_index()].get();
-  EXPECT_EQ(forge_atomic(peer, doorbell, key, reinterpret_cast<std::uint64_t>(&secret)), Status::RemoteAccess);
+  EXPECT_EQ(forge_atomic(peer, doorbell, key, reinterpret_cast<std::uint64_t>(&secret)),
+            Status::RemoteAccess);
   EXPECT_EQ(secret, 42u);
   EXPECT_EQ(forge_atomic(peer, doorbell, key, reinterpret_cast<std::uint64_t>(&local_only[0])),
             Status::RemoteAccess);
@@ -293,7 +298,8 @@ TEST(ShmHostilePeer, UnsealedLinkSegmentIsRefused) {
   HostilePeer peer(*target, Flaws{.unsealed_link = true});
   auto connection = peer.accepted();
   ASSERT_FALSE(connection.has_value()) << "an unsealed link segment was accepted";
-  EXPECT_NE(connection.error().message().find("F_SEAL_SHRINK"), std::string::npos) << connection.error().message();
+  EXPECT_NE(connection.error().message().find("F_SEAL_SHRINK"), std::string::npos)
+      << connection.error().message();
 }
 
 TEST(ShmHostilePeer, UnsealedArenaIsRefusedAndCannotCrashUs) {
@@ -309,13 +315,15 @@ TEST(ShmHostilePeer, UnsealedArenaIsRefusedAndCannotCrashUs) {
     slot.key.store((1u << shm::kSlotBits) | 5);
     ASSERT_EQ(::ftruncate(peer.arena_fd(), 0), 0);
     auto buffer = target->allocate(4096, Access::LocalWrite).value();
-    auto id = (*connection)->write(buffer->slice(0, 64),
-                                  RemoteAddress{reinterpret_cast<std::uint64_t>(peer.arena()), (1u << shm::kSlotBits) | 5});
+    auto id = (*connection)
+                  ->write(buffer->slice(0, 64), RemoteAddress{reinterpret_cast<std::uint64_t>(peer.arena()),
+                                                              (1u << shm::kSlotBits) | 5});
     if (id) (void)(*connection)->wait(*id, 1s);
     ADD_FAILURE() << "an unsealed arena was accepted";
     return;
   }
-  EXPECT_NE(connection.error().message().find("F_SEAL_SHRINK"), std::string::npos) << connection.error().message();
+  EXPECT_NE(connection.error().message().find("F_SEAL_SHRINK"), std::string::npos)
+      << connection.error().message();
 }
 
 TEST(ShmHostilePeer, WrongSizesAndDescriptorKindsAreRefused) {
@@ -331,6 +339,7 @@ TEST(ShmHostilePeer, WrongSizesAndDescriptorKindsAreRefused) {
     HostilePeer peer(*target, Flaws{.pipe_doorbell = true});
     auto connection = peer.accepted();
     ASSERT_FALSE(connection.has_value()) << "a pipe was taken for a doorbell";
-    EXPECT_NE(connection.error().message().find("eventfd"), std::string::npos) << connection.error().message();
+    EXPECT_NE(connection.error().message().find("eventfd"), std::string::npos)
+        << connection.error().message();
   }
 }

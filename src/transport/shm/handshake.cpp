@@ -1,8 +1,11 @@
 #include "transport/shm/handshake.hpp"
 
 #include <fcntl.h>
+#include <poll.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstring>
 
 #include "transport/shm/layout.hpp"
@@ -48,7 +51,20 @@ Result<void> send_hello(int socket, const Hello& hello, std::span<const int> fds
 Result<void> send_refusal(int socket, const std::string& reason) {
   Refusal refusal{.magic = kRefusalMagic};
   std::strncpy(refusal.reason, reason.c_str(), sizeof(refusal.reason) - 1);
-  return send_message(socket, std::as_bytes(std::span(&refusal, 1)), {});
+  auto sent = send_message(socket, std::as_bytes(std::span(&refusal, 1)), {});
+  if (!sent) return sent;
+  // Closing a Unix socket with the peer's hello still unread resets the connection, and the peer would
+  // see ECONNRESET instead of our reason. Wait (briefly, bounded) for it to read the refusal and close,
+  // discarding what it sent: recv() without a control buffer makes the kernel close its descriptors.
+  ::shutdown(socket, SHUT_WR);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
+  char discard[sizeof(Hello)];
+  while (std::chrono::steady_clock::now() < deadline) {
+    pollfd p{socket, POLLIN, 0};
+    if (::poll(&p, 1, 20) < 0 && errno != EINTR) break;
+    if (p.revents && ::recv(socket, discard, sizeof(discard), MSG_DONTWAIT) == 0) break;  // it closed
+  }
+  return {};
 }
 
 Result<Hello> decode_hello(std::span<const std::byte> message, std::uint32_t role) {
@@ -57,7 +73,8 @@ Result<Hello> decode_hello(std::span<const std::byte> message, std::uint32_t rol
     std::memcpy(&refusal, message.data(), sizeof(refusal));
     if (refusal.magic == kRefusalMagic) {
       refusal.reason[sizeof(refusal.reason) - 1] = '\0';
-      return fail(Errc::ConnectionRefused, std::string("shm handshake: the peer refused us: ") + refusal.reason);
+      return fail(Errc::ConnectionRefused,
+                  std::string("shm handshake: the peer refused us: ") + refusal.reason);
     }
   }
   if (message.size() != sizeof(Hello))

@@ -101,10 +101,11 @@ Result<PeerCredentials> ShmContext::admit(int socket, bool connector, const std:
   uid_t mine = ::geteuid();
   if (peer->uid == mine || std::ranges::find(allowed_uids_, peer->uid) != allowed_uids_.end()) return peer;
   std::string who = "uid " + std::to_string(peer->uid) + " (pid " + std::to_string(peer->pid) + ")";
-  std::string rule = " is not ours (" + std::to_string(mine) + ") nor in shm_allowed_uids (RDMAKIT_SHM_ALLOWED_UIDS)";
+  std::string rule =
+      " is not ours (" + std::to_string(mine) + ") nor in shm_allowed_uids (RDMAKIT_SHM_ALLOWED_UIDS)";
   if (connector)
-    return fail(Errc::ConnectionRefused,
-                "shm: the listener at " + address + " runs as " + who + ", which" + rule + "; nothing was sent to it");
+    return fail(Errc::ConnectionRefused, "shm: the listener at " + address + " runs as " + who + ", which" +
+                                             rule + "; nothing was sent to it");
   // A connector learns why, and nothing else about us.
   (void)send_refusal(socket, "uid " + std::to_string(peer->uid) + " may not connect to this shm listener");
   return fail(Errc::ConnectionRefused,

@@ -31,10 +31,10 @@ struct PeerView {
   std::uint64_t epoch = 0;
   std::uint64_t id = 0;
   std::string name;
-  Mapping control;       // PROT_READ (the peer sealed it: it cannot be mapped writable)
-  ArenaView writable;    // PROT_READ | PROT_WRITE: the peer's RemoteWrite / RemoteAtomic allocations
-  ArenaView read_only;   // PROT_READ: the peer's RemoteRead-only allocations
-  UniqueFd doorbell;     // the peer's eventfd
+  Mapping control;      // PROT_READ (the peer sealed it: it cannot be mapped writable)
+  ArenaView writable;   // PROT_READ | PROT_WRITE: the peer's RemoteWrite / RemoteAtomic allocations
+  ArenaView read_only;  // PROT_READ: the peer's RemoteRead-only allocations
+  UniqueFd doorbell;    // the peer's eventfd
 
   const ControlSegment& ctl() const noexcept { return *control.as<const ControlSegment>(); }
   // Our address of the peer's [addr, addr+length) when it lies in an arena we may access that way (only the

@@ -2,7 +2,6 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
-
 #include <sys/stat.h>
 
 #include <cerrno>
@@ -34,16 +33,19 @@ Result<void> check_received_memfd(int fd, std::size_t size, const char* what) {
   int seals = ::fcntl(fd, F_GET_SEALS);
   if (seals < 0)
     return fail(Errc::ProtocolError, std::string("shm handshake: the peer's ") + what +
-                                         " is not a sealable memfd (F_GET_SEALS: " + std::strerror(errno) + ")");
+                                         " is not a sealable memfd (F_GET_SEALS: " + std::strerror(errno) +
+                                         ")");
   if (!(seals & F_SEAL_SHRINK))
     return fail(Errc::ProtocolError, std::string("shm handshake: the peer's ") + what +
                                          " is not sealed against shrinking (F_SEAL_SHRINK): it could be "
                                          "truncated under our mapping");
   struct stat st {};
-  if (::fstat(fd, &st) != 0) return fail_errno(std::string("shm handshake: fstat of the peer's ") + what, errno);
+  if (::fstat(fd, &st) != 0)
+    return fail_errno(std::string("shm handshake: fstat of the peer's ") + what, errno);
   if (static_cast<std::uint64_t>(st.st_size) != size)
     return fail(Errc::ProtocolError, std::string("shm handshake: the peer's ") + what + " has " +
-                                         std::to_string(st.st_size) + " bytes, expected " + std::to_string(size));
+                                         std::to_string(st.st_size) + " bytes, expected " +
+                                         std::to_string(size));
   return {};
 }
 

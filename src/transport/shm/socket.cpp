@@ -58,7 +58,8 @@ Result<UniqueFd> listen_unix(const std::string& name) {
   if (!fd) return fail_errno("shm: socket", errno);
   // Linux creates the socket file with the socket inode's mode (less the umask): setting it before bind
   // means the file is never, not even for an instant, connectable by another uid.
-  if (name.front() == '/' && ::fchmod(fd.get(), 0600) != 0) return fail_errno("shm: fchmod of a socket", errno);
+  if (name.front() == '/' && ::fchmod(fd.get(), 0600) != 0)
+    return fail_errno("shm: fchmod of a socket", errno);
   if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&address), *length) != 0)
     return fail_errno("shm: bind to shm:" + name, errno);
   if (::listen(fd.get(), 128) != 0) return fail_errno("shm: listen on shm:" + name, errno);
@@ -141,11 +142,11 @@ Result<std::size_t> receive_message(int socket, std::span<std::byte> bytes, std:
   if (got == 0)
     return fail(Errc::ConnectionRefused, "shm: the peer closed the connection during the handshake");
   if (msg.msg_flags & MSG_TRUNC)
-    return fail(Errc::ProtocolError, "shm: handshake message longer than " + std::to_string(bytes.size()) +
-                                         " bytes");
+    return fail(Errc::ProtocolError,
+                "shm: handshake message longer than " + std::to_string(bytes.size()) + " bytes");
   if (msg.msg_flags & MSG_CTRUNC)
-    return fail(Errc::ProtocolError, "shm: handshake message with more than " + std::to_string(kMaxFds) +
-                                         " descriptors");
+    return fail(Errc::ProtocolError,
+                "shm: handshake message with more than " + std::to_string(kMaxFds) + " descriptors");
   return static_cast<std::size_t>(got);
 }
 
@@ -164,7 +165,8 @@ Result<std::vector<uid_t>> parse_uid_list(std::string_view text) {
     std::string_view item = text.substr(0, comma);
     uid_t uid = 0;
     auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), uid);
-    if (item.empty() || ec != std::errc() || end != item.data() + item.size() || uid == static_cast<uid_t>(-1))
+    if (item.empty() || ec != std::errc() || end != item.data() + item.size() ||
+        uid == static_cast<uid_t>(-1))
       return fail(Errc::InvalidArgument, "shm_allowed_uids: '" + std::string(item) + "' is not a uid");
     uids.push_back(uid);
     text = comma == std::string_view::npos ? std::string_view() : text.substr(comma + 1);
@@ -181,10 +183,11 @@ Result<std::string> private_socket_dir() {
   struct stat st {};
   if (::lstat(dir.c_str(), &st) != 0) return fail_errno("shm: lstat " + dir, errno);
   if (!S_ISDIR(st.st_mode) || st.st_uid != ::geteuid() || (st.st_mode & 077) != 0)
-    return fail(Errc::InvalidArgument, "shm: " + dir +
-                                           " is not a private directory of ours (a real directory, owned by uid " +
-                                           std::to_string(::geteuid()) + ", mode 0700); remove it or set "
-                                           "XDG_RUNTIME_DIR");
+    return fail(Errc::InvalidArgument,
+                "shm: " + dir + " is not a private directory of ours (a real directory, owned by uid " +
+                    std::to_string(::geteuid()) +
+                    ", mode 0700); remove it or set "
+                    "XDG_RUNTIME_DIR");
   return dir;
 }
 
