@@ -113,6 +113,7 @@ class ShmConnection final : public Connection {
   std::uint64_t send_sequence_ = 0;
   std::uint64_t recv_sequence_ = 0;
   std::uint64_t recv_posted_ = 0;  // our copy of in().recv_posted
+  std::uint64_t reaped_ = 0;       // our copy of in().reaped
   bool broken_ = false;
   bool closed_ = false;
   std::string failure_;

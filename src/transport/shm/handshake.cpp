@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -28,9 +29,14 @@ Result<void> check_arena(std::uint64_t base, std::uint64_t size, const char* wha
 Result<void> check_doorbell(int fd) {
   char target[64] = {};
   std::string link = "/proc/self/fd/" + std::to_string(fd);
-  ssize_t n = ::readlink(link.c_str(), target, sizeof(target) - 1);
-  if (n < 0 || std::string_view(target) != "anon_inode:[eventfd]")
-    return fail(Errc::ProtocolError, "shm handshake: the peer's doorbell is not an eventfd");
+  bool eventfd;
+  if (::readlink(link.c_str(), target, sizeof(target) - 1) >= 0) {
+    eventfd = std::string_view(target) == "anon_inode:[eventfd]";
+  } else {  // no /proc: at least an anonymous inode (no pipe, socket or file, which could block us)
+    struct stat st {};
+    eventfd = ::fstat(fd, &st) == 0 && (st.st_mode & S_IFMT) == 0;
+  }
+  if (!eventfd) return fail(Errc::ProtocolError, "shm handshake: the peer's doorbell is not an eventfd");
   int flags = ::fcntl(fd, F_GETFL);
   if (flags < 0 || !(flags & O_NONBLOCK))
     return fail(Errc::ProtocolError, "shm handshake: the peer's doorbell eventfd is not non-blocking");

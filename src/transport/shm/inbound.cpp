@@ -18,7 +18,7 @@ Result<std::uint64_t> ShmConnection::post_recv(std::span<const Segment> sgl) {
   Inbound& inbound = in();
   std::uint64_t depth = std::min<std::uint64_t>(kRingSlots, context_->config().recv_queue_depth);
   // Completions not yet reaped still hold their ring slot, so the completion ring can never overflow.
-  if (recv_posted_ - inbound.reaped.load(std::memory_order_relaxed) >= depth)
+  if (recv_posted_ - reaped_ >= depth)
     return fail(Errc::ResourceExhausted, "post_recv: " + std::to_string(depth) + " receives already posted");
   std::uint64_t id = make_id(recv_sequence_++, true);
   ++posted_;
@@ -46,7 +46,7 @@ bool ShmConnection::reap() {
   Inbound& inbound = in();
   std::uint64_t produced = inbound.produced.load(std::memory_order_acquire);
   tsan::acquire_from_peer();
-  std::uint64_t reaped = inbound.reaped.load(std::memory_order_relaxed);
+  std::uint64_t reaped = reaped_;  // our copy: the shared counter is the peer's to scribble on
   if (reaped == produced) return false;
   Status failed = Status::Success;
   bool malformed = false;
@@ -62,6 +62,7 @@ bool ShmConnection::reap() {
     push(*recv_cq_, *completion);
     if (completion->status != Status::Success && failed == Status::Success) failed = completion->status;
   }
+  reaped_ = reaped;
   inbound.reaped.store(reaped, std::memory_order_release);
   if (malformed)
     enter_error("the shm peer wrote a malformed receive completion", Status::Flushed);

@@ -160,27 +160,29 @@ Result<PeerCredentials> peer_credentials(int socket) {
 
 Result<std::vector<uid_t>> parse_uid_list(std::string_view text) {
   std::vector<uid_t> uids;
-  while (!text.empty()) {
+  if (text.empty()) return uids;
+  for (;;) {  // every item, including the one after a trailing comma, must be a uid
     auto comma = text.find(',');
     std::string_view item = text.substr(0, comma);
     uid_t uid = 0;
     auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), uid);
-    if (item.empty() || ec != std::errc() || end != item.data() + item.size() ||
-        uid == static_cast<uid_t>(-1))
+    if (item.empty() || ec != std::errc() || end != item.data() + item.size() || uid == static_cast<uid_t>(-1))
       return fail(Errc::InvalidArgument, "shm_allowed_uids: '" + std::string(item) + "' is not a uid");
     uids.push_back(uid);
-    text = comma == std::string_view::npos ? std::string_view() : text.substr(comma + 1);
+    if (comma == std::string_view::npos) return uids;
+    text = text.substr(comma + 1);
   }
-  return uids;
 }
 
 Result<std::string> private_socket_dir() {
+  // $XDG_RUNTIME_DIR only when it is ours (sudo keeps the invoking user's).
   const char* runtime = std::getenv("XDG_RUNTIME_DIR");
-  std::string dir = runtime && runtime[0] == '/' ? std::string(runtime) + "/rdmakit"
-                                                 : "/tmp/rdmakit-" + std::to_string(::geteuid());
+  struct stat st {};
+  bool own_runtime = runtime && runtime[0] == '/' && ::stat(runtime, &st) == 0 && st.st_uid == ::geteuid();
+  std::string dir =
+      own_runtime ? std::string(runtime) + "/rdmakit" : "/tmp/rdmakit-" + std::to_string(::geteuid());
   if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) return fail_errno("shm: mkdir " + dir, errno);
   // Someone else may have created it first (in /tmp anyone can): use it only if it is ours and private.
-  struct stat st {};
   if (::lstat(dir.c_str(), &st) != 0) return fail_errno("shm: lstat " + dir, errno);
   if (!S_ISDIR(st.st_mode) || st.st_uid != ::geteuid() || (st.st_mode & 077) != 0)
     return fail(Errc::InvalidArgument,
