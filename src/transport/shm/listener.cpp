@@ -75,6 +75,7 @@ Result<std::shared_ptr<Listener>> ShmContext::listen(std::string_view address) {
     if (allowed_uids_.empty()) {
       auto dir = private_socket_dir();
       if (!dir) return std::unexpected(dir.error());
+      remove_stale_sockets(*dir);  // left by processes that were killed
       name = *dir + "/" + name;
     }
   }

@@ -1,6 +1,8 @@
 #include "transport/shm/socket.hpp"
 
+#include <dirent.h>
 #include <poll.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -166,7 +168,8 @@ Result<std::vector<uid_t>> parse_uid_list(std::string_view text) {
     std::string_view item = text.substr(0, comma);
     uid_t uid = 0;
     auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), uid);
-    if (item.empty() || ec != std::errc() || end != item.data() + item.size() || uid == static_cast<uid_t>(-1))
+    if (item.empty() || ec != std::errc() || end != item.data() + item.size() ||
+        uid == static_cast<uid_t>(-1))
       return fail(Errc::InvalidArgument, "shm_allowed_uids: '" + std::string(item) + "' is not a uid");
     uids.push_back(uid);
     if (comma == std::string_view::npos) return uids;
@@ -191,6 +194,23 @@ Result<std::string> private_socket_dir() {
                     ", mode 0700); remove it or set "
                     "XDG_RUNTIME_DIR");
   return dir;
+}
+
+void remove_stale_sockets(const std::string& dir) noexcept {
+  DIR* listing = ::opendir(dir.c_str());
+  if (!listing) return;
+  while (dirent* entry = ::readdir(listing)) {
+    std::string_view name = entry->d_name;
+    if (!name.starts_with("rdmakit-")) continue;
+    pid_t pid = 0;
+    auto [end, ec] = std::from_chars(name.data() + 8, name.data() + name.size(), pid);
+    if (ec != std::errc() || pid <= 0 || *end != '-') continue;
+    if (::kill(pid, 0) == 0 || errno != ESRCH) continue;  // alive (or not ours to judge)
+    std::string path = dir + "/" + std::string(name);
+    struct stat st {};
+    if (::lstat(path.c_str(), &st) == 0 && S_ISSOCK(st.st_mode)) ::unlink(path.c_str());
+  }
+  ::closedir(listing);
 }
 
 }  // namespace rdmakit::shm

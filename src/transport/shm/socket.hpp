@@ -29,6 +29,9 @@ Result<UniqueFd> listen_unix(const std::string& name);
 // /tmp/rdmakit-<uid>; created mode 0700 and refused unless it is a real directory (not a symlink) owned
 // by us with no permission for anyone else.
 Result<std::string> private_socket_dir();
+// Removes the sockets of listeners whose process died without removing them ("rdmakit-<pid>-..." whose pid
+// no longer exists) from our private directory.
+void remove_stale_sockets(const std::string& dir) noexcept;
 Result<UniqueFd> connect_unix(const std::string& name);
 // Errc::Timeout when nobody connected before `deadline`.
 Result<UniqueFd> accept_unix(int listener, Deadline deadline);
