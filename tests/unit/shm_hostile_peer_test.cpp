@@ -289,6 +289,11 @@ TEST(ShmHostilePeer, PeersMapOnlyWhatIsOpenToThem) {
     writable_reachable |= arena.writable && inside(arena, writable->data());
   }
   EXPECT_TRUE(writable_reachable) << "the fast path (remote-writable allocate() memory) is gone";
+  // And what we hand out cannot be shrunk under our own mappings (or anyone else's).
+  for (std::size_t i = 0; i < got.fds.size(); ++i) {
+    if (i == doorbell_index()) continue;
+    EXPECT_NE(::ftruncate(got.fds[i].get(), 0), 0) << "descriptor " << i << " could be truncated";
+  }
 }
 
 // A descriptor the peer could shrink after the handshake would kill us with SIGBUS on the next access:
