@@ -40,6 +40,7 @@ struct Config {
   std::uint64_t store_max_request_bytes = 0; // rendezvous store: one request's key + value
   std::uint64_t store_max_client_buffer_bytes = 0;  // rendezvous store: unread replies held per client
   std::uint32_t store_max_clients = 0;       // rendezvous store: connected clients
+  std::string shm_allowed_uids;              // shm: uids besides ours that may connect, "1000,1001"
 };
 
 // What the caller sets in code; anything left empty comes from the environment or the default.
@@ -68,6 +69,7 @@ struct Options {
   std::optional<std::uint64_t> store_max_request_bytes;
   std::optional<std::uint64_t> store_max_client_buffer_bytes;
   std::optional<std::uint32_t> store_max_clients;
+  std::optional<std::string> shm_allowed_uids;
 };
 
 Result<Config> resolve_config(const Options& options);

@@ -136,6 +136,10 @@ const std::vector<Spec>& specs() {
                 &O::store_max_client_buffer_bytes, &C::store_max_client_buffer_bytes),
       make_spec("store_max_clients", "4096", "rendezvous store: clients connected at once", "an integer",
                 &O::store_max_clients, &C::store_max_clients),
+      make_spec("shm_allowed_uids", "",
+                "shm: uids besides our own that may connect to us and that we connect to, comma-separated; "
+                "empty = our own uid only (anyone allowed can read and write our remote-writable memory)",
+                "uids separated by commas", &O::shm_allowed_uids, &C::shm_allowed_uids),
   };
   return table;
 }
@@ -171,6 +175,10 @@ Result<void> check_ranges(const Config& config) {
   if (config.store_max_client_buffer_bytes < config.store_max_request_bytes + 64)
     return bad("store_max_client_buffer_bytes", "must exceed store_max_request_bytes by at least 64");
   if (config.store_max_clients == 0) return bad("store_max_clients", "must be at least 1");
+  if (config.shm_allowed_uids.find_first_not_of("0123456789,") != std::string::npos ||
+      config.shm_allowed_uids.find(",,") != std::string::npos || config.shm_allowed_uids.starts_with(',') ||
+      config.shm_allowed_uids.ends_with(','))
+    return bad("shm_allowed_uids", "must be uids separated by commas, got '" + config.shm_allowed_uids + "'");
   LogLevel level;
   if (!log::parse_level(config.log_level, level))
     return bad("log_level", "must be error, warn, info or debug, got '" + config.log_level + "'");

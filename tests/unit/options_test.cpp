@@ -122,6 +122,8 @@ TEST_F(OptionsTest, RangeChecksNameTheOption) {
       {{.timeout = std::chrono::milliseconds(0)}, "timeout_ms"},
       {{.mtu = 1000}, "mtu"},
       {{.log_level = "loud"}, "log_level"},
+      {{.shm_allowed_uids = "1000,bob"}, "shm_allowed_uids"},
+      {{.shm_allowed_uids = "1000,"}, "shm_allowed_uids"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.option);
@@ -167,7 +169,8 @@ TEST_F(OptionsTest, DescribeListsEveryOptionWithDocEnvAndDefault) {
                             "timeout_ms", "rnr_timeout_ms", "connect_timeout_ms", "wait_mode", "spin_us",
                             "cq_depth", "send_queue_depth", "recv_queue_depth", "max_sge", "inline_size",
                             "registration_cache", "log_level", "job_secret", "store_max_bytes",
-                            "store_max_request_bytes", "store_max_client_buffer_bytes", "store_max_clients"};
+                            "store_max_request_bytes", "store_max_client_buffer_bytes", "store_max_clients",
+                            "shm_allowed_uids"};
   EXPECT_EQ(options.size(), std::size(expected));
   for (const char* name : expected) EXPECT_TRUE(names.contains(name)) << name;
 

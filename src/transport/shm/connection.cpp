@@ -128,7 +128,7 @@ void ShmConnection::close_inbound() {
     std::this_thread::yield();
   reap();
   while (!receives_.empty()) {
-    std::uint64_t id = receives_.front();
+    std::uint64_t id = receives_.front().id;
     receives_.pop_front();
     push(*recv_cq_,
          Completion{.id = id, .status = Status::Flushed, .opcode = Opcode::Recv, .connection = number()});

@@ -20,6 +20,7 @@
 #include "transport/shm/fd.hpp"
 #include "transport/shm/layout.hpp"
 #include "transport/shm/peer.hpp"
+#include "transport/shm/records.hpp"
 
 namespace rdmakit::shm {
 
@@ -108,10 +109,11 @@ class ShmConnection final : public Connection {
 
   mutable std::mutex mutex_;
   RingQueue<Pending> pending_;          // posted, not yet carried out (head may be blocked)
-  std::deque<std::uint64_t> receives_;  // posted receives, oldest first
+  std::deque<PostedReceive> receives_;  // posted receives, oldest first (our copy: ids, capacities)
   std::uint64_t send_sequence_ = 0;
   std::uint64_t recv_sequence_ = 0;
   std::uint64_t recv_posted_ = 0;  // our copy of in().recv_posted
+  std::uint64_t reaped_ = 0;       // our copy of in().reaped
   bool broken_ = false;
   bool closed_ = false;
   std::string failure_;

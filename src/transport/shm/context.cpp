@@ -13,22 +13,22 @@ namespace rdmakit::shm {
 namespace {
 
 // A region of this context. Deregistration revokes the key in the shared table first, so no initiator
-// reaches the memory afterwards; allocate()'d memory then goes back to the arena (its pages zeroed).
+// reaches the memory afterwards; allocate()'d memory then goes back to its arena (its pages zeroed).
 class ShmRegion final : public MemoryRegion {
  public:
   ShmRegion(std::shared_ptr<ShmContext> context, void* data, std::size_t size, Access access,
-            std::uint32_t key, bool owned)
+            std::uint32_t key, Arena* arena)
       : MemoryRegion(data, size, access, key, key, context->identity().id, context->identity().epoch),
         context_(std::move(context)),
-        owned_(owned) {}
+        arena_(arena) {}
   ~ShmRegion() override {
     context_->deregister(lkey());
-    if (owned_) context_->arena().free(data(), size());
+    if (arena_) arena_->free(data(), size());
   }
 
  private:
   std::shared_ptr<ShmContext> context_;
-  bool owned_;
+  Arena* arena_;  // the arena the memory came from (allocate), or null (register_memory)
 };
 
 // Completions of one-sided operations are pushed by the posting thread; receive completions by whoever
@@ -67,17 +67,29 @@ Result<std::shared_ptr<ShmContext>> ShmContext::create(const Config& config) {
 }
 
 Result<void> ShmContext::init() {
+  auto uids = parse_uid_list(config().shm_allowed_uids);
+  if (!uids) return std::unexpected(uids.error());
+  allowed_uids_ = std::move(*uids);
   auto fd = create_memfd("rdmakit-shm-control", sizeof(ControlSegment));
   if (!fd) return std::unexpected(fd.error());
   auto mapping = map_shared(fd->get(), sizeof(ControlSegment), true);
   if (!mapping) return std::unexpected(mapping.error());
-  auto arena = Arena::create();
-  if (!arena) return std::unexpected(arena.error());
+  // Our mapping stays writable; peers get the descriptor and can only ever map it read-only.
+  if (auto sealed = seal_memfd(fd->get(), "rdmakit-shm-control", true); !sealed)
+    return std::unexpected(sealed.error());
+  auto rw = Arena::create(Arena::kDefaultSize, Arena::Sharing::Writable);
+  if (!rw) return std::unexpected(rw.error());
+  auto ro = Arena::create(Arena::kDefaultSize, Arena::Sharing::ReadOnly);
+  if (!ro) return std::unexpected(ro.error());
+  auto mine = Arena::create(Arena::kDefaultSize, Arena::Sharing::Private);
+  if (!mine) return std::unexpected(mine.error());
   doorbell_ = UniqueFd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   if (!doorbell_) return fail_errno("shm: eventfd", errno);
   control_fd_ = std::move(*fd);
   control_ = std::move(*mapping);
-  arena_.emplace(std::move(*arena));
+  rw_arena_.emplace(std::move(*rw));
+  ro_arena_.emplace(std::move(*ro));
+  private_arena_.emplace(std::move(*mine));
   auto* control = control_.as<ControlSegment>();
   control->magic = kControlMagic;
   control->version = kVersion;
@@ -109,11 +121,17 @@ std::uint32_t ShmContext::max_sge() const noexcept { return std::min(config().ma
 
 Result<std::shared_ptr<MemoryRegion>> ShmContext::register_memory(void* data, std::size_t size,
                                                                   Access access) {
-  return register_region(data, size, access, false);
+  return register_region(data, size, access, nullptr);
+}
+
+Arena& ShmContext::arena_for(Access access) noexcept {
+  if (has(access, Access::RemoteWrite) || has(access, Access::RemoteAtomic)) return *rw_arena_;
+  if (has(access, Access::RemoteRead)) return *ro_arena_;
+  return *private_arena_;
 }
 
 Result<std::shared_ptr<MemoryRegion>> ShmContext::register_region(void* data, std::size_t size, Access access,
-                                                                  bool owned) {
+                                                                  Arena* arena) {
   if (data == nullptr) return fail(Errc::InvalidArgument, "register_memory: buffer is null");
   if (size == 0) return fail(Errc::InvalidArgument, "register_memory: size is 0");
   if (static_cast<std::uint32_t>(access) & ~static_cast<std::uint32_t>(Access::All))
@@ -128,17 +146,19 @@ Result<std::shared_ptr<MemoryRegion>> ShmContext::register_region(void* data, st
   auto key = registry_->add(start, size, access);
   if (!key) return std::unexpected(key.error());
   return std::make_shared<ShmRegion>(std::static_pointer_cast<ShmContext>(shared_from_this()), data, size,
-                                     access, *key, owned);
+                                     access, *key, arena);
 }
 
-// The fast path: memory in the arena that every peer has mapped, so WRITE/READ are a memcpy and atomics a
-// CPU atomic in the initiator, with no system call.
+// The fast path: memory in an arena that every peer has mapped, so WRITE/READ are a memcpy and atomics a
+// CPU atomic in the initiator, with no system call. Which arena follows the remote rights: a peer can map
+// remote-writable memory read-write, RemoteRead-only memory read-only, and the rest not at all.
 Result<std::shared_ptr<MemoryRegion>> ShmContext::allocate(std::size_t size, Access access) {
   if (size == 0) return fail(Errc::InvalidArgument, "allocate: size is 0");
-  auto memory = arena_->allocate(size);
+  Arena& arena = arena_for(access);
+  auto memory = arena.allocate(size);
   if (!memory) return std::unexpected(memory.error());
-  auto region = register_region(*memory, size, access, true);
-  if (!region) arena_->free(*memory, size);
+  auto region = register_region(*memory, size, access, &arena);
+  if (!region) arena.free(*memory, size);
   return region;
 }
 

@@ -45,14 +45,18 @@ class ShmContext final : public Context {
 
   // ---- for the transport's own parts ----
   Registry& registry() noexcept { return *registry_; }
-  Arena& arena() noexcept { return *arena_; }
+  // Where allocate() takes memory of `access` from: the arena whose sharing matches its remote rights.
+  Arena& arena_for(Access access) noexcept;
   std::uint32_t max_sge() const noexcept;
   // Revokes `key`, waits for initiators that pinned it (bounded by Config::timeout), frees the slot.
   void deregister(std::uint32_t key);
   // Runs one round of progress over every connection. `block` false: skip when another thread is at it.
   bool progress_all(bool block, Clock::time_point* next_deadline = nullptr);
-  // The handshake on a connected Unix socket, then the connection.
-  Result<std::shared_ptr<Connection>> establish(UniqueFd socket, bool connector,
+  // The gate, before anything about us is sent: the kernel's word on who is at the other end of `socket`,
+  // refused (Errc::ConnectionRefused, and a Refusal to a connector) unless its uid is ours or allowed.
+  Result<PeerCredentials> admit(int socket, bool connector, const std::string& address);
+  // The handshake on an admitted Unix socket, then the connection.
+  Result<std::shared_ptr<Connection>> establish(UniqueFd socket, const PeerCredentials& peer, bool connector,
                                                 const ConnectOptions& options, std::string address);
   void detach(ShmConnection* connection);
   // Wakes the progress thread if it sleeps (a large operation was queued for it) and nobody polls.
@@ -66,7 +70,7 @@ class ShmContext final : public Context {
   explicit ShmContext(Config config);
   Result<void> init();
   Result<std::shared_ptr<MemoryRegion>> register_region(void* data, std::size_t size, Access access,
-                                                        bool owned);
+                                                        Arena* arena);
   void run_progress();
   void sleep_on_doorbell(Clock::time_point deadline);
   Clock::time_point bounded_by_lease(Clock::time_point deadline) const noexcept;
@@ -77,7 +81,12 @@ class ShmContext final : public Context {
 
   UniqueFd control_fd_;
   Mapping control_;
-  std::optional<Arena> arena_;
+  // allocate()'s memory, by remote rights: peers map the first read-write, the second read-only (sealed),
+  // and never see the third. A peer is never handed more than was registered for remote access.
+  std::optional<Arena> rw_arena_;
+  std::optional<Arena> ro_arena_;
+  std::optional<Arena> private_arena_;
+  std::vector<uid_t> allowed_uids_;  // besides our own (Config::shm_allowed_uids)
   std::optional<Registry> registry_;
   UniqueFd doorbell_;
   std::atomic<std::uint32_t> next_number_{1};

@@ -206,7 +206,7 @@ ShmConnection::Outcome ShmConnection::do_atomic(Pending& op) {
   if (Status st = check_local(op.local(), true, &total); st != Status::Success) return {false, false, st};
   const RemoteAddress& remote = op.request.remote;
   if (remote.addr % 8 != 0) return {false, false, Status::RemoteInvalidRequest};
-  auto* word = reinterpret_cast<std::uint64_t*>(peer_->translate(remote.addr, 8));
+  auto* word = reinterpret_cast<std::uint64_t*>(peer_->translate(remote.addr, 8, true));
   if (!word) return do_atomic_by_owner(op);
   std::uint64_t old_value = 0;
   Status st = pinned(remote.rkey, remote.addr, 8, Access::RemoteAtomic, [&] {

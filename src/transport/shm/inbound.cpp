@@ -1,6 +1,7 @@
 // The receiving side of a connection: posting receives into the shared ring, taking the completions the
 // initiator wrote there, serving atomics on memory the initiator cannot map.
 #include <algorithm>
+#include <cstring>
 
 #include "core/tsan.hpp"
 #include "transport/shm/connection.hpp"
@@ -17,12 +18,12 @@ Result<std::uint64_t> ShmConnection::post_recv(std::span<const Segment> sgl) {
   Inbound& inbound = in();
   std::uint64_t depth = std::min<std::uint64_t>(kRingSlots, context_->config().recv_queue_depth);
   // Completions not yet reaped still hold their ring slot, so the completion ring can never overflow.
-  if (recv_posted_ - inbound.reaped.load(std::memory_order_relaxed) >= depth)
+  if (recv_posted_ - reaped_ >= depth)
     return fail(Errc::ResourceExhausted, "post_recv: " + std::to_string(depth) + " receives already posted");
   std::uint64_t id = make_id(recv_sequence_++, true);
   ++posted_;
-  std::uint64_t ignored;
-  if (check_local(sgl, true, &ignored) != Status::Success) {
+  std::uint64_t capacity;
+  if (check_local(sgl, true, &capacity) != Status::Success) {
     // A receive the initiator could not fill: fail it now, as the connection would when it is reached.
     enter_error("post_recv: a segment is outside its region or lacks LocalWrite", Status::Flushed);
     push(*recv_cq_,
@@ -34,7 +35,7 @@ Result<std::uint64_t> ShmConnection::post_recv(std::span<const Segment> sgl) {
   entry.id = id;
   entry.count = static_cast<std::uint32_t>(sgl.size());
   std::copy(sgl.begin(), sgl.end(), entry.sge);
-  receives_.push_back(id);
+  receives_.push_back(PostedReceive{id, capacity});
   tsan::release_to_peer();
   inbound.recv_posted.store(++recv_posted_, std::memory_order_release);
   peer_->ring();  // an initiator may be waiting for a receive (RNR)
@@ -45,38 +46,46 @@ bool ShmConnection::reap() {
   Inbound& inbound = in();
   std::uint64_t produced = inbound.produced.load(std::memory_order_acquire);
   tsan::acquire_from_peer();
-  std::uint64_t reaped = inbound.reaped.load(std::memory_order_relaxed);
+  std::uint64_t reaped = reaped_;  // our copy: the shared counter is the peer's to scribble on
   if (reaped == produced) return false;
   Status failed = Status::Success;
-  for (; reaped != produced && !receives_.empty(); ++reaped) {
-    const RecvDone& done = inbound.done[reaped % kRingSlots];
-    auto status = static_cast<Status>(done.status);
+  bool malformed = false;
+  for (; reaped != produced && !receives_.empty() && !malformed; ++reaped) {
+    RecvDone done;  // one copy: the peer may rewrite the slot while we look
+    std::memcpy(&done, &inbound.done[reaped % kRingSlots], sizeof(done));
+    auto completion = decode_recv_done(done, receives_.front(), number());
     receives_.pop_front();
-    push(*recv_cq_, Completion{.id = done.id,
-                               .status = status,
-                               .opcode = static_cast<Opcode>(done.opcode),
-                               .has_imm = done.has_imm != 0,
-                               .bytes = done.bytes,
-                               .imm = done.imm,
-                               .connection = number()});
-    if (status != Status::Success && failed == Status::Success) failed = status;
+    if (!completion) {
+      malformed = true;
+      break;
+    }
+    push(*recv_cq_, *completion);
+    if (completion->status != Status::Success && failed == Status::Success) failed = completion->status;
   }
+  reaped_ = reaped;
   inbound.reaped.store(reaped, std::memory_order_release);
-  if (failed != Status::Success)
+  if (malformed)
+    enter_error("the shm peer wrote a malformed receive completion", Status::Flushed);
+  else if (failed != Status::Success)
     enter_error("a receive failed: " + std::string(to_string(failed)), Status::Flushed);
   return true;
 }
 
+// The request is the peer's data: copied once, then checked against our private registration table (never
+// the shared one), and only then carried out at the address we checked.
 bool ShmConnection::serve_atomic() {
   AtomicRequest& request = in().atomic;
   if (request.state.load(std::memory_order_acquire) != kAtomicRequested) return false;
   tsan::acquire_from_peer();
-  auto status = request.addr % 8 != 0
-                    ? Status::RemoteInvalidRequest
-                    : context_->registry().check_own(request.rkey, request.addr, 8, Access::RemoteAtomic);
+  AtomicCall call = snapshot(request);
+  Status status = validate_atomic(call);
   if (status == Status::Success)
-    atomic_on(reinterpret_cast<std::uint64_t*>(request.addr), static_cast<Opcode>(request.opcode),
-              request.compare_add, request.swap, &request.old_value);
+    status = context_->registry().check_own(call.rkey, call.addr, 8, Access::RemoteAtomic);
+  std::uint64_t old_value = 0;
+  if (status == Status::Success)
+    atomic_on(reinterpret_cast<std::uint64_t*>(call.addr), static_cast<Opcode>(call.opcode), call.compare_add,
+              call.swap, &old_value);
+  request.old_value = old_value;
   request.status = static_cast<std::uint64_t>(status);
   tsan::release_to_peer();
   request.state.store(kAtomicDone, std::memory_order_release);

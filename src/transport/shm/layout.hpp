@@ -16,7 +16,7 @@ namespace rdmakit::shm {
 static_assert(std::atomic<std::uint64_t>::is_always_lock_free, "shared atomics must be address-free");
 static_assert(std::atomic<std::uint32_t>::is_always_lock_free, "shared atomics must be address-free");
 
-constexpr std::uint32_t kVersion = 2;
+constexpr std::uint32_t kVersion = 3;
 constexpr std::uint64_t kControlMagic = 0x4c52544353444b52ull;  // "RKDSCTRL"
 constexpr std::uint64_t kLinkMagic = 0x4b4e494c53444b52ull;     // "RKDSLINK"
 

@@ -46,9 +46,10 @@ struct IoList {
     count -= first;
   }
   // Rewrites every entry to our mapping of the peer's arena; false when one is outside it.
-  bool translate(const PeerView& peer) {
+  bool translate(const PeerView& peer, bool write) {
     for (std::size_t i = 0; i < count; ++i) {
-      std::byte* mine = peer.translate(reinterpret_cast<std::uint64_t>(iov[i].iov_base), iov[i].iov_len);
+      std::byte* mine =
+          peer.translate(reinterpret_cast<std::uint64_t>(iov[i].iov_base), iov[i].iov_len, write);
       if (!mine) return false;
       iov[i].iov_base = mine;
     }
@@ -98,7 +99,7 @@ Status cross_memory(const PeerView& peer, IoList local, IoList remote, bool writ
 
 Status move(const PeerView& peer, IoList local, IoList remote, bool write) {
   IoList mapped = remote;
-  if (mapped.translate(peer)) {
+  if (mapped.translate(peer, write)) {
     if (write)
       copy_lists(mapped, local);
     else
@@ -110,9 +111,14 @@ Status move(const PeerView& peer, IoList local, IoList remote, bool write) {
 
 }  // namespace
 
-std::byte* PeerView::translate(std::uint64_t addr, std::uint64_t length) const noexcept {
-  if (!arena.data() || !covers(arena_base, arena.size(), addr, length)) return nullptr;
-  return arena.data() + (addr - arena_base);
+std::byte* ArenaView::translate(std::uint64_t addr, std::uint64_t length) const noexcept {
+  if (!mapping.data() || !covers(base, mapping.size(), addr, length)) return nullptr;
+  return mapping.data() + (addr - base);
+}
+
+std::byte* PeerView::translate(std::uint64_t addr, std::uint64_t length, bool write) const noexcept {
+  if (std::byte* mine = writable.translate(addr, length)) return mine;
+  return write ? nullptr : read_only.translate(addr, length);
 }
 
 void PeerView::ring(bool always) const noexcept {
@@ -128,7 +134,7 @@ namespace {
 bool move_direct(const PeerView& peer, std::span<const Segment> local, std::uint64_t skip, std::uint64_t addr,
                  std::uint64_t length, bool write) {
   if (local.size() != 1 || skip > local[0].length || local[0].length - skip < length) return false;
-  std::byte* mapped = peer.translate(addr, length);
+  std::byte* mapped = peer.translate(addr, length, write);
   if (!mapped) return false;
   auto* mine = reinterpret_cast<std::byte*>(local[0].addr + skip);
   if (write)

@@ -1,5 +1,6 @@
 // The peer as the initiator sees it: its control segment (read-only: its registration table and doorbell
-// flag), its allocate() arena (mapped read-write) and its pid. Moving bytes to and from its memory needs
+// flag), its allocate() arenas (the remote-writable one mapped read-write, the RemoteRead-only one
+// read-only) and its pid. Moving bytes to and from its memory needs
 // none of its threads: through the shared mapping when the range lies in its arena, otherwise by
 // cross-memory attach (process_vm_writev / process_vm_readv).
 #pragma once
@@ -17,19 +18,28 @@
 
 namespace rdmakit::shm {
 
+// Our mapping of one of the peer's arenas.
+struct ArenaView {
+  Mapping mapping;
+  std::uint64_t base = 0;  // the arena's address in the peer
+
+  std::byte* translate(std::uint64_t addr, std::uint64_t length) const noexcept;
+};
+
 struct PeerView {
   pid_t pid = 0;
   std::uint64_t epoch = 0;
   std::uint64_t id = 0;
   std::string name;
-  Mapping control;               // PROT_READ
-  Mapping arena;                 // PROT_READ | PROT_WRITE
-  std::uint64_t arena_base = 0;  // the arena's address in the peer
-  UniqueFd doorbell;             // the peer's eventfd
+  Mapping control;      // PROT_READ (the peer sealed it: it cannot be mapped writable)
+  ArenaView writable;   // PROT_READ | PROT_WRITE: the peer's RemoteWrite / RemoteAtomic allocations
+  ArenaView read_only;  // PROT_READ: the peer's RemoteRead-only allocations
+  UniqueFd doorbell;    // the peer's eventfd
 
   const ControlSegment& ctl() const noexcept { return *control.as<const ControlSegment>(); }
-  // Our address of the peer's [addr, addr+length) when it lies in the peer's arena, else nullptr.
-  std::byte* translate(std::uint64_t addr, std::uint64_t length) const noexcept;
+  // Our address of the peer's [addr, addr+length) when it lies in an arena we may access that way (only the
+  // writable one when `write`), else nullptr: the access then goes through cross-memory attach or the owner.
+  std::byte* translate(std::uint64_t addr, std::uint64_t length, bool write) const noexcept;
   // Wakes the peer's progress thread if it sleeps. `always` also when it looks awake (for requests
   // only that thread can serve).
   void ring(bool always = false) const noexcept;

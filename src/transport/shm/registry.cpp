@@ -26,7 +26,8 @@ Status check_slot(const RegistrationSlot& slot, std::uint32_t key, std::uint64_t
 
 }  // namespace
 
-Registry::Registry(ControlSegment* control) : control_(control), generation_(kSlots) {
+Registry::Registry(ControlSegment* control)
+    : control_(control), private_(std::make_unique<RegistrationSlot[]>(kSlots)), generation_(kSlots) {
   // Generations start at a random point, so keys of an earlier life of this process are unlikely to
   // be valid; descriptors' epochs catch the rest.
   auto start = static_cast<std::uint32_t>(identity::new_epoch());
@@ -49,16 +50,19 @@ Result<std::uint32_t> Registry::add(std::uint64_t addr, std::uint64_t length, Ac
     generation_[slot] = (generation_[slot] + 1) & kGenerationMask;
     key = make_key(generation_[slot], slot);
   } while (generation_[slot] == 0 || key == kDeliveringPin);
-  RegistrationSlot& s = control_->slot[slot];
-  s.addr.store(addr, std::memory_order_relaxed);
-  s.length.store(length, std::memory_order_relaxed);
-  s.access.store(static_cast<std::uint32_t>(access), std::memory_order_relaxed);
-  s.key.store(key, std::memory_order_release);
+  for (RegistrationSlot* s : {&private_[slot], &control_->slot[slot]}) {
+    s->addr.store(addr, std::memory_order_relaxed);
+    s->length.store(length, std::memory_order_relaxed);
+    s->access.store(static_cast<std::uint32_t>(access), std::memory_order_relaxed);
+    s->key.store(key, std::memory_order_release);
+  }
   return key;
 }
 
 void Registry::revoke(std::uint32_t key) noexcept {
+  // Shared first: initiators stop at once; then the private copy, which our own checks read.
   control_->slot[key & (kSlots - 1)].key.store(0, std::memory_order_seq_cst);
+  private_[key & (kSlots - 1)].key.store(0, std::memory_order_seq_cst);
 }
 
 void Registry::release(std::uint32_t key) {
@@ -67,14 +71,14 @@ void Registry::release(std::uint32_t key) {
 }
 
 Status Registry::check_local(const Segment& segment, bool write) const noexcept {
-  const auto& slot = control_->slot[segment.lkey & (kSlots - 1)];
+  const auto& slot = private_[segment.lkey & (kSlots - 1)];
   return check_slot(slot, segment.lkey, segment.addr, segment.length,
                     write ? Access::LocalWrite : Access::None, Status::LocalProtection);
 }
 
 Status Registry::check_own(std::uint32_t key, std::uint64_t addr, std::uint64_t length,
                            Access needed) const noexcept {
-  return check_slot(control_->slot[key & (kSlots - 1)], key, addr, length, needed, Status::RemoteAccess);
+  return check_slot(private_[key & (kSlots - 1)], key, addr, length, needed, Status::RemoteAccess);
 }
 
 Status check_remote(const ControlSegment& peer, std::uint32_t key, std::uint64_t addr, std::uint64_t length,

@@ -1,9 +1,13 @@
 // Registration in shared memory. The owner writes its table into its control segment; initiators read
 // the peer's table from their read-only mapping of it, so keys, bounds and rights are checked at the
 // initiator with no thread of the owner involved (as an RDMA NIC checks them without the host CPU).
+// The owner keeps a second copy in its private memory: whatever the owner itself does (its own local
+// checks, an atomic it serves for a peer) is checked against that copy only, never against a page another
+// process has mapped.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <vector>
 
@@ -25,13 +29,15 @@ class Registry {
   void revoke(std::uint32_t key) noexcept;
   void release(std::uint32_t key);
 
-  // A local segment of this process: key valid, inside its region, LocalWrite when `write`.
+  // Both checks read the private table. A local segment of this process: key valid, inside its region,
+  // LocalWrite when `write`.
   Status check_local(const Segment& segment, bool write) const noexcept;
   // An access that this process carries out for a peer (atomics on unmapped memory).
   Status check_own(std::uint32_t key, std::uint64_t addr, std::uint64_t length, Access needed) const noexcept;
 
  private:
   ControlSegment* control_;
+  std::unique_ptr<RegistrationSlot[]> private_;  // the owner's own copy: the authority
   std::mutex mutex_;
   std::vector<std::uint32_t> free_slots_;
   std::vector<std::uint32_t> generation_;

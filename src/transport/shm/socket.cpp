@@ -1,11 +1,17 @@
 #include "transport/shm/socket.hpp"
 
+#include <dirent.h>
 #include <poll.h>
+#include <signal.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
+#include <unistd.h>
 
 #include <cerrno>
+#include <charconv>
 #include <cstddef>
+#include <cstdlib>
 #include <cstring>
 
 namespace rdmakit::shm {
@@ -52,6 +58,10 @@ Result<UniqueFd> listen_unix(const std::string& name) {
   if (!length) return std::unexpected(length.error());
   UniqueFd fd(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
   if (!fd) return fail_errno("shm: socket", errno);
+  // Linux creates the socket file with the socket inode's mode (less the umask): setting it before bind
+  // means the file is never, not even for an instant, connectable by another uid.
+  if (name.front() == '/' && ::fchmod(fd.get(), 0600) != 0)
+    return fail_errno("shm: fchmod of a socket", errno);
   if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&address), *length) != 0)
     return fail_errno("shm: bind to shm:" + name, errno);
   if (::listen(fd.get(), 128) != 0) return fail_errno("shm: listen on shm:" + name, errno);
@@ -106,8 +116,8 @@ Result<void> send_message(int socket, std::span<const std::byte> bytes, std::spa
   return {};
 }
 
-Result<void> receive_message(int socket, std::span<std::byte> bytes, std::vector<UniqueFd>& fds,
-                             Deadline deadline) {
+Result<std::size_t> receive_message(int socket, std::span<std::byte> bytes, std::vector<UniqueFd>& fds,
+                                    Deadline deadline) {
   if (auto ready = wait_readable(socket, deadline, "handshake"); !ready)
     return std::unexpected(ready.error());
   iovec iov{bytes.data(), bytes.size()};
@@ -133,18 +143,74 @@ Result<void> receive_message(int socket, std::span<std::byte> bytes, std::vector
   }
   if (got == 0)
     return fail(Errc::ConnectionRefused, "shm: the peer closed the connection during the handshake");
-  if (static_cast<std::size_t>(got) != bytes.size() || (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)))
-    return fail(Errc::ProtocolError, "shm: handshake message of " + std::to_string(got) +
-                                         " bytes, expected " + std::to_string(bytes.size()));
-  return {};
+  if (msg.msg_flags & MSG_TRUNC)
+    return fail(Errc::ProtocolError,
+                "shm: handshake message longer than " + std::to_string(bytes.size()) + " bytes");
+  if (msg.msg_flags & MSG_CTRUNC)
+    return fail(Errc::ProtocolError,
+                "shm: handshake message with more than " + std::to_string(kMaxFds) + " descriptors");
+  return static_cast<std::size_t>(got);
 }
 
-Result<pid_t> peer_pid(int socket) {
+Result<PeerCredentials> peer_credentials(int socket) {
   ucred credentials{};
   socklen_t length = sizeof(credentials);
   if (::getsockopt(socket, SOL_SOCKET, SO_PEERCRED, &credentials, &length) != 0)
     return fail_errno("shm: SO_PEERCRED", errno);
-  return credentials.pid;
+  return PeerCredentials{credentials.pid, credentials.uid, credentials.gid};
+}
+
+Result<std::vector<uid_t>> parse_uid_list(std::string_view text) {
+  std::vector<uid_t> uids;
+  if (text.empty()) return uids;
+  for (;;) {  // every item, including the one after a trailing comma, must be a uid
+    auto comma = text.find(',');
+    std::string_view item = text.substr(0, comma);
+    uid_t uid = 0;
+    auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), uid);
+    if (item.empty() || ec != std::errc() || end != item.data() + item.size() ||
+        uid == static_cast<uid_t>(-1))
+      return fail(Errc::InvalidArgument, "shm_allowed_uids: '" + std::string(item) + "' is not a uid");
+    uids.push_back(uid);
+    if (comma == std::string_view::npos) return uids;
+    text = text.substr(comma + 1);
+  }
+}
+
+Result<std::string> private_socket_dir() {
+  // $XDG_RUNTIME_DIR only when it is ours (sudo keeps the invoking user's).
+  const char* runtime = std::getenv("XDG_RUNTIME_DIR");
+  struct stat st {};
+  bool own_runtime = runtime && runtime[0] == '/' && ::stat(runtime, &st) == 0 && st.st_uid == ::geteuid();
+  std::string dir =
+      own_runtime ? std::string(runtime) + "/rdmakit" : "/tmp/rdmakit-" + std::to_string(::geteuid());
+  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) return fail_errno("shm: mkdir " + dir, errno);
+  // Someone else may have created it first (in /tmp anyone can): use it only if it is ours and private.
+  if (::lstat(dir.c_str(), &st) != 0) return fail_errno("shm: lstat " + dir, errno);
+  if (!S_ISDIR(st.st_mode) || st.st_uid != ::geteuid() || (st.st_mode & 077) != 0)
+    return fail(Errc::InvalidArgument,
+                "shm: " + dir + " is not a private directory of ours (a real directory, owned by uid " +
+                    std::to_string(::geteuid()) +
+                    ", mode 0700); remove it or set "
+                    "XDG_RUNTIME_DIR");
+  return dir;
+}
+
+void remove_stale_sockets(const std::string& dir) noexcept {
+  DIR* listing = ::opendir(dir.c_str());
+  if (!listing) return;
+  while (dirent* entry = ::readdir(listing)) {
+    std::string_view name = entry->d_name;
+    if (!name.starts_with("rdmakit-")) continue;
+    pid_t pid = 0;
+    auto [end, ec] = std::from_chars(name.data() + 8, name.data() + name.size(), pid);
+    if (ec != std::errc() || pid <= 0 || *end != '-') continue;
+    if (::kill(pid, 0) == 0 || errno != ESRCH) continue;  // alive (or not ours to judge)
+    std::string path = dir + "/" + std::string(name);
+    struct stat st {};
+    if (::lstat(path.c_str(), &st) == 0 && S_ISSOCK(st.st_mode)) ::unlink(path.c_str());
+  }
+  ::closedir(listing);
 }
 
 }  // namespace rdmakit::shm

@@ -22,18 +22,37 @@ using Deadline = std::chrono::steady_clock::time_point;
 // Returns what follows "shm:".
 Result<std::string> parse_address(std::string_view address);
 
+// A file-system name is bound with mode 0600 (only our uid can connect); an abstract name has no
+// permissions at all, so every connection is checked by uid (peer_credentials) whichever it is.
 Result<UniqueFd> listen_unix(const std::string& name);
+// Our private directory for listener sockets: $XDG_RUNTIME_DIR/rdmakit when that is set, else
+// /tmp/rdmakit-<uid>; created mode 0700 and refused unless it is a real directory (not a symlink) owned
+// by us with no permission for anyone else.
+Result<std::string> private_socket_dir();
+// Removes the sockets of listeners whose process died without removing them ("rdmakit-<pid>-..." whose pid
+// no longer exists) from our private directory.
+void remove_stale_sockets(const std::string& dir) noexcept;
 Result<UniqueFd> connect_unix(const std::string& name);
 // Errc::Timeout when nobody connected before `deadline`.
 Result<UniqueFd> accept_unix(int listener, Deadline deadline);
 
 // One message with up to 8 descriptors.
 Result<void> send_message(int socket, std::span<const std::byte> bytes, std::span<const int> fds);
-// Receives one message of exactly bytes.size() bytes; descriptors that came with it go to `fds`.
-Result<void> receive_message(int socket, std::span<std::byte> bytes, std::vector<UniqueFd>& fds,
-                             Deadline deadline);
+// Receives one message of at most bytes.size() bytes (a longer one is an error) and returns its length;
+// descriptors that came with it go to `fds`.
+Result<std::size_t> receive_message(int socket, std::span<std::byte> bytes, std::vector<UniqueFd>& fds,
+                                    Deadline deadline);
 
-// The pid the kernel vouches for (SO_PEERCRED), not the one the peer claims.
-Result<pid_t> peer_pid(int socket);
+// Who the kernel says is at the other end (SO_PEERCRED), not what the peer claims: the process that
+// connected, or the one that called listen().
+struct PeerCredentials {
+  pid_t pid = 0;
+  uid_t uid = 0;
+  gid_t gid = 0;
+};
+Result<PeerCredentials> peer_credentials(int socket);
+
+// "1000,1001": the uids besides our own that may connect (option shm_allowed_uids). Pure, for tests.
+Result<std::vector<uid_t>> parse_uid_list(std::string_view text);
 
 }  // namespace rdmakit::shm
