@@ -115,7 +115,10 @@ void TcpConnection::fail_locked(Status head_status, Error reason, bool drain_out
                                  .connection = number()});
   }
   recvs_.clear();
-  if (!drain_output) out_.clear();
+  if (!drain_output) {
+    out_.clear();
+    responses_queued_ = 0;
+  }
   linger_ = !out_.empty();
   if (!linger_) shut_down_locked();
 }
@@ -163,6 +166,8 @@ ConnectionStats TcpConnection::stats() const {
   stats.outstanding = in_flight_.size() + recvs_.size();
   stats.failed = failure_ != nullptr;
   if (failure_) stats.failure = failure_->message();
+  stats.queued_responses = responses_queued_;
+  stats.responder_pauses = responder_pauses_;
   return stats;
 }
 
@@ -173,6 +178,7 @@ void TcpConnection::on_tick(std::int64_t now_ns) {
     // A NAK that the peer never reads must not keep the connection alive forever.
     if (linger_ && now_ns - last_progress_ns_.load(std::memory_order_relaxed) > timeout_ns_) {
       out_.clear();
+      responses_queued_ = 0;
       linger_ = false;
       shut_down_locked();
     }

@@ -160,6 +160,8 @@ class TcpConnection final : public Connection, public Pollable, public std::enab
   std::uint64_t next_sequence_ = 1, next_recv_sequence_ = 1;
   std::uint64_t ack_sequence_ = 0;    // target side: the last request a deferred ACK answers
   std::uint32_t acks_deferred_ = 0;
+  std::uint64_t responses_queued_ = 0;  // response frames in out_ (target side)
+  std::uint64_t responder_pauses_ = 0;
   bool want_output_ = false;
   bool input_paused_ = false;  // a request waits for a receive to be posted (RNR)
   std::atomic<bool> input_leased_{false};  // written under mutex_: a poller reads the socket, epoll does not

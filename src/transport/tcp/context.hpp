@@ -26,12 +26,14 @@ class TcpContext final : public Context {
   RegistrationTable& table() noexcept { return *table_; }
   Engine& engine() noexcept { return *engine_; }
   std::uint32_t next_connection_number() noexcept { return next_connection_.fetch_add(1) & 0xffffff; }
+  // Tests: where the connection counter continues, to force its wrap-around.
+  void set_next_connection_number_for_testing(std::uint64_t next) noexcept { next_connection_.store(next); }
 
   TcpContext(Config config, std::unique_ptr<Engine> engine);
 
  private:
   std::shared_ptr<RegistrationTable> table_;
-  std::atomic<std::uint32_t> next_connection_{1};
+  std::atomic<std::uint64_t> next_connection_{1};
   std::unique_ptr<Engine> engine_;
 };
 

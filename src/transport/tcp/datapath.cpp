@@ -161,7 +161,10 @@ void TcpConnection::flush_locked() {
       part.iov_len -= take;
       left -= take;
       if (part.iov_len == 0) ++frame.iov_next;
-      if (frame.iov_next == frame.iov_count) out_.pop_front();
+      if (frame.iov_next == frame.iov_count) {
+        if (is_response(frame.header.type)) --responses_queued_;
+        out_.pop_front();
+      }
     }
   }
   bool want_output = !out_.empty();
@@ -183,6 +186,7 @@ void TcpConnection::on_writable() {
 void TcpConnection::send_response_locked(const FrameHeader& request, FrameType type, std::uint64_t value,
                                          std::uint32_t length, const iovec* payload, RegistrationTable::Pin pin) {
   if (type != FrameType::Ack) flush_ack_locked();  // responses leave in request order
+  ++responses_queued_;
   OutFrame& frame = out_.emplace_back();
   frame.header = FrameHeader{.type = type, .status = 0, .reserved = 0, .length = length, .addr = 0, .rkey = 0,
                              .imm = 0, .operand1 = value, .operand2 = 0, .sequence = request.sequence};
@@ -195,6 +199,7 @@ void TcpConnection::send_response_locked(const FrameHeader& request, FrameType t
 
 void TcpConnection::send_nak_locked(const FrameHeader& request, Status status) {
   flush_ack_locked();
+  ++responses_queued_;
   OutFrame& frame = out_.emplace_back();
   frame.header = FrameHeader{.type = FrameType::Nak, .status = static_cast<std::uint8_t>(status), .reserved = 0,
                              .length = 0, .addr = 0, .rkey = 0, .imm = 0, .operand1 = 0, .operand2 = 0,
