@@ -52,7 +52,8 @@ class RegistrationTable {
   RegistrationTable();
   // Registers [addr, addr+length); the key serves as lkey and rkey and is never reused in this table's life.
   std::uint32_t add(std::uint64_t addr, std::uint64_t length, Access access);
-  // Removes a key; waits until no access pins it.
+  // Removes a key; waits until no access pins it. Pins are held only by accesses that progress or fail
+  // within the transport's timeout_ms, which bounds the wait (see the .cpp).
   void remove(std::uint32_t key);
 
   // A remote peer's access: key known, [addr, addr+length) inside the region, `needed` granted.
