@@ -25,16 +25,20 @@ constexpr std::size_t kRegion = 4096;
 struct Target {
   std::unique_ptr<std::uint8_t[]> memory{new std::uint8_t[kRegion]};
   RegistrationTable table;
-  std::uint32_t key = table.add(reinterpret_cast<std::uint64_t>(memory.get()), kRegion,
-                                Access::LocalWrite | Access::RemoteWrite | Access::RemoteRead | Access::RemoteAtomic);
+  std::uint32_t key =
+      table.add(reinterpret_cast<std::uint64_t>(memory.get()), kRegion,
+                Access::LocalWrite | Access::RemoteWrite | Access::RemoteRead | Access::RemoteAtomic);
 };
 
 Access needed(FrameType type) {
   switch (type) {
     case FrameType::Write:
-    case FrameType::WriteImm: return Access::RemoteWrite;
-    case FrameType::Read: return Access::RemoteRead;
-    default: return Access::RemoteAtomic;
+    case FrameType::WriteImm:
+      return Access::RemoteWrite;
+    case FrameType::Read:
+      return Access::RemoteRead;
+    default:
+      return Access::RemoteAtomic;
   }
 }
 
@@ -58,7 +62,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     std::uint64_t length = atomic ? 8 : header->length;
     if (atomic && addr % 8 != 0) continue;  // refused before the table is asked (receive.cpp)
     RegistrationTable::Pin pin;
-    if (target.table.check_remote(rkey, addr, length, needed(header->type), &pin) != Status::Success) continue;
+    if (target.table.check_remote(rkey, addr, length, needed(header->type), &pin) != Status::Success)
+      continue;
     if (!pin) std::abort();
     std::memset(reinterpret_cast<void*>(addr), 0x5a, length);  // out of the region: ASan reports it
   }

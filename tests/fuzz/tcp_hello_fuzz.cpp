@@ -13,7 +13,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   auto peer = rdmakit::tcp::decode_hello(bytes);
   if (!peer) return 0;
   // Accepted: the whole hello was there and the name fits the field it came in.
-  if (size != sizeof(rdmakit::tcp::Hello) || peer->name.size() > sizeof(rdmakit::tcp::Hello::name)) std::abort();
+  if (size != sizeof(rdmakit::tcp::Hello) || peer->name.size() > sizeof(rdmakit::tcp::Hello::name))
+    std::abort();
   for (char c : rdmakit::log::printable(peer->name)) {
     auto u = static_cast<unsigned char>(c);
     if (u < 0x20 || u >= 0x7f) std::abort();  // a control byte would reach the log line

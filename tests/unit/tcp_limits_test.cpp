@@ -57,8 +57,16 @@ Hello hello_named(std::string_view name) {
 
 FrameHeader request(FrameType type, std::uint64_t addr, std::uint32_t length, std::uint32_t rkey,
                     std::uint64_t sequence = 1) {
-  return FrameHeader{.type = type, .status = 0, .reserved = 0, .length = length, .addr = addr, .rkey = rkey,
-                     .imm = 0, .operand1 = 0, .operand2 = 0, .sequence = sequence};
+  return FrameHeader{.type = type,
+                     .status = 0,
+                     .reserved = 0,
+                     .length = length,
+                     .addr = addr,
+                     .rkey = rkey,
+                     .imm = 0,
+                     .operand1 = 0,
+                     .operand2 = 0,
+                     .sequence = sequence};
 }
 
 // True when `fd` has bytes to read (or was closed) within `limit`.
@@ -117,7 +125,8 @@ TEST_F(Limits, StalledWritePayloadDoesNotBlockDeregistration) {
   open_victim({.timeout = 500ms});
   auto region = victim_->allocate(1 << 16, Access::LocalWrite | Access::RemoteWrite).value();
   int fd = connect_raw();
-  auto header = request(FrameType::Write, reinterpret_cast<std::uint64_t>(region->data()), 1 << 16, region->rkey());
+  auto header =
+      request(FrameType::Write, reinterpret_cast<std::uint64_t>(region->data()), 1 << 16, region->rkey());
   ::send(fd, &header, sizeof(header), MSG_NOSIGNAL);
   std::vector<char> part(1000, 'x');
   ::send(fd, part.data(), part.size(), MSG_NOSIGNAL);
@@ -137,8 +146,8 @@ TEST_F(Limits, UnreadReadResponsesDoNotBlockDeregistration) {
   auto region = victim_->allocate(kSize, Access::LocalWrite | Access::RemoteRead).value();
   int fd = connect_raw("reader", 4096);
   for (std::uint64_t sequence = 1; sequence <= 8; ++sequence) {
-    auto header = request(FrameType::Read, reinterpret_cast<std::uint64_t>(region->data()), kSize, region->rkey(),
-                          sequence);
+    auto header = request(FrameType::Read, reinterpret_cast<std::uint64_t>(region->data()), kSize,
+                          region->rkey(), sequence);
     ::send(fd, &header, sizeof(header), MSG_NOSIGNAL);
   }
   std::this_thread::sleep_for(100ms);  // responses queued behind a full socket, region pinned
@@ -165,7 +174,8 @@ TEST_F(Limits, UnreadResponsesStopTheResponderReading) {
                          sequence++);
       partial = burst.size() * sizeof(FrameHeader);
     }
-    const char* from = reinterpret_cast<const char*>(burst.data()) + burst.size() * sizeof(FrameHeader) - partial;
+    const char* from =
+        reinterpret_cast<const char*>(burst.data()) + burst.size() * sizeof(FrameHeader) - partial;
     ssize_t n = ::send(fd, from, partial, MSG_NOSIGNAL);
     if (n > 0) {
       sent += static_cast<std::size_t>(n);
@@ -259,11 +269,12 @@ TEST_F(Limits, FloodingPeerDoesNotStarveAnother) {
     while (!stop) {
       if (partial == 0) {
         for (auto& header : burst)
-          header = request(FrameType::Write, reinterpret_cast<std::uint64_t>(region->data()), 0, region->rkey(),
-                           sequence++);
+          header = request(FrameType::Write, reinterpret_cast<std::uint64_t>(region->data()), 0,
+                           region->rkey(), sequence++);
         partial = burst.size() * sizeof(FrameHeader);
       }
-      const char* from = reinterpret_cast<const char*>(burst.data()) + burst.size() * sizeof(FrameHeader) - partial;
+      const char* from =
+          reinterpret_cast<const char*>(burst.data()) + burst.size() * sizeof(FrameHeader) - partial;
       ssize_t n = ::send(flood, from, partial, MSG_NOSIGNAL);
       if (n > 0) partial -= static_cast<std::size_t>(n);
       while (::recv(flood, acks.data(), acks.size(), MSG_DONTWAIT) > 0) {

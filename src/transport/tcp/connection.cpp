@@ -97,10 +97,13 @@ void TcpConnection::touch_send() noexcept { last_send_ns_.store(steady_ns(), std
 void TcpConnection::abandon_receive_locked() {
   if (!failed_.load(std::memory_order_relaxed)) return;
   rx_.pin = {};
-  if (rx_.phase == Receive::Phase::Payload) {
-    rx_.phase = Receive::Phase::Header;
-    rx_.header_bytes = 0;
-  }
+  if (rx_.phase != Receive::Phase::Payload) return;
+  // A failed connection that still drains (a NAK lingering) reads the rest of this payload into scratch.
+  std::uint64_t left = 0;
+  for (std::uint32_t i = rx_.iov_next; i < rx_.iov_count; ++i) left += rx_.iov[i].iov_len;
+  rx_.then = Receive::Then::Nothing;
+  rx_.discard_left = left;
+  rx_.phase = left > 0 ? Receive::Phase::Discard : Receive::Phase::Header;
 }
 
 void TcpConnection::abandon_receive_if_failed() {

@@ -42,11 +42,13 @@ Acceptor::~Acceptor() {
 bool Acceptor::on_readable() {
   std::lock_guard lock(mutex_);
   std::int64_t now = steady_ns();
-  // Edge-triggered: take everything that is waiting. Each costs an accept4 and an epoll_ctl, no more.
-  for (;;) {
+  // Edge-triggered: take what is waiting, a bounded number per engine round (the engine calls again).
+  for (int taken = 0;;) {
+    if (taken == kAcceptsPerRound) return true;
     int fd = ::accept4(listen_socket_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (fd >= 0) {
       add_pending_locked(Fd(fd), now);
+      ++taken;
       continue;
     }
     if (errno == EINTR || errno == ECONNABORTED) continue;
@@ -76,7 +78,8 @@ void Acceptor::drop_locked(std::uint64_t key, const char* why) {
   if (it == pending_.end()) return;
   engine_.remove(key, it->second->socket.get());
   auto address = peer_address(it->second->socket.get());
-  log::info("tcp", std::string("dropped an incoming connection from ") + (address ? *address : "?") + ": " + why);
+  log::info("tcp",
+            std::string("dropped an incoming connection from ") + (address ? *address : "?") + ": " + why);
   pending_.erase(it);  // closes the socket
 }
 
@@ -150,7 +153,8 @@ Result<std::shared_ptr<Connection>> TcpListener::accept(std::chrono::millisecond
                                                         const ConnectOptions& options) {
   auto greeted = acceptor_->take(std::chrono::steady_clock::now() + timeout);
   if (!greeted) return std::unexpected(greeted.error());
-  auto connection = TcpConnection::create(context_, std::move(greeted->socket), std::move(greeted->peer), options);
+  auto connection =
+      TcpConnection::create(context_, std::move(greeted->socket), std::move(greeted->peer), options);
   if (!connection) return std::unexpected(connection.error());
   return std::shared_ptr<Connection>(std::move(*connection));
 }

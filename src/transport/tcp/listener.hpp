@@ -35,6 +35,7 @@ class Acceptor final : public Pollable, public std::enable_shared_from_this<Acce
   // Pending handshakes beyond this evict the oldest; greeted peers beyond kMaxGreeted are turned away.
   static constexpr std::size_t kMaxPending = 128;
   static constexpr std::size_t kMaxGreeted = 1024;
+  static constexpr int kAcceptsPerRound = 64;
 
   static Result<std::shared_ptr<Acceptor>> start(Engine& engine, Fd listen_socket, PeerInfo self,
                                                  std::chrono::milliseconds handshake_timeout);

@@ -28,8 +28,9 @@ Result<PeerInfo> decode_hello(std::span<const std::byte> bytes) {
   if (theirs.magic != kHelloMagic)
     return fail(Errc::ConnectionRefused, "the peer is not an rdmakit tcp endpoint (bad handshake magic)");
   if (theirs.version != kWireVersion)
-    return fail(Errc::ConnectionRefused, "the peer speaks tcp wire version " + std::to_string(theirs.version) +
-                                             ", this side " + std::to_string(kWireVersion));
+    return fail(Errc::ConnectionRefused, "the peer speaks tcp wire version " +
+                                             std::to_string(theirs.version) + ", this side " +
+                                             std::to_string(kWireVersion));
   if (theirs.name_length > sizeof(theirs.name))
     return fail(Errc::ProtocolError, "handshake: name of " + std::to_string(theirs.name_length) +
                                          " bytes, at most " + std::to_string(sizeof(theirs.name)) + " fit");
@@ -42,14 +43,15 @@ Result<PeerInfo> decode_hello(std::span<const std::byte> bytes) {
 
 Result<void> check_frame_header(const FrameHeader& header) {
   if (!is_request(header.type) && !is_response(header.type))
-    return fail(Errc::ProtocolError, "an unknown frame type " + std::to_string(static_cast<int>(header.type)));
-  if (header.type == FrameType::Nak &&
-      (header.status == static_cast<std::uint8_t>(Status::Success) ||
-       header.status > static_cast<std::uint8_t>(Status::GeneralError)))
+    return fail(Errc::ProtocolError,
+                "an unknown frame type " + std::to_string(static_cast<int>(header.type)));
+  if (header.type == FrameType::Nak && (header.status == static_cast<std::uint8_t>(Status::Success) ||
+                                        header.status > static_cast<std::uint8_t>(Status::GeneralError)))
     return fail(Errc::ProtocolError, "a NAK with an invalid status " + std::to_string(header.status));
   if (header.length > kMaxMessageSize)
-    return fail(Errc::ProtocolError, "a frame of " + std::to_string(header.length) + " bytes, more than the " +
-                                         std::to_string(kMaxMessageSize) + " an operation can carry");
+    return fail(Errc::ProtocolError, "a frame of " + std::to_string(header.length) +
+                                         " bytes, more than the " + std::to_string(kMaxMessageSize) +
+                                         " an operation can carry");
   return {};
 }
 
