@@ -108,7 +108,7 @@ void Acceptor::read_hello(std::uint64_t key) {
   }
 }
 
-// A complete hello: check it, and only then say who we are.
+// A complete hello: check it, and queue the peer for accept(), which answers with our hello.
 void Acceptor::greet_locked(Pending& pending) {
   std::uint64_t key = pending.key;
   auto peer = decode_hello(pending.hello);
@@ -117,10 +117,6 @@ void Acceptor::greet_locked(Pending& pending) {
     return drop_locked(key, why.c_str());
   }
   if (greeted_.size() >= kMaxGreeted) return drop_locked(key, "too many connections wait for accept()");
-  // A new socket's send buffer holds far more than a hello: it goes out whole or the peer is gone.
-  if (::send(pending.socket.get(), &mine_, sizeof(mine_), MSG_NOSIGNAL | MSG_DONTWAIT) !=
-      static_cast<ssize_t>(sizeof(mine_)))
-    return drop_locked(key, "could not send our hello");
   if (auto address = peer_address(pending.socket.get())) peer->address = *address;
   engine_.remove(key, pending.socket.get());
   greeted_.push_back(Greeted{std::move(pending.socket), std::move(*peer)});
@@ -136,13 +132,23 @@ void Acceptor::on_tick(std::int64_t now_ns) {
   }
 }
 
+// As with rdma_cm, the connecting side's connect() completes when this side accepts: our hello goes out
+// here, not when the peer's arrived.
 Result<Greeted> Acceptor::take(Deadline deadline) {
   std::unique_lock lock(mutex_);
-  if (!greeted_ready_.wait_until(lock, deadline, [&] { return !greeted_.empty(); }))
-    return fail(Errc::Timeout, "accept: no peer completed a handshake in time");
-  Greeted next = std::move(greeted_.front());
-  greeted_.pop_front();
-  return next;
+  for (;;) {
+    if (!greeted_ready_.wait_until(lock, deadline, [&] { return !greeted_.empty(); }))
+      return fail(Errc::Timeout, "accept: no peer completed a handshake in time");
+    Greeted next = std::move(greeted_.front());
+    greeted_.pop_front();
+    // A fresh socket's send buffer holds far more than a hello: it goes out whole, or the peer is gone
+    // (it gave up waiting) and the next one is taken.
+    if (::send(next.socket.get(), &mine_, sizeof(mine_), MSG_NOSIGNAL | MSG_DONTWAIT) ==
+        static_cast<ssize_t>(sizeof(mine_)))
+      return next;
+    log::info("tcp", "peer " + log::printable(next.peer.name) + " at " + next.peer.address +
+                         " left before it was accepted");
+  }
 }
 
 TcpListener::TcpListener(std::shared_ptr<TcpContext> context, std::shared_ptr<Acceptor> acceptor,

@@ -1,7 +1,8 @@
-// The tcp listener. Connections are accepted and their handshakes carried out by the engine thread, not
-// inside accept(): a peer that connects and says nothing costs one pending entry until its (short) handshake
+// The tcp listener. Connections are accepted and their hellos read by the engine thread, not inside
+// accept(): a peer that connects and says nothing costs one pending entry until its (short) handshake
 // deadline, never a turn of accept(). The listener says nothing about itself (name, id, epoch) until the
-// peer's hello has arrived and is valid; accept() hands out only connections whose handshake completed.
+// peer's hello has arrived and is valid; accept() takes only such peers and answers with our hello (so the
+// peer's connect() completes when we accept, as with rdma_cm).
 #pragma once
 
 #include <array>
@@ -23,7 +24,7 @@ namespace rdmakit::tcp {
 
 class TcpContext;
 
-// A peer whose handshake completed, waiting for accept().
+// A peer whose valid hello arrived, waiting for accept() to answer it.
 struct Greeted {
   Fd socket;
   PeerInfo peer;
