@@ -46,6 +46,11 @@ struct ConnectionStats {
   std::chrono::system_clock::time_point last_completion{};  // epoch 0 when nothing completed yet
   bool failed = false;            // the connection is in the error state
   std::string failure;            // why, when failed
+  // Responder side (software transports): responses to the peer's requests waiting for room in the socket,
+  // and how often input was paused because they reached the responder depth (send_queue_depth), as a verbs
+  // responder limits outstanding READs and atomics.
+  std::uint64_t queued_responses = 0;
+  std::uint64_t responder_pauses = 0;
 };
 
 class Connection {

@@ -26,6 +26,7 @@ struct Config {
   std::chrono::milliseconds timeout{};       // a silent peer fails pending operations after this
   std::chrono::milliseconds rnr_timeout{};   // a SEND with no posted receive fails after this
   std::chrono::milliseconds connect_timeout{};
+  std::chrono::milliseconds handshake_timeout{};  // tcp: an accepted peer must say hello within this
   WaitMode wait_mode = WaitMode::Hybrid;
   std::chrono::microseconds spin{};          // Hybrid: spin this long before sleeping
   std::uint32_t cq_depth = 0;
@@ -55,6 +56,7 @@ struct Options {
   std::optional<std::chrono::milliseconds> timeout;
   std::optional<std::chrono::milliseconds> rnr_timeout;
   std::optional<std::chrono::milliseconds> connect_timeout;
+  std::optional<std::chrono::milliseconds> handshake_timeout;
   std::optional<WaitMode> wait_mode;
   std::optional<std::chrono::microseconds> spin;
   std::optional<std::uint32_t> cq_depth;

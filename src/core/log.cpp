@@ -1,5 +1,6 @@
 #include "core/log.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <mutex>
@@ -47,6 +48,24 @@ void write(LogLevel level, std::string_view subsystem, std::string_view message)
   std::string line = "rdmakit " + std::string(level_name(level)) + " [" + std::string(subsystem) + "] " +
                      std::string(message) + "\n";
   std::fwrite(line.data(), 1, line.size(), stderr);
+}
+
+std::string printable(std::string_view text, std::size_t limit) {
+  constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(std::min(text.size(), limit) + 3);
+  for (std::size_t i = 0; i < text.size() && i < limit; ++i) {
+    auto c = static_cast<unsigned char>(text[i]);
+    if (c >= 0x20 && c < 0x7f && c != '\\' && c != '"') {
+      out += static_cast<char>(c);
+    } else {
+      out += "\\x";
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    }
+  }
+  if (text.size() > limit) out += "...";
+  return out;
 }
 
 bool parse_level(std::string_view text, LogLevel& level) noexcept {

@@ -109,6 +109,9 @@ const std::vector<Spec>& specs() {
                 "milliseconds", &O::rnr_timeout, &C::rnr_timeout),
       make_spec("connect_timeout_ms", "10000", "connect() gives up after this", "milliseconds",
                 &O::connect_timeout, &C::connect_timeout),
+      make_spec("handshake_timeout_ms", "2000",
+                "tcp: a peer that connects to a listener must complete its hello within this, or is dropped",
+                "milliseconds", &O::handshake_timeout, &C::handshake_timeout),
       make_spec("wait_mode", "hybrid", "how waits wait: spin, block (sleep in the kernel) or hybrid",
                 "spin, block or hybrid", &O::wait_mode, &C::wait_mode),
       make_spec("spin_us", "50", "hybrid waits spin this long before sleeping", "microseconds", &O::spin,
@@ -166,6 +169,7 @@ Result<void> check_ranges(const Config& config) {
   if (config.recv_queue_depth == 0) return bad("recv_queue_depth", "must be at least 1");
   if (config.max_sge == 0) return bad("max_sge", "must be at least 1");
   if (config.timeout.count() == 0) return bad("timeout_ms", "must be at least 1");
+  if (config.handshake_timeout.count() == 0) return bad("handshake_timeout_ms", "must be at least 1");
   if (config.mtu != 0 && config.mtu != 256 && config.mtu != 512 && config.mtu != 1024 && config.mtu != 2048 &&
       config.mtu != 4096)
     return bad("mtu", "must be 0, 256, 512, 1024, 2048 or 4096, got " + std::to_string(config.mtu));

@@ -1,8 +1,19 @@
 #include "core/registration_table.hpp"
 
+#include <algorithm>
+#include <chrono>
+#include <string>
 #include <thread>
 
+#include "core/log.hpp"
+
 namespace rdmakit {
+namespace {
+
+// Longer than any timeout a transport would use by default (tcp: timeout_ms, 4 s).
+constexpr std::chrono::seconds kPinWarning{30};
+
+}  // namespace
 
 // Keys are random and never reused within the table's life (KeySource); a key from an earlier life of the
 // process may match by chance (1 in 2^32), and the owner epoch in descriptors catches that.
@@ -33,9 +44,24 @@ void RegistrationTable::remove(std::uint32_t key) {
     entries_.erase(it);
     by_rkey_.erase(entry->rkey);
   }
-  // New lookups can no longer find it; wait for accesses already under way. Each ends in bounded time:
-  // its bytes arrive or its connection fails.
-  while (entry->pins.load(std::memory_order_acquire) != 0) std::this_thread::sleep_for(std::chrono::microseconds(50));
+  // New lookups can no longer find it; wait for accesses already under way. Returning earlier would let a
+  // peer write into memory the owner is about to free, so the bound comes from the holders instead: every
+  // pin belongs to an access that makes progress or fails its connection within the transport's timeout_ms
+  // (tcp: a frame stalled half way, or responses the peer does not read; the failure releases the pins).
+  // A wait far beyond that is a bug in a transport: say so, once.
+  auto start = std::chrono::steady_clock::now();
+  bool reported = false;
+  auto pause = std::chrono::microseconds(20);
+  while (entry->pins.load(std::memory_order_acquire) != 0) {
+    std::this_thread::sleep_for(pause);
+    pause = std::min<std::chrono::microseconds>(pause * 2, std::chrono::milliseconds(1));
+    if (!reported && std::chrono::steady_clock::now() - start > kPinWarning) {
+      reported = true;
+      log::warn("core", "deregistration of key " + std::to_string(key) + " has waited " +
+                            std::to_string(kPinWarning.count()) + " s for " +
+                            std::to_string(entry->pins.load()) + " peer accesses to end");
+    }
+  }
 }
 
 template <typename Map>

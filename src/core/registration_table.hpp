@@ -60,7 +60,8 @@ class RegistrationTable {
   // table's life (KeySource): an rkey a peer holds says nothing about another region's keys, and an
   // lkey is never valid as an rkey.
   Result<Keys> add(std::uint64_t addr, std::uint64_t length, Access access);
-  // Removes the region of this lkey; waits until no access pins it.
+  // Removes the region of this lkey; waits until no access pins it. Pins are held only by accesses that
+  // progress or fail within the transport's timeout_ms, which bounds the wait (see the .cpp).
   void remove(std::uint32_t key);
 
   // A remote peer's access: key known, [addr, addr+length) inside the region, `needed` granted.

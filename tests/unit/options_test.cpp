@@ -166,7 +166,7 @@ TEST_F(OptionsTest, DescribeListsEveryOptionWithDocEnvAndDefault) {
   }
   // One entry per field of Config.
   const char* expected[] = {"transport", "name", "listen_address", "device", "port", "gid_index", "mtu",
-                            "timeout_ms", "rnr_timeout_ms", "connect_timeout_ms", "wait_mode", "spin_us",
+                            "timeout_ms", "rnr_timeout_ms", "connect_timeout_ms", "handshake_timeout_ms", "wait_mode", "spin_us",
                             "cq_depth", "send_queue_depth", "recv_queue_depth", "max_sge", "inline_size",
                             "registration_cache", "log_level", "job_secret", "store_max_bytes",
                             "store_max_request_bytes", "store_max_client_buffer_bytes", "store_max_clients",

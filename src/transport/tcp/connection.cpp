@@ -3,6 +3,7 @@
 
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <chrono>
 
 #include "core/clock.hpp"
@@ -37,10 +38,11 @@ Result<std::shared_ptr<TcpConnection>> TcpConnection::create(std::shared_ptr<Tcp
   auto recv_cq = own_or_new_cq(options.recv_cq, context->config());
   if (!recv_cq) return std::unexpected(recv_cq.error());
   if (auto ok = make_data_socket(socket.get()); !ok) return std::unexpected(ok.error());
-  std::uint32_t number = context->next_connection_number();
-  auto connection = std::make_shared<TcpConnection>(number, context, std::move(socket), std::move(peer),
+  std::uint32_t number = context->acquire_connection_number();
+  std::uint64_t key = context->engine().new_key();
+  auto connection = std::make_shared<TcpConnection>(number, key, context, std::move(socket), std::move(peer),
                                                     std::move(*send_cq), std::move(*recv_cq));
-  if (auto ok = context->engine().add(number, connection->socket_.get(), connection); !ok)
+  if (auto ok = context->engine().add(key, connection->socket_.get(), connection); !ok)
     return std::unexpected(ok.error());
   std::static_pointer_cast<TcpCompletionQueue>(connection->send_queue_)->attach(connection);
   if (connection->recv_queue_ != connection->send_queue_)
@@ -48,7 +50,8 @@ Result<std::shared_ptr<TcpConnection>> TcpConnection::create(std::shared_ptr<Tcp
   return connection;
 }
 
-TcpConnection::TcpConnection(std::uint32_t number, std::shared_ptr<TcpContext> context, Fd socket, PeerInfo peer,
+TcpConnection::TcpConnection(std::uint32_t number, std::uint64_t engine_key, std::shared_ptr<TcpContext> context,
+                             Fd socket, PeerInfo peer,
                              std::shared_ptr<SoftCompletionQueue> send_cq,
                              std::shared_ptr<SoftCompletionQueue> recv_cq)
     : Connection(number, send_cq, recv_cq),
@@ -57,28 +60,57 @@ TcpConnection::TcpConnection(std::uint32_t number, std::shared_ptr<TcpContext> c
       engine_(context_->engine()),
       socket_(std::move(socket)),
       peer_(std::move(peer)),
+      peer_label_(log::printable(peer_.name) + " at " + peer_.address),
+      engine_key_(engine_key),
       send_queue_(std::move(send_cq)),
       recv_queue_(std::move(recv_cq)),
       send_depth_(context_->config().send_queue_depth),
       recv_depth_(context_->config().recv_queue_depth),
       timeout_ns_(std::chrono::duration_cast<std::chrono::nanoseconds>(context_->config().timeout).count()),
       rnr_timeout_ns_(std::chrono::duration_cast<std::chrono::nanoseconds>(context_->config().rnr_timeout).count()) {
-  touch();
+  touch_receive();
+  touch_send();
 }
 
 TcpConnection::~TcpConnection() {
-  std::lock_guard lock(mutex_);
-  fail_locked(Status::Flushed, Error(Errc::ConnectionBroken, "connection closed"));
-  linger_ = false;
-  shut_down_locked();
+  {
+    std::lock_guard lock(mutex_);
+    fail_locked(Status::Flushed, Error(Errc::ConnectionBroken, "connection closed"));
+    linger_ = false;
+    shut_down_locked();
+  }
+  context_->release_connection_number(number());
 }
 
 void TcpConnection::close() {
+  std::lock_guard rx_lock(rx_mutex_);
   std::lock_guard lock(mutex_);
   fail_locked(Status::Flushed, Error(Errc::ConnectionBroken, "connection closed by this side"));
+  abandon_receive_locked();
 }
 
-void TcpConnection::touch() noexcept { last_progress_ns_.store(steady_ns(), std::memory_order_relaxed); }
+void TcpConnection::touch_receive() noexcept { last_receive_ns_.store(steady_ns(), std::memory_order_relaxed); }
+void TcpConnection::touch_send() noexcept { last_send_ns_.store(steady_ns(), std::memory_order_relaxed); }
+
+// A failed connection reads no further, so a WRITE it was receiving will never finish: the region it
+// pinned must not wait for the connection object to be destroyed (the application may keep it).
+void TcpConnection::abandon_receive_locked() {
+  if (!failed_.load(std::memory_order_relaxed)) return;
+  rx_.pin = {};
+  if (rx_.phase != Receive::Phase::Payload) return;
+  // A failed connection that still drains (a NAK lingering) reads the rest of this payload into scratch.
+  std::uint64_t left = 0;
+  for (std::uint32_t i = rx_.iov_next; i < rx_.iov_count; ++i) left += rx_.iov[i].iov_len;
+  rx_.then = Receive::Then::Nothing;
+  rx_.discard_left = left;
+  rx_.phase = left > 0 ? Receive::Phase::Discard : Receive::Phase::Header;
+}
+
+void TcpConnection::abandon_receive_if_failed() {
+  if (!failed_.load(std::memory_order_acquire)) return;
+  std::lock_guard rx_lock(rx_mutex_);
+  abandon_receive_locked();
+}
 
 void TcpConnection::complete_locked(const InFlight& op, Status status, std::uint32_t bytes) {
   completed_.fetch_add(1, std::memory_order_relaxed);
@@ -100,7 +132,7 @@ void TcpConnection::complete_local_errors_locked() {
 void TcpConnection::fail_locked(Status head_status, Error reason, bool drain_output) {
   if (failed_.load(std::memory_order_relaxed)) return;
   if (head_status != Status::Flushed)
-    log::debug("tcp", "connection " + std::to_string(number()) + " to " + peer_.name + " failed: " + reason.message());
+    log::debug("tcp", "connection " + std::to_string(number()) + " to " + peer_label_ + " failed: " + reason.message());
   failure_ = std::make_unique<Error>(std::move(reason));
   failed_.store(true, std::memory_order_release);
   bool head = true;
@@ -115,7 +147,10 @@ void TcpConnection::fail_locked(Status head_status, Error reason, bool drain_out
                                  .connection = number()});
   }
   recvs_.clear();
-  if (!drain_output) out_.clear();
+  if (!drain_output) {
+    out_.clear();
+    responses_queued_ = 0;
+  }
   linger_ = !out_.empty();
   if (!linger_) shut_down_locked();
 }
@@ -129,19 +164,21 @@ void TcpConnection::peer_gone(const std::string& why) {
   std::lock_guard lock(mutex_);
   // After we sent a NAK the peer is expected to hang up; what is left here was flushed already.
   fail_locked(Status::TransportRetryExceeded,
-              Error(Errc::ConnectionBroken, "peer " + peer_.name + " at " + peer_.address + " " + why));
+              Error(Errc::ConnectionBroken, "peer " + peer_label_ + " " + why));
 }
 
 void TcpConnection::shut_down_locked() {
   if (shut_down_) return;
   shut_down_ = true;
-  engine_.remove(number(), socket_.get());
+  engine_.remove(engine_key_, socket_.get());
   ::shutdown(socket_.get(), SHUT_RDWR);
 }
 
 void TcpConnection::update_interest_locked() {
   if (!shut_down_)
-    engine_.set_interest(number(), socket_.get(), !input_paused_ && !input_leased_.load(std::memory_order_relaxed),
+    engine_.set_interest(engine_key_, socket_.get(),
+                         !input_paused_ && !responder_full_.load(std::memory_order_relaxed) &&
+                             !input_leased_.load(std::memory_order_relaxed),
                          want_output_);
 }
 
@@ -154,7 +191,7 @@ Result<void> TcpConnection::health() const {
 ConnectionStats TcpConnection::stats() const {
   ConnectionStats stats;
   stats.connection = number();
-  stats.peer = peer_.name + " (" + peer_.address + ")";
+  stats.peer = log::printable(peer_.name) + " (" + peer_.address + ")";
   stats.posted = posted_.load(std::memory_order_relaxed);
   stats.completed = completed_.load(std::memory_order_relaxed);
   stats.last_completion = std::chrono::system_clock::time_point(
@@ -163,6 +200,8 @@ ConnectionStats TcpConnection::stats() const {
   stats.outstanding = in_flight_.size() + recvs_.size();
   stats.failed = failure_ != nullptr;
   if (failure_) stats.failure = failure_->message();
+  stats.queued_responses = responses_queued_;
+  stats.responder_pauses = responder_pauses_;
   return stats;
 }
 
@@ -170,9 +209,11 @@ void TcpConnection::on_tick(std::int64_t now_ns) {
   std::lock_guard rx_lock(rx_mutex_);
   std::lock_guard lock(mutex_);
   if (failed_.load(std::memory_order_relaxed)) {
+    abandon_receive_locked();
     // A NAK that the peer never reads must not keep the connection alive forever.
-    if (linger_ && now_ns - last_progress_ns_.load(std::memory_order_relaxed) > timeout_ns_) {
+    if (linger_ && now_ns - last_send_ns_.load(std::memory_order_relaxed) > timeout_ns_) {
       out_.clear();
+      responses_queued_ = 0;
       linger_ = false;
       shut_down_locked();
     }
@@ -197,8 +238,12 @@ void TcpConnection::on_tick(std::int64_t now_ns) {
     }
     return;
   }
+  check_stalls_locked(now_ns);
+  if (failed_.load(std::memory_order_relaxed)) return abandon_receive_locked();
   bool waiting = !in_flight_.empty();
-  if (waiting && now_ns - last_progress_ns_.load(std::memory_order_relaxed) > timeout_ns_) {
+  std::int64_t last_progress = std::max(last_receive_ns_.load(std::memory_order_relaxed),
+                                        last_send_ns_.load(std::memory_order_relaxed));
+  if (waiting && now_ns - last_progress > timeout_ns_) {
     log::debug("tcp", "silent peer: connection " + std::to_string(number()) + " front sequence " +
                           std::to_string(in_flight_.front().sequence) + " opcode " +
                           std::string(to_string(in_flight_.front().opcode)) + ", next " +
@@ -206,9 +251,26 @@ void TcpConnection::on_tick(std::int64_t now_ns) {
                           ", rx phase " + std::to_string(static_cast<int>(rx_.phase)) + ", deferred acks " +
                           std::to_string(acks_deferred_));
     fail_locked(Status::TransportRetryExceeded,
-                Error(Errc::ConnectionBroken, "peer " + peer_.name + " at " + peer_.address + " silent for " +
+                Error(Errc::ConnectionBroken, "peer " + peer_label_ + " silent for " +
                                                   std::to_string(timeout_ns_ / 1'000'000) + " ms with " +
                                                   std::to_string(in_flight_.size()) + " operations outstanding"));
+  }
+}
+
+// The target's side of timeout_ms: a peer that stops in the middle of a frame (a WRITE's payload, say), or
+// stops taking our bytes (responses, say), holds regions pinned and memory queued; after timeout_ms without
+// progress it is treated as gone, as a verbs responder's retries would run out.
+void TcpConnection::check_stalls_locked(std::int64_t now_ns) {
+  std::int64_t ms = timeout_ns_ / 1'000'000;
+  if (mid_frame() && now_ns - last_receive_ns_.load(std::memory_order_relaxed) > timeout_ns_) {
+    fail_locked(Status::TransportRetryExceeded,
+                Error(Errc::ConnectionBroken, "peer " + peer_label_ + " stopped in the middle of a frame for " +
+                                                  std::to_string(ms) + " ms"));
+  } else if (want_output_ && now_ns - last_send_ns_.load(std::memory_order_relaxed) > timeout_ns_) {
+    fail_locked(Status::TransportRetryExceeded,
+                Error(Errc::ConnectionBroken, "peer " + peer_label_ + " took none of our bytes for " +
+                                                  std::to_string(ms) + " ms (" + std::to_string(out_.size()) +
+                                                  " frames queued)"));
   }
 }
 

@@ -50,11 +50,12 @@ class TcpConnection final : public Connection, public Pollable, public std::enab
   Result<void> health() const override;
   void close() override;
 
-  void on_readable() override;
+  bool on_readable() override;
   // Reads what has arrived, from the thread that polls a completion queue of this connection (busy-polling
   // progress: no hand-off through the engine thread). Does nothing while another thread is reading.
   void poll_input();
-  void drain_input();
+  // Reads a bounded amount (kReadsPerRound); true when input is left for another call.
+  bool drain_input();
   void on_writable() override;
   void on_tick(std::int64_t now_ns) override;
   // The polling lease (lease.cpp): renewed by every poll of one of our completion queues, ended by a
@@ -64,7 +65,7 @@ class TcpConnection final : public Connection, public Pollable, public std::enab
   void on_lease_check(std::int64_t now_ns) override;
 
   // Public for make_shared; use create().
-  TcpConnection(std::uint32_t number, std::shared_ptr<TcpContext> context, Fd socket, PeerInfo peer,
+  TcpConnection(std::uint32_t number, std::uint64_t engine_key, std::shared_ptr<TcpContext> context, Fd socket, PeerInfo peer,
                 std::shared_ptr<SoftCompletionQueue> send_cq, std::shared_ptr<SoftCompletionQueue> recv_cq);
 
  private:
@@ -122,7 +123,11 @@ class TcpConnection final : public Connection, public Pollable, public std::enab
   void flush_ack_locked();
   void on_cumulative_ack_locked(std::uint64_t sequence);
   // ---- receive side, engine thread (receive.cpp)
-  bool read_some();  // false when the socket has nothing more now
+  bool read_some();  // false when the socket has nothing more now (or we stop reading it)
+  bool mid_frame() const noexcept;
+  // After a failure: lets go of the region a half-received WRITE pinned. Needs rx_mutex_.
+  void abandon_receive_locked();
+  void abandon_receive_if_failed();
   void dispatch_header();
   void on_request_header();
   void on_response_header();
@@ -141,7 +146,11 @@ class TcpConnection final : public Connection, public Pollable, public std::enab
   void shut_down_locked();
   void update_interest_locked();
   void give_back_input();
-  void touch() noexcept;
+  void touch_receive() noexcept;
+  void touch_send() noexcept;
+  void check_stalls_locked(std::int64_t now_ns);
+  void pause_responder_locked();
+  void resume_responder_locked();
   void peer_gone(const std::string& why);
 
   std::shared_ptr<TcpContext> context_;
@@ -149,6 +158,8 @@ class TcpConnection final : public Connection, public Pollable, public std::enab
   Engine& engine_;
   Fd socket_;
   PeerInfo peer_;
+  const std::string peer_label_;  // "<name> at <address>", escaped for messages and logs
+  const std::uint64_t engine_key_;
   std::shared_ptr<SoftCompletionQueue> send_queue_, recv_queue_;
   const std::uint32_t send_depth_, recv_depth_;
   const std::int64_t timeout_ns_, rnr_timeout_ns_;
@@ -160,8 +171,12 @@ class TcpConnection final : public Connection, public Pollable, public std::enab
   std::uint64_t next_sequence_ = 1, next_recv_sequence_ = 1;
   std::uint64_t ack_sequence_ = 0;    // target side: the last request a deferred ACK answers
   std::uint32_t acks_deferred_ = 0;
+  std::uint64_t responses_queued_ = 0;  // response frames in out_ (target side)
+  std::uint64_t responder_pauses_ = 0;
   bool want_output_ = false;
   bool input_paused_ = false;  // a request waits for a receive to be posted (RNR)
+  // Responses queued reached the responder depth: we stop reading requests until the peer reads them.
+  std::atomic<bool> responder_full_{false};  // written under mutex_, read by the receiving thread
   std::atomic<bool> input_leased_{false};  // written under mutex_: a poller reads the socket, epoll does not
   std::atomic<std::int64_t> polled_until_ns_{0};
   bool error_queued_ = false;  // an op failed at post: nothing more is sent
@@ -178,7 +193,11 @@ class TcpConnection final : public Connection, public Pollable, public std::enab
   Receive rx_;
   std::vector<std::byte> discard_buffer_;
 
-  std::atomic<std::int64_t> last_progress_ns_{0};
+  // Progress clocks: bytes received (or the start of waiting for them), bytes sent (or the start of
+  // waiting for room). A peer that stops in the middle of a frame, or stops taking our bytes, fails the
+  // connection after timeout_ms and so lets go of the regions it pinned.
+  std::atomic<std::int64_t> last_receive_ns_{0};
+  std::atomic<std::int64_t> last_send_ns_{0};
   std::atomic<std::uint64_t> posted_{0}, completed_{0};
   std::atomic<std::int64_t> last_completion_ns_{0};
 };

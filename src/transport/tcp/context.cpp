@@ -5,6 +5,7 @@
 #include "transport/tcp/completion_queue.hpp"
 #include "core/soft_region.hpp"
 #include "transport/tcp/connection.hpp"
+#include "transport/tcp/listener.hpp"
 #include "transport/tcp/socket.hpp"
 #include "transport/tcp/wire.hpp"
 #include "transport/transport.hpp"
@@ -14,33 +15,6 @@ namespace tcp {
 namespace {
 
 Deadline deadline_after(std::chrono::milliseconds timeout) { return std::chrono::steady_clock::now() + timeout; }
-
-class TcpListener final : public Listener {
- public:
-  TcpListener(std::shared_ptr<TcpContext> context, Fd socket, std::string address)
-      : context_(std::move(context)), socket_(std::move(socket)), address_(std::move(address)) {}
-
-  std::string address() const override { return address_; }
-
-  Result<std::shared_ptr<Connection>> accept(std::chrono::milliseconds timeout,
-                                             const ConnectOptions& options) override {
-    auto deadline = deadline_after(timeout);
-    auto socket = accept_from(socket_.get(), deadline);
-    if (!socket) return std::unexpected(socket.error());
-    // The handshake gets its own bound: a peer that connects and says nothing must not hold accept().
-    auto handshake_deadline = std::max(deadline, deadline_after(context_->config().connect_timeout));
-    auto peer = handshake(socket->get(), context_->identity(), handshake_deadline);
-    if (!peer) return std::unexpected(peer.error());
-    auto connection = TcpConnection::create(context_, std::move(*socket), std::move(*peer), options);
-    if (!connection) return std::unexpected(connection.error());
-    return std::shared_ptr<Connection>(std::move(*connection));
-  }
-
- private:
-  std::shared_ptr<TcpContext> context_;
-  Fd socket_;
-  std::string address_;
-};
 
 }  // namespace
 
@@ -57,6 +31,24 @@ TcpContext::~TcpContext() {
   // The engine thread may hold the last reference (a connection it was serving): it cannot join itself,
   // so a short-lived thread does it after the engine thread has left this call.
   if (engine_->on_engine_thread()) std::thread([engine = std::move(engine_)]() mutable { engine.reset(); }).detach();
+}
+
+std::uint32_t TcpContext::acquire_connection_number() {
+  std::lock_guard lock(numbers_mutex_);
+  for (;;) {
+    auto number = static_cast<std::uint32_t>(next_connection_++ & 0xffffff);
+    if (number != 0 && live_numbers_.insert(number).second) return number;
+  }
+}
+
+void TcpContext::release_connection_number(std::uint32_t number) {
+  std::lock_guard lock(numbers_mutex_);
+  live_numbers_.erase(number);
+}
+
+void TcpContext::set_next_connection_number_for_testing(std::uint64_t next) {
+  std::lock_guard lock(numbers_mutex_);
+  next_connection_ = next;
 }
 
 Capabilities TcpContext::capabilities() const {
@@ -79,8 +71,10 @@ Result<std::shared_ptr<Listener>> TcpContext::listen(std::string_view address) {
   if (!socket) return std::unexpected(socket.error());
   auto bound = local_address(socket->get());
   if (!bound) return std::unexpected(bound.error());
+  auto acceptor = Acceptor::start(*engine_, std::move(*socket), identity(), config().handshake_timeout);
+  if (!acceptor) return std::unexpected(acceptor.error());
   auto self = std::static_pointer_cast<TcpContext>(shared_from_this());
-  return std::make_shared<TcpListener>(std::move(self), std::move(*socket), std::move(*bound));
+  return std::make_shared<TcpListener>(std::move(self), std::move(*acceptor), std::move(*bound));
 }
 
 Result<std::shared_ptr<Connection>> TcpContext::connect(std::string_view address, const ConnectOptions& options) {

@@ -3,6 +3,8 @@
 
 #include <atomic>
 #include <memory>
+#include <mutex>
+#include <unordered_set>
 
 #include "core/registration_table.hpp"
 #include "rdmakit/context.hpp"
@@ -25,13 +27,20 @@ class TcpContext final : public Context {
 
   RegistrationTable& table() noexcept { return *table_; }
   Engine& engine() noexcept { return *engine_; }
-  std::uint32_t next_connection_number() noexcept { return next_connection_.fetch_add(1) & 0xffffff; }
+  // Connection numbers are 24 bits (they go into operation ids): after a wrap-around the counter skips the
+  // numbers of live connections, so a number never names two connections at once.
+  std::uint32_t acquire_connection_number();
+  void release_connection_number(std::uint32_t number);
+  // Tests: where the connection counter continues, to force its wrap-around.
+  void set_next_connection_number_for_testing(std::uint64_t next);
 
   TcpContext(Config config, std::unique_ptr<Engine> engine);
 
  private:
   std::shared_ptr<RegistrationTable> table_;
-  std::atomic<std::uint32_t> next_connection_{1};
+  std::mutex numbers_mutex_;
+  std::uint64_t next_connection_ = 1;          // guarded by numbers_mutex_
+  std::unordered_set<std::uint32_t> live_numbers_;  // guarded by numbers_mutex_
   std::unique_ptr<Engine> engine_;
 };
 

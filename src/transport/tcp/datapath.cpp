@@ -51,7 +51,7 @@ Result<void> TcpConnection::validate(const WorkRequest& request) const {
   bool one_sided = request.opcode != Opcode::Send;
   if (one_sided && request.remote.owner_epoch != 0 && request.remote.owner_epoch != peer_.epoch)
     return fail(Errc::StaleDescriptor, "post: the remote address comes from a descriptor of epoch " +
-                                           std::to_string(request.remote.owner_epoch) + ", but peer " + peer_.name +
+                                           std::to_string(request.remote.owner_epoch) + ", but peer " + peer_label_ +
                                            " is at epoch " + std::to_string(peer_.epoch) +
                                            " (another process, or an earlier life of this one)");
   return {};
@@ -61,18 +61,22 @@ Result<std::uint64_t> TcpConnection::post(std::span<const WorkRequest> chain) {
   if (chain.empty()) return fail(Errc::InvalidArgument, "post: empty chain");
   for (const WorkRequest& request : chain)
     if (auto ok = validate(request); !ok) return std::unexpected(ok.error());
-  std::lock_guard lock(mutex_);
-  if (failure_) return fail(Errc::ConnectionBroken, "post: " + failure_->message());
-  if (error_queued_) return fail(Errc::ConnectionBroken, "post: an earlier operation failed");
-  if (in_flight_.size() + chain.size() > send_depth_)
-    return fail(Errc::ResourceExhausted, "post: send queue full (" + std::to_string(send_depth_) +
-                                             " outstanding; option send_queue_depth)");
-  if (in_flight_.empty()) touch();  // the silent-peer clock starts now, not at the last activity
-  std::uint64_t first = make_id(next_sequence_, false);
-  for (const WorkRequest& request : chain) enqueue_locked(request, make_id(next_sequence_, false));
-  posted_.fetch_add(chain.size(), std::memory_order_relaxed);
-  flush_locked();
-  complete_local_errors_locked();
+  std::uint64_t first;
+  {
+    std::lock_guard lock(mutex_);
+    if (failure_) return fail(Errc::ConnectionBroken, "post: " + failure_->message());
+    if (error_queued_) return fail(Errc::ConnectionBroken, "post: an earlier operation failed");
+    if (in_flight_.size() + chain.size() > send_depth_)
+      return fail(Errc::ResourceExhausted, "post: send queue full (" + std::to_string(send_depth_) +
+                                               " outstanding; option send_queue_depth)");
+    if (in_flight_.empty()) touch_receive();  // the silent-peer clock starts now, not at the last activity
+    first = make_id(next_sequence_, false);
+    for (const WorkRequest& request : chain) enqueue_locked(request, make_id(next_sequence_, false));
+    posted_.fetch_add(chain.size(), std::memory_order_relaxed);
+    flush_locked();
+    complete_local_errors_locked();
+  }
+  abandon_receive_if_failed();  // this post may have found the connection broken
   return first;
 }
 
@@ -125,7 +129,7 @@ Result<std::uint64_t> TcpConnection::post_recv(std::span<const Segment> sgl) {
     if (table_.check_local(segment, true) != Status::Success) recv.local_error = Status::LocalProtection;
   recvs_.push_back(recv);
   posted_.fetch_add(1, std::memory_order_relaxed);
-  if (waiting_for_recv_.load()) engine_.kick(number());
+  if (waiting_for_recv_.load()) engine_.kick(engine_key_);
   return recv.id;
 }
 
@@ -147,11 +151,11 @@ void TcpConnection::flush_locked() {
       int error = errno;
       linger_ = false;
       fail_locked(Status::TransportRetryExceeded,
-                  Error(Errc::ConnectionBroken, "sending to peer " + peer_.name + " failed: " + std::strerror(error),
+                  Error(Errc::ConnectionBroken, "sending to peer " + peer_label_ + " failed: " + std::strerror(error),
                         error));
       return;
     }
-    touch();
+    touch_send();
     auto left = static_cast<std::size_t>(sent);
     while (left > 0) {
       OutFrame& frame = out_.front();
@@ -161,14 +165,19 @@ void TcpConnection::flush_locked() {
       part.iov_len -= take;
       left -= take;
       if (part.iov_len == 0) ++frame.iov_next;
-      if (frame.iov_next == frame.iov_count) out_.pop_front();
+      if (frame.iov_next == frame.iov_count) {
+        if (is_response(frame.header.type)) --responses_queued_;
+        out_.pop_front();
+      }
     }
   }
   bool want_output = !out_.empty();
   if (want_output != want_output_) {
     want_output_ = want_output;
+    if (want_output) touch_send();  // the stall clock starts when we first wait for room
     update_interest_locked();
   }
+  if (responder_full_.load(std::memory_order_relaxed)) resume_responder_locked();
   if (out_.empty() && linger_) {
     linger_ = false;
     shut_down_locked();
@@ -176,13 +185,33 @@ void TcpConnection::flush_locked() {
 }
 
 void TcpConnection::on_writable() {
-  std::lock_guard lock(mutex_);
-  flush_locked();
+  {
+    std::lock_guard lock(mutex_);
+    flush_locked();
+  }
+  abandon_receive_if_failed();
+}
+
+// Responder depth, as verbs' responder resources: a peer may have at most send_queue_depth of our responses
+// waiting in our memory. Beyond that we stop reading its requests until it reads the responses.
+void TcpConnection::pause_responder_locked() {
+  responder_full_.store(true, std::memory_order_relaxed);
+  ++responder_pauses_;
+  update_interest_locked();
+}
+
+void TcpConnection::resume_responder_locked() {
+  if (responses_queued_ > send_depth_ / 2 || failed_.load(std::memory_order_relaxed)) return;
+  responder_full_.store(false, std::memory_order_relaxed);
+  update_interest_locked();
+  // Requests that arrived meanwhile raised no new edge: have the engine read them.
+  engine_.kick(engine_key_);
 }
 
 void TcpConnection::send_response_locked(const FrameHeader& request, FrameType type, std::uint64_t value,
                                          std::uint32_t length, const iovec* payload, RegistrationTable::Pin pin) {
   if (type != FrameType::Ack) flush_ack_locked();  // responses leave in request order
+  ++responses_queued_;
   OutFrame& frame = out_.emplace_back();
   frame.header = FrameHeader{.type = type, .status = 0, .reserved = 0, .length = length, .addr = 0, .rkey = 0,
                              .imm = 0, .operand1 = value, .operand2 = 0, .sequence = request.sequence};
@@ -191,10 +220,12 @@ void TcpConnection::send_response_locked(const FrameHeader& request, FrameType t
   if (payload && payload->iov_len > 0) frame.iov[frame.iov_count++] = *payload;
   frame.pin = std::move(pin);
   flush_locked();
+  if (responses_queued_ > send_depth_ && !responder_full_.load(std::memory_order_relaxed)) pause_responder_locked();
 }
 
 void TcpConnection::send_nak_locked(const FrameHeader& request, Status status) {
   flush_ack_locked();
+  ++responses_queued_;
   OutFrame& frame = out_.emplace_back();
   frame.header = FrameHeader{.type = FrameType::Nak, .status = static_cast<std::uint8_t>(status), .reserved = 0,
                              .length = 0, .addr = 0, .rkey = 0, .imm = 0, .operand1 = 0, .operand2 = 0,
@@ -202,6 +233,7 @@ void TcpConnection::send_nak_locked(const FrameHeader& request, Status status) {
   frame.iov[0] = iovec{&frame.header, sizeof(FrameHeader)};
   frame.iov_count = 1;
   flush_locked();
+  if (responses_queued_ > send_depth_ && !responder_full_.load(std::memory_order_relaxed)) pause_responder_locked();
 }
 
 }  // namespace rdmakit::tcp

@@ -41,7 +41,7 @@ Engine::~Engine() {
   thread_.join();
 }
 
-Result<void> Engine::add(std::uint32_t key, int fd, std::weak_ptr<Pollable> target) {
+Result<void> Engine::add(std::uint64_t key, int fd, std::weak_ptr<Pollable> target) {
   {
     std::lock_guard lock(mutex_);
     targets_[key] = std::move(target);
@@ -59,13 +59,13 @@ Result<void> Engine::add(std::uint32_t key, int fd, std::weak_ptr<Pollable> targ
   return {};
 }
 
-void Engine::remove(std::uint32_t key, int fd) {
+void Engine::remove(std::uint64_t key, int fd) {
   epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, fd, nullptr);
   std::lock_guard lock(mutex_);
   targets_.erase(key);
 }
 
-void Engine::kick(std::uint32_t key) {
+void Engine::kick(std::uint64_t key) {
   {
     std::lock_guard lock(mutex_);
     kicked_.push_back(key);
@@ -74,14 +74,14 @@ void Engine::kick(std::uint32_t key) {
   (void)!::write(wake_.get(), &one, sizeof(one));
 }
 
-void Engine::set_interest(std::uint32_t key, int fd, bool input, bool output) {
+void Engine::set_interest(std::uint64_t key, int fd, bool input, bool output) {
   epoll_event event{};
   event.events = EPOLLRDHUP | EPOLLET | (input ? EPOLLIN : 0u) | (output ? EPOLLOUT : 0u);
   event.data.u64 = key;
   epoll_ctl(epoll_.get(), EPOLL_CTL_MOD, fd, &event);
 }
 
-std::shared_ptr<Pollable> Engine::find(std::uint32_t key) const {
+std::shared_ptr<Pollable> Engine::find(std::uint64_t key) const {
   std::lock_guard lock(mutex_);
   auto it = targets_.find(key);
   return it == targets_.end() ? nullptr : it->second.lock();
@@ -95,16 +95,19 @@ std::vector<std::shared_ptr<Pollable>> Engine::watched() const {
   return alive;
 }
 
-void Engine::run_kicked() {
+void Engine::read_from(std::uint64_t key, std::vector<std::uint64_t>& again) {
+  if (auto target = find(key); target && target->on_readable()) again.push_back(key);
+}
+
+void Engine::run_kicked(std::vector<std::uint64_t>& again) {
   std::uint64_t count;
   (void)!::read(wake_.get(), &count, sizeof(count));
-  std::vector<std::uint32_t> keys;
+  std::vector<std::uint64_t> keys;
   {
     std::lock_guard lock(mutex_);
     keys.swap(kicked_);
   }
-  for (std::uint32_t key : keys)
-    if (auto target = find(key)) target->on_readable();
+  for (std::uint64_t key : keys) read_from(key, again);
 }
 
 void Engine::lease_until(std::int64_t until_ns) noexcept {
@@ -123,7 +126,8 @@ void Engine::lease_until(std::int64_t until_ns) noexcept {
 
 // How long epoll_wait may sleep: until the tick, or until the earliest polling lease runs out (rounded up:
 // a lease must have expired when we look).
-int Engine::wait_ms(std::int64_t next_tick) const noexcept {
+int Engine::wait_ms(std::int64_t next_tick, bool busy) const noexcept {
+  if (busy) return 0;  // input left over from the last round: only look for new events
   std::int64_t wake_at = next_tick;
   std::int64_t lease = lease_check_ns_.load(std::memory_order_relaxed);
   if (lease != 0 && lease < wake_at) wake_at = lease;
@@ -140,26 +144,37 @@ void Engine::check_leases(std::int64_t now) {
   for (auto& target : watched()) target->on_lease_check(now);
 }
 
+// One round: new events, then the connections that had input left over from the round before (each reads
+// a bounded amount per call), then deadlines. A flooding peer gets its share of every round, not all of it.
 void Engine::run() {
   epoll_event events[64];
+  std::vector<std::uint64_t> again, left_over;
   std::int64_t next_tick = steady_ns();
   for (;;) {
-    int n = epoll_wait(epoll_.get(), events, 64, wait_ms(next_tick));
+    left_over.swap(again);
+    again.clear();
+    int n = epoll_wait(epoll_.get(), events, 64, wait_ms(next_tick, !left_over.empty()));
     if (n < 0 && errno != EINTR) {
       log::error("tcp", std::string("epoll_wait failed; progress stops: ") + std::strerror(errno));
       return;
     }
     for (int i = 0; i < n; ++i) {
-      if (events[i].data.u64 == kWakeKey) {
+      std::uint64_t key = events[i].data.u64;
+      if (key == kWakeKey) {
         if (stopping_.load()) return;
-        run_kicked();
+        run_kicked(again);
         continue;
       }
-      auto target = find(static_cast<std::uint32_t>(events[i].data.u64));
+      auto target = find(key);
       if (!target) continue;
-      if (events[i].events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) target->on_readable();
+      if (events[i].events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) {
+        // Already due from the last round: served once below.
+        if (std::find(left_over.begin(), left_over.end(), key) == left_over.end() && target->on_readable())
+          again.push_back(key);
+      }
       if (events[i].events & EPOLLOUT) target->on_writable();
     }
+    for (std::uint64_t key : left_over) read_from(key, again);
     std::int64_t now = steady_ns();
     check_leases(now);
     if (now >= next_tick) {

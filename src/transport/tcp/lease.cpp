@@ -51,8 +51,9 @@ void TcpConnection::give_back_input() {
     update_interest_locked();
   }
   // What arrived after the poller's last read. (Re-arming an edge-triggered socket that is already
-  // readable reports it too; reading here does not depend on that.)
-  drain_input();
+  // readable reports it too; reading here does not depend on that.) More than one round's share: the
+  // engine reads the rest.
+  if (drain_input()) engine_.kick(engine_key_);
 }
 
 }  // namespace rdmakit::tcp

@@ -31,30 +31,53 @@ std::uint32_t sgl_to_iov(const SgList& sgl, std::uint64_t length, iovec* iov) {
 
 }  // namespace
 
-void TcpConnection::on_readable() { drain_input(); }
+// A round reads at most this many times from one socket (each read is a frame header or a payload of up to
+// the socket buffer): a peer that floods its connection with small frames then gets its share of the engine
+// instead of all of it (one such peer gave others a 153 ms tail before).
+constexpr int kReadsPerRound = 64;
+
+bool TcpConnection::on_readable() { return drain_input(); }
 
 void TcpConnection::poll_input() {
   // Also when nothing of ours is outstanding: the peer's one-sided requests are carried out by whoever
-  // reads, and a spinning poller must not leave them to an engine thread it keeps off the core.
+  // reads, and a spinning poller must not leave them to an engine thread it keeps off the core. Input left
+  // over is read by the poller's next call, or by the engine when the polling lease ends.
   if (failed_.load(std::memory_order_relaxed)) return;
-  drain_input();
+  (void)drain_input();
 }
 
-// Reads until the socket is empty, in whichever thread gets rx_mutex_. The engine watches the socket
-// edge-triggered, so input must never be left behind: a thread that finds the lock taken raises
-// rx_pending_, and the holder drains again after letting go of the lock.
-void TcpConnection::drain_input() {
+// Reads in whichever thread gets rx_mutex_. The engine watches the socket edge-triggered, so input must
+// never be left behind unnoticed: a thread that finds the lock taken raises rx_pending_, and the holder
+// reads again after letting go of the lock; a holder that stops because its round is used up says so
+// (returns true) and is called again.
+bool TcpConnection::drain_input() {
   rx_pending_.store(true, std::memory_order_release);
   while (rx_pending_.load(std::memory_order_acquire)) {
     std::unique_lock rx_lock(rx_mutex_, std::try_to_lock);
-    if (!rx_lock.owns_lock()) return;
+    if (!rx_lock.owns_lock()) return false;
     rx_pending_.store(false, std::memory_order_release);
+    int reads = kReadsPerRound;
+    bool more = false;
     while (read_some()) {
+      if (--reads == 0) {
+        more = true;
+        break;
+      }
     }
-    // The burst is over: one cumulative ACK answers every WRITE and SEND it carried.
-    std::lock_guard lock(mutex_);
-    flush_ack_locked();
+    {
+      // The burst (or our share of it) is over: one cumulative ACK answers every WRITE and SEND it carried.
+      std::lock_guard lock(mutex_);
+      flush_ack_locked();
+    }
+    abandon_receive_locked();
+    if (more) return true;
   }
+  return false;
+}
+
+bool TcpConnection::mid_frame() const noexcept {
+  return rx_.phase == Receive::Phase::Payload || rx_.phase == Receive::Phase::Discard ||
+         (rx_.phase == Receive::Phase::Header && rx_.header_bytes > 0);
 }
 
 bool TcpConnection::read_some() {
@@ -71,6 +94,8 @@ bool TcpConnection::read_some() {
       on_request_header();  // now with a receive to consume
       return true;
     case Receive::Phase::Header:
+      // Too many of our responses wait for the peer to read them: take no new request until it does.
+      if (rx_.header_bytes == 0 && responder_full_.load(std::memory_order_relaxed)) return false;
       n = ::recv(socket_.get(), reinterpret_cast<char*>(&rx_.header) + rx_.header_bytes,
                  sizeof(FrameHeader) - rx_.header_bytes, MSG_DONTWAIT);
       break;
@@ -97,7 +122,7 @@ bool TcpConnection::read_some() {
     return false;
   }
   tsan::acquire_from_peer();
-  touch();
+  touch_receive();
   auto got = static_cast<std::size_t>(n);
   switch (rx_.phase) {
     case Receive::Phase::Header:
@@ -128,10 +153,11 @@ bool TcpConnection::read_some() {
 }
 
 void TcpConnection::dispatch_header() {
+  if (auto ok = check_frame_header(rx_.header); !ok)
+    return fail_now(Status::GeneralError,
+                    Error(Errc::ProtocolError, "peer " + peer_label_ + " sent " + ok.error().message()));
   if (is_request(rx_.header.type)) return on_request_header();
-  if (is_response(rx_.header.type)) return on_response_header();
-  fail_now(Status::GeneralError, Error(Errc::ProtocolError, "peer " + peer_.name + " sent an unknown frame type " +
-                                                            std::to_string(static_cast<int>(rx_.header.type))));
+  on_response_header();
 }
 
 void TcpConnection::start_payload(const iovec* iov, std::uint32_t count) {
@@ -300,7 +326,7 @@ void TcpConnection::on_response_header() {
     return start_discard(h.type == FrameType::ReadResponse ? h.length : 0);
   }
   auto protocol_error = [&](const std::string& what) {
-    fail_locked(Status::GeneralError, Error(Errc::ProtocolError, "peer " + peer_.name + " broke the protocol: " + what));
+    fail_locked(Status::GeneralError, Error(Errc::ProtocolError, "peer " + peer_label_ + " broke the protocol: " + what));
   };
   if (in_flight_.empty() || in_flight_.front().local_error != Status::Success)
     return protocol_error("a response with no request waiting for it");
@@ -327,7 +353,7 @@ void TcpConnection::on_response_header() {
       if (h.status > static_cast<std::uint8_t>(Status::GeneralError) || status == Status::Success)
         return protocol_error("a NAK with an invalid status");
       return fail_locked(status, Error(Errc::TransportFailure,
-                                       std::string(to_string(op.opcode)) + " failed at peer " + peer_.name + ": " +
+                                       std::string(to_string(op.opcode)) + " failed at peer " + peer_label_ + ": " +
                                            std::string(to_string(status)),
                                        0, status));
     }
@@ -364,12 +390,12 @@ void TcpConnection::flush_ack_locked() {
 void TcpConnection::on_cumulative_ack_locked(std::uint64_t sequence) {
   if (sequence < in_flight_.front().sequence || sequence >= next_sequence_)
     return fail_locked(Status::GeneralError,
-                       Error(Errc::ProtocolError, "peer " + peer_.name + " broke the protocol: an ACK out of range"));
+                       Error(Errc::ProtocolError, "peer " + peer_label_ + " broke the protocol: an ACK out of range"));
   while (!in_flight_.empty() && in_flight_.front().sequence <= sequence) {
     InFlight done = in_flight_.front();
     if (done.local_error != Status::Success ||
         (done.opcode != Opcode::Write && done.opcode != Opcode::WriteImm && done.opcode != Opcode::Send))
-      return fail_locked(Status::GeneralError, Error(Errc::ProtocolError, "peer " + peer_.name +
+      return fail_locked(Status::GeneralError, Error(Errc::ProtocolError, "peer " + peer_label_ +
                                                                                " broke the protocol: an ACK for a " +
                                                                                std::string(to_string(done.opcode))));
     in_flight_.pop_front();

@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstring>
 
@@ -151,37 +152,15 @@ Result<Fd> connect_to(std::string_view address, Deadline deadline) {
   return fd;
 }
 
-Result<Fd> accept_from(int listen_fd, Deadline deadline) {
-  for (;;) {
-    if (auto ok = wait_for(listen_fd, POLLIN, deadline, "accept"); !ok) return std::unexpected(ok.error());
-    int fd = ::accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-    if (fd >= 0) return Fd(fd);
-    if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED) return fail_errno("accept", errno);
-  }
-}
-
 Result<PeerInfo> handshake(int fd, const PeerInfo& self, Deadline deadline) {
-  Hello mine{};
-  mine.magic = kHelloMagic;
-  mine.version = kWireVersion;
-  mine.name_length = static_cast<std::uint16_t>(std::min(self.name.size(), sizeof(mine.name)));
-  mine.id = self.id;
-  mine.epoch = self.epoch;
-  std::memcpy(mine.name, self.name.data(), mine.name_length);
+  Hello mine = encode_hello(self);
   if (auto ok = transfer_all(fd, &mine, sizeof(mine), true, deadline); !ok) return std::unexpected(ok.error());
-  Hello theirs{};
-  if (auto ok = transfer_all(fd, &theirs, sizeof(theirs), false, deadline); !ok) return std::unexpected(ok.error());
-  if (theirs.magic != kHelloMagic)
-    return fail(Errc::ConnectionRefused, "the peer is not an rdmakit tcp endpoint (bad handshake magic)");
-  if (theirs.version != kWireVersion)
-    return fail(Errc::ConnectionRefused, "the peer speaks tcp wire version " + std::to_string(theirs.version) +
-                                             ", this side " + std::to_string(kWireVersion));
-  if (theirs.name_length > sizeof(theirs.name)) return fail(Errc::ProtocolError, "handshake: name too long");
-  PeerInfo peer;
-  peer.name.assign(theirs.name, theirs.name_length);
-  peer.id = theirs.id;
-  peer.epoch = theirs.epoch;
-  if (auto address = peer_address(fd)) peer.address = *address;
+  std::array<std::byte, sizeof(Hello)> theirs;
+  if (auto ok = transfer_all(fd, theirs.data(), theirs.size(), false, deadline); !ok)
+    return std::unexpected(ok.error());
+  auto peer = decode_hello(theirs);
+  if (!peer) return std::unexpected(peer.error());
+  if (auto address = peer_address(fd)) peer->address = *address;
   return peer;
 }
 

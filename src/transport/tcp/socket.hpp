@@ -26,10 +26,8 @@ Result<Fd> listen_on(std::string_view address);
 Result<std::string> local_address(int fd);
 Result<std::string> peer_address(int fd);
 Result<Fd> connect_to(std::string_view address, Deadline deadline);
-// Waits for one incoming connection; Errc::Timeout when none came.
-Result<Fd> accept_from(int listen_fd, Deadline deadline);
-
-// Exchanges Hello frames; returns who is at the other end.
+// The connecting side's handshake: sends our hello, then reads the listener's (a listener says nothing
+// about itself before it has a valid hello; listener.cpp). Returns who is at the other end.
 Result<PeerInfo> handshake(int fd, const PeerInfo& self, Deadline deadline);
 
 // Socket options of a data connection: non-blocking, no Nagle delay.

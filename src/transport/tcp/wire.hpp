@@ -4,8 +4,13 @@
 #pragma once
 
 #include <bit>
+#include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string>
+
+#include "rdmakit/connection.hpp"
+#include "rdmakit/error.hpp"
 
 namespace rdmakit::tcp {
 
@@ -67,5 +72,18 @@ constexpr std::uint16_t kWireVersion = 1;
 
 // Largest payload of one operation: the length field is 32 bits, and verbs' limit is 2^31.
 constexpr std::uint64_t kMaxMessageSize = std::uint64_t{1} << 31;
+
+// ---- Decoding what a peer sent: pure functions, no I/O (the fuzz targets call them as the transport does).
+
+// Our hello, from who we are.
+Hello encode_hello(const PeerInfo& self);
+// A peer's hello (exactly sizeof(Hello) bytes): who it says it is, or why it is not a hello we speak.
+// The address is not part of it (the caller knows the socket).
+Result<PeerInfo> decode_hello(std::span<const std::byte> bytes);
+// The checks every frame header passes before it is acted on: a known type, a valid status in a NAK, a
+// length within kMaxMessageSize. Keys, bounds and rights are the registration table's to check.
+Result<void> check_frame_header(const FrameHeader& header);
+// A frame header from raw bytes (exactly sizeof(FrameHeader)), checked.
+Result<FrameHeader> decode_frame_header(std::span<const std::byte> bytes);
 
 }  // namespace rdmakit::tcp
