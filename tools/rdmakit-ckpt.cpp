@@ -5,6 +5,7 @@
 //   rdmakit-ckpt show CKPT|DIR               the manifest
 //   rdmakit-ckpt export CKPT|DIR NAME OUT.npy   one tensor in numpy's format
 //   rdmakit-ckpt bench DIR [MiB] [rounds]    snapshot stall vs memcpy, persist and restore bandwidth
+//   rdmakit-ckpt bench-lazy DIR [MiB] [rounds] [compute]   lazy mode's stall at wait_snapshot()
 #include <unistd.h>
 
 #include <chrono>
@@ -12,6 +13,7 @@
 #include <cstring>
 #include <filesystem>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "rdmakit/ckpt/engine.hpp"
@@ -27,7 +29,8 @@ int usage() {
                "       rdmakit-ckpt verify CKPT|DIR\n"
                "       rdmakit-ckpt show CKPT|DIR\n"
                "       rdmakit-ckpt export CKPT|DIR NAME OUT.npy\n"
-               "       rdmakit-ckpt bench DIR [MiB=256] [rounds=3]\n");
+               "       rdmakit-ckpt bench DIR [MiB=256] [rounds=3]\n"
+               "       rdmakit-ckpt bench-lazy DIR [MiB=256] [rounds=3] [compute=1.5 x memcpy]\n");
   return 2;
 }
 
@@ -139,6 +142,41 @@ int bench(const std::string& dir, std::size_t mib, int rounds) {
   return 0;
 }
 
+// Lazy mode: snapshot(), a simulated forward/backward pass (a sleep of `compute` x the memcpy time: the
+// CPU is idle, as while a GPU computes), then wait_snapshot(), whose stall is what training pays.
+int bench_lazy(const std::string& dir, std::size_t mib, int rounds, double compute) {
+  std::size_t bytes = mib << 20, pieces = 8;
+  std::vector<std::vector<unsigned char>> state(pieces, std::vector<unsigned char>(bytes / pieces, 1));
+  std::vector<unsigned char> copy(bytes / pieces * pieces, 0);
+  std::vector<ckpt::Buffer> buffers;
+  for (std::size_t i = 0; i < pieces; ++i)
+    buffers.push_back({"part" + std::to_string(i), state[i].data(), state[i].size(), ckpt::DType::U8, {}});
+  auto engine = ckpt::Engine::create({.directory = dir, .keep = 2, .lazy = true}, buffers);
+  if (!engine) return report(engine.error());
+  if (auto ok = (*engine)->snapshot(0); !ok || !(*engine)->wait_persisted()) return 1;  // warm-up
+  for (int round = 1; round <= rounds; ++round) {
+    for (auto& s : state) s[round] = static_cast<unsigned char>(round);
+    auto start = std::chrono::steady_clock::now();
+    for (std::size_t i = 0; i < pieces; ++i)
+      std::memcpy(copy.data() + i * state[i].size(), state[i].data(), state[i].size());
+    double memcpy_s = since(start);
+    start = std::chrono::steady_clock::now();
+    if (auto ok = (*engine)->snapshot(static_cast<std::uint64_t>(round)); !ok) return report(ok.error());
+    double snapshot_s = since(start);
+    std::this_thread::sleep_for(std::chrono::duration<double>(compute * memcpy_s));
+    start = std::chrono::steady_clock::now();
+    if (auto ok = (*engine)->wait_snapshot(); !ok) return report(ok.error());
+    double stall_s = since(start) + snapshot_s;
+    auto persisted = (*engine)->wait_persisted();
+    if (!persisted) return report(persisted.error());
+    std::printf(
+        "{\"mode\": \"lazy\", \"bytes\": %zu, \"memcpy_ms\": %.2f, \"compute_ms\": %.2f, "
+        "\"stall_ms\": %.3f, \"stall_ratio\": %.4f}\n",
+        bytes, memcpy_s * 1e3, compute * memcpy_s * 1e3, stall_s * 1e3, stall_s / memcpy_s);
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -152,5 +190,8 @@ int main(int argc, char** argv) {
   if (command == "bench" && args.size() >= 2 && args.size() <= 4)
     return bench(args[1], args.size() > 2 ? std::stoul(args[2]) : 256,
                  args.size() > 3 ? std::stoi(args[3]) : 3);
+  if (command == "bench-lazy" && args.size() >= 2 && args.size() <= 5)
+    return bench_lazy(args[1], args.size() > 2 ? std::stoul(args[2]) : 256,
+                      args.size() > 3 ? std::stoi(args[3]) : 3, args.size() > 4 ? std::stod(args[4]) : 1.5);
   return usage();
 }

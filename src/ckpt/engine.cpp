@@ -91,6 +91,7 @@ struct Engine::Impl {
   std::mutex mutex;
   std::condition_variable changed;
   bool job_pending = false;  // staging holds a snapshot not yet committed or failed
+  bool copy_pending = false; // lazy mode: the job's copy into staging has not finished
   bool stop = false;
   std::uint64_t job_step = 0;
   std::int64_t job_time_ns = 0;
@@ -105,15 +106,28 @@ struct Engine::Impl {
     });
   }
 
+  // Lazy mode: the copy the application's snapshot() left for us, run while it computes; the pool's
+  // threads and this one split it, as the application's thread does in eager mode.
+  void copy_in_background(std::unique_lock<std::mutex>& lock) {
+    lock.unlock();
+    copy(true);
+    lock.lock();
+    copy_pending = false;
+    changed.notify_all();
+  }
+
+  // Returns the background error, if any, once.
+  Result<void> take_error() {
+    if (!background_error) return {};
+    Error error = std::move(*background_error);
+    background_error.reset();
+    return std::unexpected(std::move(error));
+  }
+
   // Waits until staging is free; returns the background error, if any, once.
   Result<void> settle(std::unique_lock<std::mutex>& lock) {
     changed.wait(lock, [&] { return !job_pending; });
-    if (background_error) {
-      Error error = std::move(*background_error);
-      background_error.reset();
-      return std::unexpected(std::move(error));
-    }
-    return {};
+    return take_error();
   }
 
   void persist_loop() {
@@ -121,6 +135,7 @@ struct Engine::Impl {
     while (true) {
       changed.wait(lock, [&] { return stop || job_pending; });
       if (!job_pending) return;  // stopping with nothing to do
+      if (copy_pending) copy_in_background(lock);
       detail::PersistJob job{options.directory, job_step,        job_time_ns, staging.data(), bytes, layout,
                              &options,          &warned_buffered};
       lock.unlock();
@@ -186,23 +201,21 @@ Result<void> Engine::snapshot(std::uint64_t step) {
     std::unique_lock lock(s.mutex);
     if (auto ok = s.settle(lock); !ok) return ok;
   }
-  s.copy(true);
+  auto time_ns = wall_clock_ns();  // the state's time: lazy copies it later, unchanged by contract
+  if (!s.options.lazy) s.copy(true);
   std::lock_guard lock(s.mutex);
   s.job_step = step;
-  s.job_time_ns = wall_clock_ns();
+  s.job_time_ns = time_ns;
+  s.copy_pending = s.options.lazy;
   s.job_pending = true;
   s.changed.notify_all();
   return {};
 }
 
 Result<void> Engine::wait_snapshot() {
-  std::lock_guard lock(impl_->mutex);
-  if (impl_->background_error) {
-    Error error = std::move(*impl_->background_error);
-    impl_->background_error.reset();
-    return std::unexpected(std::move(error));
-  }
-  return {};
+  std::unique_lock lock(impl_->mutex);
+  impl_->changed.wait(lock, [&] { return !impl_->copy_pending; });
+  return impl_->take_error();
 }
 
 Result<PersistReport> Engine::wait_persisted() {

@@ -34,6 +34,10 @@ struct EngineOptions {
   std::uint32_t io_depth = 4;          // writes in flight
   std::uint32_t copy_threads = 0;      // threads splitting the snapshot copy; 0 = min(4, cores)
   bool direct_io = true;               // O_DIRECT; falls back to buffered I/O (with a warning) if refused
+  // Lazy mode: snapshot() only records the step and returns; the copy into staging runs in the background
+  // (during the next forward and backward pass). The application must not write any buffer until
+  // wait_snapshot() returns, which it calls before its optimizer step: that is then the only stall.
+  bool lazy = false;
   std::uint32_t rank = 0;              // this process's rank and the job's world size, recorded in the
   std::uint32_t world_size = 1;        // manifest; restore refuses a checkpoint of another world size
   // Test hook for crash tests: the persist thread raises SIGKILL on its own process when it reaches this
@@ -52,9 +56,11 @@ class Engine {
 
   // Copies every buffer into staging and hands the copy to the background persist; returns when the
   // buffers may be modified again. Returns a pending background error instead (nothing is snapshotted).
+  // Lazy mode: returns at once and copies in the background; the buffers may be modified again only
+  // after wait_snapshot().
   Result<void> snapshot(std::uint64_t step);
-  // Returns when the copy of the last snapshot() is complete. snapshot() copies before returning, so this
-  // returns at once today; it is the point a lazy mode would stall at.
+  // Returns when the copy of the last snapshot() is complete (at once unless lazy), or a pending background
+  // error (once). In lazy mode, call it before the buffers change (the optimizer step).
   Result<void> wait_snapshot();
   // Waits until the last snapshot is committed on disk and reports it (NotFound when none was taken).
   Result<PersistReport> wait_persisted();
