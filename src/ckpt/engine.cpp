@@ -7,12 +7,14 @@
 #include <thread>
 
 #include "ckpt/copy_pool.hpp"
+#include "ckpt/group.hpp"
 #include "ckpt/io.hpp"
 #include "ckpt/manifest.hpp"
 #include "ckpt/persist.hpp"
 #include "ckpt/restore.hpp"
 #include "core/log.hpp"
 #include "rdmakit/ckpt/store.hpp"
+#include "rdmakit/coll/communicator.hpp"
 
 namespace rdmakit::ckpt {
 namespace {
@@ -68,6 +70,23 @@ Result<void> check_compatible(const Manifest& m, const EngineOptions& o,
   return {};
 }
 
+// Rank and world size come from the communicator; with one, rank 0 alone cleans what a crashed job left
+// (the shared temporary directories included), and no rank starts before it is done.
+Result<void> prepare_directory(EngineOptions& o) {
+  if (o.communicator) {
+    o.rank = static_cast<std::uint32_t>(o.communicator->rank());
+    o.world_size = static_cast<std::uint32_t>(o.communicator->size());
+  }
+  if (o.rank == 0 || !o.communicator) {
+    if (auto ok = detail::make_directory(o.directory); !ok) return ok;
+    detail::clean_leftovers(o.directory, o.communicator ? std::nullopt : std::optional(o.rank));
+  }
+  if (!o.communicator) return {};
+  if (auto ok = o.communicator->barrier(); !ok)
+    return fail(ok.error().code(), "ckpt: ranks could not meet in Engine::create: " + ok.error().message());
+  return {};
+}
+
 std::int64_t wall_clock_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
              std::chrono::system_clock::now().time_since_epoch())
@@ -90,8 +109,8 @@ struct Engine::Impl {
   // Shared with the persist thread, under `mutex`.
   std::mutex mutex;
   std::condition_variable changed;
-  bool job_pending = false;  // staging holds a snapshot not yet committed or failed
-  bool copy_pending = false; // lazy mode: the job's copy into staging has not finished
+  bool job_pending = false;   // staging holds a snapshot not yet committed or failed
+  bool copy_pending = false;  // lazy mode: the job's copy into staging has not finished
   bool stop = false;
   std::uint64_t job_step = 0;
   std::int64_t job_time_ns = 0;
@@ -130,6 +149,60 @@ struct Engine::Impl {
     return take_error();
   }
 
+  // Reads one candidate checkpoint into staging: true when every check passed, false when it is damaged or
+  // not this engine's (logged, skipped), an error when it must be refused (another world size).
+  Result<bool> try_checkpoint(const CheckpointInfo& info) {
+    auto skip = [&](const std::string& why) {
+      log::warn("ckpt", "skipping " + info.path + ": " + why);
+      return false;
+    };
+    if (!info.problem.empty()) return skip(info.problem);
+    // Another world size is the caller's mistake, not damage: refused rather than skipped.
+    if (info.manifest.world_size != options.world_size)
+      return fail(Errc::InvalidArgument, "ckpt: " + info.path + " was written by a job of " +
+                                             std::to_string(info.manifest.world_size) +
+                                             " ranks, this one has " + std::to_string(options.world_size) +
+                                             " (resharding is not supported)");
+    Manifest manifest = info.manifest;
+    if (options.communicator) {
+      auto view = detail::shard_view(info.manifest, options.rank);
+      if (!view) return skip(view.error().message());
+      manifest = std::move(*view);
+    }
+    if (auto ok = check_compatible(manifest, options, layout, bytes); !ok) return skip(ok.error().message());
+    if (auto ok = detail::read_verified(info.path, manifest, staging.data(), {}); !ok)
+      return skip(ok.error().message());
+    return true;
+  }
+
+  // Every rank restores the same step: candidates are tried in order, newest first, and one is taken only
+  // when every rank verified its shard of it (an allreduce of each rank's verdict and step).
+  Result<std::uint64_t> restore_group(const std::vector<CheckpointInfo>& found) {
+    for (std::size_t i = 0;; ++i) {
+      bool has = i < found.size();
+      bool verified = false;
+      if (has) {
+        auto tried = try_checkpoint(found[i]);
+        if (!tried) return std::unexpected(tried.error());
+        verified = *tried;
+      }
+      auto step = has ? static_cast<std::int64_t>(found[i].step) : 0;
+      std::int64_t votes[4] = {verified ? 1 : 0, step, -step, has ? -1 : 0};  // min over ranks
+      if (auto ok =
+              options.communicator->allreduce(votes, votes, 4, coll::DataType::I64, coll::ReduceOp::Min);
+          !ok)
+        return fail(ok.error().code(),
+                    "ckpt: ranks could not agree on a checkpoint: " + ok.error().message());
+      if (votes[3] == 0)
+        return fail(Errc::NotFound, "ckpt: no checkpoint complete on every rank in " + options.directory);
+      if (votes[0] == 1 && votes[1] == -votes[2]) {
+        copy(false);
+        return static_cast<std::uint64_t>(step);
+      }
+      if (verified) log::warn("ckpt", "skipping " + found[i].path + ": another rank could not restore it");
+    }
+  }
+
   void persist_loop() {
     std::unique_lock lock(mutex);
     while (true) {
@@ -139,7 +212,8 @@ struct Engine::Impl {
       detail::PersistJob job{options.directory, job_step,        job_time_ns, staging.data(), bytes, layout,
                              &options,          &warned_buffered};
       lock.unlock();
-      auto report = detail::persist_checkpoint(*ring, job);
+      auto report =
+          options.communicator ? detail::persist_group(*ring, job) : detail::persist_checkpoint(*ring, job);
       if (!report)
         log::error("ckpt", "checkpoint of step " + std::to_string(job.step) +
                                " failed: " + report.error().describe());
@@ -160,8 +234,7 @@ struct Engine::Impl {
 Result<std::unique_ptr<Engine>> Engine::create(EngineOptions options, std::vector<Buffer> buffers) {
   if (auto ok = check_options(options); !ok) return std::unexpected(ok.error());
   if (auto ok = check_buffers(buffers); !ok) return std::unexpected(ok.error());
-  if (auto ok = detail::make_directory(options.directory); !ok) return std::unexpected(ok.error());
-  detail::clean_leftovers(options.directory, options.rank);
+  if (auto ok = prepare_directory(options); !ok) return std::unexpected(ok.error());
 
   auto impl = std::make_unique<Impl>();
   impl->layout = detail::plan_layout(buffers);
@@ -233,26 +306,11 @@ Result<std::uint64_t> Engine::restore_latest() {
   }
   auto found = list_checkpoints(s.options.directory);
   if (!found) return std::unexpected(found.error());
+  if (s.options.communicator) return s.restore_group(*found);
   for (const auto& info : *found) {
-    auto skip = [&](const std::string& why) { log::warn("ckpt", "skipping " + info.path + ": " + why); };
-    if (!info.problem.empty()) {
-      skip(info.problem);
-      continue;
-    }
-    // Another world size is the caller's mistake, not damage: refused rather than skipped.
-    if (info.manifest.world_size != s.options.world_size)
-      return fail(Errc::InvalidArgument, "ckpt: " + info.path + " was written by a job of " +
-                                             std::to_string(info.manifest.world_size) +
-                                             " ranks, this one has " + std::to_string(s.options.world_size) +
-                                             " (resharding is not supported)");
-    if (auto ok = check_compatible(info.manifest, s.options, s.layout, s.bytes); !ok) {
-      skip(ok.error().message());
-      continue;
-    }
-    if (auto ok = detail::read_verified(info.path, info.manifest, s.staging.data(), {}); !ok) {
-      skip(ok.error().message());
-      continue;
-    }
+    auto verified = s.try_checkpoint(info);
+    if (!verified) return std::unexpected(verified.error());
+    if (!*verified) continue;
     s.copy(false);
     return info.step;
   }

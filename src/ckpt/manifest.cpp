@@ -143,10 +143,12 @@ Result<void> check_files(const Manifest& m) {
 }
 
 Result<void> check_tensors(const Manifest& m) {
-  std::set<std::string> names;
+  // Names are unique per file: a multi-rank checkpoint holds one file per rank, and ranks name their
+  // buffers alike.
+  std::set<std::pair<std::uint32_t, std::string>> names;
   for (const auto& t : m.tensors) {
     std::string where = "manifest: tensor '" + t.name + "': ";
-    if (t.name.empty() || !names.insert(t.name).second)
+    if (t.name.empty() || !names.emplace(t.file, t.name).second)
       return fail(Errc::ProtocolError, where + "empty or repeated name");
     if (t.file >= m.files.size()) return fail(Errc::ProtocolError, where + "file index out of range");
     if (t.offset > m.files[t.file].size || t.size > m.files[t.file].size - t.offset)

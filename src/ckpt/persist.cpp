@@ -19,13 +19,7 @@
 #include "core/log.hpp"
 
 namespace rdmakit::ckpt::detail {
-namespace {
 
-constexpr std::string_view kCheckpointPrefix = "ckpt-";
-constexpr std::string_view kTemporaryPrefix = ".tmp-";
-constexpr std::string_view kDeletingPrefix = ".del-";
-
-// The crash-test hook: the whole process dies here, as with kill -9 from outside.
 void crash_if(const EngineOptions& options, CrashPoint point) {
   if (options.crash_point == static_cast<int>(point)) ::kill(::getpid(), SIGKILL);
 }
@@ -33,16 +27,17 @@ void crash_if(int crash_point, CrashPoint point) {
   if (crash_point == static_cast<int>(point)) ::kill(::getpid(), SIGKILL);
 }
 
-// Removes the temporary directory unless the commit got far enough to rename it.
-struct RemoveOnFailure {
-  std::string path;
-  bool armed = true;
-  ~RemoveOnFailure() {
-    if (armed) remove_tree(path);
-  }
-};
+RemoveOnFailure::~RemoveOnFailure() {
+  if (armed) remove_tree(path);
+}
 
 double seconds_since(std::int64_t start_ns) { return static_cast<double>(steady_ns() - start_ns) / 1e9; }
+
+namespace {
+
+constexpr std::string_view kCheckpointPrefix = "ckpt-";
+constexpr std::string_view kTemporaryPrefix = ".tmp-";
+constexpr std::string_view kDeletingPrefix = ".del-";
 
 std::vector<IoChunk> plan_chunks(Manifest& manifest, std::uint64_t bytes, bool direct) {
   std::vector<IoChunk> io;
@@ -63,8 +58,8 @@ void warn_buffered(const PersistJob& job) {
                 "; checkpoints are written through the page cache (PersistReport::direct_io = false)");
 }
 
-// Writes the data file into `tmp` and fills the manifest's chunk checksums; returns whether O_DIRECT was
-// used.
+}  // namespace
+
 Result<bool> write_data(Ring& ring, const PersistJob& job, const std::string& tmp, Manifest& manifest) {
   const auto& file = manifest.files[0];
   std::string path = tmp + "/" + file.name;
@@ -94,6 +89,8 @@ Result<bool> write_data(Ring& ring, const PersistJob& job, const std::string& tm
   crash_if(*job.options, CrashPoint::AfterDataFsync);
   return direct;
 }
+
+namespace {
 
 // Makes `tmp` visible as `final` in one step. A checkpoint of the same step already there (an earlier life
 // of the job) is swapped out atomically and then removed, so some checkpoint of that step always exists.
@@ -143,8 +140,7 @@ std::vector<TensorEntry> plan_layout(const std::vector<Buffer>& buffers) {
 Result<PersistReport> persist_checkpoint(Ring& ring, const PersistJob& job) {
   const auto& options = *job.options;
   auto start = steady_ns();
-  RemoveOnFailure tmp{job.directory + "/" + std::string(kTemporaryPrefix) + checkpoint_name(job.step) + ".r" +
-                      std::to_string(options.rank)};
+  RemoveOnFailure tmp{job.directory + "/" + temporary_name(job.step, "r" + std::to_string(options.rank))};
   remove_tree(tmp.path);
   if (::mkdir(tmp.path.c_str(), 0755) != 0) return fail_errno("ckpt: creating " + tmp.path, errno);
 
@@ -167,17 +163,25 @@ Result<PersistReport> persist_checkpoint(Ring& ring, const PersistJob& job) {
   crash_if(options, CrashPoint::BeforeRename);
 
   report.path = job.directory + "/" + checkpoint_name(job.step);
-  if (auto ok = publish(tmp.path, report.path); !ok) return std::unexpected(ok.error());
-  tmp.armed = false;
-  crash_if(options, CrashPoint::AfterRename);
-  if (auto ok = fsync_directory(job.directory); !ok) return std::unexpected(ok.error());
-  crash_if(options, CrashPoint::AfterCommit);
-
-  auto deleted = apply_retention(job.directory, options.keep, options.crash_point);
+  auto deleted = commit_directory(tmp, job.directory, report.path, options);
   if (!deleted) return std::unexpected(deleted.error());
   report.deleted = std::move(*deleted);
   report.total_seconds = seconds_since(start);
   return report;
+}
+
+Result<std::vector<std::string>> commit_directory(RemoveOnFailure& tmp, const std::string& directory,
+                                                  const std::string& final, const EngineOptions& options) {
+  if (auto ok = publish(tmp.path, final); !ok) return std::unexpected(ok.error());
+  tmp.armed = false;
+  crash_if(options, CrashPoint::AfterRename);
+  if (auto ok = fsync_directory(directory); !ok) return std::unexpected(ok.error());
+  crash_if(options, CrashPoint::AfterCommit);
+  return apply_retention(directory, options.keep, options.crash_point);
+}
+
+std::string temporary_name(std::uint64_t step, const std::string& owner) {
+  return std::string(kTemporaryPrefix) + checkpoint_name(step) + "." + owner;
 }
 
 Result<std::vector<std::pair<std::uint64_t, std::string>>> committed_checkpoints(
@@ -211,8 +215,8 @@ Result<std::vector<std::string>> apply_retention(const std::string& directory, s
   return deleted;
 }
 
-void clean_leftovers(const std::string& directory, std::uint32_t rank) {
-  std::string rank_suffix = ".r" + std::to_string(rank);
+void clean_leftovers(const std::string& directory, std::optional<std::uint32_t> rank) {
+  std::string rank_suffix = rank ? ".r" + std::to_string(*rank) : "";
   std::error_code ec;
   std::vector<std::string> doomed;
   for (std::filesystem::directory_iterator it(directory, ec), end; !ec && it != end; it.increment(ec)) {

@@ -173,7 +173,7 @@ TEST(CkptCrash, KilledAtEveryCommitPointAndAtRandomTimes) {
   for (int round = 0; round < 60; ++round) {
     // Two rounds out of three stop at a numbered point (cycling through all of them), the others are
     // killed from outside after a random delay while the writer loops.
-    int point = round % 3 != 2 ? 1 + (numbered++ % (static_cast<int>(detail::CrashPoint::Count) - 1)) : 0;
+    int point = round % 3 != 2 ? 1 + (numbered++ % static_cast<int>(detail::CrashPoint::MidRetention)) : 0;
     pid_t pid = spawn_writer(store, point, point ? 1 : 1000, log);
     ASSERT_GT(pid, 0);
     if (!point) {

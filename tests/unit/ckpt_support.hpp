@@ -2,14 +2,20 @@
 // whose contents are a function of a seed, in buffers of odd sizes so chunks and buffers do not line up.
 #pragma once
 
+#include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <chrono>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "rdmakit/bootstrap.hpp"
 #include "rdmakit/ckpt/engine.hpp"
+#include "rdmakit/coll/communicator.hpp"
 #include "support/test_support.hpp"
 
 namespace rdmakit::ckpt::testing {
@@ -56,6 +62,24 @@ struct PatternState {
 inline EngineOptions test_options(const std::string& dir) {
   return EngineOptions{
       .directory = dir, .keep = 2, .chunk_bytes = 128 << 10, .io_depth = 4, .copy_threads = 2};
+}
+
+// Runs body(comm) on n threads, each a rank with its own communicator over one in-memory store (tcp
+// between the threads: the engine's collectives are a few bytes).
+inline void run_ranks(int n, const std::function<void(coll::Communicator&)>& body) {
+  auto store = bootstrap::make_memory_store();
+  coll::CommOptions options{.network_transport = "tcp",
+                            .local_transport = "tcp",
+                            .timeout = std::chrono::milliseconds(20000),
+                            .bootstrap_timeout = std::chrono::milliseconds(20000)};
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r)
+    threads.emplace_back([&, r] {
+      auto comm = coll::Communicator::create(store, r, n, options);
+      ASSERT_TRUE(comm.has_value()) << "rank " << r << ": " << comm.error().describe();
+      body(**comm);
+    });
+  for (auto& t : threads) t.join();
 }
 
 }  // namespace rdmakit::ckpt::testing

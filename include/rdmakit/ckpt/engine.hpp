@@ -25,6 +25,10 @@
 #include "rdmakit/ckpt/types.hpp"
 #include "rdmakit/error.hpp"
 
+namespace rdmakit::coll {
+class Communicator;
+}
+
 namespace rdmakit::ckpt {
 
 struct EngineOptions {
@@ -40,6 +44,13 @@ struct EngineOptions {
   bool lazy = false;
   std::uint32_t rank = 0;              // this process's rank and the job's world size, recorded in the
   std::uint32_t world_size = 1;        // manifest; restore refuses a checkpoint of another world size
+  // Many ranks, one checkpoint: with a communicator, rank and world_size are its own, every rank writes its
+  // shard into one shared `directory`, and rank 0 commits the checkpoint only when every rank's shard is
+  // durable (docs/ckpt.md). The engine issues collectives on it from its background thread, so it must be
+  // a communicator the application does not use itself (create one with its own CommOptions::key_prefix),
+  // and its timeout must exceed the slowest rank's persist time. Every rank calls create(), snapshot()
+  // and restore_latest() in the same order. Must outlive the engine.
+  coll::Communicator* communicator = nullptr;
   // Test hook for crash tests: the persist thread raises SIGKILL on its own process when it reaches this
   // numbered point of the commit (see CrashPoint in src/ckpt/persist.hpp). 0 = never.
   int crash_point = 0;
