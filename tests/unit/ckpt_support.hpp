@@ -22,8 +22,9 @@ namespace rdmakit::ckpt::testing {
 
 class TempDir {
  public:
-  TempDir() {
-    std::string pattern = (std::filesystem::temp_directory_path() / "rdmakit-ckpt-XXXXXX").string();
+  // Under `parent` (default: the temporary directory, ext4 here, where O_DIRECT works).
+  explicit TempDir(const std::filesystem::path& parent = std::filesystem::temp_directory_path()) {
+    std::string pattern = (parent / "rdmakit-ckpt-XXXXXX").string();
     path_ = ::mkdtemp(pattern.data());
   }
   ~TempDir() { std::filesystem::remove_all(path_); }
