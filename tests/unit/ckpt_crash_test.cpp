@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "ckpt/persist.hpp"
+#include "ckpt_support.hpp"
 #include "rdmakit/ckpt/engine.hpp"
 #include "rdmakit/ckpt/store.hpp"
 #include "support/test_support.hpp"
@@ -43,15 +44,15 @@ struct State {
 
   void fill(std::uint64_t step) {
     auto seed = static_cast<std::uint32_t>(step * 3);
-    testing::fill_pattern(a.data(), a.size(), seed);
-    testing::fill_pattern(b.data(), b.size(), seed + 1);
-    testing::fill_pattern(c.data(), c.size(), seed + 2);
+    ckpt::testing::fill_seeded(a.data(), a.size(), seed);
+    ckpt::testing::fill_seeded(b.data(), b.size(), seed + 1);
+    ckpt::testing::fill_seeded(c.data(), c.size(), seed + 2);
   }
   bool matches(std::uint64_t step) const {
     auto seed = static_cast<std::uint32_t>(step * 3);
-    return testing::find_pattern_mismatch(a.data(), a.size(), seed) == a.size() &&
-           testing::find_pattern_mismatch(b.data(), b.size(), seed + 1) == b.size() &&
-           testing::find_pattern_mismatch(c.data(), c.size(), seed + 2) == c.size();
+    return ckpt::testing::seeded_mismatch(a.data(), a.size(), seed) == a.size() &&
+           ckpt::testing::seeded_mismatch(b.data(), b.size(), seed + 1) == b.size() &&
+           ckpt::testing::seeded_mismatch(c.data(), c.size(), seed + 2) == c.size();
   }
   std::vector<Buffer> buffers() {
     return {{"a", a.data(), a.size(), DType::U8, {}},
@@ -220,19 +221,19 @@ TEST(CkptCrash, BufferedFallbackWarnsAndIsReported) {
   Mounted dir("ramfs", nullptr);
   if (!dir.ok()) GTEST_SKIP() << dir.why();
   std::vector<unsigned char> data(1u << 20);
-  testing::expect_warning("O_DIRECT refused");
+  rdmakit::testing::expect_warning("O_DIRECT refused");
   auto engine =
       Engine::create(writer_options(dir.path(), 0), {{"data", data.data(), data.size() - 5, DType::U8, {}}});
   ASSERT_TRUE(engine);
-  testing::fill_pattern(data.data(), data.size(), 8);
+  ckpt::testing::fill_seeded(data.data(), data.size(), 8);
   ASSERT_TRUE((*engine)->snapshot(8));
   auto report = (*engine)->wait_persisted();
   ASSERT_TRUE(report) << report.error().describe();
   EXPECT_FALSE(report->direct_io);
-  EXPECT_EQ(testing::warnings_seen(), 1u);
+  EXPECT_EQ(rdmakit::testing::warnings_seen(), 1u);
   std::fill(data.begin(), data.end(), 0);
   ASSERT_EQ((*engine)->restore_latest().value_or(0), 8u);
-  EXPECT_EQ(testing::find_pattern_mismatch(data.data(), data.size() - 5, 8), data.size() - 5);
+  EXPECT_EQ(ckpt::testing::seeded_mismatch(data.data(), data.size() - 5, 8), data.size() - 5);
 }
 
 // A size-limited tmpfs: the third 3 MiB checkpoint does not fit in 8 MiB.
@@ -240,18 +241,18 @@ TEST(CkptCrash, FullDiskFailsCleanlyAndKeepsPrevious) {
   Mounted dir("tmpfs", "size=8m");
   if (!dir.ok()) GTEST_SKIP() << dir.why();
   std::vector<unsigned char> data(3u << 20);
-  testing::expect_warning("O_DIRECT refused");  // on kernels before 6.6
-  testing::expect_warning("failed");
+  rdmakit::testing::expect_warning("O_DIRECT refused");  // on kernels before 6.6
+  rdmakit::testing::expect_warning("failed");
   auto engine =
       Engine::create(writer_options(dir.path(), 0), {{"data", data.data(), data.size(), DType::U8, {}}});
   ASSERT_TRUE(engine);
   for (std::uint32_t step = 1; step <= 2; ++step) {
-    testing::fill_pattern(data.data(), data.size(), step);
+    ckpt::testing::fill_seeded(data.data(), data.size(), step);
     ASSERT_TRUE((*engine)->snapshot(step));
     auto report = (*engine)->wait_persisted();
     ASSERT_TRUE(report) << report.error().describe();
   }
-  testing::fill_pattern(data.data(), data.size(), 3);
+  ckpt::testing::fill_seeded(data.data(), data.size(), 3);
   ASSERT_TRUE((*engine)->snapshot(3));  // 3 x 3 MiB does not fit in 8 MiB
   auto failed = (*engine)->wait_persisted();
   ASSERT_FALSE(failed) << "step " << failed->step << " committed, deleted " << failed->deleted.size();
@@ -264,7 +265,7 @@ TEST(CkptCrash, FullDiskFailsCleanlyAndKeepsPrevious) {
   for (const auto& entry : fs::directory_iterator(dir.path()))  // the torn attempt was removed
     EXPECT_TRUE(entry.path().filename().string().starts_with("ckpt-")) << entry.path();
   ASSERT_EQ((*engine)->restore_latest().value_or(0), 2u);
-  EXPECT_EQ(testing::find_pattern_mismatch(data.data(), data.size(), 2), data.size());
+  EXPECT_EQ(ckpt::testing::seeded_mismatch(data.data(), data.size(), 2), data.size());
   EXPECT_TRUE(verify_checkpoint(dir.path() + "/" + detail::checkpoint_name(1)));
 }
 

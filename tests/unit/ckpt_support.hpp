@@ -36,21 +36,37 @@ class TempDir {
   std::string path_;
 };
 
+// A byte pattern that depends on every bit of the seed. (testing::fill_pattern's does not: its seed only
+// reaches bits the byte never takes for seeds below 2^29, so fill(7) and fill(99) write the same bytes.)
+inline std::uint8_t seeded_byte(std::size_t i, std::uint64_t seed) {
+  std::uint64_t x = (static_cast<std::uint64_t>(i) + 1) ^ (seed * 0xD1B54A32D192ED03ull);
+  x *= 0x9E3779B97F4A7C15ull;
+  return static_cast<std::uint8_t>(x >> 56);
+}
+inline void fill_seeded(void* data, std::size_t size, std::uint64_t seed) {
+  auto* bytes = static_cast<std::uint8_t*>(data);
+  for (std::size_t i = 0; i < size; ++i) bytes[i] = seeded_byte(i, seed);
+}
+inline std::size_t seeded_mismatch(const void* data, std::size_t size, std::uint64_t seed) {
+  const auto* bytes = static_cast<const std::uint8_t*>(data);
+  for (std::size_t i = 0; i < size; ++i)
+    if (bytes[i] != seeded_byte(i, seed)) return i;
+  return size;
+}
+
 struct PatternState {
   explicit PatternState(std::size_t scale = 1) : a(1'000'003 * scale), b(600'000 * scale), c(77) {}
   std::vector<unsigned char> a, b, c;
 
   void fill(std::uint64_t seed) {
-    auto s = static_cast<std::uint32_t>(seed * 3);
-    rdmakit::testing::fill_pattern(a.data(), a.size(), s);
-    rdmakit::testing::fill_pattern(b.data(), b.size(), s + 1);
-    rdmakit::testing::fill_pattern(c.data(), c.size(), s + 2);
+    fill_seeded(a.data(), a.size(), seed * 3);
+    fill_seeded(b.data(), b.size(), seed * 3 + 1);
+    fill_seeded(c.data(), c.size(), seed * 3 + 2);
   }
   bool matches(std::uint64_t seed) const {
-    auto s = static_cast<std::uint32_t>(seed * 3);
-    return rdmakit::testing::find_pattern_mismatch(a.data(), a.size(), s) == a.size() &&
-           rdmakit::testing::find_pattern_mismatch(b.data(), b.size(), s + 1) == b.size() &&
-           rdmakit::testing::find_pattern_mismatch(c.data(), c.size(), s + 2) == c.size();
+    return seeded_mismatch(a.data(), a.size(), seed * 3) == a.size() &&
+           seeded_mismatch(b.data(), b.size(), seed * 3 + 1) == b.size() &&
+           seeded_mismatch(c.data(), c.size(), seed * 3 + 2) == c.size();
   }
   std::size_t bytes() const { return a.size() + b.size() + c.size(); }
   std::vector<Buffer> buffers() {
