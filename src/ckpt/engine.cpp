@@ -28,6 +28,8 @@ Result<void> check_options(const EngineOptions& o) {
                 "ckpt: EngineOptions::chunk_bytes must be a multiple of 4096 up to 1 GiB");
   if (o.io_depth == 0 || o.io_depth > 256)
     return fail(Errc::InvalidArgument, "ckpt: EngineOptions::io_depth must be 1..256");
+  if (o.incremental && o.communicator)
+    return fail(Errc::NotSupported, "ckpt: incremental checkpoints are single-rank only in this build");
   if (o.world_size == 0 || o.rank >= o.world_size)
     return fail(Errc::InvalidArgument, "ckpt: EngineOptions::rank must be below world_size");
   return {};
@@ -116,7 +118,9 @@ struct Engine::Impl {
   std::int64_t job_time_ns = 0;
   std::optional<Error> background_error;  // returned once by the next call
   std::optional<PersistReport> last_report;
-  std::jthread persist_thread;  // last: stopped and joined first
+  std::optional<Manifest> previous;  // incremental: the newest checkpoint this engine committed or restored
+  Manifest written;                  // the persist thread's, moved into `previous` on success
+  std::jthread persist_thread;       // last: stopped and joined first
 
   void copy(bool to_staging) {
     std::size_t parts = bytes < (1u << 20) ? 1 : pool->threads();
@@ -209,8 +213,16 @@ struct Engine::Impl {
       changed.wait(lock, [&] { return stop || job_pending; });
       if (!job_pending) return;  // stopping with nothing to do
       if (copy_pending) copy_in_background(lock);
-      detail::PersistJob job{options.directory, job_step,        job_time_ns, staging.data(), bytes, layout,
-                             &options,          &warned_buffered};
+      detail::PersistJob job{options.directory,
+                             job_step,
+                             job_time_ns,
+                             staging.data(),
+                             bytes,
+                             layout,
+                             &options,
+                             &warned_buffered,
+                             options.incremental && previous ? &*previous : nullptr,
+                             &written};
       lock.unlock();
       auto report =
           options.communicator ? detail::persist_group(*ring, job) : detail::persist_checkpoint(*ring, job);
@@ -218,9 +230,10 @@ struct Engine::Impl {
         log::error("ckpt", "checkpoint of step " + std::to_string(job.step) +
                                " failed: " + report.error().describe());
       lock.lock();
-      if (report)
+      if (report) {
         last_report = std::move(*report);
-      else
+        previous = std::move(written);
+      } else
         background_error = Error(report.error().code(),
                                  "ckpt: checkpoint of step " + std::to_string(job.step) +
                                      " failed in the background: " + report.error().message(),
@@ -312,6 +325,7 @@ Result<std::uint64_t> Engine::restore_latest() {
     if (!verified) return std::unexpected(verified.error());
     if (!*verified) continue;
     s.copy(false);
+    s.previous = info.manifest;
     return info.step;
   }
   return fail(Errc::NotFound, "ckpt: no complete checkpoint in " + s.options.directory);

@@ -63,8 +63,15 @@ struct PersistJob {
   std::uint64_t bytes = 0;
   std::vector<TensorEntry> tensors;
   const EngineOptions* options = nullptr;
-  bool* warned_buffered = nullptr;  // set once the O_DIRECT fallback warning was logged
+  bool* warned_buffered = nullptr;     // set once the O_DIRECT fallback warning was logged
+  const Manifest* previous = nullptr;  // incremental: the checkpoint unchanged chunks are taken from
+  Manifest* written = nullptr;         // set to the committed manifest on success
 };
+
+// Incremental, pure: marks each chunk of `current` (checksums filled) whose offset, size and checksum
+// equal `previous`'s as living in the checkpoint that holds it; returns the bytes so marked. Nothing is
+// marked unless both describe one file of the same name, size and chunking, and previous is older.
+std::uint64_t mark_unchanged(Manifest& current, const Manifest& previous);
 
 Result<PersistReport> persist_checkpoint(Ring& ring, const PersistJob& job);
 

@@ -42,8 +42,12 @@ struct EngineOptions {
   // (during the next forward and backward pass). The application must not write any buffer until
   // wait_snapshot() returns, which it calls before its optimizer step: that is then the only stall.
   bool lazy = false;
-  std::uint32_t rank = 0;              // this process's rank and the job's world size, recorded in the
-  std::uint32_t world_size = 1;        // manifest; restore refuses a checkpoint of another world size
+  // Incremental: a chunk whose checksum equals the previous checkpoint's (this engine's last commit, or
+  // the one restored) is not written; the manifest references the checkpoint that holds it, and retention
+  // keeps that one while any kept checkpoint references it (docs/ckpt.md). Single-rank engines only.
+  bool incremental = false;
+  std::uint32_t rank = 0;        // this process's rank and the job's world size, recorded in the
+  std::uint32_t world_size = 1;  // manifest; restore refuses a checkpoint of another world size
   // Many ranks, one checkpoint: with a communicator, rank and world_size are its own, every rank writes its
   // shard into one shared `directory`, and rank 0 commits the checkpoint only when every rank's shard is
   // durable (docs/ckpt.md). The engine issues collectives on it from its background thread, so it must be
