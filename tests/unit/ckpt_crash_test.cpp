@@ -36,6 +36,11 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// Incremental mode (the writer's and the checker's): buffer `a` then changes only every 10th step, so its
+// chunks are referenced from checkpoints that retention must keep alive.
+bool g_incremental = false;
+std::uint64_t a_seed(std::uint64_t step) { return g_incremental ? step / 10 : step; }
+
 // ~1.6 MiB of state in buffers of odd sizes; the contents are a function of the step.
 struct State {
   std::vector<unsigned char> a = std::vector<unsigned char>(1'000'003);
@@ -44,13 +49,14 @@ struct State {
 
   void fill(std::uint64_t step) {
     auto seed = static_cast<std::uint32_t>(step * 3);
-    ckpt::testing::fill_seeded(a.data(), a.size(), seed);
+    ckpt::testing::fill_seeded(a.data(), a.size(), static_cast<std::uint32_t>(a_seed(step) * 3));
     ckpt::testing::fill_seeded(b.data(), b.size(), seed + 1);
     ckpt::testing::fill_seeded(c.data(), c.size(), seed + 2);
   }
   bool matches(std::uint64_t step) const {
     auto seed = static_cast<std::uint32_t>(step * 3);
-    return ckpt::testing::seeded_mismatch(a.data(), a.size(), seed) == a.size() &&
+    return ckpt::testing::seeded_mismatch(a.data(), a.size(), static_cast<std::uint32_t>(a_seed(step) * 3)) ==
+               a.size() &&
            ckpt::testing::seeded_mismatch(b.data(), b.size(), seed + 1) == b.size() &&
            ckpt::testing::seeded_mismatch(c.data(), c.size(), seed + 2) == c.size();
   }
@@ -67,6 +73,7 @@ EngineOptions writer_options(const std::string& dir, int crash_point) {
                        .chunk_bytes = 128 << 10,
                        .io_depth = 4,
                        .copy_threads = 2,
+                       .incremental = g_incremental,
                        .crash_point = crash_point};
 }
 
@@ -104,7 +111,7 @@ const bool kIsWriter = [] {
     std::istringstream in(args);
     std::string dir, log;
     int crash_point = 0, steps = 0;
-    in >> dir >> crash_point >> steps >> log;
+    in >> dir >> crash_point >> steps >> log >> g_incremental;
     std::_Exit(run_writer(dir, crash_point, steps, log));
   }
   return false;
@@ -114,7 +121,7 @@ pid_t spawn_writer(const std::string& dir, int crash_point, int steps, const std
   std::vector<std::string> env_strings;
   for (char** e = environ; *e; ++e) env_strings.emplace_back(*e);
   env_strings.push_back("CKPT_TEST_WRITER=" + dir + " " + std::to_string(crash_point) + " " +
-                        std::to_string(steps) + " " + log);
+                        std::to_string(steps) + " " + log + " " + (g_incremental ? "1" : "0"));
   std::vector<char*> env;
   for (auto& s : env_strings) env.push_back(s.data());
   env.push_back(nullptr);
@@ -165,17 +172,19 @@ void check_survivor(const std::string& dir, std::uint64_t last_committed, const 
     EXPECT_TRUE(info.problem.empty()) << what << ": " << info.path << ": " << info.problem;
 }
 
-TEST(CkptCrash, KilledAtEveryCommitPointAndAtRandomTimes) {
+void kill_at_points_and_random_times(int rounds) {
   TempDir dir;
   std::string log = dir.path() + "/../" + fs::path(dir.path()).filename().string() + ".log";
   std::string store = dir.path() + "/ckpt";
   std::mt19937 random(12345);
   int numbered = 0, timed = 0;
-  for (int round = 0; round < 60; ++round) {
+  for (int round = 0; round < rounds; ++round) {
     // Two rounds out of three stop at a numbered point (cycling through all of them), the others are
     // killed from outside after a random delay while the writer loops.
     int point = round % 3 != 2 ? 1 + (numbered++ % static_cast<int>(detail::CrashPoint::MidRetention)) : 0;
-    pid_t pid = spawn_writer(store, point, point ? 1 : 1000, log);
+    // A numbered point kills the writer at its first commit that reaches it; in incremental mode a commit
+    // may delete nothing (the older checkpoint is referenced), so MidRetention can take a few commits.
+    pid_t pid = spawn_writer(store, point, point ? 25 : 1000, log);
     ASSERT_GT(pid, 0);
     if (!point) {
       ++timed;
@@ -194,6 +203,16 @@ TEST(CkptCrash, KilledAtEveryCommitPointAndAtRandomTimes) {
   std::printf("killed %d times at numbered points, %d at random times; newest committed step %llu\n",
               numbered, timed, static_cast<unsigned long long>(last_logged(log)));
   fs::remove(log);
+}
+
+TEST(CkptCrash, KilledAtEveryCommitPointAndAtRandomTimes) { kill_at_points_and_random_times(60); }
+
+// The same with incremental checkpoints: references to older checkpoints must survive every crash, and
+// retention must never delete a checkpoint a surviving one references.
+TEST(CkptCrash, IncrementalKilledAtEveryCommitPointAndAtRandomTimes) {
+  g_incremental = true;
+  kill_at_points_and_random_times(36);
+  g_incremental = false;
 }
 
 // Mounts a file system of `type` on a fresh directory for one test (needs root; the test skips elsewhere).
