@@ -6,9 +6,12 @@
 //   rdmakit-ckpt export CKPT|DIR NAME OUT.npy   one tensor in numpy's format
 //   rdmakit-ckpt bench DIR [MiB] [rounds]    snapshot stall vs memcpy, persist and restore bandwidth
 //   rdmakit-ckpt bench-lazy DIR [MiB] [rounds] [compute]   lazy mode's stall at wait_snapshot()
+//   rdmakit-ckpt serve [--listen ADDR] [--budget MiB] [--persist DIR] [--keep K]
+//                                            hold engines' replicas in memory (EngineOptions::replica)
 #include <unistd.h>
 
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -17,6 +20,7 @@
 #include <vector>
 
 #include "rdmakit/ckpt/engine.hpp"
+#include "rdmakit/ckpt/serve.hpp"
 #include "rdmakit/ckpt/store.hpp"
 
 namespace ckpt = rdmakit::ckpt;
@@ -24,13 +28,15 @@ namespace ckpt = rdmakit::ckpt;
 namespace {
 
 int usage() {
-  std::fprintf(stderr,
-               "usage: rdmakit-ckpt list DIR\n"
-               "       rdmakit-ckpt verify CKPT|DIR\n"
-               "       rdmakit-ckpt show CKPT|DIR\n"
-               "       rdmakit-ckpt export CKPT|DIR NAME OUT.npy\n"
-               "       rdmakit-ckpt bench DIR [MiB=256] [rounds=3]\n"
-               "       rdmakit-ckpt bench-lazy DIR [MiB=256] [rounds=3] [compute=1.5 x memcpy]\n");
+  std::fprintf(
+      stderr,
+      "usage: rdmakit-ckpt list DIR\n"
+      "       rdmakit-ckpt verify CKPT|DIR\n"
+      "       rdmakit-ckpt show CKPT|DIR\n"
+      "       rdmakit-ckpt export CKPT|DIR NAME OUT.npy\n"
+      "       rdmakit-ckpt bench DIR [MiB=256] [rounds=3]\n"
+      "       rdmakit-ckpt bench-lazy DIR [MiB=256] [rounds=3] [compute=1.5 x memcpy]\n"
+      "       rdmakit-ckpt serve [--listen ADDR] [--budget MiB=1024] [--persist DIR] [--keep K=2]\n");
   return 2;
 }
 
@@ -177,6 +183,36 @@ int bench_lazy(const std::string& dir, std::size_t mib, int rounds, double compu
   return 0;
 }
 
+volatile std::sig_atomic_t g_stop = 0;
+
+// Serves until SIGINT or SIGTERM; prints its address first (engines pass it as EngineOptions::replica).
+int serve(const std::vector<std::string>& args) {
+  ckpt::ServeOptions options{.budget_bytes = 1024ull << 20};
+  for (std::size_t i = 1; i + 1 < args.size(); i += 2) {
+    if (args[i] == "--listen")
+      options.listen = args[i + 1];
+    else if (args[i] == "--budget")
+      options.budget_bytes = std::stoull(args[i + 1]) << 20;
+    else if (args[i] == "--persist")
+      options.persist_directory = args[i + 1];
+    else if (args[i] == "--keep")
+      options.keep = static_cast<std::uint32_t>(std::stoul(args[i + 1]));
+    else
+      return usage();
+  }
+  if (args.size() % 2 == 0) return usage();
+  auto server = ckpt::ReplicaServer::create(options);
+  if (!server) return report(server.error());
+  std::printf("serving on %s, budget %llu MiB%s%s\n", (*server)->address().c_str(),
+              static_cast<unsigned long long>(options.budget_bytes >> 20),
+              options.persist_directory.empty() ? "" : ", persisting to ", options.persist_directory.c_str());
+  std::fflush(stdout);
+  std::signal(SIGINT, [](int) { g_stop = 1; });
+  std::signal(SIGTERM, [](int) { g_stop = 1; });
+  while (!g_stop) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -190,6 +226,7 @@ int main(int argc, char** argv) {
   if (command == "bench" && args.size() >= 2 && args.size() <= 4)
     return bench(args[1], args.size() > 2 ? std::stoul(args[2]) : 256,
                  args.size() > 3 ? std::stoi(args[3]) : 3);
+  if (command == "serve") return serve(args);
   if (command == "bench-lazy" && args.size() >= 2 && args.size() <= 5)
     return bench_lazy(args[1], args.size() > 2 ? std::stoul(args[2]) : 256,
                       args.size() > 3 ? std::stoi(args[3]) : 3, args.size() > 4 ? std::stod(args[4]) : 1.5);

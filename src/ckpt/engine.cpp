@@ -11,6 +11,7 @@
 #include "ckpt/io.hpp"
 #include "ckpt/manifest.hpp"
 #include "ckpt/persist.hpp"
+#include "ckpt/replica.hpp"
 #include "ckpt/restore.hpp"
 #include "core/log.hpp"
 #include "rdmakit/ckpt/store.hpp"
@@ -28,6 +29,8 @@ Result<void> check_options(const EngineOptions& o) {
                 "ckpt: EngineOptions::chunk_bytes must be a multiple of 4096 up to 1 GiB");
   if (o.io_depth == 0 || o.io_depth > 256)
     return fail(Errc::InvalidArgument, "ckpt: EngineOptions::io_depth must be 1..256");
+  if (!o.replica.empty() && o.communicator)
+    return fail(Errc::NotSupported, "ckpt: the peer-memory replica is single-rank only in this build");
   if (o.incremental && o.communicator)
     return fail(Errc::NotSupported, "ckpt: incremental checkpoints are single-rank only in this build");
   if (o.world_size == 0 || o.rank >= o.world_size)
@@ -118,6 +121,7 @@ struct Engine::Impl {
   std::int64_t job_time_ns = 0;
   std::optional<Error> background_error;  // returned once by the next call
   std::optional<PersistReport> last_report;
+  std::optional<detail::ReplicaClient> replica;  // options.replica: the peer's memory
   std::optional<Manifest> previous;  // incremental: the newest checkpoint this engine committed or restored
   Manifest written;                  // the persist thread's, moved into `previous` on success
   std::jthread persist_thread;       // last: stopped and joined first
@@ -207,6 +211,41 @@ struct Engine::Impl {
     }
   }
 
+  // The committed checkpoint also goes to the peer's memory: every chunk, references resolved (the
+  // replica stands alone: the peer holds no older ones).
+  Result<void> push_replica(PersistReport& report) {
+    Manifest whole = written;
+    for (auto& c : whole.chunks) c.source_step.reset();
+    auto pushed = replica->push(whole);
+    if (!pushed)
+      log::error("ckpt", "replica of step " + std::to_string(report.step) + ": " + pushed.error().describe());
+    report.replicated = pushed.has_value();
+    return pushed;
+  }
+
+  // The replica's newest, when it is at least as new as the newest checkpoint on disk: read into staging
+  // and verified. Any failure falls back to the disk (logged).
+  std::optional<std::uint64_t> restore_from_replica(const std::vector<CheckpointInfo>& found) {
+    auto step = replica->newest_step();
+    if (!step) {
+      if (step.error().code() != Errc::NotFound) log::warn("ckpt", "replica: " + step.error().message());
+      return std::nullopt;
+    }
+    if (!found.empty() && found.front().step > *step) return std::nullopt;
+    auto manifest = replica->fetch();
+    if (!manifest) {
+      log::warn("ckpt", "replica unusable, restoring from disk: " + manifest.error().message());
+      return std::nullopt;
+    }
+    if (auto ok = check_compatible(*manifest, options, layout, bytes); !ok) {
+      log::warn("ckpt", "replica of another state, restoring from disk: " + ok.error().message());
+      return std::nullopt;
+    }
+    copy(false);
+    previous.reset();  // the next incremental checkpoint is a full one: the disk holds no such base
+    return manifest->step;
+  }
+
   void persist_loop() {
     std::unique_lock lock(mutex);
     while (true) {
@@ -229,11 +268,18 @@ struct Engine::Impl {
       if (!report)
         log::error("ckpt", "checkpoint of step " + std::to_string(job.step) +
                                " failed: " + report.error().describe());
+      auto replicated = report && replica ? push_replica(*report) : Result<void>{};
       lock.lock();
       if (report) {
         last_report = std::move(*report);
         previous = std::move(written);
-      } else
+      }
+      if (!replicated)
+        background_error =
+            Error(replicated.error().code(),
+                  "ckpt: the replica of step " + std::to_string(job.step) +
+                      " failed (the checkpoint on disk is committed): " + replicated.error().message());
+      else if (!report)
         background_error = Error(report.error().code(),
                                  "ckpt: checkpoint of step " + std::to_string(job.step) +
                                      " failed in the background: " + report.error().message(),
@@ -263,6 +309,14 @@ Result<std::unique_ptr<Engine>> Engine::create(EngineOptions options, std::vecto
   impl->ring.emplace(std::move(*ring));
   unsigned threads = options.copy_threads ? options.copy_threads
                                           : std::min(4u, std::max(1u, std::thread::hardware_concurrency()));
+  if (!options.replica.empty()) {
+    auto replica = detail::ReplicaClient::connect(options.replica, options.rank, options.world_size,
+                                                  impl->staging.data(), impl->staging.size(), impl->bytes);
+    if (!replica)
+      return fail(replica.error().code(),
+                  "ckpt: replica at " + options.replica + ": " + replica.error().message());
+    impl->replica.emplace(std::move(*replica));
+  }
   impl->pool.emplace(threads);
   impl->options = std::move(options);
   impl->buffers = std::move(buffers);
@@ -320,6 +374,8 @@ Result<std::uint64_t> Engine::restore_latest() {
   auto found = list_checkpoints(s.options.directory);
   if (!found) return std::unexpected(found.error());
   if (s.options.communicator) return s.restore_group(*found);
+  if (s.replica)
+    if (auto step = s.restore_from_replica(*found)) return *step;
   for (const auto& info : *found) {
     auto verified = s.try_checkpoint(info);
     if (!verified) return std::unexpected(verified.error());

@@ -55,6 +55,11 @@ struct EngineOptions {
   // and its timeout must exceed the slowest rank's persist time. Every rank calls create(), snapshot()
   // and restore_latest() in the same order. Must outlive the engine.
   coll::Communicator* communicator = nullptr;
+  // Peer-memory replica: the address of an `rdmakit-ckpt serve` (its transport: RDMAKIT_TRANSPORT, tcp by
+  // default). Each committed checkpoint is also written into the server's memory (one-sided WRITEs into
+  // memory it registered, staging registered here), and restore_latest() takes the server's newest replica
+  // when it is at least as new as the newest checkpoint on disk. Single-rank engines only.
+  std::string replica;
   // Test hook for crash tests: the persist thread raises SIGKILL on its own process when it reaches this
   // numbered point of the commit (see CrashPoint in src/ckpt/persist.hpp). 0 = never.
   int crash_point = 0;
