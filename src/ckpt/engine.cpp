@@ -78,17 +78,25 @@ Result<void> check_compatible(const Manifest& m, const EngineOptions& o,
 // Rank and world size come from the communicator; with one, rank 0 alone cleans what a crashed job left
 // (the shared temporary directories included), and no rank starts before it is done.
 Result<void> prepare_directory(EngineOptions& o) {
-  if (o.communicator) {
-    o.rank = static_cast<std::uint32_t>(o.communicator->rank());
-    o.world_size = static_cast<std::uint32_t>(o.communicator->size());
-  }
-  if (o.rank == 0 || !o.communicator) {
+  if (!o.communicator) {
     if (auto ok = detail::make_directory(o.directory); !ok) return ok;
-    detail::clean_leftovers(o.directory, o.communicator ? std::nullopt : std::optional(o.rank));
+    detail::clean_leftovers(o.directory, o.rank);
+    return {};
   }
-  if (!o.communicator) return {};
-  if (auto ok = o.communicator->barrier(); !ok)
+  o.rank = static_cast<std::uint32_t>(o.communicator->rank());
+  o.world_size = static_cast<std::uint32_t>(o.communicator->size());
+  Result<void> prepared;
+  if (o.rank == 0) {
+    prepared = detail::make_directory(o.directory);
+    if (prepared) detail::clean_leftovers(o.directory, std::nullopt);
+  }
+  // Every rank learns whether rank 0 succeeded (instead of a barrier that would leave them waiting).
+  std::int32_t ready = prepared ? 1 : 0;
+  if (auto ok = o.communicator->broadcast(&ready, &ready, 1, coll::DataType::I32, 0); !ok)
     return fail(ok.error().code(), "ckpt: ranks could not meet in Engine::create: " + ok.error().message());
+  if (!prepared) return prepared;
+  if (!ready)
+    return fail(Errc::Unavailable, "ckpt: rank 0 could not prepare " + o.directory + " (see its error)");
   return {};
 }
 

@@ -94,6 +94,40 @@ TEST(CkptGroup, TwoRanksCommitOneCheckpointAndRestoreTheirShards) {
   });
 }
 
+// Lazy mode under a communicator: the copy runs in the background, then the same group commit.
+TEST(CkptGroup, LazyRanksCommitTheStateAsOfSnapshot) {
+  TempDir dir;
+  run_ranks(2, [&](coll::Communicator& comm) {
+    PatternState state;
+    auto options = group_options(dir.path(), comm);
+    options.lazy = true;
+    auto engine = Engine::create(options, state.buffers());
+    ASSERT_TRUE(engine);
+    state.fill(seed(4, comm.rank()));
+    ASSERT_TRUE((*engine)->snapshot(4));
+    ASSERT_TRUE((*engine)->wait_snapshot());
+    state.fill(seed(40, comm.rank()));
+    ASSERT_TRUE((*engine)->wait_persisted());
+    ASSERT_EQ((*engine)->restore_latest().value_or(0), 4u);
+    EXPECT_TRUE(state.matches(seed(4, comm.rank())));
+  });
+}
+
+// Rank 0 cannot create the directory: every rank's create fails at once, rank 1 naming rank 0.
+TEST(CkptGroup, CreateFailsOnEveryRankWhenRankZeroCannotPrepare) {
+  TempDir dir;
+  { std::ofstream(dir.path() + "/file") << "x"; }
+  run_ranks(2, [&](coll::Communicator& comm) {
+    PatternState state;
+    auto engine = Engine::create(group_options(dir.path() + "/file/sub", comm), state.buffers());
+    ASSERT_FALSE(engine) << "rank " << comm.rank();
+    if (comm.rank() == 1) {
+      EXPECT_NE(engine.error().message().find("rank 0 could not prepare"), std::string::npos)
+          << engine.error().message();
+    }
+  });
+}
+
 TEST(CkptGroup, OtherWorldSizeRefusedOnEveryRank) {
   TempDir dir;
   commit_steps(dir.path(), 2, 1, 1);
