@@ -1,19 +1,27 @@
 // Auto-resume: a training loop that checkpoints every few steps and, restarted after kill -9 at any
 // moment, continues from the last committed step with bit-identical state.
 //
-//   ckpt_resume DIR [STEPS=400] [EVERY=5]
-// Prints "resumed at step N" (or "fresh start") and, at the end, "final <hash of the state>": the hash of
-// a run killed and restarted any number of times equals that of an uninterrupted run
-// (tests/ckpt/resume.sh checks this).
+//   ckpt_resume DIR [STEPS=400] [EVERY=5]                  single process
+//   mpirun -np 2 ckpt_resume DIR [STEPS=400] [EVERY=5]     (or torchrun, srun): one checkpoint of all ranks
+// Prints "resumed at step N" (or "fresh start") and, at the end, "final <hash of the state>" (prefixed with
+// "rank R" when launched): the hash of a run killed and restarted any number of times equals that of an
+// uninterrupted run (tests/ckpt/resume.sh checks this, and tests/ckpt/resume_mpirun.sh with mpirun).
+//
+// Launched, the ranks share a communicator for the engine alone (its own key prefix): the engine commits a
+// checkpoint only when every rank's shard is durable, so after a restart every rank resumes at one step.
 #include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "rdmakit/bootstrap.hpp"
 #include "rdmakit/ckpt/engine.hpp"
+#include "rdmakit/coll/communicator.hpp"
 
 namespace ckpt = rdmakit::ckpt;
 
@@ -34,6 +42,18 @@ std::uint64_t fnv1a(const void* data, std::size_t size, std::uint64_t hash = 0xc
   return hash;
 }
 
+// Under a launcher (mpirun, torchrun, srun): a communicator for the checkpoint engine; alone: none.
+std::unique_ptr<rdmakit::coll::Communicator> checkpoint_communicator() {
+  auto launch = rdmakit::bootstrap::detect_launch();
+  if (!launch || launch->launcher == "single") return nullptr;
+  auto comm = rdmakit::coll::Communicator::from_environment({.key_prefix = "ckpt/"});
+  if (!comm) {
+    std::fprintf(stderr, "%s\n", comm.error().describe().c_str());
+    std::exit(1);
+  }
+  return std::move(*comm);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -42,10 +62,13 @@ int main(int argc, char** argv) {
     return 2;
   }
   std::uint64_t steps = argc > 2 ? std::stoull(argv[2]) : 400, every = argc > 3 ? std::stoull(argv[3]) : 5;
-  std::vector<float> weights(1 << 18, 0.5f), momentum(1 << 18, 0.0f);
+  auto comm = checkpoint_communicator();
+  std::string who = comm ? "rank " + std::to_string(comm->rank()) + " " : "";
+  float start = comm ? 0.5f + 0.125f * static_cast<float>(comm->rank()) : 0.5f;  // ranks differ
+  std::vector<float> weights(1 << 18, start), momentum(1 << 18, 0.0f);
   std::uint64_t last_step = 0;  // the step whose update the state includes; part of the state itself
   auto engine =
-      ckpt::Engine::create({.directory = argv[1], .keep = 2},
+      ckpt::Engine::create({.directory = argv[1], .keep = 2, .communicator = comm.get()},
                            {{"weights", weights.data(), weights.size() * 4, ckpt::DType::F32, {512, 512}},
                             {"momentum", momentum.data(), momentum.size() * 4, ckpt::DType::F32, {512, 512}},
                             {"last_step", &last_step, sizeof(last_step), ckpt::DType::U64, {1}}});
@@ -53,9 +76,9 @@ int main(int argc, char** argv) {
 
   auto restored = (*engine)->restore_latest();
   if (restored) {
-    std::printf("resumed at step %llu\n", static_cast<unsigned long long>(last_step + 1));
+    std::printf("%sresumed at step %llu\n", who.c_str(), static_cast<unsigned long long>(last_step + 1));
   } else if (restored.error().code() == rdmakit::Errc::NotFound) {
-    std::printf("fresh start\n");
+    std::printf("%sfresh start\n", who.c_str());
   } else {
     return std::fprintf(stderr, "%s\n", restored.error().describe().c_str()), 1;
   }
@@ -72,6 +95,6 @@ int main(int argc, char** argv) {
     return std::fprintf(stderr, "%s\n", done.error().describe().c_str()), 1;
   std::uint64_t hash = fnv1a(weights.data(), weights.size() * 4);
   hash = fnv1a(momentum.data(), momentum.size() * 4, hash);
-  std::printf("final %016llx\n", static_cast<unsigned long long>(hash));
+  std::printf("%sfinal %016llx\n", who.c_str(), static_cast<unsigned long long>(hash));
   return 0;
 }

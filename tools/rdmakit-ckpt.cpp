@@ -5,16 +5,22 @@
 //   rdmakit-ckpt show CKPT|DIR               the manifest
 //   rdmakit-ckpt export CKPT|DIR NAME OUT.npy   one tensor in numpy's format
 //   rdmakit-ckpt bench DIR [MiB] [rounds]    snapshot stall vs memcpy, persist and restore bandwidth
+//   rdmakit-ckpt bench-lazy DIR [MiB] [rounds] [compute]   lazy mode's stall at wait_snapshot()
+//   rdmakit-ckpt serve [--listen ADDR] [--budget MiB] [--persist DIR] [--keep K]
+//                                            hold engines' replicas in memory (EngineOptions::replica)
 #include <unistd.h>
 
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "rdmakit/ckpt/engine.hpp"
+#include "rdmakit/ckpt/serve.hpp"
 #include "rdmakit/ckpt/store.hpp"
 
 namespace ckpt = rdmakit::ckpt;
@@ -22,12 +28,15 @@ namespace ckpt = rdmakit::ckpt;
 namespace {
 
 int usage() {
-  std::fprintf(stderr,
-               "usage: rdmakit-ckpt list DIR\n"
-               "       rdmakit-ckpt verify CKPT|DIR\n"
-               "       rdmakit-ckpt show CKPT|DIR\n"
-               "       rdmakit-ckpt export CKPT|DIR NAME OUT.npy\n"
-               "       rdmakit-ckpt bench DIR [MiB=256] [rounds=3]\n");
+  std::fprintf(
+      stderr,
+      "usage: rdmakit-ckpt list DIR\n"
+      "       rdmakit-ckpt verify CKPT|DIR\n"
+      "       rdmakit-ckpt show CKPT|DIR\n"
+      "       rdmakit-ckpt export CKPT|DIR NAME OUT.npy\n"
+      "       rdmakit-ckpt bench DIR [MiB=256] [rounds=3]\n"
+      "       rdmakit-ckpt bench-lazy DIR [MiB=256] [rounds=3] [compute=1.5 x memcpy]\n"
+      "       rdmakit-ckpt serve [--listen ADDR] [--budget MiB=1024] [--persist DIR] [--keep K=2]\n");
   return 2;
 }
 
@@ -139,6 +148,71 @@ int bench(const std::string& dir, std::size_t mib, int rounds) {
   return 0;
 }
 
+// Lazy mode: snapshot(), a simulated forward/backward pass (a sleep of `compute` x the memcpy time: the
+// CPU is idle, as while a GPU computes), then wait_snapshot(), whose stall is what training pays.
+int bench_lazy(const std::string& dir, std::size_t mib, int rounds, double compute) {
+  std::size_t bytes = mib << 20, pieces = 8;
+  std::vector<std::vector<unsigned char>> state(pieces, std::vector<unsigned char>(bytes / pieces, 1));
+  std::vector<unsigned char> copy(bytes / pieces * pieces, 0);
+  std::vector<ckpt::Buffer> buffers;
+  for (std::size_t i = 0; i < pieces; ++i)
+    buffers.push_back({"part" + std::to_string(i), state[i].data(), state[i].size(), ckpt::DType::U8, {}});
+  auto engine = ckpt::Engine::create({.directory = dir, .keep = 2, .lazy = true}, buffers);
+  if (!engine) return report(engine.error());
+  if (auto ok = (*engine)->snapshot(0); !ok || !(*engine)->wait_persisted()) return 1;  // warm-up
+  for (int round = 1; round <= rounds; ++round) {
+    for (auto& s : state) s[round] = static_cast<unsigned char>(round);
+    auto start = std::chrono::steady_clock::now();
+    for (std::size_t i = 0; i < pieces; ++i)
+      std::memcpy(copy.data() + i * state[i].size(), state[i].data(), state[i].size());
+    double memcpy_s = since(start);
+    start = std::chrono::steady_clock::now();
+    if (auto ok = (*engine)->snapshot(static_cast<std::uint64_t>(round)); !ok) return report(ok.error());
+    double snapshot_s = since(start);
+    std::this_thread::sleep_for(std::chrono::duration<double>(compute * memcpy_s));
+    start = std::chrono::steady_clock::now();
+    if (auto ok = (*engine)->wait_snapshot(); !ok) return report(ok.error());
+    double stall_s = since(start) + snapshot_s;
+    auto persisted = (*engine)->wait_persisted();
+    if (!persisted) return report(persisted.error());
+    std::printf(
+        "{\"mode\": \"lazy\", \"bytes\": %zu, \"memcpy_ms\": %.2f, \"compute_ms\": %.2f, "
+        "\"stall_ms\": %.3f, \"stall_ratio\": %.4f}\n",
+        bytes, memcpy_s * 1e3, compute * memcpy_s * 1e3, stall_s * 1e3, stall_s / memcpy_s);
+  }
+  return 0;
+}
+
+volatile std::sig_atomic_t g_stop = 0;
+
+// Serves until SIGINT or SIGTERM; prints its address first (engines pass it as EngineOptions::replica).
+int serve(const std::vector<std::string>& args) {
+  ckpt::ServeOptions options{.budget_bytes = 1024ull << 20};
+  for (std::size_t i = 1; i + 1 < args.size(); i += 2) {
+    if (args[i] == "--listen")
+      options.listen = args[i + 1];
+    else if (args[i] == "--budget")
+      options.budget_bytes = std::stoull(args[i + 1]) << 20;
+    else if (args[i] == "--persist")
+      options.persist_directory = args[i + 1];
+    else if (args[i] == "--keep")
+      options.keep = static_cast<std::uint32_t>(std::stoul(args[i + 1]));
+    else
+      return usage();
+  }
+  if (args.size() % 2 == 0) return usage();
+  auto server = ckpt::ReplicaServer::create(options);
+  if (!server) return report(server.error());
+  std::printf("serving on %s, budget %llu MiB%s%s\n", (*server)->address().c_str(),
+              static_cast<unsigned long long>(options.budget_bytes >> 20),
+              options.persist_directory.empty() ? "" : ", persisting to ", options.persist_directory.c_str());
+  std::fflush(stdout);
+  std::signal(SIGINT, [](int) { g_stop = 1; });
+  std::signal(SIGTERM, [](int) { g_stop = 1; });
+  while (!g_stop) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -152,5 +226,9 @@ int main(int argc, char** argv) {
   if (command == "bench" && args.size() >= 2 && args.size() <= 4)
     return bench(args[1], args.size() > 2 ? std::stoul(args[2]) : 256,
                  args.size() > 3 ? std::stoi(args[3]) : 3);
+  if (command == "serve") return serve(args);
+  if (command == "bench-lazy" && args.size() >= 2 && args.size() <= 5)
+    return bench_lazy(args[1], args.size() > 2 ? std::stoul(args[2]) : 256,
+                      args.size() > 3 ? std::stoi(args[3]) : 3, args.size() > 4 ? std::stod(args[4]) : 1.5);
   return usage();
 }

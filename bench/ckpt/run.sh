@@ -14,6 +14,8 @@ trap 'rm -rf "$dir"' EXIT
 df -T "$dir" | tail -1
 echo "== engine ($mib MiB, $rounds rounds)"
 "$build/tools/rdmakit-ckpt" bench "$dir/engine" "$mib" "$rounds"
+echo "== engine, lazy mode (simulated forward/backward of 1.5x the memcpy; stall at wait_snapshot)"
+"$build/tools/rdmakit-ckpt" bench-lazy "$dir/lazy" "$mib" "$rounds" 1.5
 echo "== fio write (direct=1, bs=1M, size=1G)"
 fio --name=ckpt-write --directory="$dir" --direct=1 --rw=write --bs=1M --size=1G --ioengine=io_uring \
     --end_fsync=1 --output-format=terse --terse-version=3 | awk -F';' '{printf "fio write: %.3f GB/s\n", $48*1024/1e9}'

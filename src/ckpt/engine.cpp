@@ -7,12 +7,15 @@
 #include <thread>
 
 #include "ckpt/copy_pool.hpp"
+#include "ckpt/group.hpp"
 #include "ckpt/io.hpp"
 #include "ckpt/manifest.hpp"
 #include "ckpt/persist.hpp"
+#include "ckpt/replica.hpp"
 #include "ckpt/restore.hpp"
 #include "core/log.hpp"
 #include "rdmakit/ckpt/store.hpp"
+#include "rdmakit/coll/communicator.hpp"
 
 namespace rdmakit::ckpt {
 namespace {
@@ -26,6 +29,10 @@ Result<void> check_options(const EngineOptions& o) {
                 "ckpt: EngineOptions::chunk_bytes must be a multiple of 4096 up to 1 GiB");
   if (o.io_depth == 0 || o.io_depth > 256)
     return fail(Errc::InvalidArgument, "ckpt: EngineOptions::io_depth must be 1..256");
+  if (!o.replica.empty() && o.communicator)
+    return fail(Errc::NotSupported, "ckpt: the peer-memory replica is single-rank only in this build");
+  if (o.incremental && o.communicator)
+    return fail(Errc::NotSupported, "ckpt: incremental checkpoints are single-rank only in this build");
   if (o.world_size == 0 || o.rank >= o.world_size)
     return fail(Errc::InvalidArgument, "ckpt: EngineOptions::rank must be below world_size");
   return {};
@@ -68,6 +75,31 @@ Result<void> check_compatible(const Manifest& m, const EngineOptions& o,
   return {};
 }
 
+// Rank and world size come from the communicator; with one, rank 0 alone cleans what a crashed job left
+// (the shared temporary directories included), and no rank starts before it is done.
+Result<void> prepare_directory(EngineOptions& o) {
+  if (!o.communicator) {
+    if (auto ok = detail::make_directory(o.directory); !ok) return ok;
+    detail::clean_leftovers(o.directory, o.rank);
+    return {};
+  }
+  o.rank = static_cast<std::uint32_t>(o.communicator->rank());
+  o.world_size = static_cast<std::uint32_t>(o.communicator->size());
+  Result<void> prepared;
+  if (o.rank == 0) {
+    prepared = detail::make_directory(o.directory);
+    if (prepared) detail::clean_leftovers(o.directory, std::nullopt);
+  }
+  // Every rank learns whether rank 0 succeeded (instead of a barrier that would leave them waiting).
+  std::int32_t ready = prepared ? 1 : 0;
+  if (auto ok = o.communicator->broadcast(&ready, &ready, 1, coll::DataType::I32, 0); !ok)
+    return fail(ok.error().code(), "ckpt: ranks could not meet in Engine::create: " + ok.error().message());
+  if (!prepared) return prepared;
+  if (!ready)
+    return fail(Errc::Unavailable, "ckpt: rank 0 could not prepare " + o.directory + " (see its error)");
+  return {};
+}
+
 std::int64_t wall_clock_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
              std::chrono::system_clock::now().time_since_epoch())
@@ -90,13 +122,17 @@ struct Engine::Impl {
   // Shared with the persist thread, under `mutex`.
   std::mutex mutex;
   std::condition_variable changed;
-  bool job_pending = false;  // staging holds a snapshot not yet committed or failed
+  bool job_pending = false;   // staging holds a snapshot not yet committed or failed
+  bool copy_pending = false;  // lazy mode: the job's copy into staging has not finished
   bool stop = false;
   std::uint64_t job_step = 0;
   std::int64_t job_time_ns = 0;
   std::optional<Error> background_error;  // returned once by the next call
   std::optional<PersistReport> last_report;
-  std::jthread persist_thread;  // last: stopped and joined first
+  std::optional<detail::ReplicaClient> replica;  // options.replica: the peer's memory
+  std::optional<Manifest> previous;  // incremental: the newest checkpoint this engine committed or restored
+  Manifest written;                  // the persist thread's, moved into `previous` on success
+  std::jthread persist_thread;       // last: stopped and joined first
 
   void copy(bool to_staging) {
     std::size_t parts = bytes < (1u << 20) ? 1 : pool->threads();
@@ -105,15 +141,117 @@ struct Engine::Impl {
     });
   }
 
+  // Lazy mode: the copy the application's snapshot() left for us, run while it computes; the pool's
+  // threads and this one split it, as the application's thread does in eager mode.
+  void copy_in_background(std::unique_lock<std::mutex>& lock) {
+    lock.unlock();
+    copy(true);
+    lock.lock();
+    copy_pending = false;
+    changed.notify_all();
+  }
+
+  // Returns the background error, if any, once.
+  Result<void> take_error() {
+    if (!background_error) return {};
+    Error error = std::move(*background_error);
+    background_error.reset();
+    return std::unexpected(std::move(error));
+  }
+
   // Waits until staging is free; returns the background error, if any, once.
   Result<void> settle(std::unique_lock<std::mutex>& lock) {
     changed.wait(lock, [&] { return !job_pending; });
-    if (background_error) {
-      Error error = std::move(*background_error);
-      background_error.reset();
-      return std::unexpected(std::move(error));
+    return take_error();
+  }
+
+  // Reads one candidate checkpoint into staging: true when every check passed, false when it is damaged or
+  // not this engine's (logged, skipped), an error when it must be refused (another world size).
+  Result<bool> try_checkpoint(const CheckpointInfo& info) {
+    auto skip = [&](const std::string& why) {
+      log::warn("ckpt", "skipping " + info.path + ": " + why);
+      return false;
+    };
+    if (!info.problem.empty()) return skip(info.problem);
+    // Another world size is the caller's mistake, not damage: refused rather than skipped.
+    if (info.manifest.world_size != options.world_size)
+      return fail(Errc::InvalidArgument, "ckpt: " + info.path + " was written by a job of " +
+                                             std::to_string(info.manifest.world_size) +
+                                             " ranks, this one has " + std::to_string(options.world_size) +
+                                             " (resharding is not supported)");
+    Manifest manifest = info.manifest;
+    if (options.communicator) {
+      auto view = detail::shard_view(info.manifest, options.rank);
+      if (!view) return skip(view.error().message());
+      manifest = std::move(*view);
     }
-    return {};
+    if (auto ok = check_compatible(manifest, options, layout, bytes); !ok) return skip(ok.error().message());
+    if (auto ok = detail::read_verified(info.path, manifest, staging.data(), {}); !ok)
+      return skip(ok.error().message());
+    return true;
+  }
+
+  // Every rank restores the same step: candidates are tried in order, newest first, and one is taken only
+  // when every rank verified its shard of it (an allreduce of each rank's verdict and step).
+  Result<std::uint64_t> restore_group(const std::vector<CheckpointInfo>& found) {
+    for (std::size_t i = 0;; ++i) {
+      bool has = i < found.size();
+      bool verified = false;
+      if (has) {
+        auto tried = try_checkpoint(found[i]);
+        if (!tried) return std::unexpected(tried.error());
+        verified = *tried;
+      }
+      auto step = has ? static_cast<std::int64_t>(found[i].step) : 0;
+      std::int64_t votes[4] = {verified ? 1 : 0, step, -step, has ? -1 : 0};  // min over ranks
+      if (auto ok =
+              options.communicator->allreduce(votes, votes, 4, coll::DataType::I64, coll::ReduceOp::Min);
+          !ok)
+        return fail(ok.error().code(),
+                    "ckpt: ranks could not agree on a checkpoint: " + ok.error().message());
+      if (votes[3] == 0)
+        return fail(Errc::NotFound, "ckpt: no checkpoint complete on every rank in " + options.directory);
+      if (votes[0] == 1 && votes[1] == -votes[2]) {
+        copy(false);
+        return static_cast<std::uint64_t>(step);
+      }
+      if (verified) log::warn("ckpt", "skipping " + found[i].path + ": another rank could not restore it");
+    }
+  }
+
+  // The committed checkpoint also goes to the peer's memory: every chunk, references resolved (the
+  // replica stands alone: the peer holds no older ones).
+  Result<void> push_replica(PersistReport& report) {
+    Manifest whole = written;
+    for (auto& c : whole.chunks) c.source_step.reset();
+    auto pushed = replica->push(whole);
+    if (!pushed)
+      log::error("ckpt", "replica of step " + std::to_string(report.step) + ": " + pushed.error().describe());
+    report.replicated = pushed.has_value();
+    return pushed;
+  }
+
+  // The replica's newest, when it is at least as new as the newest checkpoint on disk: read into staging
+  // and verified. Any failure falls back to the disk (logged).
+  std::optional<std::uint64_t> restore_from_replica(const std::vector<CheckpointInfo>& found) {
+    auto step = replica->newest_step();
+    if (!step) {
+      if (step.error().code() != Errc::NotFound) log::warn("ckpt", "replica: " + step.error().message());
+      return std::nullopt;
+    }
+    if (!found.empty() && found.front().step > *step) return std::nullopt;
+    auto manifest = replica->fetch();
+    if (!manifest) {
+      log::warn("ckpt", "replica unusable, restoring from disk: " + manifest.error().message());
+      return std::nullopt;
+    }
+    if (auto ok = check_compatible(*manifest, options, layout, bytes); !ok) {
+      log::warn("ckpt", "replica of another state, restoring from disk: " + ok.error().message());
+      return std::nullopt;
+    }
+    copy(false);
+    previous.reset();  // the next incremental checkpoint is a full one: the disk holds no such base
+    return manifest->step;
   }
 
   void persist_loop() {
@@ -121,17 +259,35 @@ struct Engine::Impl {
     while (true) {
       changed.wait(lock, [&] { return stop || job_pending; });
       if (!job_pending) return;  // stopping with nothing to do
-      detail::PersistJob job{options.directory, job_step,        job_time_ns, staging.data(), bytes, layout,
-                             &options,          &warned_buffered};
+      if (copy_pending) copy_in_background(lock);
+      detail::PersistJob job{options.directory,
+                             job_step,
+                             job_time_ns,
+                             staging.data(),
+                             bytes,
+                             layout,
+                             &options,
+                             &warned_buffered,
+                             options.incremental && previous ? &*previous : nullptr,
+                             &written};
       lock.unlock();
-      auto report = detail::persist_checkpoint(*ring, job);
+      auto report =
+          options.communicator ? detail::persist_group(*ring, job) : detail::persist_checkpoint(*ring, job);
       if (!report)
         log::error("ckpt", "checkpoint of step " + std::to_string(job.step) +
                                " failed: " + report.error().describe());
+      auto replicated = report && replica ? push_replica(*report) : Result<void>{};
       lock.lock();
-      if (report)
+      if (report) {
         last_report = std::move(*report);
-      else
+        previous = std::move(written);
+      }
+      if (!replicated)
+        background_error =
+            Error(replicated.error().code(),
+                  "ckpt: the replica of step " + std::to_string(job.step) +
+                      " failed (the checkpoint on disk is committed): " + replicated.error().message());
+      else if (!report)
         background_error = Error(report.error().code(),
                                  "ckpt: checkpoint of step " + std::to_string(job.step) +
                                      " failed in the background: " + report.error().message(),
@@ -145,8 +301,7 @@ struct Engine::Impl {
 Result<std::unique_ptr<Engine>> Engine::create(EngineOptions options, std::vector<Buffer> buffers) {
   if (auto ok = check_options(options); !ok) return std::unexpected(ok.error());
   if (auto ok = check_buffers(buffers); !ok) return std::unexpected(ok.error());
-  if (auto ok = detail::make_directory(options.directory); !ok) return std::unexpected(ok.error());
-  detail::clean_leftovers(options.directory, options.rank);
+  if (auto ok = prepare_directory(options); !ok) return std::unexpected(ok.error());
 
   auto impl = std::make_unique<Impl>();
   impl->layout = detail::plan_layout(buffers);
@@ -162,6 +317,14 @@ Result<std::unique_ptr<Engine>> Engine::create(EngineOptions options, std::vecto
   impl->ring.emplace(std::move(*ring));
   unsigned threads = options.copy_threads ? options.copy_threads
                                           : std::min(4u, std::max(1u, std::thread::hardware_concurrency()));
+  if (!options.replica.empty()) {
+    auto replica = detail::ReplicaClient::connect(options.replica, options.rank, options.world_size,
+                                                  impl->staging.data(), impl->staging.size(), impl->bytes);
+    if (!replica)
+      return fail(replica.error().code(),
+                  "ckpt: replica at " + options.replica + ": " + replica.error().message());
+    impl->replica.emplace(std::move(*replica));
+  }
   impl->pool.emplace(threads);
   impl->options = std::move(options);
   impl->buffers = std::move(buffers);
@@ -186,23 +349,21 @@ Result<void> Engine::snapshot(std::uint64_t step) {
     std::unique_lock lock(s.mutex);
     if (auto ok = s.settle(lock); !ok) return ok;
   }
-  s.copy(true);
+  auto time_ns = wall_clock_ns();  // the state's time: lazy copies it later, unchanged by contract
+  if (!s.options.lazy) s.copy(true);
   std::lock_guard lock(s.mutex);
   s.job_step = step;
-  s.job_time_ns = wall_clock_ns();
+  s.job_time_ns = time_ns;
+  s.copy_pending = s.options.lazy;
   s.job_pending = true;
   s.changed.notify_all();
   return {};
 }
 
 Result<void> Engine::wait_snapshot() {
-  std::lock_guard lock(impl_->mutex);
-  if (impl_->background_error) {
-    Error error = std::move(*impl_->background_error);
-    impl_->background_error.reset();
-    return std::unexpected(std::move(error));
-  }
-  return {};
+  std::unique_lock lock(impl_->mutex);
+  impl_->changed.wait(lock, [&] { return !impl_->copy_pending; });
+  return impl_->take_error();
 }
 
 Result<PersistReport> Engine::wait_persisted() {
@@ -220,27 +381,15 @@ Result<std::uint64_t> Engine::restore_latest() {
   }
   auto found = list_checkpoints(s.options.directory);
   if (!found) return std::unexpected(found.error());
+  if (s.options.communicator) return s.restore_group(*found);
+  if (s.replica)
+    if (auto step = s.restore_from_replica(*found)) return *step;
   for (const auto& info : *found) {
-    auto skip = [&](const std::string& why) { log::warn("ckpt", "skipping " + info.path + ": " + why); };
-    if (!info.problem.empty()) {
-      skip(info.problem);
-      continue;
-    }
-    // Another world size is the caller's mistake, not damage: refused rather than skipped.
-    if (info.manifest.world_size != s.options.world_size)
-      return fail(Errc::InvalidArgument, "ckpt: " + info.path + " was written by a job of " +
-                                             std::to_string(info.manifest.world_size) +
-                                             " ranks, this one has " + std::to_string(s.options.world_size) +
-                                             " (resharding is not supported)");
-    if (auto ok = check_compatible(info.manifest, s.options, s.layout, s.bytes); !ok) {
-      skip(ok.error().message());
-      continue;
-    }
-    if (auto ok = detail::read_verified(info.path, info.manifest, s.staging.data(), {}); !ok) {
-      skip(ok.error().message());
-      continue;
-    }
+    auto verified = s.try_checkpoint(info);
+    if (!verified) return std::unexpected(verified.error());
+    if (!*verified) continue;
     s.copy(false);
+    s.previous = info.manifest;
     return info.step;
   }
   return fail(Errc::NotFound, "ckpt: no complete checkpoint in " + s.options.directory);

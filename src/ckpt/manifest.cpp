@@ -1,5 +1,6 @@
 #include "ckpt/manifest.hpp"
 
+#include <algorithm>
 #include <charconv>
 #include <cstdio>
 #include <set>
@@ -107,9 +108,11 @@ struct Parser {
 
   Result<void> chunk(std::size_t n, const std::vector<std::string_view>& f) {
     ChunkEntry entry;
-    if (f.size() != 5 || !parse_int(f[1], entry.file) || !parse_int(f[2], entry.offset) ||
+    bool ref = manifest.version >= 2 && f.size() == 7 && f[5] == "ref";
+    if ((f.size() != 5 && !ref) || !parse_int(f[1], entry.file) || !parse_int(f[2], entry.offset) ||
         !parse_int(f[3], entry.size) || f[4].size() != 16 || !parse_int(f[4], entry.checksum, 16))
-      return bad(n, "expected 'chunk FILE OFFSET SIZE CHECKSUM'");
+      return bad(n, "expected 'chunk FILE OFFSET SIZE CHECKSUM [ref STEP]'");
+    if (ref && !parse_int(f[6], entry.source_step.emplace())) return bad(n, "bad chunk reference");
     manifest.chunks.push_back(entry);
     return {};
   }
@@ -143,10 +146,12 @@ Result<void> check_files(const Manifest& m) {
 }
 
 Result<void> check_tensors(const Manifest& m) {
-  std::set<std::string> names;
+  // Names are unique per file: a multi-rank checkpoint holds one file per rank, and ranks name their
+  // buffers alike.
+  std::set<std::pair<std::uint32_t, std::string>> names;
   for (const auto& t : m.tensors) {
     std::string where = "manifest: tensor '" + t.name + "': ";
-    if (t.name.empty() || !names.insert(t.name).second)
+    if (t.name.empty() || !names.emplace(t.file, t.name).second)
       return fail(Errc::ProtocolError, where + "empty or repeated name");
     if (t.file >= m.files.size()) return fail(Errc::ProtocolError, where + "file index out of range");
     if (t.offset > m.files[t.file].size || t.size > m.files[t.file].size - t.offset)
@@ -175,6 +180,10 @@ Result<void> check_chunks(const Manifest& m) {
       return fail(Errc::ProtocolError, where + "does not start where the previous ended");
     if (c.size == 0 || c.size > m.chunk_bytes || c.size > m.files[c.file].size - c.offset)
       return fail(Errc::ProtocolError, where + "bad size");
+    // References point to older checkpoints only: no cycle, and retention can reason newest first.
+    if (c.source_step && *c.source_step >= m.step)
+      return fail(Errc::ProtocolError, where + "references step " + std::to_string(*c.source_step) +
+                                           ", not older than this checkpoint");
     covered[c.file] += c.size;
   }
   for (std::size_t f = 0; f < m.files.size(); ++f)
@@ -218,7 +227,9 @@ Result<std::string> unescape_name(std::string_view text) {
 }
 
 std::string encode_manifest(const Manifest& m) {
-  std::string text = std::string(kMagic) + " " + std::to_string(m.version) + "\n";
+  // Version 2 only when a chunk references an earlier checkpoint: readers of version 1 refuse it clearly.
+  bool refs = std::any_of(m.chunks.begin(), m.chunks.end(), [](const auto& c) { return c.source_step; });
+  std::string text = std::string(kMagic) + " " + (refs ? "2" : "1") + "\n";
   text += "step " + std::to_string(m.step) + "\n";
   text += "time_ns " + std::to_string(m.time_ns) + "\n";
   text += "rank " + std::to_string(m.rank) + "\n";
@@ -231,7 +242,8 @@ std::string encode_manifest(const Manifest& m) {
             std::to_string(t.size) + "\n";
   for (const auto& c : m.chunks)
     text += "chunk " + std::to_string(c.file) + " " + std::to_string(c.offset) + " " +
-            std::to_string(c.size) + " " + hex64(c.checksum) + "\n";
+            std::to_string(c.size) + " " + hex64(c.checksum) +
+            (c.source_step ? " ref " + std::to_string(*c.source_step) : "") + "\n";
   text += "checksum " + hex64(checksum64(text.data(), text.size())) + "\n";
   return text;
 }
@@ -266,9 +278,9 @@ Result<Manifest> decode_manifest(std::string_view text) {
   auto magic = split(lines[0], ' ');
   if (magic.size() != 2 || magic[0] != kMagic || !parse_int(magic[1], parser.manifest.version))
     return fail(Errc::ProtocolError, "manifest: not an rdmakit checkpoint manifest");
-  if (parser.manifest.version != 1)
-    return fail(Errc::NotSupported,
-                "manifest: version " + std::to_string(parser.manifest.version) + " (this build reads 1)");
+  if (parser.manifest.version != 1 && parser.manifest.version != 2)
+    return fail(Errc::NotSupported, "manifest: version " + std::to_string(parser.manifest.version) +
+                                        " (this build reads 1 and 2)");
   for (std::size_t i = 1; i < lines.size(); ++i)
     if (auto ok = parser.line(i + 1, lines[i]); !ok) return std::unexpected(ok.error());
   for (auto key : {"step", "time_ns", "rank", "world_size", "chunk_bytes"})

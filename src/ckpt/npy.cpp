@@ -2,10 +2,13 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <filesystem>
 #include <vector>
 
 #include "ckpt/io.hpp"
+#include "ckpt/persist.hpp"
 #include "rdmakit/ckpt/store.hpp"
 
 namespace rdmakit::ckpt {
@@ -80,20 +83,34 @@ Result<void> write_all(int fd, const void* data, std::size_t size, const std::st
   return {};
 }
 
-Result<std::vector<unsigned char>> read_tensor(const std::string& checkpoint_path, const Manifest& m,
-                                               const TensorEntry& t) {
-  std::string path = checkpoint_path + "/" + m.files[t.file].name;
+// `size` bytes at `offset` of `path` into `out`.
+Result<void> read_range(const std::string& path, std::uint64_t offset, std::size_t size, unsigned char* out) {
   Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (!fd) return fail_errno("ckpt: opening " + path, errno);
-  std::vector<unsigned char> bytes(t.size);
   std::size_t done = 0;
-  while (done < bytes.size()) {
-    ssize_t n =
-        ::pread(fd.get(), bytes.data() + done, bytes.size() - done, static_cast<off_t>(t.offset + done));
+  while (done < size) {
+    ssize_t n = ::pread(fd.get(), out + done, size - done, static_cast<off_t>(offset + done));
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) return fail_errno("ckpt: reading " + path, errno);
     if (n == 0) return fail(Errc::ProtocolError, "ckpt: " + path + " ends early");
     done += static_cast<std::size_t>(n);
+  }
+  return {};
+}
+
+// The tensor's bytes, chunk by chunk: an incremental checkpoint's chunk may live in an older checkpoint.
+Result<std::vector<unsigned char>> read_tensor(const std::string& checkpoint_path, const Manifest& m,
+                                               const TensorEntry& t) {
+  std::vector<unsigned char> bytes(t.size);
+  auto parent = std::filesystem::path(checkpoint_path).parent_path().string();
+  for (const auto& c : m.chunks) {
+    std::uint64_t begin = std::max(c.offset, t.offset), end = std::min(c.offset + c.size, t.offset + t.size);
+    if (c.file != t.file || begin >= end) continue;
+    auto holder = c.source_step ? parent + "/" + detail::checkpoint_name(*c.source_step) : checkpoint_path;
+    if (auto ok = read_range(holder + "/" + m.files[t.file].name, begin, end - begin,
+                             bytes.data() + (begin - t.offset));
+        !ok)
+      return std::unexpected(ok.error());
   }
   return bytes;
 }

@@ -12,6 +12,7 @@
 #include <charconv>
 #include <cstdio>
 #include <filesystem>
+#include <set>
 
 #include "ckpt/checksum.hpp"
 #include "ckpt/manifest.hpp"
@@ -19,13 +20,7 @@
 #include "core/log.hpp"
 
 namespace rdmakit::ckpt::detail {
-namespace {
 
-constexpr std::string_view kCheckpointPrefix = "ckpt-";
-constexpr std::string_view kTemporaryPrefix = ".tmp-";
-constexpr std::string_view kDeletingPrefix = ".del-";
-
-// The crash-test hook: the whole process dies here, as with kill -9 from outside.
 void crash_if(const EngineOptions& options, CrashPoint point) {
   if (options.crash_point == static_cast<int>(point)) ::kill(::getpid(), SIGKILL);
 }
@@ -33,16 +28,17 @@ void crash_if(int crash_point, CrashPoint point) {
   if (crash_point == static_cast<int>(point)) ::kill(::getpid(), SIGKILL);
 }
 
-// Removes the temporary directory unless the commit got far enough to rename it.
-struct RemoveOnFailure {
-  std::string path;
-  bool armed = true;
-  ~RemoveOnFailure() {
-    if (armed) remove_tree(path);
-  }
-};
+RemoveOnFailure::~RemoveOnFailure() {
+  if (armed) remove_tree(path);
+}
 
 double seconds_since(std::int64_t start_ns) { return static_cast<double>(steady_ns() - start_ns) / 1e9; }
+
+namespace {
+
+constexpr std::string_view kCheckpointPrefix = "ckpt-";
+constexpr std::string_view kTemporaryPrefix = ".tmp-";
+constexpr std::string_view kDeletingPrefix = ".del-";
 
 std::vector<IoChunk> plan_chunks(Manifest& manifest, std::uint64_t bytes, bool direct) {
   std::vector<IoChunk> io;
@@ -63,8 +59,8 @@ void warn_buffered(const PersistJob& job) {
                 "; checkpoints are written through the page cache (PersistReport::direct_io = false)");
 }
 
-// Writes the data file into `tmp` and fills the manifest's chunk checksums; returns whether O_DIRECT was
-// used.
+}  // namespace
+
 Result<bool> write_data(Ring& ring, const PersistJob& job, const std::string& tmp, Manifest& manifest) {
   const auto& file = manifest.files[0];
   std::string path = tmp + "/" + file.name;
@@ -73,10 +69,21 @@ Result<bool> write_data(Ring& ring, const PersistJob& job, const std::string& tm
   if (!fd) return std::unexpected(fd.error());
   if (job.options->direct_io && !direct) warn_buffered(job);
   auto io = plan_chunks(manifest, job.bytes, direct);
+  bool reusing = job.previous && job.options->incremental;
+  if (reusing) {
+    // Every checksum first, to know which chunks to write (no overlap with the writes: the price of
+    // writing less).
+    for (auto& chunk : manifest.chunks) chunk.checksum = checksum64(job.staging + chunk.offset, chunk.size);
+    mark_unchanged(manifest, *job.previous);
+    std::erase_if(io, [&](const IoChunk& c) {
+      return manifest.chunks[c.offset / manifest.chunk_bytes].source_step.has_value();
+    });
+  }
   std::size_t completed = 0;
   Pipeline steps{.buffer = [&](std::size_t i,
                                unsigned) { return const_cast<unsigned char*>(job.staging) + io[i].offset; },
                  .before = [&](std::size_t i) -> Result<void> {
+                   if (reusing) return {};
                    auto& chunk = manifest.chunks[i];
                    chunk.checksum = checksum64(job.staging + chunk.offset, chunk.size);
                    return {};
@@ -87,13 +94,33 @@ Result<bool> write_data(Ring& ring, const PersistJob& job, const std::string& tm
                  }};
   if (auto ok = run_pipeline(ring, true, fd->get(), io, steps, file.name); !ok)
     return std::unexpected(ok.error());
-  if (direct && job.bytes % kIoAlignment != 0 && ::ftruncate(fd->get(), static_cast<off_t>(job.bytes)) != 0)
+  // To its size: the O_DIRECT tail was padded, and skipped chunks (incremental) are holes.
+  if (::ftruncate(fd->get(), static_cast<off_t>(job.bytes)) != 0)
     return fail_errno("ckpt: truncating " + path, errno);
   crash_if(*job.options, CrashPoint::AfterData);
   if (auto ok = fsync_fd(fd->get(), path); !ok) return std::unexpected(ok.error());
   crash_if(*job.options, CrashPoint::AfterDataFsync);
   return direct;
 }
+
+std::uint64_t mark_unchanged(Manifest& current, const Manifest& previous) {
+  if (previous.files.size() != 1 || current.files.size() != 1 ||
+      previous.files[0].name != current.files[0].name || previous.files[0].size != current.files[0].size ||
+      previous.chunk_bytes != current.chunk_bytes || previous.chunks.size() != current.chunks.size() ||
+      previous.step >= current.step)
+    return 0;
+  std::uint64_t reused = 0;
+  for (std::size_t i = 0; i < current.chunks.size(); ++i) {
+    const auto& was = previous.chunks[i];
+    auto& now = current.chunks[i];
+    if (was.offset != now.offset || was.size != now.size || was.checksum != now.checksum) continue;
+    now.source_step = was.source_step.value_or(previous.step);  // the holder itself: never a chain
+    reused += now.size;
+  }
+  return reused;
+}
+
+namespace {
 
 // Makes `tmp` visible as `final` in one step. A checkpoint of the same step already there (an earlier life
 // of the job) is swapped out atomically and then removed, so some checkpoint of that step always exists.
@@ -143,8 +170,7 @@ std::vector<TensorEntry> plan_layout(const std::vector<Buffer>& buffers) {
 Result<PersistReport> persist_checkpoint(Ring& ring, const PersistJob& job) {
   const auto& options = *job.options;
   auto start = steady_ns();
-  RemoveOnFailure tmp{job.directory + "/" + std::string(kTemporaryPrefix) + checkpoint_name(job.step) + ".r" +
-                      std::to_string(options.rank)};
+  RemoveOnFailure tmp{job.directory + "/" + temporary_name(job.step, "r" + std::to_string(options.rank))};
   remove_tree(tmp.path);
   if (::mkdir(tmp.path.c_str(), 0755) != 0) return fail_errno("ckpt: creating " + tmp.path, errno);
 
@@ -159,6 +185,8 @@ Result<PersistReport> persist_checkpoint(Ring& ring, const PersistJob& job) {
   if (!direct) return std::unexpected(direct.error());
   PersistReport report{
       .step = job.step, .bytes = job.bytes, .direct_io = *direct, .write_seconds = seconds_since(start)};
+  for (const auto& c : manifest.chunks)
+    if (c.source_step) report.reused_bytes += c.size;
 
   if (auto ok = write_whole_file(tmp.path + "/" + kManifestName, encode_manifest(manifest)); !ok)
     return std::unexpected(ok.error());
@@ -167,17 +195,26 @@ Result<PersistReport> persist_checkpoint(Ring& ring, const PersistJob& job) {
   crash_if(options, CrashPoint::BeforeRename);
 
   report.path = job.directory + "/" + checkpoint_name(job.step);
-  if (auto ok = publish(tmp.path, report.path); !ok) return std::unexpected(ok.error());
-  tmp.armed = false;
-  crash_if(options, CrashPoint::AfterRename);
-  if (auto ok = fsync_directory(job.directory); !ok) return std::unexpected(ok.error());
-  crash_if(options, CrashPoint::AfterCommit);
-
-  auto deleted = apply_retention(job.directory, options.keep, options.crash_point);
+  auto deleted = commit_directory(tmp, job.directory, report.path, options);
   if (!deleted) return std::unexpected(deleted.error());
   report.deleted = std::move(*deleted);
   report.total_seconds = seconds_since(start);
+  if (job.written) *job.written = std::move(manifest);
   return report;
+}
+
+Result<std::vector<std::string>> commit_directory(RemoveOnFailure& tmp, const std::string& directory,
+                                                  const std::string& final, const EngineOptions& options) {
+  if (auto ok = publish(tmp.path, final); !ok) return std::unexpected(ok.error());
+  tmp.armed = false;
+  crash_if(options, CrashPoint::AfterRename);
+  if (auto ok = fsync_directory(directory); !ok) return std::unexpected(ok.error());
+  crash_if(options, CrashPoint::AfterCommit);
+  return apply_retention(directory, options.keep, options.crash_point);
+}
+
+std::string temporary_name(std::uint64_t step, const std::string& owner) {
+  return std::string(kTemporaryPrefix) + checkpoint_name(step) + "." + owner;
 }
 
 Result<std::vector<std::pair<std::uint64_t, std::string>>> committed_checkpoints(
@@ -198,8 +235,24 @@ Result<std::vector<std::string>> apply_retention(const std::string& directory, s
                                                  int crash_point) {
   auto found = committed_checkpoints(directory);
   if (!found) return std::unexpected(found.error());
+  // Incremental: a checkpoint some surviving one references survives too. References point to older
+  // steps, so one pass newest first sees every referrer before the checkpoints it references.
+  std::set<std::uint64_t> referenced;
+  auto note_references = [&](const std::string& name) {
+    auto text = read_whole_file(directory + "/" + name + "/" + kManifestName, kMaxManifestBytes);
+    auto manifest = text ? decode_manifest(*text) : Result<Manifest>(std::unexpected(text.error()));
+    if (!manifest) return;  // a damaged checkpoint restores nothing and so needs nothing
+    for (const auto& c : manifest->chunks)
+      if (c.source_step) referenced.insert(*c.source_step);
+  };
+  for (std::size_t i = 0; i < std::min<std::size_t>(keep, found->size()); ++i)
+    note_references((*found)[i].second);
   std::vector<std::string> deleted;
   for (std::size_t i = keep; i < found->size(); ++i) {
+    if (referenced.contains((*found)[i].first)) {
+      note_references((*found)[i].second);
+      continue;
+    }
     // Renamed first, so a crash mid-delete never leaves a half-removed directory under a committed name.
     std::string doomed = directory + "/" + std::string(kDeletingPrefix) + (*found)[i].second;
     if (::rename((directory + "/" + (*found)[i].second).c_str(), doomed.c_str()) != 0)
@@ -211,8 +264,8 @@ Result<std::vector<std::string>> apply_retention(const std::string& directory, s
   return deleted;
 }
 
-void clean_leftovers(const std::string& directory, std::uint32_t rank) {
-  std::string rank_suffix = ".r" + std::to_string(rank);
+void clean_leftovers(const std::string& directory, std::optional<std::uint32_t> rank) {
+  std::string rank_suffix = rank ? ".r" + std::to_string(*rank) : "";
   std::error_code ec;
   std::vector<std::string> doomed;
   for (std::filesystem::directory_iterator it(directory, ec), end; !ec && it != end; it.increment(ec)) {

@@ -28,8 +28,23 @@ enum class CrashPoint : int {
   AfterRename = 6,     // renamed, parent directory not yet fsynced
   AfterCommit = 7,     // parent fsynced, older checkpoints not yet deleted
   MidRetention = 8,    // one old checkpoint renamed for deletion, not yet removed
-  Count = 9,
+  // Multi-rank commit (src/ckpt/group.cpp): points 1-3 are each rank's shard, 4-8 rank 0's global commit.
+  ShardsReported = 9,  // every rank reported a durable shard; rank 0 has not written the global manifest
+  Count = 10,
 };
+
+// The crash-test hook: the whole process dies here, as with kill -9 from outside.
+void crash_if(const EngineOptions& options, CrashPoint point);
+void crash_if(int crash_point, CrashPoint point);
+
+// Removes a temporary directory unless the commit got far enough to rename it.
+struct RemoveOnFailure {
+  std::string path;
+  bool armed = true;
+  ~RemoveOnFailure();
+};
+
+double seconds_since(std::int64_t start_ns);
 
 inline constexpr const char* kManifestName = "MANIFEST";
 
@@ -48,13 +63,31 @@ struct PersistJob {
   std::uint64_t bytes = 0;
   std::vector<TensorEntry> tensors;
   const EngineOptions* options = nullptr;
-  bool* warned_buffered = nullptr;  // set once the O_DIRECT fallback warning was logged
+  bool* warned_buffered = nullptr;     // set once the O_DIRECT fallback warning was logged
+  const Manifest* previous = nullptr;  // incremental: the checkpoint unchanged chunks are taken from
+  Manifest* written = nullptr;         // set to the committed manifest on success
 };
+
+// Incremental, pure: marks each chunk of `current` (checksums filled) whose offset, size and checksum
+// equal `previous`'s as living in the checkpoint that holds it; returns the bytes so marked. Nothing is
+// marked unless both describe one file of the same name, size and chunking, and previous is older.
+std::uint64_t mark_unchanged(Manifest& current, const Manifest& previous);
 
 Result<PersistReport> persist_checkpoint(Ring& ring, const PersistJob& job);
 
-// Removes what a crashed writer of this rank left behind (temporary and half-deleted directories).
-void clean_leftovers(const std::string& directory, std::uint32_t rank);
+// Writes staging into `<tmp>/<manifest.files[0].name>` and fills the manifest's chunk checksums, fsyncs the
+// file; returns whether O_DIRECT was used.
+Result<bool> write_data(Ring& ring, const PersistJob& job, const std::string& tmp, Manifest& manifest);
+// The commit's last steps, for a temporary directory whose contents are durable: atomic rename to `final`,
+// fsync of `directory`, then keep-last-K. Returns the names deleted.
+Result<std::vector<std::string>> commit_directory(RemoveOnFailure& tmp, const std::string& directory,
+                                                  const std::string& final, const EngineOptions& options);
+// ".tmp-ckpt-<step>.<owner>": owner "r<rank>" for one rank's checkpoint, "group" for a multi-rank one.
+std::string temporary_name(std::uint64_t step, const std::string& owner);
+
+// Removes what a crashed writer left behind: temporary directories of `rank` (every one without a rank)
+// and half-deleted directories.
+void clean_leftovers(const std::string& directory, std::optional<std::uint32_t> rank);
 
 // Deletes committed checkpoints beyond the newest `keep`; returns the names deleted.
 Result<std::vector<std::string>> apply_retention(const std::string& directory, std::uint32_t keep,

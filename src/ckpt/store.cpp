@@ -5,6 +5,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <map>
 
 #include "ckpt/checksum.hpp"
 #include "ckpt/manifest.hpp"
@@ -54,16 +55,18 @@ struct FileRead {
   std::uint64_t total;
 };
 
-Result<void> read_file(Ring& ring, const FileRead& r) {
+// The chunks `indices` of one file, all read from `holder` (this checkpoint's directory, or for
+// incremental references the older checkpoint that holds them).
+Result<void> read_chunks(Ring& ring, const FileRead& r, const std::vector<std::size_t>& indices,
+                         const std::string& holder) {
   const auto& entry = r.m.files[r.file];
-  auto indices = chunks_of(r.m, r.file);
   bool direct = false;
-  auto fd = open_file(r.path + "/" + entry.name, O_RDONLY, all_aligned(r.m, indices), direct);
+  auto fd = open_file(holder + "/" + entry.name, O_RDONLY, all_aligned(r.m, indices), direct);
   if (!fd) return std::unexpected(fd.error());
   struct stat st {};
   if (::fstat(fd->get(), &st) != 0) return fail_errno("ckpt: stat of " + entry.name, errno);
   if (static_cast<std::uint64_t>(st.st_size) != entry.size)
-    return fail(Errc::ProtocolError, "ckpt: " + r.path + ": " + entry.name + " has " +
+    return fail(Errc::ProtocolError, "ckpt: " + holder + ": " + entry.name + " has " +
                                          std::to_string(st.st_size) + " bytes, the manifest says " +
                                          std::to_string(entry.size) + " (torn or truncated)");
   std::vector<IoChunk> io;
@@ -90,7 +93,24 @@ Result<void> read_file(Ring& ring, const FileRead& r) {
                    if (r.progress) r.progress(r.done, r.total);
                    return {};
                  }};
-  return run_pipeline(ring, false, fd->get(), io, steps, r.path + "/" + entry.name);
+  return run_pipeline(ring, false, fd->get(), io, steps, holder + "/" + entry.name);
+}
+
+// A chunk's holder: a plain checkpoint name next to this one (never a path from the manifest).
+std::string holder_of(const std::string& path, const ChunkEntry& c) {
+  if (!c.source_step) return path;
+  auto slash = path.find_last_of('/');
+  std::string parent = slash == std::string::npos ? "." : path.substr(0, slash);
+  return parent + "/" + checkpoint_name(*c.source_step);
+}
+
+Result<void> read_file(Ring& ring, const FileRead& r) {
+  // Grouped by holder, each group in file order: one open and one pipeline per holder.
+  std::map<std::string, std::vector<std::size_t>> by_holder;
+  for (auto i : chunks_of(r.m, r.file)) by_holder[holder_of(r.path, r.m.chunks[i])].push_back(i);
+  for (const auto& [holder, indices] : by_holder)
+    if (auto ok = read_chunks(ring, r, indices, holder); !ok) return ok;
+  return {};
 }
 
 }  // namespace

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "ckpt/persist.hpp"
+#include "ckpt_support.hpp"
 #include "rdmakit/ckpt/engine.hpp"
 #include "rdmakit/ckpt/store.hpp"
 #include "support/test_support.hpp"
@@ -35,6 +36,11 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// Incremental mode (the writer's and the checker's): buffer `a` then changes only every 10th step, so its
+// chunks are referenced from checkpoints that retention must keep alive.
+bool g_incremental = false;
+std::uint64_t a_seed(std::uint64_t step) { return g_incremental ? step / 10 : step; }
+
 // ~1.6 MiB of state in buffers of odd sizes; the contents are a function of the step.
 struct State {
   std::vector<unsigned char> a = std::vector<unsigned char>(1'000'003);
@@ -43,15 +49,16 @@ struct State {
 
   void fill(std::uint64_t step) {
     auto seed = static_cast<std::uint32_t>(step * 3);
-    testing::fill_pattern(a.data(), a.size(), seed);
-    testing::fill_pattern(b.data(), b.size(), seed + 1);
-    testing::fill_pattern(c.data(), c.size(), seed + 2);
+    ckpt::testing::fill_seeded(a.data(), a.size(), static_cast<std::uint32_t>(a_seed(step) * 3));
+    ckpt::testing::fill_seeded(b.data(), b.size(), seed + 1);
+    ckpt::testing::fill_seeded(c.data(), c.size(), seed + 2);
   }
   bool matches(std::uint64_t step) const {
     auto seed = static_cast<std::uint32_t>(step * 3);
-    return testing::find_pattern_mismatch(a.data(), a.size(), seed) == a.size() &&
-           testing::find_pattern_mismatch(b.data(), b.size(), seed + 1) == b.size() &&
-           testing::find_pattern_mismatch(c.data(), c.size(), seed + 2) == c.size();
+    return ckpt::testing::seeded_mismatch(a.data(), a.size(), static_cast<std::uint32_t>(a_seed(step) * 3)) ==
+               a.size() &&
+           ckpt::testing::seeded_mismatch(b.data(), b.size(), seed + 1) == b.size() &&
+           ckpt::testing::seeded_mismatch(c.data(), c.size(), seed + 2) == c.size();
   }
   std::vector<Buffer> buffers() {
     return {{"a", a.data(), a.size(), DType::U8, {}},
@@ -66,6 +73,7 @@ EngineOptions writer_options(const std::string& dir, int crash_point) {
                        .chunk_bytes = 128 << 10,
                        .io_depth = 4,
                        .copy_threads = 2,
+                       .incremental = g_incremental,
                        .crash_point = crash_point};
 }
 
@@ -103,7 +111,7 @@ const bool kIsWriter = [] {
     std::istringstream in(args);
     std::string dir, log;
     int crash_point = 0, steps = 0;
-    in >> dir >> crash_point >> steps >> log;
+    in >> dir >> crash_point >> steps >> log >> g_incremental;
     std::_Exit(run_writer(dir, crash_point, steps, log));
   }
   return false;
@@ -113,7 +121,7 @@ pid_t spawn_writer(const std::string& dir, int crash_point, int steps, const std
   std::vector<std::string> env_strings;
   for (char** e = environ; *e; ++e) env_strings.emplace_back(*e);
   env_strings.push_back("CKPT_TEST_WRITER=" + dir + " " + std::to_string(crash_point) + " " +
-                        std::to_string(steps) + " " + log);
+                        std::to_string(steps) + " " + log + " " + (g_incremental ? "1" : "0"));
   std::vector<char*> env;
   for (auto& s : env_strings) env.push_back(s.data());
   env.push_back(nullptr);
@@ -164,17 +172,19 @@ void check_survivor(const std::string& dir, std::uint64_t last_committed, const 
     EXPECT_TRUE(info.problem.empty()) << what << ": " << info.path << ": " << info.problem;
 }
 
-TEST(CkptCrash, KilledAtEveryCommitPointAndAtRandomTimes) {
+void kill_at_points_and_random_times(int rounds) {
   TempDir dir;
   std::string log = dir.path() + "/../" + fs::path(dir.path()).filename().string() + ".log";
   std::string store = dir.path() + "/ckpt";
   std::mt19937 random(12345);
   int numbered = 0, timed = 0;
-  for (int round = 0; round < 60; ++round) {
+  for (int round = 0; round < rounds; ++round) {
     // Two rounds out of three stop at a numbered point (cycling through all of them), the others are
     // killed from outside after a random delay while the writer loops.
-    int point = round % 3 != 2 ? 1 + (numbered++ % (static_cast<int>(detail::CrashPoint::Count) - 1)) : 0;
-    pid_t pid = spawn_writer(store, point, point ? 1 : 1000, log);
+    int point = round % 3 != 2 ? 1 + (numbered++ % static_cast<int>(detail::CrashPoint::MidRetention)) : 0;
+    // A numbered point kills the writer at its first commit that reaches it; in incremental mode a commit
+    // may delete nothing (the older checkpoint is referenced), so MidRetention can take a few commits.
+    pid_t pid = spawn_writer(store, point, point ? 25 : 1000, log);
     ASSERT_GT(pid, 0);
     if (!point) {
       ++timed;
@@ -193,6 +203,16 @@ TEST(CkptCrash, KilledAtEveryCommitPointAndAtRandomTimes) {
   std::printf("killed %d times at numbered points, %d at random times; newest committed step %llu\n",
               numbered, timed, static_cast<unsigned long long>(last_logged(log)));
   fs::remove(log);
+}
+
+TEST(CkptCrash, KilledAtEveryCommitPointAndAtRandomTimes) { kill_at_points_and_random_times(60); }
+
+// The same with incremental checkpoints: references to older checkpoints must survive every crash, and
+// retention must never delete a checkpoint a surviving one references.
+TEST(CkptCrash, IncrementalKilledAtEveryCommitPointAndAtRandomTimes) {
+  g_incremental = true;
+  kill_at_points_and_random_times(36);
+  g_incremental = false;
 }
 
 // Mounts a file system of `type` on a fresh directory for one test (needs root; the test skips elsewhere).
@@ -220,19 +240,19 @@ TEST(CkptCrash, BufferedFallbackWarnsAndIsReported) {
   Mounted dir("ramfs", nullptr);
   if (!dir.ok()) GTEST_SKIP() << dir.why();
   std::vector<unsigned char> data(1u << 20);
-  testing::expect_warning("O_DIRECT refused");
+  rdmakit::testing::expect_warning("O_DIRECT refused");
   auto engine =
       Engine::create(writer_options(dir.path(), 0), {{"data", data.data(), data.size() - 5, DType::U8, {}}});
   ASSERT_TRUE(engine);
-  testing::fill_pattern(data.data(), data.size(), 8);
+  ckpt::testing::fill_seeded(data.data(), data.size(), 8);
   ASSERT_TRUE((*engine)->snapshot(8));
   auto report = (*engine)->wait_persisted();
   ASSERT_TRUE(report) << report.error().describe();
   EXPECT_FALSE(report->direct_io);
-  EXPECT_EQ(testing::warnings_seen(), 1u);
+  EXPECT_EQ(rdmakit::testing::warnings_seen(), 1u);
   std::fill(data.begin(), data.end(), 0);
   ASSERT_EQ((*engine)->restore_latest().value_or(0), 8u);
-  EXPECT_EQ(testing::find_pattern_mismatch(data.data(), data.size() - 5, 8), data.size() - 5);
+  EXPECT_EQ(ckpt::testing::seeded_mismatch(data.data(), data.size() - 5, 8), data.size() - 5);
 }
 
 // A size-limited tmpfs: the third 3 MiB checkpoint does not fit in 8 MiB.
@@ -240,18 +260,18 @@ TEST(CkptCrash, FullDiskFailsCleanlyAndKeepsPrevious) {
   Mounted dir("tmpfs", "size=8m");
   if (!dir.ok()) GTEST_SKIP() << dir.why();
   std::vector<unsigned char> data(3u << 20);
-  testing::expect_warning("O_DIRECT refused");  // on kernels before 6.6
-  testing::expect_warning("failed");
+  rdmakit::testing::expect_warning("O_DIRECT refused");  // on kernels before 6.6
+  rdmakit::testing::expect_warning("failed");
   auto engine =
       Engine::create(writer_options(dir.path(), 0), {{"data", data.data(), data.size(), DType::U8, {}}});
   ASSERT_TRUE(engine);
   for (std::uint32_t step = 1; step <= 2; ++step) {
-    testing::fill_pattern(data.data(), data.size(), step);
+    ckpt::testing::fill_seeded(data.data(), data.size(), step);
     ASSERT_TRUE((*engine)->snapshot(step));
     auto report = (*engine)->wait_persisted();
     ASSERT_TRUE(report) << report.error().describe();
   }
-  testing::fill_pattern(data.data(), data.size(), 3);
+  ckpt::testing::fill_seeded(data.data(), data.size(), 3);
   ASSERT_TRUE((*engine)->snapshot(3));  // 3 x 3 MiB does not fit in 8 MiB
   auto failed = (*engine)->wait_persisted();
   ASSERT_FALSE(failed) << "step " << failed->step << " committed, deleted " << failed->deleted.size();
@@ -264,7 +284,7 @@ TEST(CkptCrash, FullDiskFailsCleanlyAndKeepsPrevious) {
   for (const auto& entry : fs::directory_iterator(dir.path()))  // the torn attempt was removed
     EXPECT_TRUE(entry.path().filename().string().starts_with("ckpt-")) << entry.path();
   ASSERT_EQ((*engine)->restore_latest().value_or(0), 2u);
-  EXPECT_EQ(testing::find_pattern_mismatch(data.data(), data.size(), 2), data.size());
+  EXPECT_EQ(ckpt::testing::seeded_mismatch(data.data(), data.size(), 2), data.size());
   EXPECT_TRUE(verify_checkpoint(dir.path() + "/" + detail::checkpoint_name(1)));
 }
 

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "ckpt/persist.hpp"
+#include "ckpt_support.hpp"
 #include "rdmakit/ckpt/engine.hpp"
 #include "rdmakit/ckpt/store.hpp"
 #include "support/test_support.hpp"
@@ -42,14 +43,14 @@ struct State {
   std::vector<double> moments = std::vector<double>(70'001);
 
   void fill(std::uint32_t seed) {
-    testing::fill_pattern(weights.data(), weights.size() * 4, seed);
-    testing::fill_pattern(bytes.data(), bytes.size(), seed + 1);
-    testing::fill_pattern(moments.data(), moments.size() * 8, seed + 2);
+    ckpt::testing::fill_seeded(weights.data(), weights.size() * 4, seed);
+    ckpt::testing::fill_seeded(bytes.data(), bytes.size(), seed + 1);
+    ckpt::testing::fill_seeded(moments.data(), moments.size() * 8, seed + 2);
   }
   bool matches(std::uint32_t seed) const {
-    return testing::find_pattern_mismatch(weights.data(), weights.size() * 4, seed) == weights.size() * 4 &&
-           testing::find_pattern_mismatch(bytes.data(), bytes.size(), seed + 1) == bytes.size() &&
-           testing::find_pattern_mismatch(moments.data(), moments.size() * 8, seed + 2) == moments.size() * 8;
+    return ckpt::testing::seeded_mismatch(weights.data(), weights.size() * 4, seed) == weights.size() * 4 &&
+           ckpt::testing::seeded_mismatch(bytes.data(), bytes.size(), seed + 1) == bytes.size() &&
+           ckpt::testing::seeded_mismatch(moments.data(), moments.size() * 8, seed + 2) == moments.size() * 8;
   }
   std::vector<Buffer> buffers() {
     return {{"layer0.weight", weights.data(), weights.size() * 4, DType::F32, {600, 500}},
@@ -136,7 +137,7 @@ TEST(CkptEngine, CorruptByteDetectedNamedAndSkipped) {
       << verified.error().message();
   EXPECT_NE(verified.error().message().find("layer0.weight"), std::string::npos);
 
-  testing::expect_warning("checksum mismatch");
+  rdmakit::testing::expect_warning("checksum mismatch");
   state.fill(50);
   auto step = (*engine)->restore_latest();
   ASSERT_TRUE(step);
@@ -155,7 +156,7 @@ TEST(CkptEngine, TruncatedDataFileAndTornManifestSkipped) {
     ASSERT_TRUE((*engine)->wait_persisted());
   }
   fs::resize_file(dir.path() + "/" + detail::checkpoint_name(2) + "/rank-00000.data", 100'000);
-  testing::expect_warning("truncated");
+  rdmakit::testing::expect_warning("truncated");
   state.fill(9);
   ASSERT_EQ((*engine)->restore_latest().value_or(0), 1u);
   EXPECT_TRUE(state.matches(1));
@@ -163,7 +164,7 @@ TEST(CkptEngine, TruncatedDataFileAndTornManifestSkipped) {
   // A manifest cut short: detected by its checksum line, nothing restorable is left.
   auto manifest = dir.path() + "/" + detail::checkpoint_name(1) + "/MANIFEST";
   fs::resize_file(manifest, fs::file_size(manifest) - 10);
-  testing::expect_warning("manifest");
+  rdmakit::testing::expect_warning("manifest");
   auto step = (*engine)->restore_latest();
   ASSERT_FALSE(step);
   EXPECT_EQ(step.error().code(), Errc::NotFound);
@@ -202,7 +203,7 @@ TEST(CkptEngine, BackgroundErrorSurfacesAtNextCall) {
   // Make the directory unwritable by replacing it with a file for one snapshot.
   fs::rename(dir.path() + "/sub", dir.path() + "/moved");
   { std::ofstream(dir.path() + "/sub") << "not a directory"; }
-  testing::expect_warning("failed");
+  rdmakit::testing::expect_warning("failed");
   ASSERT_TRUE((*engine)->snapshot(2));
   auto next = (*engine)->snapshot(3);
   ASSERT_FALSE(next);

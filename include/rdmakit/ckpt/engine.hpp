@@ -25,6 +25,10 @@
 #include "rdmakit/ckpt/types.hpp"
 #include "rdmakit/error.hpp"
 
+namespace rdmakit::coll {
+class Communicator;
+}
+
 namespace rdmakit::ckpt {
 
 struct EngineOptions {
@@ -34,8 +38,28 @@ struct EngineOptions {
   std::uint32_t io_depth = 4;          // writes in flight
   std::uint32_t copy_threads = 0;      // threads splitting the snapshot copy; 0 = min(4, cores)
   bool direct_io = true;               // O_DIRECT; falls back to buffered I/O (with a warning) if refused
-  std::uint32_t rank = 0;              // this process's rank and the job's world size, recorded in the
-  std::uint32_t world_size = 1;        // manifest; restore refuses a checkpoint of another world size
+  // Lazy mode: snapshot() only records the step and returns; the copy into staging runs in the background
+  // (during the next forward and backward pass). The application must not write any buffer until
+  // wait_snapshot() returns, which it calls before its optimizer step: that is then the only stall.
+  bool lazy = false;
+  // Incremental: a chunk whose checksum equals the previous checkpoint's (this engine's last commit, or
+  // the one restored) is not written; the manifest references the checkpoint that holds it, and retention
+  // keeps that one while any kept checkpoint references it (docs/ckpt.md). Single-rank engines only.
+  bool incremental = false;
+  std::uint32_t rank = 0;        // this process's rank and the job's world size, recorded in the
+  std::uint32_t world_size = 1;  // manifest; restore refuses a checkpoint of another world size
+  // Many ranks, one checkpoint: with a communicator, rank and world_size are its own, every rank writes its
+  // shard into one shared `directory`, and rank 0 commits the checkpoint only when every rank's shard is
+  // durable (docs/ckpt.md). The engine issues collectives on it from its background thread, so it must be
+  // a communicator the application does not use itself (create one with its own CommOptions::key_prefix),
+  // and its timeout must exceed the slowest rank's persist time. Every rank calls create(), snapshot()
+  // and restore_latest() in the same order. Must outlive the engine.
+  coll::Communicator* communicator = nullptr;
+  // Peer-memory replica: the address of an `rdmakit-ckpt serve` (its transport: RDMAKIT_TRANSPORT, tcp by
+  // default). Each committed checkpoint is also written into the server's memory (one-sided WRITEs into
+  // memory it registered, staging registered here), and restore_latest() takes the server's newest replica
+  // when it is at least as new as the newest checkpoint on disk. Single-rank engines only.
+  std::string replica;
   // Test hook for crash tests: the persist thread raises SIGKILL on its own process when it reaches this
   // numbered point of the commit (see CrashPoint in src/ckpt/persist.hpp). 0 = never.
   int crash_point = 0;
@@ -52,9 +76,11 @@ class Engine {
 
   // Copies every buffer into staging and hands the copy to the background persist; returns when the
   // buffers may be modified again. Returns a pending background error instead (nothing is snapshotted).
+  // Lazy mode: returns at once and copies in the background; the buffers may be modified again only
+  // after wait_snapshot().
   Result<void> snapshot(std::uint64_t step);
-  // Returns when the copy of the last snapshot() is complete. snapshot() copies before returning, so this
-  // returns at once today; it is the point a lazy mode would stall at.
+  // Returns when the copy of the last snapshot() is complete (at once unless lazy), or a pending background
+  // error (once). In lazy mode, call it before the buffers change (the optimizer step).
   Result<void> wait_snapshot();
   // Waits until the last snapshot is committed on disk and reports it (NotFound when none was taken).
   Result<PersistReport> wait_persisted();

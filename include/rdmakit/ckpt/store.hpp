@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,10 @@ struct ChunkEntry {
   std::uint64_t offset = 0;
   std::uint64_t size = 0;
   std::uint64_t checksum = 0;
+  // Incremental checkpoints: the bytes are not in this checkpoint's file but at the same offset of the file
+  // of the same name in checkpoint `source_step` (always older, and the one that holds them: never a
+  // chain). Retention keeps that checkpoint while this one exists.
+  std::optional<std::uint64_t> source_step;
 };
 
 struct FileEntry {

@@ -35,9 +35,11 @@ struct Buffer {
 // What one persisted checkpoint cost, reported by wait_persisted().
 struct PersistReport {
   std::uint64_t step = 0;
-  std::string path;          // the committed directory
-  std::size_t bytes = 0;     // payload bytes written
+  std::string path;              // the committed directory
+  std::size_t bytes = 0;         // payload bytes (written + reused)
+  std::size_t reused_bytes = 0;  // incremental: unchanged chunks referenced from an earlier checkpoint
   bool direct_io = false;    // false: O_DIRECT was refused and the page cache was used (a warning was logged)
+  bool replicated = false;   // also in the peer's memory (EngineOptions::replica)
   double write_seconds = 0;  // data written and checksummed, before fsync
   double total_seconds = 0;  // snapshot handed over -> committed (fsyncs and rename included)
   std::vector<std::string> deleted;  // older checkpoints removed after this one was committed (keep-last-K)

@@ -1,0 +1,151 @@
+// The engine's side of the peer-memory replica (src/ckpt/replica.hpp).
+#include <cstring>
+
+#include "ckpt/checksum.hpp"
+#include "ckpt/io.hpp"
+#include "ckpt/manifest.hpp"
+#include "ckpt/replica.hpp"
+#include "ckpt/replica_channel.hpp"
+
+namespace rdmakit::ckpt::detail {
+namespace {
+
+constexpr auto kReplyTimeout = std::chrono::milliseconds(120'000);  // the server verifies (and may persist)
+
+Result<Message> checked_reply(Result<Message> reply, MessageType type, const std::string& what) {
+  if (!reply) return fail(reply.error().code(), "ckpt replica: " + what + ": " + reply.error().message());
+  if (reply->type != type) return fail(Errc::ProtocolError, "ckpt replica: " + what + ": unexpected reply");
+  if (reply->status != 0)
+    return fail(Errc::Unavailable, "ckpt replica: " + what + " refused by the server: " + reply->text);
+  return reply;
+}
+
+}  // namespace
+
+struct ReplicaClient::State {
+  std::shared_ptr<Context> context;
+  std::shared_ptr<MemoryRegion> staging;  // the engine's staging, registered
+  std::optional<Channel> channel;
+  RemoteRegion remote;
+  std::uint32_t rank = 0;
+  std::uint64_t bytes = 0;
+  std::optional<std::uint32_t> newest;  // the server's slot holding the newest verified replica
+  std::uint64_t piece = 4u << 20;       // WRITE/READ size
+
+  std::uint64_t slot_offset(std::uint32_t slot) const { return slot * replica_slot_bytes(bytes); }
+  std::uint64_t manifest_offset(std::uint32_t slot) const {
+    return slot_offset(slot) + round_up(bytes, kIoAlignment);
+  }
+  Message request(MessageType type) const { return Message{.type = type, .rank = rank}; }
+};
+
+Result<ReplicaClient> ReplicaClient::connect(const std::string& address, std::uint32_t rank,
+                                             std::uint32_t world_size, unsigned char* staging,
+                                             std::size_t staging_size, std::uint64_t bytes) {
+  auto s = std::make_unique<State>();
+  s->rank = rank;
+  s->bytes = bytes;
+  auto context = Context::open();
+  if (!context) return std::unexpected(context.error());
+  s->context = std::move(*context);
+  auto caps = s->context->capabilities();
+  if (caps.max_message_size) s->piece = std::min<std::uint64_t>(s->piece, caps.max_message_size);
+  auto region = s->context->register_memory(staging, staging_size, Access::LocalWrite);
+  if (!region) return std::unexpected(region.error());
+  s->staging = std::move(*region);
+  auto connection = s->context->connect(address);
+  if (!connection) return std::unexpected(connection.error());
+  auto channel = Channel::create(*s->context, std::move(*connection), kReplicaManifestArea);
+  if (!channel) return std::unexpected(channel.error());
+  s->channel.emplace(std::move(*channel));
+
+  auto hello = s->request(MessageType::Hello);
+  hello.world_size = world_size;
+  hello.bytes = bytes;
+  auto reply = checked_reply(s->channel->call(hello, kReplyTimeout), MessageType::HelloReply, "hello");
+  if (!reply) return std::unexpected(reply.error());
+  auto remote = RemoteRegion::from_hex(reply->text);
+  if (!remote) return std::unexpected(remote.error());
+  if (remote->length < 2 * replica_slot_bytes(bytes))
+    return fail(Errc::ProtocolError, "ckpt replica: the server's region is smaller than two slots");
+  s->remote = *remote;
+  if (reply->slot < 2) s->newest = reply->slot;
+  return ReplicaClient(std::move(s));
+}
+
+ReplicaClient::ReplicaClient(std::unique_ptr<State> state) : state_(std::move(state)) {}
+ReplicaClient::ReplicaClient(ReplicaClient&&) noexcept = default;
+ReplicaClient& ReplicaClient::operator=(ReplicaClient&&) noexcept = default;
+ReplicaClient::~ReplicaClient() = default;
+
+Result<void> ReplicaClient::push(const Manifest& manifest) {
+  auto& s = *state_;
+  std::uint32_t slot = s.newest && *s.newest == 0 ? 1 : 0;  // never the newest complete one
+  auto text = encode_manifest(manifest);
+  if (text.size() > kReplicaManifestArea)
+    return fail(Errc::InvalidArgument, "ckpt replica: manifest too large");
+  auto& channel = *s.channel;
+  if (auto ok = transfer(channel.connection(), true, *s.staging, 0, s.remote.at(s.slot_offset(slot)), s.bytes,
+                         s.piece);
+      !ok)
+    return ok;
+  std::memcpy(static_cast<char*>(channel.region().data()) + Channel::kExtraOffset, text.data(), text.size());
+  if (auto ok = transfer(channel.connection(), true, channel.region(), Channel::kExtraOffset,
+                         s.remote.at(s.manifest_offset(slot)), text.size(), s.piece);
+      !ok)
+    return ok;
+  auto commit = s.request(MessageType::Commit);
+  commit.step = manifest.step;
+  commit.slot = slot;
+  commit.manifest_bytes = text.size();
+  auto reply = checked_reply(channel.call(commit, kReplyTimeout), MessageType::CommitReply,
+                             "step " + std::to_string(manifest.step));
+  if (!reply) return std::unexpected(reply.error());
+  s.newest = slot;
+  return {};
+}
+
+Result<std::uint64_t> ReplicaClient::newest_step() {
+  auto reply = state_->channel->call(state_->request(MessageType::Fetch), kReplyTimeout);
+  if (reply && reply->type == MessageType::FetchReply && reply->status != 0)
+    return fail(Errc::NotFound, "ckpt replica: the server holds no replica of this rank");
+  auto checked = checked_reply(std::move(reply), MessageType::FetchReply, "fetch");
+  if (!checked) return std::unexpected(checked.error());
+  return checked->step;
+}
+
+Result<Manifest> ReplicaClient::fetch() {
+  auto& s = *state_;
+  auto& channel = *s.channel;
+  auto reply = channel.call(s.request(MessageType::Fetch), kReplyTimeout);
+  if (reply && reply->type == MessageType::FetchReply && reply->status != 0)
+    return fail(Errc::NotFound, "ckpt replica: the server holds no replica of this rank");
+  auto checked = checked_reply(std::move(reply), MessageType::FetchReply, "fetch");
+  if (!checked) return std::unexpected(checked.error());
+  if (checked->slot > 1 || checked->bytes != s.bytes || checked->manifest_bytes == 0 ||
+      checked->manifest_bytes > kReplicaManifestArea)
+    return fail(Errc::ProtocolError, "ckpt replica: the server's fetch reply does not fit this engine");
+  if (auto ok = transfer(channel.connection(), false, channel.region(), Channel::kExtraOffset,
+                         s.remote.at(s.manifest_offset(checked->slot)), checked->manifest_bytes, s.piece);
+      !ok)
+    return std::unexpected(ok.error());
+  auto manifest = decode_manifest(std::string_view(
+      static_cast<const char*>(channel.region().data()) + Channel::kExtraOffset, checked->manifest_bytes));
+  if (!manifest) return fail(Errc::ProtocolError, "ckpt replica: " + manifest.error().message());
+  if (manifest->files.size() != 1 || manifest->files[0].size != s.bytes || manifest->step != checked->step)
+    return fail(Errc::ProtocolError, "ckpt replica: the replica's manifest does not fit this engine");
+  if (auto ok = transfer(channel.connection(), false, *s.staging, 0,
+                         s.remote.at(s.slot_offset(checked->slot)), s.bytes, s.piece);
+      !ok)
+    return std::unexpected(ok.error());
+  const auto* data = static_cast<const unsigned char*>(s.staging->data());
+  for (std::size_t i = 0; i < manifest->chunks.size(); ++i) {
+    const auto& c = manifest->chunks[i];
+    if (c.source_step || checksum64(data + c.offset, c.size) != c.checksum)
+      return fail(Errc::ProtocolError, "ckpt replica: step " + std::to_string(manifest->step) +
+                                           ": checksum mismatch in chunk " + std::to_string(i));
+  }
+  return manifest;
+}
+
+}  // namespace rdmakit::ckpt::detail

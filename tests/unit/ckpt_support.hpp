@@ -1,0 +1,102 @@
+// Helpers shared by the checkpoint tests written after the first slice: a temporary directory, and state
+// whose contents are a function of a seed, in buffers of odd sizes so chunks and buffers do not line up.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "rdmakit/bootstrap.hpp"
+#include "rdmakit/ckpt/engine.hpp"
+#include "rdmakit/coll/communicator.hpp"
+#include "support/test_support.hpp"
+
+namespace rdmakit::ckpt::testing {
+
+class TempDir {
+ public:
+  // Under `parent` (default: the temporary directory, ext4 here, where O_DIRECT works).
+  explicit TempDir(const std::filesystem::path& parent = std::filesystem::temp_directory_path()) {
+    std::string pattern = (parent / "rdmakit-ckpt-XXXXXX").string();
+    path_ = ::mkdtemp(pattern.data());
+  }
+  ~TempDir() { std::filesystem::remove_all(path_); }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// A byte pattern that depends on every bit of the seed. (testing::fill_pattern's does not: its seed only
+// reaches bits the byte never takes for seeds below 2^29, so fill(7) and fill(99) write the same bytes.)
+inline std::uint8_t seeded_byte(std::size_t i, std::uint64_t seed) {
+  std::uint64_t x = (static_cast<std::uint64_t>(i) + 1) ^ (seed * 0xD1B54A32D192ED03ull);
+  x *= 0x9E3779B97F4A7C15ull;
+  return static_cast<std::uint8_t>(x >> 56);
+}
+inline void fill_seeded(void* data, std::size_t size, std::uint64_t seed) {
+  auto* bytes = static_cast<std::uint8_t*>(data);
+  for (std::size_t i = 0; i < size; ++i) bytes[i] = seeded_byte(i, seed);
+}
+inline std::size_t seeded_mismatch(const void* data, std::size_t size, std::uint64_t seed) {
+  const auto* bytes = static_cast<const std::uint8_t*>(data);
+  for (std::size_t i = 0; i < size; ++i)
+    if (bytes[i] != seeded_byte(i, seed)) return i;
+  return size;
+}
+
+struct PatternState {
+  explicit PatternState(std::size_t scale = 1) : a(1'000'003 * scale), b(600'000 * scale), c(77) {}
+  std::vector<unsigned char> a, b, c;
+
+  void fill(std::uint64_t seed) {
+    fill_seeded(a.data(), a.size(), seed * 3);
+    fill_seeded(b.data(), b.size(), seed * 3 + 1);
+    fill_seeded(c.data(), c.size(), seed * 3 + 2);
+  }
+  bool matches(std::uint64_t seed) const {
+    return seeded_mismatch(a.data(), a.size(), seed * 3) == a.size() &&
+           seeded_mismatch(b.data(), b.size(), seed * 3 + 1) == b.size() &&
+           seeded_mismatch(c.data(), c.size(), seed * 3 + 2) == c.size();
+  }
+  std::size_t bytes() const { return a.size() + b.size() + c.size(); }
+  std::vector<Buffer> buffers() {
+    return {{"a", a.data(), a.size(), DType::U8, {}},
+            {"b", b.data(), b.size(), DType::U8, {}},
+            {"c", c.data(), c.size(), DType::U8, {77}}};
+  }
+};
+
+inline EngineOptions test_options(const std::string& dir) {
+  return EngineOptions{
+      .directory = dir, .keep = 2, .chunk_bytes = 128 << 10, .io_depth = 4, .copy_threads = 2};
+}
+
+// Runs body(comm) on n threads, each a rank with its own communicator over one in-memory store (tcp
+// between the threads: the engine's collectives are a few bytes).
+inline void run_ranks(int n, const std::function<void(coll::Communicator&)>& body) {
+  auto store = bootstrap::make_memory_store();
+  coll::CommOptions options{.network_transport = "tcp",
+                            .local_transport = "tcp",
+                            .timeout = std::chrono::milliseconds(20000),
+                            .bootstrap_timeout = std::chrono::milliseconds(20000)};
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r)
+    threads.emplace_back([&, r] {
+      auto comm = coll::Communicator::create(store, r, n, options);
+      ASSERT_TRUE(comm.has_value()) << "rank " << r << ": " << comm.error().describe();
+      body(**comm);
+    });
+  for (auto& t : threads) t.join();
+}
+
+}  // namespace rdmakit::ckpt::testing
