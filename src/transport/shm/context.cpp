@@ -77,11 +77,16 @@ Result<void> ShmContext::init() {
   // Our mapping stays writable; peers get the descriptor and can only ever map it read-only.
   if (auto sealed = seal_memfd(fd->get(), "rdmakit-shm-control", true); !sealed)
     return std::unexpected(sealed.error());
+  // Every peer context maps our writable and read-only arenas, so their sizes add up per peer: the
+  // read-only and private arenas are kept small (RemoteRead-only and local-only allocate() memory is
+  // rare) so that many contexts in one process (threads as ranks, ThreadSanitizer's smaller address
+  // space) stay within the address-space budget the single 32 GiB arena used to take
+  // (8 thread ranks: 56 peer views of 24 + 4 GiB and 8 x 32 GiB of our own, 1.8 TiB; 32 + 32 GiB failed under TSan).
   auto rw = Arena::create(Arena::kDefaultSize, Arena::Sharing::Writable);
   if (!rw) return std::unexpected(rw.error());
-  auto ro = Arena::create(Arena::kDefaultSize, Arena::Sharing::ReadOnly);
+  auto ro = Arena::create(Arena::kSmallSize, Arena::Sharing::ReadOnly);
   if (!ro) return std::unexpected(ro.error());
-  auto mine = Arena::create(Arena::kDefaultSize, Arena::Sharing::Private);
+  auto mine = Arena::create(Arena::kSmallSize, Arena::Sharing::Private);
   if (!mine) return std::unexpected(mine.error());
   doorbell_ = UniqueFd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   if (!doorbell_) return fail_errno("shm: eventfd", errno);

@@ -30,7 +30,8 @@ Result<Mapping> map_shared(int fd, std::size_t size, bool writable);
 class Arena {
  public:
   // Virtual size: address space only, no memory is used until pages are touched.
-  static constexpr std::size_t kDefaultSize = std::size_t{32} << 30;
+  static constexpr std::size_t kDefaultSize = std::size_t{24} << 30;
+  static constexpr std::size_t kSmallSize = std::size_t{4} << 30;
 
   // What peers may do with the arena's descriptor.
   enum class Sharing {
