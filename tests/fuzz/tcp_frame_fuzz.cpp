@@ -27,7 +27,9 @@ struct Target {
   RegistrationTable table;
   std::uint32_t key =
       table.add(reinterpret_cast<std::uint64_t>(memory.get()), kRegion,
-                Access::LocalWrite | Access::RemoteWrite | Access::RemoteRead | Access::RemoteAtomic);
+                Access::LocalWrite | Access::RemoteWrite | Access::RemoteRead | Access::RemoteAtomic)
+          .value()
+          .rkey;
 };
 
 Access needed(FrameType type) {
