@@ -23,13 +23,7 @@ Result<bool> write_shard(Ring& ring, const PersistJob& job, const std::string& p
   const auto& options = *job.options;
   if (::mkdir(pending.c_str(), 0755) != 0 && errno != EEXIST)
     return fail_errno("ckpt: creating " + pending, errno);
-  Manifest shard{.step = job.step,
-                 .time_ns = job.time_ns,
-                 .rank = options.rank,
-                 .world_size = options.world_size,
-                 .chunk_bytes = options.chunk_bytes,
-                 .files = {FileEntry{data_file_name(options.rank), job.bytes}},
-                 .tensors = job.tensors};
+  Manifest shard = rank_manifest(job);
   auto direct = write_data(ring, job, pending, shard);
   if (!direct) return direct;
   if (auto ok = write_whole_file(pending + "/" + shard_manifest_name(options.rank), encode_manifest(shard));

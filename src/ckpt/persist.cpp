@@ -157,6 +157,17 @@ std::string data_file_name(std::uint32_t rank) {
   return name;
 }
 
+Manifest rank_manifest(const PersistJob& job) {
+  const auto& options = *job.options;
+  return Manifest{.step = job.step,
+                  .time_ns = job.time_ns,
+                  .rank = options.rank,
+                  .world_size = options.world_size,
+                  .chunk_bytes = options.chunk_bytes,
+                  .files = {FileEntry{data_file_name(options.rank), job.bytes}},
+                  .tensors = job.tensors};
+}
+
 std::vector<TensorEntry> plan_layout(const std::vector<Buffer>& buffers) {
   std::vector<TensorEntry> tensors;
   std::uint64_t offset = 0;
@@ -174,13 +185,7 @@ Result<PersistReport> persist_checkpoint(Ring& ring, const PersistJob& job) {
   remove_tree(tmp.path);
   if (::mkdir(tmp.path.c_str(), 0755) != 0) return fail_errno("ckpt: creating " + tmp.path, errno);
 
-  Manifest manifest{.step = job.step,
-                    .time_ns = job.time_ns,
-                    .rank = options.rank,
-                    .world_size = options.world_size,
-                    .chunk_bytes = options.chunk_bytes,
-                    .files = {FileEntry{data_file_name(options.rank), job.bytes}},
-                    .tensors = job.tensors};
+  Manifest manifest = rank_manifest(job);
   auto direct = write_data(ring, job, tmp.path, manifest);
   if (!direct) return std::unexpected(direct.error());
   PersistReport report{

@@ -77,6 +77,8 @@ Result<PersistReport> persist_checkpoint(Ring& ring, const PersistJob& job);
 
 // Writes staging into `<tmp>/<manifest.files[0].name>` and fills the manifest's chunk checksums, fsyncs the
 // file; returns whether O_DIRECT was used.
+// This rank's manifest for `job`: step, time, rank, world size, its one data file and the tensors.
+Manifest rank_manifest(const PersistJob& job);
 Result<bool> write_data(Ring& ring, const PersistJob& job, const std::string& tmp, Manifest& manifest);
 // The commit's last steps, for a temporary directory whose contents are durable: atomic rename to `final`,
 // fsync of `directory`, then keep-last-K. Returns the names deleted.
