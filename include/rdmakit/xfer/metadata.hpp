@@ -1,0 +1,60 @@
+// Transfer engine metadata: where a named segment lives.
+//
+// A process that owns memory segments (a KV-cache pool, a weights buffer) publishes, per segment name, the
+// bytes its peers need to reach it (endpoints and remote descriptors; the engine encodes them). Entries
+// live in a namespace and are bound to the publisher's lease: the store renews it in the background, and
+// when the publisher dies (stops renewing) its entries vanish after the TTL. When the metadata server
+// restarts and loses them, the live publishers put them back (republish on the next renewal).
+//
+// Backends, chosen by URL:
+//   "builtin://host:port"  the bootstrap rendezvous store's server (nothing to install; the default)
+//   "redis://host:port"    a Redis server (keys with PX expiry, renewed)
+//   "etcd://host:port"     an etcd v3 server through its HTTP/JSON gateway (leases + keepalive)
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "rdmakit/error.hpp"
+
+namespace rdmakit::xfer {
+
+struct MetadataOptions {
+  std::string name_space = "rdmakit";                       // every key is scoped to it
+  std::chrono::milliseconds ttl{5000};                       // an entry outlives a dead publisher by this
+  std::chrono::milliseconds renew_interval{1000};            // how often the lease is renewed
+  std::chrono::milliseconds timeout{5000};                   // bound of one metadata round trip
+};
+
+class MetadataStore {
+ public:
+  virtual ~MetadataStore() = default;
+
+  // Publishes `value` under `key`, bound to this store's lease (vanishes when this store dies or closes).
+  // Publishing an existing key of this store replaces its value.
+  virtual Result<void> publish(std::string_view key, const std::vector<std::byte>& value) = 0;
+  // Removes a key this store published.
+  virtual Result<void> unpublish(std::string_view key) = 0;
+  // The value under `key`, nullopt when there is none (never published, removed, or its owner died).
+  virtual Result<std::optional<std::vector<std::byte>>> lookup(std::string_view key) = 0;
+  // Every key of the namespace (for tools and tests).
+  virtual Result<std::vector<std::string>> list() = 0;
+
+  // Metadata round trips this store made so far (lookups, publishes, renewals): benches show that the
+  // data path makes none once names are resolved.
+  virtual std::uint64_t round_trips() const noexcept = 0;
+  // "builtin", "redis" or "etcd".
+  virtual std::string_view backend() const noexcept = 0;
+};
+
+// Opens a store by URL (see above). The builtin backend needs a server: `serve_builtin_metadata` starts one
+// in this process (or any rdmakit bootstrap store server works).
+Result<std::unique_ptr<MetadataStore>> open_metadata(std::string_view url, const MetadataOptions& options = {});
+
+}  // namespace rdmakit::xfer
