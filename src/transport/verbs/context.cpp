@@ -38,6 +38,7 @@ Capabilities VerbsContext::capabilities() const {
   c.max_message_size = device_->port_attr().max_msg_sz;
   c.max_sge = std::min<std::uint32_t>(config().max_sge, static_cast<std::uint32_t>(device_->attr().max_sge));
   c.max_inline = config().inline_size;
+  c.misaligned_atomic_refused_at_post = true;  // rxe and mlx5 refuse it in ibv_post_send (EINVAL)
   return c;
 }
 

@@ -58,18 +58,18 @@ VerbsCompletionQueue::~VerbsCompletionQueue() {
   if (channel_) api.destroy_comp_channel(channel_);
 }
 
-void VerbsCompletionQueue::attach(std::shared_ptr<Track> track) {
+void VerbsCompletionQueue::attach_track(std::shared_ptr<detail::RcState> track) {
   std::lock_guard lock(mutex_);
   tracks_.push_back(std::move(track));
 }
 
-void VerbsCompletionQueue::detach(const Track* track) {
+void VerbsCompletionQueue::detach_track(const detail::RcState* track) {
   std::lock_guard lock(mutex_);
   if (last_ == track) last_ = nullptr;
-  std::erase_if(tracks_, [&](const std::shared_ptr<Track>& t) { return t.get() == track; });
+  std::erase_if(tracks_, [&](const std::shared_ptr<detail::RcState>& t) { return t.get() == track; });
 }
 
-Track* VerbsCompletionQueue::find(std::uint32_t number) {
+detail::RcState* VerbsCompletionQueue::find(std::uint32_t number) {
   if (last_ && last_->number() == number) return last_;
   for (auto& t : tracks_)
     if (t->number() == number) return last_ = t.get();
@@ -84,9 +84,12 @@ std::size_t VerbsCompletionQueue::poll_locked(std::span<Completion> out) {
     const ibv_wc& wc = wcs[i];
     const bool recv = Connection::is_recv_id(wc.wr_id);
     const std::uint64_t sequence = wc.wr_id & (Connection::kRecvBit - 1);
-    Track* track = find(Connection::connection_of(wc.wr_id));
+    detail::RcState* track = find(Connection::connection_of(wc.wr_id));
     out[i] = to_completion(wc, track && !recv ? track->posted_opcode(sequence) : Opcode::Write);
-    if (track) track->completed(out[i], sequence, recv);
+    if (!track) continue;
+    track->completed(out[i]);
+    // The first failed operation fails its connection (the QP is in the error state now), with its status.
+    if (!out[i].ok() && out[i].status != Status::Flushed) track->fail(detail::completion_error(out[i]));
   }
   return got > 0 ? static_cast<std::size_t>(got) : 0;
 }
@@ -105,7 +108,7 @@ std::size_t VerbsCompletionQueue::poll_transport(std::span<Completion> out) {
   return n;
 }
 
-void VerbsCompletionQueue::drain(const Track& track, std::chrono::steady_clock::time_point deadline) {
+void VerbsCompletionQueue::drain(const detail::RcState& track, std::chrono::steady_clock::time_point deadline) {
   std::array<Completion, 32> batch;
   while (track.outstanding() > 0 && std::chrono::steady_clock::now() < deadline) {
     std::lock_guard lock(mutex_);

@@ -11,7 +11,7 @@
 
 #include "rdmakit/completion.hpp"
 #include "transport/verbs/device.hpp"
-#include "transport/verbs/track.hpp"
+#include "core/rc_state.hpp"
 
 namespace rdmakit::verbs_impl {
 
@@ -26,12 +26,12 @@ class VerbsCompletionQueue final : public CompletionQueue {
 
   ibv_cq* cq() const noexcept { return cq_; }
   std::uint32_t depth() const noexcept { return depth_; }
-  // Connections whose completions arrive here, so the poller can keep their stats and opcodes.
-  void attach(std::shared_ptr<Track> track);
-  void detach(const Track* track);
+  // Connections whose completions arrive here, so the poller can keep their stats, opcodes and failure.
+  void attach_track(std::shared_ptr<detail::RcState> track);
+  void detach_track(const detail::RcState* track);
   // close(): polls into the backlog (where poll() finds them) until the track has nothing outstanding
   // or the deadline passes.
-  void drain(const Track& track, std::chrono::steady_clock::time_point deadline);
+  void drain(const detail::RcState& track, std::chrono::steady_clock::time_point deadline);
 
  protected:
   std::size_t poll_transport(std::span<Completion> out) override;
@@ -41,7 +41,7 @@ class VerbsCompletionQueue final : public CompletionQueue {
   VerbsCompletionQueue(std::shared_ptr<Device> device, WaitMode mode, std::chrono::microseconds spin)
       : CompletionQueue(mode, spin), device_(std::move(device)) {}
   std::size_t poll_locked(std::span<Completion> out);
-  Track* find(std::uint32_t number);
+  detail::RcState* find(std::uint32_t number);
 
   std::shared_ptr<Device> device_;
   ibv_comp_channel* channel_ = nullptr;
@@ -50,8 +50,8 @@ class VerbsCompletionQueue final : public CompletionQueue {
   // One uncontended lock per poll batch (not per completion): it guards the track table against
   // close() and keeps the backlog in order. Providers lock their CQ inside ibv_poll_cq anyway.
   std::mutex mutex_;
-  std::vector<std::shared_ptr<Track>> tracks_;
-  Track* last_ = nullptr;  // most CQs serve one connection: skip the search
+  std::vector<std::shared_ptr<detail::RcState>> tracks_;
+  detail::RcState* last_ = nullptr;  // most CQs serve one connection: skip the search
   std::atomic<bool> has_backlog_{false};
   std::deque<Completion> backlog_;
 };
