@@ -1,5 +1,7 @@
 #include "transport/verbs/context.hpp"
 
+#include <fcntl.h>
+
 #include <cstring>
 
 #include "core/soft_region.hpp"
@@ -26,7 +28,18 @@ class VerbsMemoryRegion final : public MemoryRegion {
 }  // namespace
 
 VerbsContext::VerbsContext(Config config, std::shared_ptr<Device> device, std::shared_ptr<CmMonitor> monitor)
-    : Context(std::move(config)), device_(std::move(device)), monitor_(std::move(monitor)), cache_(this->config().registration_cache) {}
+    : Context(std::move(config)), device_(std::move(device)), monitor_(std::move(monitor)),
+      async_events_(std::make_shared<AsyncEvents>(device_)), cache_(this->config().registration_cache) {
+  if (!async_events_->available()) return;
+  // Non-blocking, so that the handler can take every pending event and stop.
+  int flags = fcntl(async_events_->fd(), F_GETFL);
+  if (flags >= 0 && fcntl(async_events_->fd(), F_SETFL, flags | O_NONBLOCK) == 0)
+    monitor_->watch(async_events_->fd(), std::weak_ptr<AsyncEvents>(async_events_));
+}
+
+VerbsContext::~VerbsContext() {
+  if (async_events_->available()) monitor_->unwatch(async_events_->fd());
+}
 
 Capabilities VerbsContext::capabilities() const {
   Capabilities c;

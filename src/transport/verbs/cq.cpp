@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <array>
+#include <string>
 
 #include "rdmakit/connection.hpp"
 
@@ -46,7 +47,8 @@ Result<std::shared_ptr<VerbsCompletionQueue>> VerbsCompletionQueue::create(std::
   int flags = fcntl(q->channel_->fd, F_GETFL);
   if (fcntl(q->channel_->fd, F_SETFL, flags | O_NONBLOCK) != 0) return fail_errno("fcntl(O_NONBLOCK)", errno);
   q->depth_ = std::min<std::uint32_t>(depth, static_cast<std::uint32_t>(device->attr().max_cqe));
-  q->cq_ = api.create_cq(device->context(), static_cast<int>(q->depth_), nullptr, q->channel_, 0);
+  // The CQ's context is the queue, so that an asynchronous CQ error (overflow) finds it.
+  q->cq_ = api.create_cq(device->context(), static_cast<int>(q->depth_), q.get(), q->channel_, 0);
   if (!q->cq_)
     return fail_errno("ibv_create_cq(" + device->name() + ", " + std::to_string(q->depth_) + " entries)", errno);
   return q;
@@ -115,6 +117,32 @@ void VerbsCompletionQueue::drain(const detail::RcState& track, std::chrono::stea
     std::size_t n = poll_locked(batch);
     backlog_.insert(backlog_.end(), batch.begin(), batch.begin() + static_cast<std::ptrdiff_t>(n));
     has_backlog_.store(!backlog_.empty(), std::memory_order_relaxed);
+  }
+}
+
+Result<void> VerbsCompletionQueue::health() const {
+  if (!overflowed_.load(std::memory_order_acquire)) return {};
+  return fail(Errc::ResourceExhausted,
+              "completion queue overflowed (IBV_EVENT_CQ_ERR): more than its depth of " + std::to_string(depth_) +
+                  " completions were waiting to be polled; later ones were lost (size the queue for every "
+                  "operation that can complete before it is polled: create_cq(depth), cq_depth, or "
+                  "send/recv_queue_depth for a connection's own queues)");
+}
+
+bool AsyncEvents::available() const noexcept {
+  const Api& api = device_->api();
+  return api.get_async_event && api.ack_async_event;
+}
+
+void AsyncEvents::on_cm_readable() {
+  const Api& api = device_->api();
+  ibv_async_event event{};
+  // The fd is non-blocking: take every event that is there. Each is acked at once (ibv_destroy_cq waits
+  // for the acks of its events, so the queue is alive while we look at it).
+  while (api.get_async_event(device_->context(), &event) == 0) {
+    if (event.event_type == IBV_EVENT_CQ_ERR && event.element.cq && event.element.cq->cq_context)
+      static_cast<VerbsCompletionQueue*>(event.element.cq->cq_context)->overflowed();
+    api.ack_async_event(&event);
   }
 }
 

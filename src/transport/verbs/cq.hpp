@@ -11,6 +11,7 @@
 
 #include "rdmakit/completion.hpp"
 #include "transport/verbs/device.hpp"
+#include "transport/verbs/monitor.hpp"
 #include "core/rc_state.hpp"
 
 namespace rdmakit::verbs_impl {
@@ -25,6 +26,9 @@ class VerbsCompletionQueue final : public CompletionQueue {
   ~VerbsCompletionQueue() override;
 
   ibv_cq* cq() const noexcept { return cq_; }
+  // The device reported IBV_EVENT_CQ_ERR for this queue: it overflowed, completions were lost.
+  void overflowed() noexcept { overflowed_.store(true, std::memory_order_release); }
+  Result<void> health() const override;
   std::uint32_t depth() const noexcept { return depth_; }
   // Connections whose completions arrive here, so the poller can keep their stats, opcodes and failure.
   void attach_track(std::shared_ptr<detail::RcState> track);
@@ -53,7 +57,22 @@ class VerbsCompletionQueue final : public CompletionQueue {
   std::vector<std::shared_ptr<detail::RcState>> tracks_;
   detail::RcState* last_ = nullptr;  // most CQs serve one connection: skip the search
   std::atomic<bool> has_backlog_{false};
+  std::atomic<bool> overflowed_{false};
   std::deque<Completion> backlog_;
+};
+
+// Reads a device's asynchronous events on the CM monitor's thread. A CQ that overflowed (IBV_EVENT_CQ_ERR)
+// is marked, so that its waiters get ResourceExhausted at once instead of waiting for lost completions.
+class AsyncEvents final : public CmWatcher {
+ public:
+  explicit AsyncEvents(std::shared_ptr<Device> device) : device_(std::move(device)) {}
+  // False when the library cannot read asynchronous events (nothing to watch).
+  bool available() const noexcept;
+  int fd() const noexcept { return device_->context()->async_fd; }
+  void on_cm_readable() override;
+
+ private:
+  std::shared_ptr<Device> device_;
 };
 
 }  // namespace rdmakit::verbs_impl
