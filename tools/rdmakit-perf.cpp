@@ -23,7 +23,7 @@ int fail(const char* what, const Error& error) {
 }
 
 int serve(const perf::Params& params, std::shared_ptr<Context> context) {
-  std::string address = perf::endpoint(params.listen_host, params.port, context->transport());
+  std::string address = perf::endpoint(params.listen_host, params.port, context->capabilities());
   auto listener = context->listen(address);
   if (!listener) return fail("listen", listener.error());
   std::fprintf(stderr, "rdmakit-perf: %s server on %s (%s transport), waiting for a client\n",

@@ -6,13 +6,20 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <span>
+#include <vector>
 
 #include "rdmakit/error.hpp"
 
 namespace rdmakit {
+
+namespace detail {
+class RcState;
+}
+class Connection;
 
 enum class Opcode : std::uint8_t {
   Write,         // RDMA WRITE
@@ -51,12 +58,18 @@ class CompletionQueue {
 
   // Moves up to out.size() completions into out, oldest first; 0 when none is ready. Never blocks.
   std::size_t poll(std::span<Completion> out);
+  // Ok while the queue works. A queue holds at most its depth (create_cq(depth), Config::cq_depth; a
+  // connection's own queues send/recv_queue_depth) completions not yet polled; one more puts it in the
+  // error state, as an overflowed verbs CQ: later completions are lost, poll() still returns what it held,
+  // and wait()/wait_for() then fail with this error (ResourceExhausted naming the depth).
+  virtual Result<void> health() const { return {}; }
   // Waits until at least one completion is ready or `timeout` passes; returns how many it took,
   // 0 after a timeout.
   Result<std::size_t> wait(std::span<Completion> out, std::chrono::nanoseconds timeout);
   Result<std::size_t> wait(std::span<Completion> out, std::chrono::nanoseconds timeout, WaitMode mode);
   // The completion of operation `id`. Other completions met on the way stay queued, in order, for poll().
-  // Errc::Timeout if it does not complete in time (an unsignaled operation never does).
+  // Errc::Timeout if it does not complete in time (an unsignaled operation never does); the queue's error
+  // if it overflowed.
   Result<Completion> wait_for(std::uint64_t id, std::chrono::nanoseconds timeout);
 
   WaitMode default_wait_mode() const noexcept { return mode_; }
@@ -73,6 +86,12 @@ class CompletionQueue {
   std::optional<Completion> take_from_stash(std::uint64_t id);
   Result<std::size_t> wait_with(std::span<Completion> out, std::chrono::nanoseconds timeout, WaitMode mode,
                                 bool include_stash);
+  // The connections completing here (Connection attaches and detaches itself), told which completions the
+  // application took, so that a second wait() on one fails at once.
+  friend class Connection;
+  void attach(std::shared_ptr<detail::RcState> state);
+  void detach(const detail::RcState* state);
+  void note_taken(std::span<const Completion> taken);
 
   WaitMode mode_;
   std::chrono::microseconds spin_;
@@ -80,6 +99,8 @@ class CompletionQueue {
   std::atomic<bool> has_stash_{false};
   std::mutex stash_mutex_;
   std::deque<Completion> stash_;
+  std::mutex states_mutex_;
+  std::vector<std::shared_ptr<detail::RcState>> states_;
 };
 
 }  // namespace rdmakit

@@ -14,6 +14,10 @@
 
 namespace rdmakit {
 
+namespace detail {
+class RcState;  // src/core/rc_state.hpp: the RC rules every transport shares
+}
+
 // One operation to post. `local` is read for WRITE/SEND and written for READ and atomics (one 8-byte
 // segment receiving the old value). Spans must stay valid only during post(); the bytes they point at
 // must stay untouched until the operation completes.
@@ -55,14 +59,17 @@ struct ConnectionStats {
 
 class Connection {
  public:
-  virtual ~Connection() = default;
+  virtual ~Connection();
   Connection(const Connection&) = delete;
   Connection& operator=(const Connection&) = delete;
 
   // Posts a chain of work requests (one doorbell where the transport has doorbells). The requests get
-  // consecutive ids; the first is returned. Errors here mean nothing of the chain was posted.
+  // consecutive ids; the first is returned. Errors here mean nothing of the chain was posted: a malformed
+  // request (InvalidArgument, StaleDescriptor), a full queue, or a connection closed by this side. A chain
+  // posted behind a failure is accepted and every request completes Flushed, as on a QP in the error state.
   virtual Result<std::uint64_t> post(std::span<const WorkRequest> chain) = 0;
-  // Posts a receive buffer for a SEND or a WRITE with immediate.
+  // Posts a receive buffer for a SEND or a WRITE with immediate. Behind a failure (the peer closed, say)
+  // it is accepted and completes Flushed.
   virtual Result<std::uint64_t> post_recv(std::span<const Segment> sgl) = 0;
 
   // Shorthands for single operations.
@@ -80,7 +87,8 @@ class Connection {
   Result<std::uint64_t> send_imm(Segment local, std::uint32_t imm);
   Result<std::uint64_t> post_recv(Segment sgl);
 
-  // Waits for operation `id` (a send-side or a receive id) on the queue it completes on.
+  // Waits for operation `id` (a send-side or a receive id) on the queue it completes on. InvalidArgument at
+  // once for an id this connection never issued, or whose completion was already taken (poll or wait).
   Result<Completion> wait(std::uint64_t id, std::chrono::nanoseconds timeout);
 
   CompletionQueue& send_cq() const noexcept { return *send_cq_; }
@@ -89,7 +97,8 @@ class Connection {
   std::uint32_t number() const noexcept { return number_; }
   virtual PeerInfo peer() const = 0;
   virtual ConnectionStats stats() const = 0;
-  // Ok while healthy; the first failure afterwards (sticky, like a QP in the error state).
+  // Ok while healthy; afterwards the first failure, exactly as it happened (sticky, like a QP in the error
+  // state): after an operation failed, TransportFailure with the status it completed with.
   virtual Result<void> health() const = 0;
   // Closes the connection: pending operations complete as Flushed. Also done by the destructor.
   virtual void close() = 0;
@@ -100,17 +109,21 @@ class Connection {
   static std::uint32_t connection_of(std::uint64_t id) noexcept { return static_cast<std::uint32_t>(id >> 40); }
 
  protected:
-  Connection(std::uint32_t number, std::shared_ptr<CompletionQueue> send_cq,
-             std::shared_ptr<CompletionQueue> recv_cq) noexcept
-      : number_(number), send_cq_(std::move(send_cq)), recv_cq_(std::move(recv_cq)) {}
+  // `state` keeps this connection's RC state (rc_state.hpp); the queues learn of it so that they can tell it
+  // which completions the application took.
+  Connection(std::uint32_t number, std::shared_ptr<CompletionQueue> send_cq, std::shared_ptr<CompletionQueue> recv_cq,
+             std::shared_ptr<detail::RcState> state);
   std::uint64_t make_id(std::uint64_t sequence, bool recv) const noexcept {
     return (std::uint64_t{number_} << 40) | (recv ? kRecvBit : 0) | (sequence & (kRecvBit - 1));
   }
   const std::shared_ptr<CompletionQueue>& send_cq_ptr() const noexcept { return send_cq_; }
   const std::shared_ptr<CompletionQueue>& recv_cq_ptr() const noexcept { return recv_cq_; }
+  detail::RcState& rc() const noexcept { return *state_; }
+  const std::shared_ptr<detail::RcState>& rc_ptr() const noexcept { return state_; }
 
  private:
   std::uint32_t number_;
+  std::shared_ptr<detail::RcState> state_;
   std::shared_ptr<CompletionQueue> send_cq_;
   std::shared_ptr<CompletionQueue> recv_cq_;
 };

@@ -24,9 +24,17 @@ struct Capabilities {
   // Memory keys come from the device (verbs), by its own rule: rxe and mlx5 make them of a region index and
   // 8 random bits, so one key's neighbours are guessable. The software transports draw 32 random bits.
   bool device_keys = false;
-  std::uint64_t max_message_size = 0;
-  std::uint32_t max_sge = 0;
+  std::uint64_t max_message_size = 0;  // bytes of one operation's local segments together
+  std::uint32_t max_sge = 0;           // scatter-gather entries per operation (the max_sge option, capped)
   std::uint32_t max_inline = 0;
+  // A CompareSwap/FetchAdd on a remote address that is not 8-byte aligned: refused by post() with
+  // InvalidArgument (verbs providers check it in ibv_post_send), or accepted and completed with
+  // RemoteInvalidRequest (the target finds it, as the IB specification describes).
+  bool misaligned_atomic_refused_at_post = false;
+  // Addresses are names with this prefix (shm: "shm:"), not "host:port"; empty for IP transports.
+  std::string address_prefix;
+  // Threads per context the transport runs to make progress (tcp: the engine; shm: the progress thread).
+  std::uint32_t progress_threads = 0;
 };
 
 struct ConnectOptions {

@@ -77,7 +77,12 @@ Result<void> open_fabric(bootstrap::Store& store, const MeshConfig& config, Exch
   fabric->context = *context;
   fabric->peers = members;
   std::size_t bytes = members.size() * ex.slots() * ex.chunk();
-  auto cq = fabric->context->create_cq();
+  // One queue for every peer of this fabric, sends and receives: per peer 2 * slots + a few receives and
+  // `slots` signaled WRITEs can complete before the rank polls (and all of them flush at a failure).
+  // A queue that small would overflow on verbs, so size it for that, never below the configured depth.
+  std::size_t cq_depth = std::max<std::size_t>(fabric->context->config().cq_depth,
+                                               members.size() * (4 * std::size_t{ex.slots()} + 16));
+  auto cq = fabric->context->create_cq(cq_depth);
   auto inbound = fabric->context->allocate(bytes, Access::LocalWrite | Access::RemoteWrite);
   auto outbound = fabric->context->allocate(bytes, Access::LocalWrite);
   auto listener = fabric->context->listen();

@@ -5,6 +5,8 @@
 #include <optional>
 #include <string>
 
+#include "core/rc_state.hpp"
+
 namespace rdmakit {
 
 std::string_view to_string(Opcode opcode) noexcept {
@@ -36,7 +38,31 @@ std::size_t CompletionQueue::take_stashed(std::span<Completion> out) {
 std::size_t CompletionQueue::poll(std::span<Completion> out) {
   std::size_t n = take_stashed(out);
   if (n < out.size()) n += poll_transport(out.subspan(n));
+  if (n > 0) note_taken(out.first(n));
   return n;
+}
+
+void CompletionQueue::attach(std::shared_ptr<detail::RcState> state) {
+  std::lock_guard lock(states_mutex_);
+  states_.push_back(std::move(state));
+}
+
+void CompletionQueue::detach(const detail::RcState* state) {
+  std::lock_guard lock(states_mutex_);
+  std::erase_if(states_, [&](const auto& s) { return s.get() == state; });
+}
+
+// One uncontended lock per batch; most queues serve one connection.
+void CompletionQueue::note_taken(std::span<const Completion> taken) {
+  std::lock_guard lock(states_mutex_);
+  detail::RcState* last = nullptr;
+  for (const Completion& c : taken) {
+    if (!last || last->number() != c.connection) {
+      auto it = std::find_if(states_.begin(), states_.end(), [&](const auto& s) { return s->number() == c.connection; });
+      last = it == states_.end() ? nullptr : it->get();
+    }
+    if (last) last->taken(c.id);
+  }
 }
 
 Result<std::size_t> CompletionQueue::wait(std::span<Completion> out, std::chrono::nanoseconds timeout) {
@@ -58,6 +84,7 @@ Result<std::size_t> CompletionQueue::wait_with(std::span<Completion> out, std::c
                                                     : std::min(deadline, start + spin_);
   for (;;) {
     if (std::size_t n = include_stash ? poll(out) : poll_transport(out)) return n;
+    if (auto ok = health(); !ok) return std::unexpected(ok.error());
     auto now = std::chrono::steady_clock::now();
     if (now >= deadline) return std::size_t{0};
     if (now < spin_until) continue;
@@ -101,7 +128,11 @@ Result<Completion> CompletionQueue::wait_for(std::uint64_t id, std::chrono::nano
   // long in one go.
   constexpr auto kSlice = std::chrono::milliseconds(2);
   for (;;) {
-    if (auto found = take_from_stash(id)) return *found;
+    if (auto found = take_from_stash(id)) {
+      note_taken(std::span(&*found, 1));
+      return *found;
+    }
+    if (auto ok = health(); !ok) return std::unexpected(ok.error());
     auto now = std::chrono::steady_clock::now();
     if (now >= deadline) return fail(Errc::Timeout, "operation " + std::to_string(id) + " did not complete in time");
     if (now < spin_until) continue;

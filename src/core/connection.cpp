@@ -1,6 +1,21 @@
 #include "rdmakit/connection.hpp"
 
+#include "core/rc_state.hpp"
+
 namespace rdmakit {
+
+Connection::Connection(std::uint32_t number, std::shared_ptr<CompletionQueue> send_cq,
+                       std::shared_ptr<CompletionQueue> recv_cq, std::shared_ptr<detail::RcState> state)
+    : number_(number), state_(std::move(state)), send_cq_(std::move(send_cq)), recv_cq_(std::move(recv_cq)) {
+  send_cq_->attach(state_);
+  if (recv_cq_ != send_cq_) recv_cq_->attach(state_);
+}
+
+Connection::~Connection() {
+  send_cq_->detach(state_.get());
+  if (recv_cq_ != send_cq_) recv_cq_->detach(state_.get());
+}
+
 namespace {
 
 Result<std::uint64_t> post_one(Connection& connection, const WorkRequest& request) {
@@ -47,6 +62,7 @@ Result<std::uint64_t> Connection::send_imm(Segment local, std::uint32_t imm) {
 Result<std::uint64_t> Connection::post_recv(Segment sgl) { return post_recv(std::span(&sgl, 1)); }
 
 Result<Completion> Connection::wait(std::uint64_t id, std::chrono::nanoseconds timeout) {
+  if (auto ok = state_->check_waitable(id); !ok) return std::unexpected(ok.error());
   return (is_recv_id(id) ? recv_cq_ : send_cq_)->wait_for(id, timeout);
 }
 

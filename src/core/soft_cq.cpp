@@ -1,6 +1,7 @@
 #include "core/soft_cq.hpp"
 
 #include <algorithm>
+#include <string>
 
 namespace rdmakit {
 
@@ -8,11 +9,26 @@ void SoftCompletionQueue::push(const Completion& completion) {
   bool wake;
   {
     std::lock_guard lock(mutex_);
-    queue_.push_back(completion);
+    if (overflowed_.load(std::memory_order_relaxed)) return;
+    if (queue_.size() >= depth_) {
+      overflowed_.store(true, std::memory_order_release);
+      wake = sleepers_ > 0;  // a sleeping waiter learns of the error at once
+    } else {
+      queue_.push_back(completion);
+      wake = sleepers_ > 0;
+    }
     count_.store(queue_.size(), std::memory_order_release);
-    wake = sleepers_ > 0;
   }
   if (wake) ready_.notify_all();
+}
+
+Result<void> SoftCompletionQueue::health() const {
+  if (!overflowed_.load(std::memory_order_acquire)) return {};
+  return fail(Errc::ResourceExhausted,
+              "completion queue overflowed: more than its depth of " + std::to_string(depth_) +
+                  " completions were waiting to be polled; later ones were lost (size the queue for every "
+                  "operation that can complete before it is polled: create_cq(depth), cq_depth, or "
+                  "send/recv_queue_depth for a connection's own queues)");
 }
 
 std::size_t SoftCompletionQueue::poll_transport(std::span<Completion> out) {
@@ -29,7 +45,7 @@ std::size_t SoftCompletionQueue::poll_transport(std::span<Completion> out) {
 Result<void> SoftCompletionQueue::sleep_until(std::chrono::steady_clock::time_point deadline) {
   std::unique_lock lock(mutex_);
   ++sleepers_;
-  ready_.wait_until(lock, deadline, [&] { return !queue_.empty(); });
+  ready_.wait_until(lock, deadline, [&] { return !queue_.empty() || overflowed_.load(std::memory_order_relaxed); });
   --sleepers_;
   return {};
 }

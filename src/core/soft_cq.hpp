@@ -14,10 +14,15 @@ namespace rdmakit {
 
 class SoftCompletionQueue : public CompletionQueue {
  public:
-  SoftCompletionQueue(WaitMode mode, std::chrono::microseconds spin) : CompletionQueue(mode, spin) {}
+  // Holds at most `depth` completions not yet polled, as a verbs CQ of that many entries.
+  SoftCompletionQueue(WaitMode mode, std::chrono::microseconds spin, std::size_t depth)
+      : CompletionQueue(mode, spin), depth_(depth) {}
 
-  // Thread-safe; wakes a sleeping waiter.
+  // Thread-safe; wakes a sleeping waiter. One completion more than the depth puts the queue in the error
+  // state (health()); it and every later one are lost, as on an overflowed verbs CQ.
   void push(const Completion& completion);
+  Result<void> health() const override;
+  std::size_t depth() const noexcept { return depth_; }
 
  protected:
   std::size_t poll_transport(std::span<Completion> out) override;
@@ -26,8 +31,10 @@ class SoftCompletionQueue : public CompletionQueue {
   virtual void progress() {}
 
  private:
+  const std::size_t depth_;
   std::atomic<std::size_t> count_{0};  // lets a spinning poller skip the lock when empty
-  std::mutex mutex_;
+  std::atomic<bool> overflowed_{false};
+  mutable std::mutex mutex_;
   std::condition_variable ready_;
   int sleepers_ = 0;  // guarded by mutex_
   std::deque<Completion> queue_;

@@ -23,7 +23,9 @@ RunInfo describe(const Params& params, const Context& context) {
   info.transport = std::string(context.transport());
   info.mode = params.test == Test::WriteLat ? "poll (memory)" : std::string(to_string(params.mode));
   info.threads = "1 application thread per side";
-  if (info.transport == "tcp") info.threads += " + 1 tcp progress thread per side";
+  if (auto threads = context.capabilities().progress_threads)
+    info.threads += " + " + std::to_string(threads) + " " + info.transport + " progress thread" +
+                    (threads > 1 ? "s" : "") + " per side";
   info.connections = params.connections;
   info.tx_depth = params.tx_depth;
   info.cq_mod = params.cq_mod;

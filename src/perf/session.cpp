@@ -50,8 +50,11 @@ void put_region(ControlMessage& message, const MemoryRegion& region) {
 
 }  // namespace
 
-std::string endpoint(const std::string& address, std::uint16_t port, std::string_view transport) {
-  if (transport == "shm") return address.starts_with("shm:") ? address : "shm:rdmakit-perf-" + std::to_string(port);
+std::string endpoint(const std::string& address, std::uint16_t port, const Capabilities& caps) {
+  // Transports that name their endpoints (shm) get one made of the port, so both sides agree on it.
+  const std::string& prefix = caps.address_prefix;
+  if (!prefix.empty())
+    return address.starts_with(prefix) ? address : prefix + "rdmakit-perf-" + std::to_string(port);
   if (address.find(':') != std::string::npos) return address;
   return address + ":" + std::to_string(port);
 }
@@ -72,7 +75,7 @@ Result<std::shared_ptr<Context>> open_context(const Params& params) {
 Result<Session> connect_session(const Params& params, std::shared_ptr<Context> context) {
   Session session;
   session.context = std::move(context);
-  const std::string address = endpoint(params.server, params.port, session.context->transport());
+  const std::string address = endpoint(params.server, params.port, session.context->capabilities());
   auto control = session.context->connect(address);
   if (!control) return std::unexpected(control.error());
   session.control_connection = *control;

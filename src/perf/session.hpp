@@ -53,6 +53,6 @@ Result<Session> accept_session(const Params& params, std::shared_ptr<Context> co
 // The address to listen on / connect to. "host" -> "host:<port>"; "host:port" unchanged. The shm
 // transport names endpoints, not hosts (both sides are on one machine): "shm:..." is used as given,
 // anything else becomes "shm:rdmakit-perf-<port>", so the same command lines work for every transport.
-std::string endpoint(const std::string& address, std::uint16_t port, std::string_view transport);
+std::string endpoint(const std::string& address, std::uint16_t port, const Capabilities& caps);
 
 }  // namespace rdmakit::perf

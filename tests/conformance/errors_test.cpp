@@ -1,6 +1,6 @@
 // Every error status, provoked on purpose, with verbs' rules: the failing operation reports its status,
-// what was posted behind it is flushed, the connection stays in the error state, and target memory
-// is untouched.
+// what was posted behind it is flushed (also what is posted later), the connection stays in the error state
+// and reports that first failure, and target memory is untouched.
 #include <algorithm>
 #include <cstring>
 
@@ -26,7 +26,8 @@ class Errors : public Conformance {
   }
 
   // Posts `failing` followed by a WRITE and checks: failing completes with `expected`, the WRITE behind
-  // it with Flushed, the next post is refused, and the connection reports its failure.
+  // it with Flushed, a later post is accepted and flushed too, and the connection reports the failure:
+  // TransportFailure with the very status the operation completed with.
   void expect_failure(const WorkRequest& failing, Status expected) {
     Segment tail = source_->slice(0, 8);
     WorkRequest chain[] = {failing, WorkRequest{.opcode = Opcode::Write, .local = std::span(&tail, 1),
@@ -37,11 +38,24 @@ class Errors : public Conformance {
     EXPECT_EQ(failed.opcode, failing.opcode);
     Completion flushed = wait(*client_.connection, first + 1);
     EXPECT_EQ(flushed.status, Status::Flushed) << "got " << to_string(flushed.status);
-    auto again = client_.connection->write(tail, target_->descriptor().at(4000));
-    ASSERT_FALSE(again.has_value()) << "a connection in the error state accepted a post";
-    EXPECT_EQ(again.error().code(), Errc::ConnectionBroken);
-    EXPECT_FALSE(client_.connection->health().has_value());
+    auto health = client_.connection->health();
+    ASSERT_FALSE(health.has_value()) << "the failure is not reported by health()";
+    EXPECT_EQ(health.error().code(), Errc::TransportFailure) << health.error().describe();
+    EXPECT_EQ(health.error().status(), failed.status) << health.error().describe();
+    auto again = RDMAKIT_ASSERT_OK(client_.connection->write(tail, target_->descriptor().at(4000)));
+    EXPECT_EQ(wait(*client_.connection, again).status, Status::Flushed);
     EXPECT_TRUE(client_.connection->stats().failed);
+    EXPECT_FALSE(client_.connection->stats().failure.empty());
+  }
+
+  // The client's connection failed with `status`: health() says so, posts behind it flush.
+  void expect_failure_reported(Status status) {
+    auto health = client_.connection->health();
+    ASSERT_FALSE(health.has_value());
+    EXPECT_EQ(health.error().code(), Errc::TransportFailure) << health.error().describe();
+    EXPECT_EQ(health.error().status(), status) << health.error().describe();
+    auto again = RDMAKIT_ASSERT_OK(client_.connection->write(source_->slice(0, 8), target_->descriptor().at(4000)));
+    EXPECT_EQ(wait(*client_.connection, again).status, Status::Flushed);
   }
 
   bool target_untouched() const {
@@ -102,7 +116,7 @@ TEST_P(Errors, MisalignedAtomicIsRemoteInvalidRequest) {
   local_ = result_->slice(0, 8);
   WorkRequest misaligned{.opcode = Opcode::CompareSwap, .local = std::span(&local_, 1),
                          .remote = target_->descriptor().at(4), .compare_add = 0, .swap = 7};
-  if (GetParam() == "verbs") {
+  if (client_.context->capabilities().misaligned_atomic_refused_at_post) {
     // verbs rule: rxe (and mlx5) refuse a misaligned atomic in ibv_post_send (EINVAL) before it reaches
     // the wire, so it is an error at post, and the connection stays usable.
     auto posted = client_.connection->post(std::span(&misaligned, 1));
@@ -138,12 +152,19 @@ TEST_P(Errors, SendLongerThanTheReceiveIsRemoteInvalidRequestAndLocalLength) {
   auto recv_id = RDMAKIT_ASSERT_OK(server_.connection->post_recv(small->whole()));
   local_ = source_->slice(0, 100);
   // verbs rule: HCAs report LOC_LEN_ERR at the receiver and REM_INV_REQ_ERR at the sender; Soft-RoCE
-  // (rxe, kernel 6.1) reports LOC_QP_OP_ERR and REM_OP_ERR. rdmakit passes the provider's status through.
-  const bool rxe = GetParam() == "verbs";
-  expect_failure(WorkRequest{.opcode = Opcode::Send, .local = std::span(&local_, 1)},
-                 rxe ? Status::RemoteOperation : Status::RemoteInvalidRequest);
-  Completion received = wait(*server_.connection, recv_id);
-  EXPECT_EQ(received.status, rxe ? Status::LocalQpOperation : Status::LocalLength) << "got " << to_string(received.status);
+  // (rxe, kernel 6.1) reports LOC_QP_OP_ERR and REM_OP_ERR. rdmakit passes the provider's status through,
+  // so either pair is right, never a mix.
+  WorkRequest send{.opcode = Opcode::Send, .local = std::span(&local_, 1)};
+  auto first = RDMAKIT_ASSERT_OK(client_.connection->post(std::span(&send, 1)));
+  Status sender = wait(*client_.connection, first).status;
+  Status receiver = wait(*server_.connection, recv_id).status;
+  const bool hca = sender == Status::RemoteInvalidRequest && receiver == Status::LocalLength;
+  const bool rxe = sender == Status::RemoteOperation && receiver == Status::LocalQpOperation;
+  EXPECT_TRUE(hca || rxe) << "sender " << to_string(sender) << ", receiver " << to_string(receiver);
+  auto health = server_.connection->health();
+  ASSERT_FALSE(health.has_value()) << "the receiver's failed receive did not fail its connection";
+  EXPECT_EQ(health.error().status(), receiver) << health.error().describe();
+  expect_failure_reported(sender);
 }
 
 TEST_P(Errors, SendWithNoReceivePostedIsRnrRetryExceeded) {

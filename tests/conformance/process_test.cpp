@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <sstream>
 
@@ -79,6 +80,17 @@ class Peer {
   RemoteRegion region_;
 };
 
+// Statuses of a connection's operations in post order: successes, then one failure (TransportRetryExceeded
+// or Flushed), then only Flushed; at least one failed.
+void expect_one_failure_then_flushed(const std::vector<Status>& statuses) {
+  auto first = std::find_if(statuses.begin(), statuses.end(), [](Status s) { return s != Status::Success; });
+  ASSERT_NE(first, statuses.end()) << "killing the peer failed nothing";
+  EXPECT_TRUE(*first == Status::TransportRetryExceeded || *first == Status::Flushed) << to_string(*first);
+  for (auto it = first + 1; it != statuses.end(); ++it)
+    EXPECT_EQ(*it, Status::Flushed) << "operation " << (it - statuses.begin()) << " behind the failure: "
+                                    << to_string(*it);
+}
+
 TEST_P(Conformance, PeerKilledMidTransferFailsPendingOperationsInBoundedTime) {
   Peer peer;
   ASSERT_TRUE(peer.start(GetParam())) << "could not start " << RDMAKIT_CONFORMANCE_PEER;
@@ -98,24 +110,39 @@ TEST_P(Conformance, PeerKilledMidTransferFailsPendingOperationsInBoundedTime) {
   peer.kill(SIGKILL);
   // A fast transport (shm copies at memory speed) may have finished all of the above before the kill took
   // effect, so the proof does not rest on that race: the peer is dead and reaped now, and work posted to it
-  // must fail too, either refused at post (the death is already known) or completed with an error.
-  int failed = 0;
-  if (auto late = connection->write(source->slice(0, 8 << 20), peer.region().at(0)))
-    ids.push_back(*late);
-  else
-    ++failed;
-  for (auto op : ids) {
-    Completion done = wait(*connection, op);
-    if (done.ok()) continue;
-    ++failed;
-    EXPECT_TRUE(done.status == Status::TransportRetryExceeded || done.status == Status::Flushed)
-        << to_string(done.status);
-  }
-  EXPECT_GT(failed, 0) << "killing the peer failed nothing";
+  // must fail too: accepted, and completed with an error (Flushed when the death is already known).
+  ids.push_back(RDMAKIT_ASSERT_OK(connection->write(source->slice(0, 8 << 20), peer.region().at(0))));
+  std::vector<Status> statuses;
+  for (auto op : ids) statuses.push_back(wait(*connection, op).status);
+  expect_one_failure_then_flushed(statuses);
   EXPECT_LT(std::chrono::steady_clock::now() - start, 20s);
   EXPECT_FALSE(connection->health().has_value());
-  // A new post is refused at once.
-  EXPECT_FALSE(connection->write(source->slice(0, 8), peer.region().at(0)).has_value());
+  // A new post is accepted and flushed at once.
+  auto late = RDMAKIT_ASSERT_OK(connection->write(source->slice(0, 8), peer.region().at(0)));
+  EXPECT_EQ(wait(*connection, late).status, Status::Flushed);
+}
+
+// A dead peer's pending operations complete alike on every transport: in order, successes, then the one
+// that met the death (TransportRetryExceeded; Flushed where the death was announced first, as verbs'
+// DISCONNECTED), then Flushed for everything behind it.
+TEST_P(Conformance, DeadPeersPendingOperationsCompleteWithOneFailureThenFlushed) {
+  Peer peer;
+  ASSERT_TRUE(peer.start(GetParam())) << "could not start " << RDMAKIT_CONFORMANCE_PEER;
+  // The peer posts no receive: the SEND waits (receiver not ready) and holds everything behind it.
+  client_.context = open_context(false, Options{.timeout = 2000ms, .rnr_timeout = 20000ms});
+  ASSERT_TRUE(client_.context);
+  auto connection = RDMAKIT_ASSERT_OK(client_.context->connect(peer.address()));
+  auto source = region(*client_.context, 4096, Access::LocalWrite);
+  ASSERT_TRUE(source);
+  std::vector<std::uint64_t> ids{RDMAKIT_ASSERT_OK(connection->send(source->slice(0, 64)))};
+  for (int i = 0; i < 4; ++i)
+    ids.push_back(RDMAKIT_ASSERT_OK(connection->write(source->slice(0, 64), peer.region().at(64 * i))));
+  std::this_thread::sleep_for(100ms);
+  peer.kill(SIGKILL);
+  std::vector<Status> statuses;
+  for (auto op : ids) statuses.push_back(wait(*connection, op).status);
+  EXPECT_NE(statuses[0], Status::Success) << "a SEND without a receive succeeded";
+  expect_one_failure_then_flushed(statuses);
 }
 
 TEST_P(Conformance, DescriptorFromAnEarlierLifeOfARestartedPeerIsStale) {

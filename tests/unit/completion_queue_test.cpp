@@ -28,8 +28,31 @@ std::vector<std::uint64_t> drain(CompletionQueue& cq) {
 
 class CompletionQueueTest : public ::testing::TestWithParam<WaitMode> {
  protected:
-  SoftCompletionQueue cq{GetParam(), 20us};
+  SoftCompletionQueue cq{GetParam(), 20us, 1 << 16};
 };
+
+TEST_P(CompletionQueueTest, OverflowPutsTheQueueInTheErrorState) {
+  SoftCompletionQueue small{GetParam(), 20us, 3};
+  for (std::uint64_t id = 1; id <= 3; ++id) small.push(completion(id));
+  EXPECT_TRUE(small.health().has_value()) << "a full queue is not an overflowed one";
+  small.push(completion(4));
+  small.push(completion(5));
+  auto health = small.health();
+  ASSERT_FALSE(health.has_value());
+  EXPECT_EQ(health.error().code(), Errc::ResourceExhausted);
+  EXPECT_NE(health.error().message().find("depth of 3"), std::string::npos) << health.error().message();
+  // What it held still comes out, in order; then waits report the error at once instead of timing out.
+  EXPECT_EQ(drain(small), (std::vector<std::uint64_t>{1, 2, 3}));
+  std::array<Completion, 4> out;
+  auto start = std::chrono::steady_clock::now();
+  auto waited = small.wait(out, 10s);
+  ASSERT_FALSE(waited.has_value());
+  EXPECT_EQ(waited.error().code(), Errc::ResourceExhausted);
+  auto lost = small.wait_for(4, 10s);
+  ASSERT_FALSE(lost.has_value());
+  EXPECT_EQ(lost.error().code(), Errc::ResourceExhausted);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
+}
 
 TEST_P(CompletionQueueTest, PollIsOldestFirstAndNeverBlocks) {
   std::array<Completion, 4> out;

@@ -5,11 +5,20 @@
 namespace rdmakit::fault {
 
 FaultConnection::FaultConnection(std::shared_ptr<Connection> inner, std::shared_ptr<FaultCompletionQueue> send_cq,
-                                 std::shared_ptr<FaultCompletionQueue> recv_cq, Injector& injector,
-                                 std::chrono::milliseconds timeout)
-    : Connection(inner->number(), send_cq, std::move(recv_cq)),
-      link_(std::make_shared<Link>(std::move(inner), injector, timeout, make_id(1, false))) {
-  send_cq->attach(link_);
+                                 std::shared_ptr<FaultCompletionQueue> recv_cq, const Config& config,
+                                 Capabilities caps, Injector& injector)
+    : Connection(inner->number(), send_cq, recv_cq,
+                 std::make_shared<detail::RcState>(inner->number(), config.send_queue_depth, config.recv_queue_depth)),
+      link_(std::make_shared<Link>(std::move(inner), rc_ptr(), std::move(caps), injector, config.timeout)),
+      recv_queue_(std::move(recv_cq)) {
+  send_cq->attach_link(link_);
+}
+
+Result<std::uint64_t> FaultConnection::post_recv(std::span<const Segment> sgl) {
+  std::optional<Completion> flushed;
+  auto id = link_->post_recv(sgl, flushed);
+  if (flushed) recv_queue_->add(*flushed);
+  return id;
 }
 
 Result<std::shared_ptr<Connection>> FaultListener::accept(std::chrono::milliseconds timeout,

@@ -13,11 +13,12 @@ class FaultConnection final : public Connection {
  public:
   // Takes the inner connection's number so that ids and Completion::connection pass through unchanged.
   FaultConnection(std::shared_ptr<Connection> inner, std::shared_ptr<FaultCompletionQueue> send_cq,
-                  std::shared_ptr<FaultCompletionQueue> recv_cq, Injector& injector, std::chrono::milliseconds timeout);
+                  std::shared_ptr<FaultCompletionQueue> recv_cq, const Config& config, Capabilities caps,
+                  Injector& injector);
   ~FaultConnection() override { link_->close(); }
 
   Result<std::uint64_t> post(std::span<const WorkRequest> chain) override { return link_->post(chain); }
-  Result<std::uint64_t> post_recv(std::span<const Segment> sgl) override { return link_->post_recv(sgl); }
+  Result<std::uint64_t> post_recv(std::span<const Segment> sgl) override;
   using Connection::post_recv;
   PeerInfo peer() const override { return link_->peer(); }
   ConnectionStats stats() const override { return link_->stats(); }
@@ -28,6 +29,7 @@ class FaultConnection final : public Connection {
 
  private:
   std::shared_ptr<Link> link_;
+  std::shared_ptr<FaultCompletionQueue> recv_queue_;
 };
 
 class FaultContext;

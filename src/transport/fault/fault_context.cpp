@@ -49,9 +49,9 @@ Result<std::shared_ptr<Connection>> FaultContext::connect(std::string_view addre
 }
 
 Result<std::shared_ptr<FaultCompletionQueue>> FaultContext::own_queue(const std::shared_ptr<CompletionQueue>& given,
-                                                                      const char* which) {
+                                                                      const char* which, std::uint32_t depth) {
   if (!given) {
-    auto made = create_cq(0);
+    auto made = create_cq(depth);  // a connection's own queue: its queue depth, as on verbs
     if (!made) return std::unexpected(made.error());
     return std::static_pointer_cast<FaultCompletionQueue>(std::move(*made));
   }
@@ -63,16 +63,16 @@ Result<std::shared_ptr<FaultCompletionQueue>> FaultContext::own_queue(const std:
 }
 
 Result<FaultContext::Queues> FaultContext::queues_for(const ConnectOptions& options) {
-  auto send = own_queue(options.send_cq, "send_cq");
+  auto send = own_queue(options.send_cq, "send_cq", config().send_queue_depth);
   if (!send) return std::unexpected(send.error());
-  auto recv = own_queue(options.recv_cq, "recv_cq");
+  auto recv = own_queue(options.recv_cq, "recv_cq", config().recv_queue_depth);
   if (!recv) return std::unexpected(recv.error());
   return Queues{*send, *recv, ConnectOptions{(*send)->inner(), (*recv)->inner()}};
 }
 
 std::shared_ptr<Connection> FaultContext::wrap(std::shared_ptr<Connection> inner, const Queues& queues) {
   auto connection =
-      std::make_shared<FaultConnection>(std::move(inner), queues.send, queues.recv, injector_, config().timeout);
+      std::make_shared<FaultConnection>(std::move(inner), queues.send, queues.recv, config(), capabilities(), injector_);
   std::lock_guard lock(mutex_);
   std::erase_if(connections_, [](const std::weak_ptr<Connection>& weak) { return weak.expired(); });
   connections_.push_back(connection);

@@ -44,7 +44,7 @@ class FaultContext final : public Context {
 
  private:
   Result<std::shared_ptr<FaultCompletionQueue>> own_queue(const std::shared_ptr<CompletionQueue>& given,
-                                                          const char* which);
+                                                          const char* which, std::uint32_t depth);
   // A connect rule, if one fires: sleeps for Delay; an error for Fail and Drop.
   Result<std::optional<Rule>> connect_rule();
 

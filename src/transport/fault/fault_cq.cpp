@@ -12,9 +12,14 @@ constexpr auto kSleepSlice = std::chrono::milliseconds(1);
 
 }  // namespace
 
-void FaultCompletionQueue::attach(std::shared_ptr<Link> link) {
+void FaultCompletionQueue::attach_link(std::shared_ptr<Link> link) {
   std::lock_guard lock(mutex_);
   links_[link->number()] = std::move(link);
+}
+
+void FaultCompletionQueue::add(const Completion& completion) {
+  std::lock_guard lock(mutex_);
+  ready_.push_back(completion);
 }
 
 void FaultCompletionQueue::route_locked(std::span<const Completion> batch) {

@@ -19,7 +19,10 @@ class FaultCompletionQueue final : public CompletionQueue, private CompletionSin
 
   const std::shared_ptr<CompletionQueue>& inner() const noexcept { return inner_; }
   // Routes the send-side completions of `link`'s connection through it.
-  void attach(std::shared_ptr<Link> link);
+  void attach_link(std::shared_ptr<Link> link);
+  // A completion made by the fault transport itself (a receive flushed after the inner connection went).
+  void add(const Completion& completion);
+  Result<void> health() const override { return inner_->health(); }
 
  protected:
   std::size_t poll_transport(std::span<Completion> out) override;

@@ -3,17 +3,20 @@
 #include <string>
 #include <vector>
 
+#include "core/rc_check.hpp"
+
 namespace rdmakit::fault {
 
-Link::Link(std::shared_ptr<Connection> inner, Injector& injector, std::chrono::milliseconds timeout,
-           std::uint64_t first_synthetic_id)
-    : inner_(std::move(inner)), injector_(injector), timeout_(timeout), number_(inner_->number()),
-      next_id_(first_synthetic_id) {}
+Link::Link(std::shared_ptr<Connection> inner, std::shared_ptr<detail::RcState> state, Capabilities caps,
+           Injector& injector, std::chrono::milliseconds timeout)
+    : inner_(std::move(inner)), state_(std::move(state)), caps_(std::move(caps)), injector_(injector),
+      timeout_(timeout), number_(inner_->number()), next_id_(state_->send_id(0)) {}
 
 Result<std::uint64_t> Link::post(std::span<const WorkRequest> chain) {
+  // Checked here too: requests behind an injected failure never reach the inner connection.
+  if (auto ok = check_chain(chain, caps_, inner_->peer().epoch); !ok) return std::unexpected(ok.error());
   std::unique_lock lock(mutex_);
-  if (broken_) return std::unexpected(*broken_);
-  if (chain.empty()) return inner_->post(chain);  // let the inner transport name the problem
+  if (state_->closed()) return state_->refuse_closed("post");
   // Which request, if any, dooms the connection; delays for the ones before it.
   std::size_t cut = chain.size();
   std::optional<Rule> doom;
@@ -48,7 +51,8 @@ Result<std::uint64_t> Link::post(std::span<const WorkRequest> chain) {
   }
   if (doom) doomed_ = true;
   if (sever_now) {
-    break_locked("fault: injected disconnect at " + std::string(to_string(chain[cut].opcode)));
+    inner_closed_ = true;
+    break_locked(Error(Errc::ConnectionBroken, "fault: injected disconnect at " + std::string(to_string(chain[cut].opcode))));
     lock.unlock();
     inner_->close();
   }
@@ -66,6 +70,7 @@ bool Link::forward(std::span<const WorkRequest> chain, std::span<const std::chro
   for (std::size_t i = 0; i < chain.size(); ++i)
     queue_.push_back(Pending{.id = *first + i, .signaled = chain[i].signaled, .delay = delays[i]});
   next_id_ = *first + chain.size();
+  state_->issued(next_id_ - 1);
   return true;
 }
 
@@ -74,26 +79,32 @@ void Link::add_synthetic(const WorkRequest& request, Status status, Clock::time_
   queue_.push_back(Pending{.id = completion.id, .signaled = request.signaled, .known = true, .synthetic = true, .dooms = dooms,
                            .release = release, .completion = completion});
   ++synthetic_posted_;
+  state_->issued(completion.id);
 }
 
-Result<std::uint64_t> Link::post_recv(std::span<const Segment> sgl) {
-  {
-    std::lock_guard lock(mutex_);
-    if (broken_) return std::unexpected(*broken_);
-  }
+Result<std::uint64_t> Link::post_recv(std::span<const Segment> sgl, std::optional<Completion>& flushed) {
+  if (auto ok = check_recv(sgl, caps_); !ok) return std::unexpected(ok.error());
+  std::unique_lock lock(mutex_);
+  if (state_->closed()) return state_->refuse_closed("post_recv");
+  // The inner connection is gone, as a QP in the error state would keep taking receives and flush them.
+  if (inner_closed_) return state_->post_recv_flushed([&](const Completion& c) { flushed = c; });
+  lock.unlock();
   // A receive posted while a failure is queued reaches the inner connection, whose closing flushes it.
-  return inner_->post_recv(sgl);
+  auto id = inner_->post_recv(sgl);
+  if (id) state_->issued(*id);
+  return id;
 }
 
-void Link::break_locked(std::string why) {
-  if (!broken_) broken_ = Error(Errc::ConnectionBroken, std::move(why));
+void Link::break_locked(Error why) {
+  state_->fail(std::move(why));  // the first failure stays
   doomed_ = true;
 }
 
 void Link::sever(std::string why) {
   {
     std::lock_guard lock(mutex_);
-    break_locked(std::move(why));
+    break_locked(Error(Errc::ConnectionBroken, std::move(why)));
+    inner_closed_ = true;
   }
   inner_->close();
 }
@@ -101,9 +112,9 @@ void Link::sever(std::string why) {
 void Link::close() {
   {
     std::lock_guard lock(mutex_);
-    if (closed_) return;
-    closed_ = true;
-    break_locked("connection closed");
+    if (!state_->close()) return;
+    break_locked(Error(Errc::ConnectionBroken, "connection " + std::to_string(number_) + " was closed by this side"));
+    inner_closed_ = true;
     const auto now = Clock::now();
     for (Pending& pending : queue_) {
       pending.release = std::min(pending.release, now);
@@ -122,7 +133,7 @@ bool Link::on_completion(const Completion& completion) {
     if (pending.id != completion.id || pending.known) continue;
     pending.known = true;
     pending.completion = completion;
-    pending.release = closed_ ? Clock::now() : Clock::now() + pending.delay;
+    pending.release = state_->closed() ? Clock::now() : Clock::now() + pending.delay;
     return true;
   }
   return false;
@@ -135,13 +146,14 @@ void Link::drain(Clock::time_point now, CompletionSink& sink) {
     while (!queue_.empty() && queue_.front().known && queue_.front().release <= now) {
       Pending pending = queue_.front();
       queue_.pop_front();
-      if (pending.signaled || !pending.completion.ok()) sink.emit(pending.completion);
       if (pending.synthetic) ++synthetic_completed_;
       if (pending.dooms) {
-        break_locked("fault: injected " + std::string(to_string(pending.completion.status)) + " on " +
-                     std::string(to_string(pending.completion.opcode)) + " " + std::to_string(pending.id));
+        // Recorded before the completion can be taken, so health() agrees with what was polled.
+        break_locked(detail::completion_error(pending.completion, "injected by the fault transport"));
+        inner_closed_ = true;
         close_inner = true;
       }
+      if (pending.signaled || !pending.completion.ok()) sink.emit(pending.completion);
     }
   }
   if (close_inner) inner_->close();  // flushes the receives, as the error state of a QP does
@@ -155,7 +167,7 @@ std::optional<Link::Clock::time_point> Link::next_release() const {
 
 bool Link::finished() const {
   std::lock_guard lock(mutex_);
-  return closed_ && queue_.empty();
+  return state_->closed() && queue_.empty();
 }
 
 ConnectionStats Link::stats() const {
@@ -164,18 +176,15 @@ ConnectionStats Link::stats() const {
   stats.posted += synthetic_posted_;
   stats.completed += synthetic_completed_;
   stats.outstanding = stats.posted - std::min(stats.posted, stats.completed);
-  if (broken_) {
+  if (auto why = state_->failure()) {
     stats.failed = true;
-    stats.failure = broken_->message();
+    stats.failure = why->describe();
   }
   return stats;
 }
 
 Result<void> Link::health() const {
-  {
-    std::lock_guard lock(mutex_);
-    if (broken_) return std::unexpected(*broken_);
-  }
+  if (state_->failed()) return state_->health();
   return inner_->health();
 }
 

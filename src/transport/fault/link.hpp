@@ -11,7 +11,9 @@
 #include <optional>
 #include <span>
 
+#include "core/rc_state.hpp"
 #include "rdmakit/connection.hpp"
+#include "rdmakit/context.hpp"
 #include "rdmakit/fault.hpp"
 
 namespace rdmakit::fault {
@@ -29,12 +31,14 @@ class Link {
  public:
   using Clock = std::chrono::steady_clock;
 
-  // `first_synthetic_id`: the id to give a synthetic operation when nothing was forwarded yet.
-  Link(std::shared_ptr<Connection> inner, Injector& injector, std::chrono::milliseconds timeout,
-       std::uint64_t first_synthetic_id);
+  // `state`: the fault connection's RC state (its failure, the ids it issued). `caps`: the inner transport's.
+  Link(std::shared_ptr<Connection> inner, std::shared_ptr<detail::RcState> state, Capabilities caps,
+       Injector& injector, std::chrono::milliseconds timeout);
 
   Result<std::uint64_t> post(std::span<const WorkRequest> chain);
-  Result<std::uint64_t> post_recv(std::span<const Segment> sgl);
+  // A receive: forwarded, or, once a fault closed the inner connection, accepted with its Flushed
+  // completion in `flushed` (for the caller to queue: this runs under no queue's lock).
+  Result<std::uint64_t> post_recv(std::span<const Segment> sgl, std::optional<Completion>& flushed);
   // Breaks the connection now (Disconnect): the inner connection is closed, pending operations flush.
   void sever(std::string why);
   void close();
@@ -68,9 +72,11 @@ class Link {
   bool forward(std::span<const WorkRequest> chain, std::span<const std::chrono::milliseconds> delays,
                Result<std::uint64_t>& first);
   void add_synthetic(const WorkRequest& request, Status status, Clock::time_point release, bool dooms);
-  void break_locked(std::string why);
+  void break_locked(Error why);
 
   std::shared_ptr<Connection> inner_;
+  std::shared_ptr<detail::RcState> state_;
+  const Capabilities caps_;
   Injector& injector_;
   std::chrono::milliseconds timeout_;
   std::uint32_t number_;
@@ -79,8 +85,7 @@ class Link {
   std::deque<Pending> queue_;
   std::uint64_t next_id_;             // the id a synthetic operation gets
   bool doomed_ = false;               // a failure is queued; everything behind it flushes
-  bool closed_ = false;
-  std::optional<Error> broken_;       // sticky, once the failure has been reported
+  bool inner_closed_ = false;         // a fault closed the inner connection: receives flush here
   std::uint64_t synthetic_posted_ = 0;
   std::uint64_t synthetic_completed_ = 0;
 };

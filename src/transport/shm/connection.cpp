@@ -5,7 +5,7 @@
 
 #include <thread>
 
-#include "core/clock.hpp"
+#include "core/rc_state.hpp"
 #include "core/tsan.hpp"
 
 namespace rdmakit::shm {
@@ -15,7 +15,9 @@ ShmConnection::ShmConnection(std::shared_ptr<ShmContext> context, std::uint32_t 
                              std::shared_ptr<SoftCompletionQueue> recv_cq,
                              std::shared_ptr<const PeerView> peer, Mapping link, int side, UniqueFd socket,
                              std::string address)
-    : Connection(number, send_cq, recv_cq),
+    : Connection(number, send_cq, recv_cq,
+                 std::make_shared<detail::RcState>(number, context->config().send_queue_depth,
+                                                   context->config().recv_queue_depth)),
       context_(std::move(context)),
       send_cq_(std::move(send_cq)),
       recv_cq_(std::move(recv_cq)),
@@ -23,38 +25,23 @@ ShmConnection::ShmConnection(std::shared_ptr<ShmContext> context, std::uint32_t 
       link_(std::move(link)),
       side_(side),
       socket_(std::move(socket)),
-      address_(std::move(address)) {}
+      address_(std::move(address)),
+      caps_(context_->capabilities()) {}
 
 ShmConnection::~ShmConnection() { close(); }
 
 PeerInfo ShmConnection::peer() const { return PeerInfo{peer_->name, peer_->id, peer_->epoch, address_}; }
 
-ConnectionStats ShmConnection::stats() const {
-  std::lock_guard lock(mutex_);
-  ConnectionStats s;
-  s.connection = number();
-  s.peer = peer_->name + " (pid " + std::to_string(peer_->pid) + ")";
-  s.posted = posted_;
-  s.completed = completed_;
-  s.outstanding = pending_.size() + receives_.size();
-  s.last_completion = last_completion_;
-  s.failed = broken_;
-  s.failure = failure_;
-  return s;
-}
+ConnectionStats ShmConnection::stats() const { return rc().stats(peer()); }
 
-Result<void> ShmConnection::health() const {
-  std::lock_guard lock(mutex_);
-  if (broken_) return fail(Errc::ConnectionBroken, failure_);
-  return {};
-}
+Result<void> ShmConnection::health() const { return rc().health(); }
 
 void ShmConnection::close() {
   context_->detach(this);  // the progress thread no longer looks at us after this
   std::lock_guard lock(mutex_);
-  if (closed_) return;
-  closed_ = true;
-  enter_error("connection closed", Status::Flushed);
+  if (!rc().close()) return;
+  enter_error(Error(Errc::ConnectionBroken, "connection " + std::to_string(number()) + " was closed by this side"),
+              Status::Flushed);
   // The peer sees EOF at once and fails what it has pending with us.
   ::shutdown(socket_.get(), SHUT_RDWR);
 }
@@ -66,9 +53,9 @@ void ShmConnection::peer_gone() {
 
 void ShmConnection::peer_gone_locked() {
   gone_.store(true, std::memory_order_release);
-  enter_error(
-      "shm peer " + peer_->name + " (pid " + std::to_string(peer_->pid) + ") closed the connection or died",
-      Status::TransportRetryExceeded);
+  enter_error(Error(Errc::ConnectionBroken,
+                    "shm peer " + peer_->name + " (pid " + std::to_string(peer_->pid) + ") closed the connection or died"),
+              Status::TransportRetryExceeded);
 }
 
 bool ShmConnection::pins(std::uint32_t key) const noexcept {
@@ -78,42 +65,36 @@ bool ShmConnection::pins(std::uint32_t key) const noexcept {
 }
 
 void ShmConnection::push(SoftCompletionQueue& cq, const Completion& completion) {
-  ++completed_;
-  last_completion_ = coarse_wall_clock();
+  rc().completed(completion);
   cq.push(completion);
 }
 
 void ShmConnection::finish(const Pending& op, const Outcome& outcome) {
-  bool ok = outcome.status == Status::Success;
-  if (ok && !op.request.signaled) {
-    ++completed_;
-    last_completion_ = coarse_wall_clock();
-  } else {
-    push(*send_cq_, Completion{.id = op.id,
-                               .status = outcome.status,
-                               .opcode = op.request.opcode,
-                               .bytes = outcome.bytes,
-                               .connection = number()});
-  }
-  if (!ok)
-    enter_error(
-        std::string(to_string(op.request.opcode)) + " failed: " + std::string(to_string(outcome.status)),
-        Status::Flushed);
+  const Completion completion{.id = op.id, .status = outcome.status, .opcode = op.request.opcode,
+                              .bytes = outcome.bytes, .connection = number()};
+  if (completion.ok() && !op.request.signaled) return rc().completed(completion);
+  // The failure is recorded before its completion is visible, so health() agrees with what was polled.
+  if (!completion.ok()) rc().fail(detail::completion_error(completion));
+  push(*send_cq_, completion);
+  if (!completion.ok()) enter_error(detail::completion_error(completion), Status::Flushed);
 }
 
-// The error state of a QP: nothing more is carried out; everything pending completes with
-// `pending_status` (Flushed, or TransportRetryExceeded when the peer went away).
-void ShmConnection::enter_error(std::string why, Status pending_status) {
-  if (broken_) return;
-  broken_ = true;
-  failure_ = std::move(why);
+void ShmConnection::enter_error(Error why, Status head_status) {
+  if (flushed_) return;
+  flushed_ = true;
+  // When an operation fails with it, the connection's failure is that operation's, as verbs reports it.
+  if (!pending_.empty() && head_status != Status::Flushed && why.code() != Errc::TransportFailure)
+    why = detail::completion_error(Completion{.id = pending_.front().id, .status = head_status,
+                                              .opcode = pending_.front().request.opcode},
+                                   why.message());
+  rc().fail(std::move(why));  // the first failure stays
   close_inbound();
+  Status status = head_status;
   while (!pending_.empty()) {
     Pending op = pending_.front();
     pending_.pop_front();
-    push(*send_cq_,
-         Completion{
-             .id = op.id, .status = pending_status, .opcode = op.request.opcode, .connection = number()});
+    push(*send_cq_, Completion{.id = op.id, .status = status, .opcode = op.request.opcode, .connection = number()});
+    status = Status::Flushed;
   }
 }
 

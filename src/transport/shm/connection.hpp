@@ -13,6 +13,7 @@
 #include <mutex>
 #include <string>
 
+#include "core/rc_state.hpp"
 #include "core/ring_queue.hpp"
 #include "core/soft_cq.hpp"
 #include "rdmakit/connection.hpp"
@@ -72,7 +73,6 @@ class ShmConnection final : public Connection {
   Inbound& out() const noexcept { return link_.as<LinkSegment>()->into[1 - side_]; }
 
   // datapath.cpp (all with mutex_ held)
-  Result<void> validate(const WorkRequest& request) const;
   bool drain(bool from_post);
   bool peer_hung_up();
   Outcome execute(Pending& op);
@@ -94,7 +94,9 @@ class ShmConnection final : public Connection {
   // connection.cpp
   void finish(const Pending& op, const Outcome& outcome);
   void push(SoftCompletionQueue& cq, const Completion& completion);
-  void enter_error(std::string why, Status pending_status);
+  // The error state of a QP: records `why` (the first failure stays) and completes what is pending, the
+  // head with `head_status` (TransportRetryExceeded when the peer went away), the rest Flushed.
+  void enter_error(Error why, Status head_status);
   void close_inbound();
   void peer_gone_locked();
 
@@ -110,18 +112,12 @@ class ShmConnection final : public Connection {
   mutable std::mutex mutex_;
   RingQueue<Pending> pending_;          // posted, not yet carried out (head may be blocked)
   std::deque<PostedReceive> receives_;  // posted receives, oldest first (our copy: ids, capacities)
-  std::uint64_t send_sequence_ = 0;
-  std::uint64_t recv_sequence_ = 0;
   std::uint64_t recv_posted_ = 0;  // our copy of in().recv_posted
   std::uint64_t reaped_ = 0;       // our copy of in().reaped
-  bool broken_ = false;
-  bool closed_ = false;
-  std::string failure_;
+  bool flushed_ = false;  // the error state was entered and pending work flushed (the failure is in rc())
   std::atomic<bool> gone_{false};
   bool wants_progress_ = false;  // a large operation waits for the progress thread
-  std::uint64_t posted_ = 0;
-  std::uint64_t completed_ = 0;
-  std::chrono::system_clock::time_point last_completion_{};
+  const Capabilities caps_;  // what check_chain() checks against
 };
 
 }  // namespace rdmakit::shm

@@ -36,8 +36,8 @@ class ShmRegion final : public MemoryRegion {
 // relies on the progress thread, which sleeps on the doorbell eventfd.
 class ShmCq final : public SoftCompletionQueue {
  public:
-  ShmCq(std::weak_ptr<Context> context, WaitMode mode, std::chrono::microseconds spin)
-      : SoftCompletionQueue(mode, spin), context_(std::move(context)) {}
+  ShmCq(std::weak_ptr<Context> context, WaitMode mode, std::chrono::microseconds spin, std::size_t depth)
+      : SoftCompletionQueue(mode, spin, depth), context_(std::move(context)) {}
 
  protected:
   void progress() override {
@@ -119,7 +119,10 @@ Capabilities ShmContext::capabilities() const {
       .kernel_bypass = false,  // mapped memory bypasses the kernel, cross-memory attach does not
       .max_message_size = std::uint64_t{1} << 31,
       .max_sge = max_sge(),
-      .max_inline = 0};
+      .max_inline = 0,
+      .misaligned_atomic_refused_at_post = false,  // completes RemoteInvalidRequest
+      .address_prefix = "shm:",
+      .progress_threads = 1};
 }
 
 std::uint32_t ShmContext::max_sge() const noexcept { return std::min(config().max_sge, kMaxSge); }
@@ -167,13 +170,14 @@ Result<std::shared_ptr<MemoryRegion>> ShmContext::allocate(std::size_t size, Acc
   return region;
 }
 
-Result<std::shared_ptr<CompletionQueue>> ShmContext::create_cq(std::size_t) {
-  return std::make_shared<ShmCq>(weak_from_this(), config().wait_mode, config().spin);
+Result<std::shared_ptr<CompletionQueue>> ShmContext::create_cq(std::size_t depth) {
+  return std::make_shared<ShmCq>(weak_from_this(), config().wait_mode, config().spin, depth ? depth : config().cq_depth);
 }
 
-Result<std::shared_ptr<SoftCompletionQueue>> ShmContext::pick_cq(
-    const std::shared_ptr<CompletionQueue>& given) {
-  if (!given) return std::make_shared<ShmCq>(weak_from_this(), config().wait_mode, config().spin);
+Result<std::shared_ptr<SoftCompletionQueue>> ShmContext::pick_cq(const std::shared_ptr<CompletionQueue>& given,
+                                                                std::uint32_t depth) {
+  // A connection's own queue holds what its queue can have outstanding, as on verbs.
+  if (!given) return std::make_shared<ShmCq>(weak_from_this(), config().wait_mode, config().spin, depth);
   auto soft = std::dynamic_pointer_cast<SoftCompletionQueue>(given);
   if (!soft) return fail(Errc::InvalidArgument, "connect: the completion queue belongs to another transport");
   return soft;

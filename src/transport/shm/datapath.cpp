@@ -5,6 +5,8 @@
 
 #include <cstring>
 
+#include "core/rc_check.hpp"
+#include "core/rc_state.hpp"
 #include "core/tsan.hpp"
 #include "transport/shm/connection.hpp"
 
@@ -22,64 +24,28 @@ constexpr std::uint64_t kBytesPerRound = 8 << 20;
 
 }  // namespace
 
-Result<void> ShmConnection::validate(const WorkRequest& r) const {
-  switch (r.opcode) {
-    case Opcode::Write:
-    case Opcode::WriteImm:
-    case Opcode::Read:
-    case Opcode::Send:
-      break;
-    case Opcode::CompareSwap:
-    case Opcode::FetchAdd:
-      if (r.local.size() != 1 || r.local[0].length != 8)
-        return fail(Errc::InvalidArgument, "post: an atomic needs exactly one local segment of 8 bytes");
-      break;
-    default:
-      return fail(Errc::InvalidArgument,
-                  "post: opcode " + std::string(to_string(r.opcode)) + " cannot be posted");
-  }
-  if (r.local.size() > context_->max_sge())
-    return fail(Errc::InvalidArgument, "post: " + std::to_string(r.local.size()) +
-                                           " segments, the shm transport takes " +
-                                           std::to_string(context_->max_sge()));
-  std::uint64_t total = 0;
-  for (const Segment& s : r.local) total += s.length;
-  if (total > context_->capabilities().max_message_size)
-    return fail(Errc::InvalidArgument,
-                "post: " + std::to_string(total) + " bytes exceed the shm maximum message size");
-  bool one_sided = r.opcode != Opcode::Send;
-  if (one_sided && r.remote.owner_epoch != 0 && r.remote.owner_epoch != peer_->epoch)
-    return std::unexpected(Error(
-        Errc::StaleDescriptor,
-        "post: the remote descriptor belongs to another process or an earlier life of the peer "
-        "(epoch " +
-            std::to_string(r.remote.owner_epoch) + ", peer's is " + std::to_string(peer_->epoch) + ")"));
-  return {};
-}
-
 Result<std::uint64_t> ShmConnection::post(std::span<const WorkRequest> chain) {
-  if (chain.empty()) return fail(Errc::InvalidArgument, "post: empty chain");
-  for (const WorkRequest& r : chain)
-    if (auto ok = validate(r); !ok) return std::unexpected(ok.error());
+  if (auto ok = check_chain(chain, caps_, peer_->epoch); !ok) return std::unexpected(ok.error());
   std::lock_guard lock(mutex_);
-  if (broken_) return fail(Errc::ConnectionBroken, failure_);
+  if (rc().closed()) return rc().refuse_closed("post");
+  if (flushed_) return rc().post_flushed(chain, [&](const Completion& c) { send_cq_->push(c); });
   if (pending_.size() + chain.size() > context_->config().send_queue_depth)
     return fail(Errc::ResourceExhausted,
                 "post: send queue full (" + std::to_string(pending_.size()) + " pending)");
-  std::uint64_t first = make_id(send_sequence_, false);
-  for (const WorkRequest& r : chain) {
+  const std::uint64_t sequence = rc().take_sends(chain.size());
+  for (std::size_t i = 0; i < chain.size(); ++i) {
+    const WorkRequest& r = chain[i];
     Pending& op = pending_.emplace_back();
-    op.id = make_id(send_sequence_++, false);
+    op.id = rc().send_id(sequence + i);
     op.request = r;
     op.count = static_cast<std::uint32_t>(r.local.size());
     std::copy(r.local.begin(), r.local.end(), op.sge.begin());
     for (const Segment& s : r.local) op.total += s.length;
     op.request.local = {};
   }
-  posted_ += chain.size();
   drain(true);
   if (wants_progress_) context_->wake();
-  return first;
+  return rc().send_id(sequence);
 }
 
 // Carries out pending operations from the head until one must wait. From post(), stops at the first
@@ -88,7 +54,7 @@ bool ShmConnection::drain(bool from_post) {
   bool any = false;
   std::uint64_t budget = kBytesPerRound;
   wants_progress_ = false;
-  while (!pending_.empty() && !broken_) {
+  while (!pending_.empty() && !flushed_) {
     Pending& head = pending_.front();
     if (head.total > kInlineMax && (from_post || budget == 0)) {
       wants_progress_ = true;

@@ -3,32 +3,31 @@
 #include <algorithm>
 #include <cstring>
 
+#include "core/rc_check.hpp"
+#include "core/rc_state.hpp"
 #include "core/tsan.hpp"
 #include "transport/shm/connection.hpp"
 
 namespace rdmakit::shm {
 
 Result<std::uint64_t> ShmConnection::post_recv(std::span<const Segment> sgl) {
-  if (sgl.size() > context_->max_sge())
-    return fail(Errc::InvalidArgument, "post_recv: " + std::to_string(sgl.size()) +
-                                           " segments, the shm transport takes " +
-                                           std::to_string(context_->max_sge()));
+  if (auto ok = check_recv(sgl, caps_); !ok) return std::unexpected(ok.error());
   std::lock_guard lock(mutex_);
-  if (broken_) return fail(Errc::ConnectionBroken, failure_);
+  if (rc().closed()) return rc().refuse_closed("post_recv");
+  if (flushed_) return rc().post_recv_flushed([&](const Completion& c) { recv_cq_->push(c); });
   Inbound& inbound = in();
   std::uint64_t depth = std::min<std::uint64_t>(kRingSlots, context_->config().recv_queue_depth);
   // Completions not yet reaped still hold their ring slot, so the completion ring can never overflow.
   if (recv_posted_ - reaped_ >= depth)
     return fail(Errc::ResourceExhausted, "post_recv: " + std::to_string(depth) + " receives already posted");
-  std::uint64_t id = make_id(recv_sequence_++, true);
-  ++posted_;
+  std::uint64_t id = rc().recv_id(rc().take_recv());
   std::uint64_t capacity;
   if (check_local(sgl, true, &capacity) != Status::Success) {
     // A receive the initiator could not fill: fail it now, as the connection would when it is reached.
-    enter_error("post_recv: a segment is outside its region or lacks LocalWrite", Status::Flushed);
-    push(*recv_cq_,
-         Completion{
-             .id = id, .status = Status::LocalProtection, .opcode = Opcode::Recv, .connection = number()});
+    const Completion failed{.id = id, .status = Status::LocalProtection, .opcode = Opcode::Recv, .connection = number()};
+    enter_error(detail::completion_error(failed, "a segment is outside its region or lacks LocalWrite"),
+                Status::Flushed);
+    push(*recv_cq_, failed);
     return id;
   }
   RecvEntry& entry = inbound.recv[recv_posted_ % kRingSlots];
@@ -59,15 +58,19 @@ bool ShmConnection::reap() {
       malformed = true;
       break;
     }
+    if (!completion->ok() && failed == Status::Success) {
+      failed = completion->status;
+      rc().fail(detail::completion_error(*completion));  // recorded before the completion is visible
+    }
     push(*recv_cq_, *completion);
-    if (completion->status != Status::Success && failed == Status::Success) failed = completion->status;
   }
   reaped_ = reaped;
   inbound.reaped.store(reaped, std::memory_order_release);
   if (malformed)
-    enter_error("the shm peer wrote a malformed receive completion", Status::Flushed);
+    enter_error(Error(Errc::ProtocolError, "the shm peer wrote a malformed receive completion"), Status::Flushed);
   else if (failed != Status::Success)
-    enter_error("a receive failed: " + std::string(to_string(failed)), Status::Flushed);
+    enter_error(Error(Errc::TransportFailure, "a receive failed: " + std::string(to_string(failed)), 0, failed),
+                Status::Flushed);
   return true;
 }
 
@@ -95,10 +98,10 @@ bool ShmConnection::serve_atomic() {
 
 bool ShmConnection::progress(Clock::time_point* next_deadline) {
   std::lock_guard lock(mutex_);
-  if (closed_) return false;
+  if (rc().closed()) return false;
   bool any = reap();
   any |= serve_atomic();
-  if (!pending_.empty() && !broken_) {
+  if (!pending_.empty() && !flushed_) {
     any |= drain(false);
     if (!pending_.empty() && next_deadline) {
       auto deadline = pending_.front().deadline;

@@ -116,9 +116,9 @@ Result<PeerCredentials> ShmContext::admit(int socket, bool connector, const std:
 Result<std::shared_ptr<Connection>> ShmContext::establish(UniqueFd socket, const PeerCredentials& credentials,
                                                           bool connector, const ConnectOptions& options,
                                                           std::string address) {
-  auto send_cq = pick_cq(options.send_cq);
+  auto send_cq = pick_cq(options.send_cq, config().send_queue_depth);
   if (!send_cq) return std::unexpected(send_cq.error());
-  auto recv_cq = pick_cq(options.recv_cq);
+  auto recv_cq = pick_cq(options.recv_cq, config().recv_queue_depth);
   if (!recv_cq) return std::unexpected(recv_cq.error());
   auto deadline = Clock::now() + config().connect_timeout;
 

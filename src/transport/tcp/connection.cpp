@@ -8,6 +8,7 @@
 
 #include "core/clock.hpp"
 #include "core/log.hpp"
+#include "core/rc_state.hpp"
 #include "transport/tcp/context.hpp"
 #include "transport/tcp/completion_queue.hpp"
 #include "transport/tcp/socket.hpp"
@@ -16,8 +17,9 @@ namespace rdmakit::tcp {
 namespace {
 
 Result<std::shared_ptr<TcpCompletionQueue>> own_or_new_cq(const std::shared_ptr<CompletionQueue>& given,
-                                                          const Config& config) {
-  if (!given) return std::make_shared<TcpCompletionQueue>(config.wait_mode, config.spin);
+                                                          const Config& config, std::uint32_t depth) {
+  // A connection's own queue holds what its queue can have outstanding, as on verbs.
+  if (!given) return std::make_shared<TcpCompletionQueue>(config.wait_mode, config.spin, depth);
   auto soft = std::dynamic_pointer_cast<TcpCompletionQueue>(given);
   if (!soft) return fail(Errc::InvalidArgument, "completion queue was not created by a tcp context");
   return soft;
@@ -33,9 +35,9 @@ std::uint64_t SgList::total() const noexcept {
 
 Result<std::shared_ptr<TcpConnection>> TcpConnection::create(std::shared_ptr<TcpContext> context, Fd socket,
                                                              PeerInfo peer, const ConnectOptions& options) {
-  auto send_cq = own_or_new_cq(options.send_cq, context->config());
+  auto send_cq = own_or_new_cq(options.send_cq, context->config(), context->config().send_queue_depth);
   if (!send_cq) return std::unexpected(send_cq.error());
-  auto recv_cq = own_or_new_cq(options.recv_cq, context->config());
+  auto recv_cq = own_or_new_cq(options.recv_cq, context->config(), context->config().recv_queue_depth);
   if (!recv_cq) return std::unexpected(recv_cq.error());
   if (auto ok = make_data_socket(socket.get()); !ok) return std::unexpected(ok.error());
   std::uint32_t number = context->acquire_connection_number();
@@ -54,7 +56,9 @@ TcpConnection::TcpConnection(std::uint32_t number, std::uint64_t engine_key, std
                              Fd socket, PeerInfo peer,
                              std::shared_ptr<SoftCompletionQueue> send_cq,
                              std::shared_ptr<SoftCompletionQueue> recv_cq)
-    : Connection(number, send_cq, recv_cq),
+    : Connection(number, send_cq, recv_cq,
+                 std::make_shared<detail::RcState>(number, context->config().send_queue_depth,
+                                                   context->config().recv_queue_depth)),
       context_(std::move(context)),
       table_(context_->table()),
       engine_(context_->engine()),
@@ -67,7 +71,8 @@ TcpConnection::TcpConnection(std::uint32_t number, std::uint64_t engine_key, std
       send_depth_(context_->config().send_queue_depth),
       recv_depth_(context_->config().recv_queue_depth),
       timeout_ns_(std::chrono::duration_cast<std::chrono::nanoseconds>(context_->config().timeout).count()),
-      rnr_timeout_ns_(std::chrono::duration_cast<std::chrono::nanoseconds>(context_->config().rnr_timeout).count()) {
+      rnr_timeout_ns_(std::chrono::duration_cast<std::chrono::nanoseconds>(context_->config().rnr_timeout).count()),
+      caps_(context_->capabilities()) {
   touch_receive();
   touch_send();
 }
@@ -85,6 +90,7 @@ TcpConnection::~TcpConnection() {
 void TcpConnection::close() {
   std::lock_guard rx_lock(rx_mutex_);
   std::lock_guard lock(mutex_);
+  rc().close();
   fail_locked(Status::Flushed, Error(Errc::ConnectionBroken, "connection closed by this side"));
   abandon_receive_locked();
 }
@@ -95,7 +101,7 @@ void TcpConnection::touch_send() noexcept { last_send_ns_.store(steady_ns(), std
 // A failed connection reads no further, so a WRITE it was receiving will never finish: the region it
 // pinned must not wait for the connection object to be destroyed (the application may keep it).
 void TcpConnection::abandon_receive_locked() {
-  if (!failed_.load(std::memory_order_relaxed)) return;
+  if (!rc().failed()) return;
   rx_.pin = {};
   if (rx_.phase != Receive::Phase::Payload) return;
   // A failed connection that still drains (a NAK lingering) reads the rest of this payload into scratch.
@@ -107,14 +113,13 @@ void TcpConnection::abandon_receive_locked() {
 }
 
 void TcpConnection::abandon_receive_if_failed() {
-  if (!failed_.load(std::memory_order_acquire)) return;
+  if (!rc().failed()) return;
   std::lock_guard rx_lock(rx_mutex_);
   abandon_receive_locked();
 }
 
 void TcpConnection::complete_locked(const InFlight& op, Status status, std::uint32_t bytes) {
-  completed_.fetch_add(1, std::memory_order_relaxed);
-  last_completion_ns_.store(coarse_wall_clock().time_since_epoch().count(), std::memory_order_relaxed);
+  rc().completed(op.id);
   if (status == Status::Success && !op.signaled) return;
   send_queue_->push(Completion{.id = op.id, .status = status, .opcode = op.opcode, .bytes = bytes,
                                .connection = number()});
@@ -130,11 +135,16 @@ void TcpConnection::complete_local_errors_locked() {
 }
 
 void TcpConnection::fail_locked(Status head_status, Error reason, bool drain_output) {
-  if (failed_.load(std::memory_order_relaxed)) return;
+  if (flushed_) return;  // the error state was entered already
   if (head_status != Status::Flushed)
     log::debug("tcp", "connection " + std::to_string(number()) + " to " + peer_label_ + " failed: " + reason.message());
-  failure_ = std::make_unique<Error>(std::move(reason));
-  failed_.store(true, std::memory_order_release);
+  // When an operation fails with it, the connection's failure is that operation's, as verbs reports it.
+  if (!in_flight_.empty() && head_status != Status::Flushed && reason.code() != Errc::TransportFailure)
+    reason = detail::completion_error(
+        Completion{.id = in_flight_.front().id, .status = head_status, .opcode = in_flight_.front().opcode},
+        reason.message());
+  rc().fail(std::move(reason));  // the first failure stays, whatever comes later
+  flushed_ = true;
   bool head = true;
   for (const InFlight& op : in_flight_) {
     complete_locked(op, head ? head_status : Status::Flushed, 0);
@@ -142,7 +152,7 @@ void TcpConnection::fail_locked(Status head_status, Error reason, bool drain_out
   }
   in_flight_.clear();
   for (const PostedRecv& recv : recvs_) {
-    completed_.fetch_add(1, std::memory_order_relaxed);
+    rc().completed(recv.id);
     recv_queue_->push(Completion{.id = recv.id, .status = Status::Flushed, .opcode = Opcode::Recv,
                                  .connection = number()});
   }
@@ -182,24 +192,11 @@ void TcpConnection::update_interest_locked() {
                          want_output_);
 }
 
-Result<void> TcpConnection::health() const {
-  std::lock_guard lock(mutex_);
-  if (failure_) return std::unexpected(*failure_);
-  return {};
-}
+Result<void> TcpConnection::health() const { return rc().health(); }
 
 ConnectionStats TcpConnection::stats() const {
-  ConnectionStats stats;
-  stats.connection = number();
-  stats.peer = log::printable(peer_.name) + " (" + peer_.address + ")";
-  stats.posted = posted_.load(std::memory_order_relaxed);
-  stats.completed = completed_.load(std::memory_order_relaxed);
-  stats.last_completion = std::chrono::system_clock::time_point(
-      std::chrono::system_clock::duration(last_completion_ns_.load(std::memory_order_relaxed)));
+  ConnectionStats stats = rc().stats(peer_);
   std::lock_guard lock(mutex_);
-  stats.outstanding = in_flight_.size() + recvs_.size();
-  stats.failed = failure_ != nullptr;
-  if (failure_) stats.failure = failure_->message();
   stats.queued_responses = responses_queued_;
   stats.responder_pauses = responder_pauses_;
   return stats;
@@ -208,7 +205,7 @@ ConnectionStats TcpConnection::stats() const {
 void TcpConnection::on_tick(std::int64_t now_ns) {
   std::lock_guard rx_lock(rx_mutex_);
   std::lock_guard lock(mutex_);
-  if (failed_.load(std::memory_order_relaxed)) {
+  if (rc().failed()) {
     abandon_receive_locked();
     // A NAK that the peer never reads must not keep the connection alive forever.
     if (linger_ && now_ns - last_send_ns_.load(std::memory_order_relaxed) > timeout_ns_) {
@@ -239,7 +236,7 @@ void TcpConnection::on_tick(std::int64_t now_ns) {
     return;
   }
   check_stalls_locked(now_ns);
-  if (failed_.load(std::memory_order_relaxed)) return abandon_receive_locked();
+  if (rc().failed()) return abandon_receive_locked();
   bool waiting = !in_flight_.empty();
   std::int64_t last_progress = std::max(last_receive_ns_.load(std::memory_order_relaxed),
                                         last_send_ns_.load(std::memory_order_relaxed));

@@ -17,6 +17,7 @@
 #include <mutex>
 
 #include "core/fd.hpp"
+#include "core/rc_state.hpp"
 #include "core/registration_table.hpp"
 #include "core/soft_cq.hpp"
 #include "rdmakit/connection.hpp"
@@ -111,7 +112,6 @@ class TcpConnection final : public Connection, public Pollable, public std::enab
   };
 
   // ---- initiator side (datapath.cpp)
-  Result<void> validate(const WorkRequest& request) const;
   void enqueue_locked(const WorkRequest& request, std::uint64_t id);
   void flush_locked();
   void send_response_locked(const FrameHeader& request, FrameType type, std::uint64_t value, std::uint32_t length,
@@ -163,12 +163,13 @@ class TcpConnection final : public Connection, public Pollable, public std::enab
   std::shared_ptr<SoftCompletionQueue> send_queue_, recv_queue_;
   const std::uint32_t send_depth_, recv_depth_;
   const std::int64_t timeout_ns_, rnr_timeout_ns_;
+  const Capabilities caps_;  // what check_chain() checks against
 
   mutable std::mutex mutex_;
   std::deque<OutFrame> out_;
   std::deque<InFlight> in_flight_;
   std::deque<PostedRecv> recvs_;
-  std::uint64_t next_sequence_ = 1, next_recv_sequence_ = 1;
+  std::uint64_t next_sequence_ = 1;  // of request frames on the wire (ids come from rc())
   std::uint64_t ack_sequence_ = 0;    // target side: the last request a deferred ACK answers
   std::uint32_t acks_deferred_ = 0;
   std::uint64_t responses_queued_ = 0;  // response frames in out_ (target side)
@@ -182,8 +183,7 @@ class TcpConnection final : public Connection, public Pollable, public std::enab
   bool error_queued_ = false;  // an op failed at post: nothing more is sent
   bool linger_ = false;        // failed, but the last frames (a NAK) still go out before shutdown
   bool shut_down_ = false;
-  std::unique_ptr<Error> failure_;
-  std::atomic<bool> failed_{false};
+  bool flushed_ = false;  // the queues were flushed into the error state (the failure itself is in rc())
   std::atomic<bool> waiting_for_recv_{false};
 
   // The receive state machine: driven by the engine thread or by a thread polling our completion queue,
@@ -198,8 +198,6 @@ class TcpConnection final : public Connection, public Pollable, public std::enab
   // connection after timeout_ms and so lets go of the regions it pinned.
   std::atomic<std::int64_t> last_receive_ns_{0};
   std::atomic<std::int64_t> last_send_ns_{0};
-  std::atomic<std::uint64_t> posted_{0}, completed_{0};
-  std::atomic<std::int64_t> last_completion_ns_{0};
 };
 
 }  // namespace rdmakit::tcp

@@ -52,17 +52,23 @@ void TcpContext::set_next_connection_number_for_testing(std::uint64_t next) {
 }
 
 Capabilities TcpContext::capabilities() const {
-  return Capabilities{.one_sided_without_target_cpu = false, .atomics_coherent_with_cpu = true,
-                      .kernel_bypass = false, .max_message_size = kMaxMessageSize, .max_sge = kMaxSge,
-                      .max_inline = 0};
+  return Capabilities{.one_sided_without_target_cpu = false,
+                      .atomics_coherent_with_cpu = true,
+                      .kernel_bypass = false,
+                      .max_message_size = kMaxMessageSize,
+                      .max_sge = std::min(config().max_sge, kMaxSge),
+                      .max_inline = 0,
+                      .misaligned_atomic_refused_at_post = false,  // the target answers RemoteInvalidRequest
+                      .address_prefix = {},
+                      .progress_threads = 1};  // the engine
 }
 
 Result<std::shared_ptr<MemoryRegion>> TcpContext::register_memory(void* data, std::size_t size, Access access) {
   return register_soft(table_, shared_from_this(), data, size, access);
 }
 
-Result<std::shared_ptr<CompletionQueue>> TcpContext::create_cq(std::size_t) {
-  return std::make_shared<TcpCompletionQueue>(config().wait_mode, config().spin);
+Result<std::shared_ptr<CompletionQueue>> TcpContext::create_cq(std::size_t depth) {
+  return std::make_shared<TcpCompletionQueue>(config().wait_mode, config().spin, depth ? depth : config().cq_depth);
 }
 
 Result<std::shared_ptr<Listener>> TcpContext::listen(std::string_view address) {

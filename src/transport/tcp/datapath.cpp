@@ -5,6 +5,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "core/rc_check.hpp"
+#include "core/rc_state.hpp"
 #include "core/tsan.hpp"
 #include "transport/tcp/connection.hpp"
 
@@ -28,51 +30,22 @@ FrameType frame_type(const WorkRequest& request) {
 
 }  // namespace
 
-Result<void> TcpConnection::validate(const WorkRequest& request) const {
-  switch (request.opcode) {
-    case Opcode::Recv:
-    case Opcode::RecvWriteImm:
-      return fail(Errc::InvalidArgument, "post: opcode " + std::string(to_string(request.opcode)) +
-                                             " cannot be posted; use post_recv()");
-    default: break;
-  }
-  if (request.local.size() > kMaxSge)
-    return fail(Errc::InvalidArgument, "post: " + std::to_string(request.local.size()) +
-                                           " scatter-gather entries, the tcp transport takes at most " +
-                                           std::to_string(kMaxSge));
-  std::uint64_t total = 0;
-  for (const Segment& segment : request.local) total += segment.length;
-  if (total > kMaxMessageSize)
-    return fail(Errc::InvalidArgument, "post: message of " + std::to_string(total) + " bytes exceeds the maximum of " +
-                                           std::to_string(kMaxMessageSize));
-  bool atomic = request.opcode == Opcode::CompareSwap || request.opcode == Opcode::FetchAdd;
-  if (atomic && (request.local.size() != 1 || request.local[0].length != 8))
-    return fail(Errc::InvalidArgument, "post: an atomic needs exactly one 8-byte local segment for the old value");
-  bool one_sided = request.opcode != Opcode::Send;
-  if (one_sided && request.remote.owner_epoch != 0 && request.remote.owner_epoch != peer_.epoch)
-    return fail(Errc::StaleDescriptor, "post: the remote address comes from a descriptor of epoch " +
-                                           std::to_string(request.remote.owner_epoch) + ", but peer " + peer_label_ +
-                                           " is at epoch " + std::to_string(peer_.epoch) +
-                                           " (another process, or an earlier life of this one)");
-  return {};
-}
-
 Result<std::uint64_t> TcpConnection::post(std::span<const WorkRequest> chain) {
-  if (chain.empty()) return fail(Errc::InvalidArgument, "post: empty chain");
-  for (const WorkRequest& request : chain)
-    if (auto ok = validate(request); !ok) return std::unexpected(ok.error());
+  if (auto ok = check_chain(chain, caps_, peer_.epoch); !ok) return std::unexpected(ok.error());
   std::uint64_t first;
   {
     std::lock_guard lock(mutex_);
-    if (failure_) return fail(Errc::ConnectionBroken, "post: " + failure_->message());
-    if (error_queued_) return fail(Errc::ConnectionBroken, "post: an earlier operation failed");
+    if (rc().closed()) return rc().refuse_closed("post");
+    if (rc().failed())
+      return rc().post_flushed(chain, [&](const Completion& c) { send_queue_->push(c); });
+    // Behind an operation that failed at post (error_queued_), requests are queued and flush in order.
     if (in_flight_.size() + chain.size() > send_depth_)
       return fail(Errc::ResourceExhausted, "post: send queue full (" + std::to_string(send_depth_) +
                                                " outstanding; option send_queue_depth)");
     if (in_flight_.empty()) touch_receive();  // the silent-peer clock starts now, not at the last activity
-    first = make_id(next_sequence_, false);
-    for (const WorkRequest& request : chain) enqueue_locked(request, make_id(next_sequence_, false));
-    posted_.fetch_add(chain.size(), std::memory_order_relaxed);
+    const std::uint64_t sequence = rc().take_sends(chain.size());
+    first = rc().send_id(sequence);
+    for (std::size_t i = 0; i < chain.size(); ++i) enqueue_locked(chain[i], rc().send_id(sequence + i));
     flush_locked();
     complete_local_errors_locked();
   }
@@ -113,22 +86,19 @@ void TcpConnection::enqueue_locked(const WorkRequest& request, std::uint64_t id)
 }
 
 Result<std::uint64_t> TcpConnection::post_recv(std::span<const Segment> sgl) {
-  if (sgl.size() > kMaxSge)
-    return fail(Errc::InvalidArgument, "post_recv: " + std::to_string(sgl.size()) +
-                                           " scatter-gather entries, the tcp transport takes at most " +
-                                           std::to_string(kMaxSge));
+  if (auto ok = check_recv(sgl, caps_); !ok) return std::unexpected(ok.error());
   std::lock_guard lock(mutex_);
-  if (failure_) return fail(Errc::ConnectionBroken, "post_recv: " + failure_->message());
+  if (rc().closed()) return rc().refuse_closed("post_recv");
+  if (rc().failed()) return rc().post_recv_flushed([&](const Completion& c) { recv_queue_->push(c); });
   if (recvs_.size() >= recv_depth_)
     return fail(Errc::ResourceExhausted, "post_recv: receive queue full (" + std::to_string(recv_depth_) +
                                              " posted; option recv_queue_depth)");
-  PostedRecv recv{.id = make_id(next_recv_sequence_++, true), .sgl = {}, .local_error = Status::Success};
+  PostedRecv recv{.id = rc().recv_id(rc().take_recv()), .sgl = {}, .local_error = Status::Success};
   recv.sgl.count = static_cast<std::uint32_t>(sgl.size());
   std::copy(sgl.begin(), sgl.end(), recv.sgl.segments.begin());
   for (const Segment& segment : sgl)
     if (table_.check_local(segment, true) != Status::Success) recv.local_error = Status::LocalProtection;
   recvs_.push_back(recv);
-  posted_.fetch_add(1, std::memory_order_relaxed);
   if (waiting_for_recv_.load()) engine_.kick(engine_key_);
   return recv.id;
 }
@@ -201,7 +171,7 @@ void TcpConnection::pause_responder_locked() {
 }
 
 void TcpConnection::resume_responder_locked() {
-  if (responses_queued_ > send_depth_ / 2 || failed_.load(std::memory_order_relaxed)) return;
+  if (responses_queued_ > send_depth_ / 2 || rc().failed()) return;
   responder_full_.store(false, std::memory_order_relaxed);
   update_interest_locked();
   // Requests that arrived meanwhile raised no new edge: have the engine read them.

@@ -42,7 +42,7 @@ void TcpConnection::poll_input() {
   // Also when nothing of ours is outstanding: the peer's one-sided requests are carried out by whoever
   // reads, and a spinning poller must not leave them to an engine thread it keeps off the core. Input left
   // over is read by the poller's next call, or by the engine when the polling lease ends.
-  if (failed_.load(std::memory_order_relaxed)) return;
+  if (rc().failed()) return;
   (void)drain_input();
 }
 
@@ -85,7 +85,7 @@ bool TcpConnection::read_some() {
   switch (rx_.phase) {
     case Receive::Phase::RnrWait: {
       std::lock_guard lock(mutex_);
-      if (recvs_.empty() || failed_.load()) return false;
+      if (recvs_.empty() || rc().failed()) return false;
       waiting_for_recv_.store(false);
       input_paused_ = false;
       update_interest_locked();
@@ -149,7 +149,7 @@ bool TcpConnection::read_some() {
       break;
     case Receive::Phase::RnrWait: break;
   }
-  return !failed_.load(std::memory_order_relaxed) || rx_.phase != Receive::Phase::Header;
+  return !rc().failed() || rx_.phase != Receive::Phase::Header;
 }
 
 void TcpConnection::dispatch_header() {
@@ -193,7 +193,7 @@ bool TcpConnection::try_consume_recv() {
 
 void TcpConnection::on_request_header() {
   const FrameHeader& h = rx_.header;
-  if (failed_.load()) {
+  if (rc().failed()) {
     rx_.then = Receive::Then::Nothing;
     return start_discard(carries_request_payload(h.type) ? h.length : 0);
   }
@@ -288,7 +288,7 @@ void TcpConnection::finish_payload() {
       // may close or exit, and the sender must not then time out on a message that was delivered.
       defer_ack_locked(h.sequence);
       flush_ack_locked();
-      completed_.fetch_add(1, std::memory_order_relaxed);
+      rc().completed(rx_.recv.id);
       recv_queue_->push(Completion{.id = rx_.recv.id, .status = Status::Success,
                                    .opcode = write_imm ? Opcode::RecvWriteImm : Opcode::Recv,
                                    .has_imm = write_imm || h.type == FrameType::SendImm, .bytes = h.length,
@@ -302,25 +302,28 @@ void TcpConnection::finish_payload() {
       complete_locked(op, Status::Success, op.bytes);
       return complete_local_errors_locked();
     }
-    case Receive::Then::Nak:
+    case Receive::Then::Nak: {
+      // A receive that the request consumed fails with it, and its failure is this side's (as on verbs).
+      Error why(Errc::ConnectionBroken, "refused a request from the peer: " + std::string(to_string(rx_.nak_status)));
       if (rx_.has_recv) {
-        completed_.fetch_add(1, std::memory_order_relaxed);
-        recv_queue_->push(Completion{.id = rx_.recv.id, .status = rx_.recv_status, .opcode = Opcode::Recv,
-                                     .connection = number()});
+        Completion failed{.id = rx_.recv.id, .status = rx_.recv_status, .opcode = Opcode::Recv, .connection = number()};
+        rc().completed(failed);
+        if (!failed.ok()) why = detail::completion_error(failed, "the peer's request was refused");
+        // The failure is recorded before the completion is visible, so health() agrees with it.
+        if (failed.status != Status::Flushed) rc().fail(why);
+        recv_queue_->push(failed);
       }
       send_nak_locked(h, rx_.nak_status);
-      fail_locked(Status::Flushed,
-                  Error(Errc::ConnectionBroken, "refused a request from the peer: " +
-                                                    std::string(to_string(rx_.nak_status))),
-                  /*drain_output=*/true);
+      fail_locked(Status::Flushed, std::move(why), /*drain_output=*/true);
       return;
+    }
   }
 }
 
 void TcpConnection::on_response_header() {
   const FrameHeader& h = rx_.header;
   std::unique_lock lock(mutex_);
-  if (failed_.load()) {
+  if (rc().failed()) {
     lock.unlock();
     rx_.then = Receive::Then::Nothing;
     return start_discard(h.type == FrameType::ReadResponse ? h.length : 0);
@@ -379,7 +382,7 @@ void TcpConnection::defer_ack_locked(std::uint64_t sequence) {
 }
 
 void TcpConnection::flush_ack_locked() {
-  if (acks_deferred_ == 0 || failed_.load(std::memory_order_relaxed)) return;
+  if (acks_deferred_ == 0 || rc().failed()) return;
   acks_deferred_ = 0;
   FrameHeader ack{};
   ack.sequence = ack_sequence_;

@@ -46,7 +46,9 @@ void resolve_verbs(void* h, Api& a, std::string& missing) {
   resolve(h, "ibv_destroy_qp", a.destroy_qp, missing);
   resolve(h, "ibv_wc_status_str", a.wc_status_str, missing);
   std::string optional;
-  resolve(h, "_ibv_query_gid_ex", a.query_gid_ex, optional);  // older rdma-core: GID types from sysfs
+  resolve(h, "_ibv_query_gid_ex", a.query_gid_ex, optional);
+  resolve(h, "ibv_get_async_event", a.get_async_event, optional);
+  resolve(h, "ibv_ack_async_event", a.ack_async_event, optional);  // older rdma-core: GID types from sysfs
 }
 
 void resolve_cm(void* h, Api& a, std::string& missing) {

@@ -36,6 +36,8 @@ struct Api {
   decltype(&::ibv_destroy_cq) destroy_cq;
   decltype(&::ibv_get_cq_event) get_cq_event;
   decltype(&::ibv_ack_cq_events) ack_cq_events;
+  decltype(&::ibv_get_async_event) get_async_event;  // optional: nullptr when absent (overflow goes unseen)
+  decltype(&::ibv_ack_async_event) ack_async_event;
   decltype(&::ibv_create_qp) create_qp;
   decltype(&::ibv_modify_qp) modify_qp;
   decltype(&::ibv_destroy_qp) destroy_qp;

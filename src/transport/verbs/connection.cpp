@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/log.hpp"
+#include "core/rc_state.hpp"
 #include "transport/verbs/context.hpp"
 
 namespace rdmakit::verbs_impl {
@@ -45,15 +46,15 @@ Result<void> QueuePair::modify(const QpTransition& transition, const char* what)
 }
 
 VerbsConnection::VerbsConnection(Parts parts)
-    : Connection(parts.number, parts.send_cq, parts.recv_cq),
+    : Connection(parts.number, parts.send_cq, parts.recv_cq,
+                 std::make_shared<detail::RcState>(parts.number, parts.context->config().send_queue_depth,
+                                                   parts.context->config().recv_queue_depth)),
       context_(std::move(parts.context)), send_cq_(std::move(parts.send_cq)), recv_cq_(std::move(parts.recv_cq)),
-      track_(std::make_shared<Track>(parts.number, context_->config().send_queue_depth)),
-      endpoint_(std::move(parts.endpoint)), qp_(std::move(parts.qp)), peer_(parts.peer),
+      track_(rc_ptr()), endpoint_(std::move(parts.endpoint)), qp_(std::move(parts.qp)), peer_(parts.peer),
       peer_address_(std::move(parts.peer_address)), inline_size_(qp_->max_inline()),
-      max_sge_(std::min<std::uint32_t>(context_->config().max_sge,
-                                       static_cast<std::uint32_t>(context_->device()->attr().max_sge))) {
-  send_cq_->attach(track_);
-  if (recv_cq_ != send_cq_) recv_cq_->attach(track_);
+      caps_(context_->capabilities()) {
+  send_cq_->attach_track(track_);
+  if (recv_cq_ != send_cq_) recv_cq_->attach_track(track_);
 }
 
 VerbsConnection::~VerbsConnection() { close(); }
@@ -61,8 +62,9 @@ VerbsConnection::~VerbsConnection() { close(); }
 void VerbsConnection::close() {
   std::lock_guard lock(close_mutex_);
   if (closed_.exchange(true)) return;
+  track_->close();
   context_->monitor().unwatch(endpoint_.fd());
-  track_->fail("connection " + std::to_string(number()) + " was closed");
+  track_->fail(Error(Errc::ConnectionBroken, "connection " + std::to_string(number()) + " was closed by this side"));
   if (qp_) {
     // ERR flushes everything posted (as Flushed completions, unsignaled ones included); wait for them
     // to reach the CQs' backlogs before the QP goes, so pollers still see them.
@@ -77,8 +79,8 @@ void VerbsConnection::close() {
                              std::to_string(track_->outstanding()) + " operations not flushed in time");
     qp_.reset();
   }
-  send_cq_->detach(track_.get());
-  if (recv_cq_ != send_cq_) recv_cq_->detach(track_.get());
+  send_cq_->detach_track(track_.get());
+  if (recv_cq_ != send_cq_) recv_cq_->detach_track(track_.get());
 }
 
 void VerbsConnection::on_cm_readable() {
@@ -86,7 +88,7 @@ void VerbsConnection::on_cm_readable() {
   if (closed_.load()) return;
   auto event = endpoint_.next_event(std::chrono::steady_clock::now());
   if (!event || event->type != RDMA_CM_EVENT_DISCONNECTED) return;
-  track_->fail("the peer closed the connection (rdma_cm DISCONNECTED)");
+  track_->fail(Error(Errc::ConnectionBroken, "the peer " + peer_address_ + " closed the connection (rdma_cm DISCONNECTED)"));
   if (qp_) (void)qp_->modify(error_transition(), "ERR");
 }
 
@@ -94,28 +96,8 @@ PeerInfo VerbsConnection::peer() const {
   return PeerInfo{.name = "", .id = peer_.context_id, .epoch = peer_.epoch, .address = peer_address_};
 }
 
-ConnectionStats VerbsConnection::stats() const {
-  ConnectionStats s;
-  s.connection = number();
-  s.peer = peer_address_;
-  s.posted = track_->send_posted.load() + track_->recv_posted.load();
-  s.completed = track_->send_done.load() + track_->recv_done.load();
-  s.outstanding = s.posted - s.completed;
-  if (auto ns = track_->last_completion_ns.load())
-    s.last_completion = std::chrono::system_clock::time_point(
-        std::chrono::duration_cast<std::chrono::system_clock::duration>(std::chrono::nanoseconds(ns)));
-  s.failed = track_->failed();
-  if (s.failed) s.failure = track_->failure();
-  return s;
-}
+ConnectionStats VerbsConnection::stats() const { return track_->stats(peer()); }
 
-std::unexpected<Error> VerbsConnection::broken() const {
-  return fail(Errc::ConnectionBroken, "verbs connection " + std::to_string(number()) + ": " + track_->failure());
-}
-
-Result<void> VerbsConnection::health() const {
-  if (track_->failed()) return broken();
-  return {};
-}
+Result<void> VerbsConnection::health() const { return track_->health(); }
 
 }  // namespace rdmakit::verbs_impl

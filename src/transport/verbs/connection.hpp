@@ -10,6 +10,7 @@
 
 #include <cstring>
 #include <utility>
+#include "core/rc_state.hpp"
 #include "transport/verbs/cm.hpp"
 #include "transport/verbs/cq.hpp"
 #include "transport/verbs/handshake.hpp"
@@ -66,21 +67,19 @@ class VerbsConnection final : public Connection, public CmWatcher {
   int cm_fd() const noexcept { return endpoint_.fd(); }
 
  private:
-  Result<void> check_chain(std::span<const WorkRequest> chain) const;
-  std::unexpected<Error> broken() const;
 
   // Declaration order is teardown order: the QP goes before the CM id and before the CQs it uses
   // (the base class holds the CQs, so they outlive everything here).
   std::shared_ptr<VerbsContext> context_;
   std::shared_ptr<VerbsCompletionQueue> send_cq_;
   std::shared_ptr<VerbsCompletionQueue> recv_cq_;
-  std::shared_ptr<Track> track_;
+  std::shared_ptr<detail::RcState> track_;  // = rc_ptr(), read by the queues' pollers too
   CmEndpoint endpoint_;
   std::optional<QueuePair> qp_;
   Hello peer_;
   std::string peer_address_;
   std::uint32_t inline_size_;
-  std::uint32_t max_sge_;
+  Capabilities caps_;  // what check_chain() checks against
   std::atomic<bool> closed_{false};
   std::mutex close_mutex_;
 };

@@ -1,5 +1,7 @@
 #include "transport/verbs/context.hpp"
 
+#include <fcntl.h>
+
 #include <cstring>
 
 #include "core/soft_region.hpp"
@@ -26,7 +28,18 @@ class VerbsMemoryRegion final : public MemoryRegion {
 }  // namespace
 
 VerbsContext::VerbsContext(Config config, std::shared_ptr<Device> device, std::shared_ptr<CmMonitor> monitor)
-    : Context(std::move(config)), device_(std::move(device)), monitor_(std::move(monitor)), cache_(this->config().registration_cache) {}
+    : Context(std::move(config)), device_(std::move(device)), monitor_(std::move(monitor)),
+      async_events_(std::make_shared<AsyncEvents>(device_)), cache_(this->config().registration_cache) {
+  if (!async_events_->available()) return;
+  // Non-blocking, so that the handler can take every pending event and stop.
+  int flags = fcntl(async_events_->fd(), F_GETFL);
+  if (flags >= 0 && fcntl(async_events_->fd(), F_SETFL, flags | O_NONBLOCK) == 0)
+    monitor_->watch(async_events_->fd(), std::weak_ptr<AsyncEvents>(async_events_));
+}
+
+VerbsContext::~VerbsContext() {
+  if (async_events_->available()) monitor_->unwatch(async_events_->fd());
+}
 
 Capabilities VerbsContext::capabilities() const {
   Capabilities c;
@@ -38,6 +51,7 @@ Capabilities VerbsContext::capabilities() const {
   c.max_message_size = device_->port_attr().max_msg_sz;
   c.max_sge = std::min<std::uint32_t>(config().max_sge, static_cast<std::uint32_t>(device_->attr().max_sge));
   c.max_inline = config().inline_size;
+  c.misaligned_atomic_refused_at_post = true;  // rxe and mlx5 refuse it in ibv_post_send (EINVAL)
   return c;
 }
 

@@ -19,6 +19,7 @@ class VerbsConnection;
 class VerbsContext final : public Context {
  public:
   VerbsContext(Config config, std::shared_ptr<Device> device, std::shared_ptr<CmMonitor> monitor);
+  ~VerbsContext() override;
   CmMonitor& monitor() const noexcept { return *monitor_; }
 
   std::string_view transport() const noexcept override { return "verbs"; }
@@ -44,6 +45,7 @@ class VerbsContext final : public Context {
  private:
   std::shared_ptr<Device> device_;
   std::shared_ptr<CmMonitor> monitor_;
+  std::shared_ptr<AsyncEvents> async_events_;  // watched by monitor_ when the library can read them
   RegistrationCache cache_;
   std::atomic<std::uint32_t> next_number_{1};
   mutable std::mutex connections_mutex_;

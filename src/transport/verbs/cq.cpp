@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <array>
+#include <string>
 
 #include "rdmakit/connection.hpp"
 
@@ -46,7 +47,8 @@ Result<std::shared_ptr<VerbsCompletionQueue>> VerbsCompletionQueue::create(std::
   int flags = fcntl(q->channel_->fd, F_GETFL);
   if (fcntl(q->channel_->fd, F_SETFL, flags | O_NONBLOCK) != 0) return fail_errno("fcntl(O_NONBLOCK)", errno);
   q->depth_ = std::min<std::uint32_t>(depth, static_cast<std::uint32_t>(device->attr().max_cqe));
-  q->cq_ = api.create_cq(device->context(), static_cast<int>(q->depth_), nullptr, q->channel_, 0);
+  // The CQ's context is the queue, so that an asynchronous CQ error (overflow) finds it.
+  q->cq_ = api.create_cq(device->context(), static_cast<int>(q->depth_), q.get(), q->channel_, 0);
   if (!q->cq_)
     return fail_errno("ibv_create_cq(" + device->name() + ", " + std::to_string(q->depth_) + " entries)", errno);
   return q;
@@ -58,18 +60,18 @@ VerbsCompletionQueue::~VerbsCompletionQueue() {
   if (channel_) api.destroy_comp_channel(channel_);
 }
 
-void VerbsCompletionQueue::attach(std::shared_ptr<Track> track) {
+void VerbsCompletionQueue::attach_track(std::shared_ptr<detail::RcState> track) {
   std::lock_guard lock(mutex_);
   tracks_.push_back(std::move(track));
 }
 
-void VerbsCompletionQueue::detach(const Track* track) {
+void VerbsCompletionQueue::detach_track(const detail::RcState* track) {
   std::lock_guard lock(mutex_);
   if (last_ == track) last_ = nullptr;
-  std::erase_if(tracks_, [&](const std::shared_ptr<Track>& t) { return t.get() == track; });
+  std::erase_if(tracks_, [&](const std::shared_ptr<detail::RcState>& t) { return t.get() == track; });
 }
 
-Track* VerbsCompletionQueue::find(std::uint32_t number) {
+detail::RcState* VerbsCompletionQueue::find(std::uint32_t number) {
   if (last_ && last_->number() == number) return last_;
   for (auto& t : tracks_)
     if (t->number() == number) return last_ = t.get();
@@ -84,9 +86,12 @@ std::size_t VerbsCompletionQueue::poll_locked(std::span<Completion> out) {
     const ibv_wc& wc = wcs[i];
     const bool recv = Connection::is_recv_id(wc.wr_id);
     const std::uint64_t sequence = wc.wr_id & (Connection::kRecvBit - 1);
-    Track* track = find(Connection::connection_of(wc.wr_id));
+    detail::RcState* track = find(Connection::connection_of(wc.wr_id));
     out[i] = to_completion(wc, track && !recv ? track->posted_opcode(sequence) : Opcode::Write);
-    if (track) track->completed(out[i], sequence, recv);
+    if (!track) continue;
+    track->completed(out[i]);
+    // The first failed operation fails its connection (the QP is in the error state now), with its status.
+    if (!out[i].ok() && out[i].status != Status::Flushed) track->fail(detail::completion_error(out[i]));
   }
   return got > 0 ? static_cast<std::size_t>(got) : 0;
 }
@@ -105,13 +110,39 @@ std::size_t VerbsCompletionQueue::poll_transport(std::span<Completion> out) {
   return n;
 }
 
-void VerbsCompletionQueue::drain(const Track& track, std::chrono::steady_clock::time_point deadline) {
+void VerbsCompletionQueue::drain(const detail::RcState& track, std::chrono::steady_clock::time_point deadline) {
   std::array<Completion, 32> batch;
   while (track.outstanding() > 0 && std::chrono::steady_clock::now() < deadline) {
     std::lock_guard lock(mutex_);
     std::size_t n = poll_locked(batch);
     backlog_.insert(backlog_.end(), batch.begin(), batch.begin() + static_cast<std::ptrdiff_t>(n));
     has_backlog_.store(!backlog_.empty(), std::memory_order_relaxed);
+  }
+}
+
+Result<void> VerbsCompletionQueue::health() const {
+  if (!overflowed_.load(std::memory_order_acquire)) return {};
+  return fail(Errc::ResourceExhausted,
+              "completion queue overflowed (IBV_EVENT_CQ_ERR): more than its depth of " + std::to_string(depth_) +
+                  " completions were waiting to be polled; later ones were lost (size the queue for every "
+                  "operation that can complete before it is polled: create_cq(depth), cq_depth, or "
+                  "send/recv_queue_depth for a connection's own queues)");
+}
+
+bool AsyncEvents::available() const noexcept {
+  const Api& api = device_->api();
+  return api.get_async_event && api.ack_async_event;
+}
+
+void AsyncEvents::on_cm_readable() {
+  const Api& api = device_->api();
+  ibv_async_event event{};
+  // The fd is non-blocking: take every event that is there. Each is acked at once (ibv_destroy_cq waits
+  // for the acks of its events, so the queue is alive while we look at it).
+  while (api.get_async_event(device_->context(), &event) == 0) {
+    if (event.event_type == IBV_EVENT_CQ_ERR && event.element.cq && event.element.cq->cq_context)
+      static_cast<VerbsCompletionQueue*>(event.element.cq->cq_context)->overflowed();
+    api.ack_async_event(&event);
   }
 }
 

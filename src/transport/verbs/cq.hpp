@@ -11,7 +11,8 @@
 
 #include "rdmakit/completion.hpp"
 #include "transport/verbs/device.hpp"
-#include "transport/verbs/track.hpp"
+#include "transport/verbs/monitor.hpp"
+#include "core/rc_state.hpp"
 
 namespace rdmakit::verbs_impl {
 
@@ -25,13 +26,16 @@ class VerbsCompletionQueue final : public CompletionQueue {
   ~VerbsCompletionQueue() override;
 
   ibv_cq* cq() const noexcept { return cq_; }
+  // The device reported IBV_EVENT_CQ_ERR for this queue: it overflowed, completions were lost.
+  void overflowed() noexcept { overflowed_.store(true, std::memory_order_release); }
+  Result<void> health() const override;
   std::uint32_t depth() const noexcept { return depth_; }
-  // Connections whose completions arrive here, so the poller can keep their stats and opcodes.
-  void attach(std::shared_ptr<Track> track);
-  void detach(const Track* track);
+  // Connections whose completions arrive here, so the poller can keep their stats, opcodes and failure.
+  void attach_track(std::shared_ptr<detail::RcState> track);
+  void detach_track(const detail::RcState* track);
   // close(): polls into the backlog (where poll() finds them) until the track has nothing outstanding
   // or the deadline passes.
-  void drain(const Track& track, std::chrono::steady_clock::time_point deadline);
+  void drain(const detail::RcState& track, std::chrono::steady_clock::time_point deadline);
 
  protected:
   std::size_t poll_transport(std::span<Completion> out) override;
@@ -41,7 +45,7 @@ class VerbsCompletionQueue final : public CompletionQueue {
   VerbsCompletionQueue(std::shared_ptr<Device> device, WaitMode mode, std::chrono::microseconds spin)
       : CompletionQueue(mode, spin), device_(std::move(device)) {}
   std::size_t poll_locked(std::span<Completion> out);
-  Track* find(std::uint32_t number);
+  detail::RcState* find(std::uint32_t number);
 
   std::shared_ptr<Device> device_;
   ibv_comp_channel* channel_ = nullptr;
@@ -50,10 +54,25 @@ class VerbsCompletionQueue final : public CompletionQueue {
   // One uncontended lock per poll batch (not per completion): it guards the track table against
   // close() and keeps the backlog in order. Providers lock their CQ inside ibv_poll_cq anyway.
   std::mutex mutex_;
-  std::vector<std::shared_ptr<Track>> tracks_;
-  Track* last_ = nullptr;  // most CQs serve one connection: skip the search
+  std::vector<std::shared_ptr<detail::RcState>> tracks_;
+  detail::RcState* last_ = nullptr;  // most CQs serve one connection: skip the search
   std::atomic<bool> has_backlog_{false};
+  std::atomic<bool> overflowed_{false};
   std::deque<Completion> backlog_;
+};
+
+// Reads a device's asynchronous events on the CM monitor's thread. A CQ that overflowed (IBV_EVENT_CQ_ERR)
+// is marked, so that its waiters get ResourceExhausted at once instead of waiting for lost completions.
+class AsyncEvents final : public CmWatcher {
+ public:
+  explicit AsyncEvents(std::shared_ptr<Device> device) : device_(std::move(device)) {}
+  // False when the library cannot read asynchronous events (nothing to watch).
+  bool available() const noexcept;
+  int fd() const noexcept { return device_->context()->async_fd; }
+  void on_cm_readable() override;
+
+ private:
+  std::shared_ptr<Device> device_;
 };
 
 }  // namespace rdmakit::verbs_impl

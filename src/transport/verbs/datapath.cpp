@@ -6,6 +6,7 @@
 #include <array>
 #include <vector>
 
+#include "core/rc_check.hpp"
 #include "transport/verbs/connection.hpp"
 #include "transport/verbs/mapping.hpp"
 
@@ -32,35 +33,11 @@ std::uint64_t total_length(std::span<const Segment> segments) noexcept {
 
 }  // namespace
 
-Result<void> VerbsConnection::check_chain(std::span<const WorkRequest> chain) const {
-  if (chain.empty()) return fail(Errc::InvalidArgument, "post: empty chain");
-  for (const WorkRequest& wr : chain) {
-    if (wr.local.size() > max_sge_)
-      return fail(Errc::InvalidArgument, "post: " + std::to_string(wr.local.size()) + " segments, max_sge is " +
-                                             std::to_string(max_sge_));
-    const bool one_sided = wr.opcode != Opcode::Send;
-    if (one_sided && wr.remote.owner_epoch != 0 && wr.remote.owner_epoch != peer_.epoch)
-      return fail(Errc::StaleDescriptor, "post: remote address of another context or an earlier life of the peer "
-                                         "(descriptor epoch " + std::to_string(wr.remote.owner_epoch) + ", peer epoch " +
-                                         std::to_string(peer_.epoch) + ")");
-    if ((wr.opcode == Opcode::CompareSwap || wr.opcode == Opcode::FetchAdd) &&
-        (wr.local.size() != 1 || wr.local[0].length != 8))
-      return fail(Errc::InvalidArgument, "post: an atomic needs one 8-byte local segment for the old value");
-    // Providers refuse a misaligned atomic inside ibv_post_send (rxe: EINVAL) rather than on the wire;
-    // say why here instead of reporting a bare errno.
-    if ((wr.opcode == Opcode::CompareSwap || wr.opcode == Opcode::FetchAdd) && wr.remote.addr % 8 != 0)
-      return fail(Errc::InvalidArgument, "post: atomic on a remote address that is not 8-byte aligned (" +
-                                             std::to_string(wr.remote.addr) + ")");
-    if (wr.opcode == Opcode::Recv || wr.opcode == Opcode::RecvWriteImm)
-      return fail(Errc::InvalidArgument, "post: receives are posted with post_recv()");
-  }
-  return {};
-}
-
 Result<std::uint64_t> VerbsConnection::post(std::span<const WorkRequest> chain) {
-  if (track_->failed()) [[unlikely]]
-    return broken();
-  if (auto ok = check_chain(chain); !ok) [[unlikely]]
+  // Behind a failure the QP is in the error state and flushes what is posted; only a closed one is gone.
+  if (track_->closed()) [[unlikely]]
+    return track_->refuse_closed("post");
+  if (auto ok = check_chain(chain, caps_, peer_.epoch); !ok) [[unlikely]]
     return std::unexpected(ok.error());
 
   std::array<ibv_send_wr, kStackChain> on_stack;
@@ -71,7 +48,7 @@ Result<std::uint64_t> VerbsConnection::post(std::span<const WorkRequest> chain) 
     wrs = long_chains.data();
   }
 
-  const std::uint64_t first = track_->send_posted.fetch_add(chain.size(), std::memory_order_relaxed);
+  const std::uint64_t first = track_->take_sends(chain.size());
   for (std::size_t i = 0; i < chain.size(); ++i) {
     const WorkRequest& request = chain[i];
     ibv_send_wr& wr = wrs[i];
@@ -110,7 +87,7 @@ Result<std::uint64_t> VerbsConnection::post(std::span<const WorkRequest> chain) 
   if (int rc = ibv_post_send(qp_->get(), wrs, &bad); rc != 0) [[unlikely]] {
     // Those before `bad` were posted and will complete; the rest never will.
     const auto posted = static_cast<std::uint64_t>(bad ? bad - wrs : 0);
-    track_->send_posted.fetch_sub(chain.size() - posted, std::memory_order_relaxed);
+    track_->give_back_sends(chain.size() - posted);
     return fail_errno("ibv_post_send (" + std::to_string(posted) + " of " + std::to_string(chain.size()) +
                           " posted; send_queue_depth full?)", rc);
   }
@@ -118,19 +95,18 @@ Result<std::uint64_t> VerbsConnection::post(std::span<const WorkRequest> chain) 
 }
 
 Result<std::uint64_t> VerbsConnection::post_recv(std::span<const Segment> sgl) {
-  if (track_->failed()) [[unlikely]]
-    return broken();
-  if (sgl.size() > max_sge_) [[unlikely]]
-    return fail(Errc::InvalidArgument, "post_recv: " + std::to_string(sgl.size()) + " segments, max_sge is " +
-                                           std::to_string(max_sge_));
-  const std::uint64_t sequence = track_->recv_posted.fetch_add(1, std::memory_order_relaxed);
+  if (track_->closed()) [[unlikely]]
+    return track_->refuse_closed("post_recv");
+  if (auto ok = check_recv(sgl, caps_); !ok) [[unlikely]]
+    return std::unexpected(ok.error());
+  const std::uint64_t sequence = track_->take_recv();
   ibv_recv_wr wr{};
   wr.wr_id = make_id(sequence, true);
   wr.sg_list = as_sges(sgl);
   wr.num_sge = static_cast<int>(sgl.size());
   ibv_recv_wr* bad = nullptr;
   if (int rc = ibv_post_recv(qp_->get(), &wr, &bad); rc != 0) [[unlikely]] {
-    track_->recv_posted.fetch_sub(1, std::memory_order_relaxed);
+    track_->give_back_recv();
     return fail_errno("ibv_post_recv (recv_queue_depth full?)", rc);
   }
   return wr.wr_id;

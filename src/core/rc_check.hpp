@@ -1,0 +1,23 @@
+// The RC rules for what may be posted, written once for every transport. post() and post_recv() call
+// these before anything reaches the transport: a request they refuse is an error at post (nothing of the
+// chain was posted, the connection stays healthy), as ibv_post_send refuses a malformed work request.
+// What genuinely differs between transports comes from Capabilities, never from the transport's name.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "rdmakit/connection.hpp"
+#include "rdmakit/context.hpp"
+
+namespace rdmakit {
+
+// Checks a chain for post(): not empty, only send-side opcodes, at most caps.max_sge segments and
+// caps.max_message_size bytes per request, one 8-byte result segment per atomic (8-byte aligned remote
+// address where caps.misaligned_atomic_refused_at_post), and remote addresses of the peer's current life
+// (`peer_epoch`; a descriptor without an epoch, 0, is taken as current).
+Result<void> check_chain(std::span<const WorkRequest> chain, const Capabilities& caps, std::uint64_t peer_epoch);
+// Checks a scatter-gather list for post_recv().
+Result<void> check_recv(std::span<const Segment> sgl, const Capabilities& caps);
+
+}  // namespace rdmakit

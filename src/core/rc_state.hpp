@@ -1,0 +1,135 @@
+// The state of one RC connection, whatever moves its bytes: the ids it issued, the counters behind
+// ConnectionStats, the opcode of each posted send, the last completion, the first failure, and which
+// completions the application already took. Every transport holds one (through Connection) instead of
+// its own fields, so the rules below hold on all of them alike:
+//  * the first failure wins and keeps its Errc and Status: health() returns exactly that error;
+//  * an operation posted behind a failure is accepted and completes Flushed (a QP in the error state);
+//  * a connection closed by this side refuses posts (its queue pair is gone);
+//  * wait() on an id that this connection never issued, or whose completion was already taken, fails at
+//    once with InvalidArgument.
+// Counters are written on the data path without locks; the failure has a small lock of its own.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+
+#include "rdmakit/connection.hpp"
+
+namespace rdmakit::detail {
+
+class RcState {
+ public:
+  // `send_depth`/`recv_depth`: the queue depths; they size the rings of opcodes and taken completions.
+  RcState(std::uint32_t number, std::uint32_t send_depth, std::uint32_t recv_depth);
+
+  std::uint32_t number() const noexcept { return number_; }
+  std::uint64_t send_id(std::uint64_t sequence) const noexcept { return id_of(sequence, false); }
+  std::uint64_t recv_id(std::uint64_t sequence) const noexcept { return id_of(sequence, true); }
+  static std::uint64_t sequence_of(std::uint64_t id) noexcept { return id & (Connection::kRecvBit - 1); }
+
+  // Sequences of the sends / receives issued so far; the next post takes the next ones (take_*), a post
+  // that the transport then refuses gives them back (give_back_*; only for the last ones taken).
+  std::uint64_t take_sends(std::uint64_t count) noexcept { return send_posted.fetch_add(count, std::memory_order_relaxed); }
+  void give_back_sends(std::uint64_t count) noexcept { send_posted.fetch_sub(count, std::memory_order_relaxed); }
+  std::uint64_t take_recv() noexcept { return recv_posted.fetch_add(1, std::memory_order_relaxed); }
+  void give_back_recv() noexcept { recv_posted.fetch_sub(1, std::memory_order_relaxed); }
+
+  // A wrapper whose ids come from another connection (fault): `id` was issued.
+  void issued(std::uint64_t id) noexcept {
+    auto& posted = Connection::is_recv_id(id) ? recv_posted : send_posted;
+    std::uint64_t next = sequence_of(id) + 1, now = posted.load(std::memory_order_relaxed);
+    while (now < next && !posted.compare_exchange_weak(now, next, std::memory_order_relaxed)) {
+    }
+  }
+
+  std::atomic<std::uint64_t> send_posted{0};
+  std::atomic<std::uint64_t> recv_posted{0};
+  std::atomic<std::uint64_t> send_done{0};  // sends are done in order: every sequence below this one
+  std::atomic<std::uint64_t> recv_done{0};
+
+  // The opcode of each posted send (a failed verbs completion's opcode is undefined).
+  void remember(std::uint64_t sequence, Opcode opcode) noexcept { opcodes_[sequence & send_mask_] = opcode; }
+  Opcode posted_opcode(std::uint64_t sequence) const noexcept { return opcodes_[sequence & send_mask_]; }
+
+  // Bookkeeping of a finished operation (signaled or not, any status): counts it and stamps the time.
+  // Sends complete in order, so a send's completion means every send before it is done too.
+  void completed(std::uint64_t id) noexcept;
+  void completed(const Completion& completion) noexcept { completed(completion.id); }
+
+  // ---- the error state
+  bool failed() const noexcept { return failed_.load(std::memory_order_acquire); }
+  // Records the connection's failure; true for the first one (the caller then flushes what is pending),
+  // false when it had failed already (the first failure stays, with its Errc and Status).
+  bool fail(Error why);
+  std::optional<Error> failure() const;
+  Result<void> health() const;
+  // A chain posted behind a failure (software transports; verbs' QP does it itself): accepted, and every
+  // request completes Flushed, failures always complete, signaled or not. `push` delivers each completion;
+  // call it under the lock that orders the connection's completions. Returns the first id.
+  template <typename Push>
+  std::uint64_t post_flushed(std::span<const WorkRequest> chain, Push&& push) {
+    const std::uint64_t first = take_sends(chain.size());
+    for (std::size_t i = 0; i < chain.size(); ++i) flush(send_id(first + i), chain[i].opcode, push);
+    return send_id(first);
+  }
+  template <typename Push>
+  std::uint64_t post_recv_flushed(Push&& push) {
+    const std::uint64_t id = recv_id(take_recv());
+    flush(id, Opcode::Recv, push);
+    return id;
+  }
+  // close() by this side: true the first time. Posts are refused afterwards.
+  bool close() noexcept { return !closed_.exchange(true, std::memory_order_acq_rel); }
+  bool closed() const noexcept { return closed_.load(std::memory_order_acquire); }
+  // post()/post_recv() on a connection closed by this side.
+  std::unexpected<Error> refuse_closed(std::string_view what) const;
+
+  // ---- diagnostics
+  std::uint64_t outstanding() const noexcept;
+  // One format for every transport; the peer shows as "<name> (<address>)".
+  ConnectionStats stats(const PeerInfo& peer) const;
+
+  // ---- waits
+  // Ok when `id` is an id this connection issued whose completion was not taken yet (as far as the ring
+  // of taken completions remembers); InvalidArgument naming the problem otherwise.
+  Result<void> check_waitable(std::uint64_t id) const;
+  // The application took the completion of `id` (poll or wait): a later wait on it fails at once.
+  void taken(std::uint64_t id) noexcept;
+
+ private:
+  std::uint64_t id_of(std::uint64_t sequence, bool recv) const noexcept {
+    return (std::uint64_t{number_} << 40) | (recv ? Connection::kRecvBit : 0) | (sequence & (Connection::kRecvBit - 1));
+  }
+
+  template <typename Push>
+  void flush(std::uint64_t id, Opcode opcode, Push& push) {
+    const Completion completion{.id = id, .status = Status::Flushed, .opcode = opcode, .connection = number_};
+    completed(completion);
+    push(completion);
+  }
+
+  std::uint32_t number_;
+  std::uint64_t send_mask_;
+  std::unique_ptr<Opcode[]> opcodes_;
+  // Taken completions: slot sequence & mask holds sequence + 1 once taken.
+  std::uint64_t taken_mask_;
+  std::unique_ptr<std::atomic<std::uint64_t>[]> taken_send_;
+  std::unique_ptr<std::atomic<std::uint64_t>[]> taken_recv_;
+  std::atomic<std::int64_t> last_completion_ns_{0};  // system_clock, 0 = never
+  std::atomic<bool> failed_{false};
+  std::atomic<bool> closed_{false};
+  mutable std::mutex failure_mutex_;
+  std::optional<Error> failure_;
+};
+
+// The error a failed completion leaves on its connection: TransportFailure carrying the status, so
+// health() reports what the operation reported. `detail` says more (e.g. "at peer x").
+Error completion_error(const Completion& completion, std::string_view detail = {});
+
+}  // namespace rdmakit::detail

@@ -1,0 +1,174 @@
+// The RC rules that every transport must apply alike (src/core/rc_state.hpp): the first failure is the
+// connection's, with its Errc and Status; posts behind a failure are accepted and flushed; a completion
+// queue holds its depth and reports an overflow; wait() refuses ids it can never see complete.
+#include <algorithm>
+#include <array>
+
+#include "conformance/fixture.hpp"
+
+namespace rdmakit::conformance {
+namespace {
+
+class RcRules : public Conformance {
+ protected:
+  void SetUp() override {
+    connect_pair(client_, server_);
+    ASSERT_TRUE(client_.connection);
+    source_ = region(*client_.context, 4096, Access::LocalWrite);
+    target_ = region(*server_.context, 4096, Access::LocalWrite | Access::RemoteWrite | Access::RemoteRead);
+    ASSERT_TRUE(source_ && target_);
+  }
+
+  // Breaks the client's connection with a WRITE to an unknown key; returns that WRITE's completion.
+  Completion break_with_bad_key() {
+    RemoteAddress bad = target_->descriptor().at(0);
+    bad.rkey ^= 0x5a5a5a;
+    auto id = client_.connection->write(source_->slice(0, 64), bad);
+    EXPECT_TRUE(id.has_value());
+    return id ? wait(*client_.connection, *id) : Completion{};
+  }
+
+  // Waits (bounded) until the connection reports a failure, e.g. after the peer closed.
+  bool wait_until_failed(Connection& connection) {
+    auto deadline = std::chrono::steady_clock::now() + kWait;
+    while (connection.health().has_value()) {
+      if (std::chrono::steady_clock::now() > deadline) return false;
+      std::this_thread::sleep_for(5ms);
+    }
+    return true;
+  }
+
+  std::shared_ptr<MemoryRegion> source_, target_;
+};
+
+TEST_P(RcRules, HealthReturnsTheFirstFailureWithItsErrcAndStatus) {
+  Completion failed = break_with_bad_key();
+  ASSERT_EQ(failed.status, Status::RemoteAccess);
+  auto health = client_.connection->health();
+  ASSERT_FALSE(health.has_value());
+  EXPECT_EQ(health.error().code(), Errc::TransportFailure) << health.error().describe();
+  EXPECT_EQ(health.error().status(), Status::RemoteAccess) << health.error().describe();
+  // Later events do not replace it: not the peer closing, not this side's flushed posts.
+  server_.connection->close();
+  auto flushed = RDMAKIT_ASSERT_OK(client_.connection->write(source_->slice(0, 8), target_->descriptor().at(0)));
+  EXPECT_EQ(wait(*client_.connection, flushed).status, Status::Flushed);
+  std::this_thread::sleep_for(50ms);
+  auto later = client_.connection->health();
+  ASSERT_FALSE(later.has_value());
+  EXPECT_EQ(later.error().code(), Errc::TransportFailure) << later.error().describe();
+  EXPECT_EQ(later.error().status(), Status::RemoteAccess) << later.error().describe();
+  auto stats = client_.connection->stats();
+  EXPECT_TRUE(stats.failed);
+  EXPECT_NE(stats.failure.find(std::string(to_string(Status::RemoteAccess))), std::string::npos) << stats.failure;
+}
+
+TEST_P(RcRules, PostsBehindAFailureAreAcceptedAndFlushed) {
+  ASSERT_EQ(break_with_bad_key().status, Status::RemoteAccess);
+  Segment local = source_->slice(0, 8);
+  // Unsignaled too: a flushed operation always completes.
+  std::array<WorkRequest, 3> chain{
+      WorkRequest{.opcode = Opcode::Write, .local = std::span(&local, 1), .remote = target_->descriptor().at(0)},
+      WorkRequest{.opcode = Opcode::Write, .local = std::span(&local, 1), .remote = target_->descriptor().at(8),
+                  .signaled = false},
+      WorkRequest{.opcode = Opcode::Read, .local = std::span(&local, 1), .remote = target_->descriptor().at(16)}};
+  auto first = RDMAKIT_ASSERT_OK(client_.connection->post(chain));
+  for (std::uint64_t i = 0; i < chain.size(); ++i) {
+    Completion done = wait(*client_.connection, first + i);
+    EXPECT_EQ(done.status, Status::Flushed) << "request " << i << ": " << to_string(done.status);
+    EXPECT_EQ(done.opcode, chain[i].opcode);
+  }
+  auto inbox = region(*client_.context, 64, Access::LocalWrite);
+  auto recv = RDMAKIT_ASSERT_OK(client_.connection->post_recv(inbox->slice(0, 64)));
+  EXPECT_EQ(wait(*client_.connection, recv).status, Status::Flushed);
+  // A malformed request is still refused at post, failure or not.
+  WorkRequest receive_opcode{.opcode = Opcode::Recv};
+  auto refused = client_.connection->post(std::span(&receive_opcode, 1));
+  ASSERT_FALSE(refused.has_value());
+  EXPECT_EQ(refused.error().code(), Errc::InvalidArgument);
+}
+
+TEST_P(RcRules, PostRecvAfterThePeerClosedIsAcceptedAndFlushed) {
+  auto inbox = region(*client_.context, 64, Access::LocalWrite);
+  ASSERT_TRUE(inbox);
+  auto before = RDMAKIT_ASSERT_OK(client_.connection->post_recv(inbox->slice(0, 32)));
+  server_.connection->close();
+  ASSERT_TRUE(wait_until_failed(*client_.connection)) << "the peer's close was never noticed";
+  EXPECT_EQ(wait(*client_.connection, before).status, Status::Flushed);
+  auto after = client_.connection->post_recv(inbox->slice(32, 32));
+  ASSERT_TRUE(after.has_value()) << "refused: " << after.error().describe();
+  EXPECT_EQ(wait(*client_.connection, *after).status, Status::Flushed);
+  auto write = RDMAKIT_ASSERT_OK(client_.connection->write(source_->slice(0, 8), target_->descriptor().at(0)));
+  EXPECT_EQ(wait(*client_.connection, write).status, Status::Flushed);
+}
+
+TEST_P(RcRules, ACompletionQueueHoldsItsDepthAndReportsAnOverflow) {
+  // A queue of 2 entries shared by a connection's sends; 10 signaled WRITEs complete before anyone polls.
+  auto tiny = RDMAKIT_ASSERT_OK(client_.context->create_cq(2));
+  Endpoint client, server{.context = server_.context, .connection = nullptr};
+  client.context = client_.context;
+  connect_pair(client, server, ConnectOptions{.send_cq = tiny});
+  ASSERT_TRUE(client.connection);
+  testing::fill_pattern(source_->data(), 80, 5);
+  std::vector<std::uint64_t> ids;
+  for (int i = 0; i < 10; ++i)
+    ids.push_back(RDMAKIT_ASSERT_OK(client.connection->write(source_->slice(8 * i, 8), target_->descriptor().at(8 * i))));
+  // Let every WRITE complete before anyone polls: the last one landed (they land in order), and its
+  // completion had ample time to follow. Then drain: what the queue held comes out, then its error.
+  auto deadline = std::chrono::steady_clock::now() + kWait;
+  auto* landed = static_cast<const std::byte*>(target_->data());
+  while (testing::find_pattern_mismatch(landed, 80, 5) != 80 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(5ms);
+  std::this_thread::sleep_for(300ms);
+  std::size_t taken = 0;
+  std::optional<Error> overflow;
+  std::array<Completion, 16> batch;
+  while (!overflow && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(20ms);
+    auto got = tiny->wait(batch, 100ms);
+    if (got)
+      taken += *got;
+    else
+      overflow = got.error();
+  }
+  ASSERT_TRUE(overflow.has_value()) << "10 completions fit a queue of 2 (" << taken << " polled)";
+  EXPECT_EQ(overflow->code(), Errc::ResourceExhausted) << overflow->describe();
+  EXPECT_NE(overflow->message().find("overflow"), std::string::npos) << overflow->message();
+  EXPECT_LT(taken, ids.size()) << "every completion arrived although the queue overflowed";
+  EXPECT_FALSE(tiny->health().has_value());
+  // wait() on an operation whose completion may be lost reports the error instead of a full timeout.
+  auto waited = client.connection->wait(ids.back(), kWait);
+  ASSERT_FALSE(waited.has_value());
+  EXPECT_EQ(waited.error().code(), Errc::ResourceExhausted) << waited.error().describe();
+}
+
+TEST_P(RcRules, WaitOnAnIdThatCannotCompleteFailsAtOnce) {
+  auto id = RDMAKIT_ASSERT_OK(client_.connection->write(source_->slice(0, 8), target_->descriptor().at(0)));
+  ASSERT_EQ(wait(*client_.connection, id).status, Status::Success);
+  auto start = std::chrono::steady_clock::now();
+  auto expect_refused = [&](std::uint64_t bad, const char* what) {
+    auto waited = client_.connection->wait(bad, kWait);
+    ASSERT_FALSE(waited.has_value()) << what;
+    EXPECT_EQ(waited.error().code(), Errc::InvalidArgument) << what << ": " << waited.error().describe();
+  };
+  expect_refused(id, "an id whose completion was already taken");
+  expect_refused(id + 1000, "an id never issued");
+  expect_refused(id | Connection::kRecvBit, "a receive id never issued");
+  // An id of another connection.
+  std::uint64_t foreign = (std::uint64_t{client_.connection->number() + 1} << 40) | (id & (Connection::kRecvBit - 1));
+  expect_refused(foreign, "an id of another connection");
+  // A completion taken by poll() is gone too.
+  auto polled = RDMAKIT_ASSERT_OK(client_.connection->write(source_->slice(0, 8), target_->descriptor().at(0)));
+  std::array<Completion, 4> batch;
+  std::size_t got = 0;
+  auto deadline = std::chrono::steady_clock::now() + kWait;
+  while (got == 0 && std::chrono::steady_clock::now() < deadline) got = client_.connection->send_cq().poll(batch);
+  ASSERT_EQ(got, 1u);
+  EXPECT_EQ(batch[0].id, polled);
+  expect_refused(polled, "an id taken by poll()");
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 10s) << "a refused wait waited";
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, RcRules, ::testing::ValuesIn(conformance_transports()), transport_param_name);
+
+}  // namespace
+}  // namespace rdmakit::conformance

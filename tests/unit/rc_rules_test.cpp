@@ -1,0 +1,139 @@
+// The RC rules of src/core: check_chain()/check_recv() (what post refuses) and RcState (the first failure,
+// flushes behind it, which ids wait() may wait for).
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "core/rc_check.hpp"
+#include "core/rc_state.hpp"
+
+namespace rdmakit {
+namespace {
+
+Capabilities caps(bool refuse_misaligned = false) {
+  return Capabilities{.max_message_size = 1 << 20, .max_sge = 4, .misaligned_atomic_refused_at_post = refuse_misaligned};
+}
+
+constexpr std::uint64_t kEpoch = 77;
+
+Segment seg(std::uint32_t length) { return Segment{.addr = 0x1000, .length = length, .lkey = 1}; }
+
+Errc refused(std::span<const WorkRequest> chain, const Capabilities& c = caps()) {
+  auto ok = check_chain(chain, c, kEpoch);
+  EXPECT_FALSE(ok.has_value());
+  if (ok) return Errc{};
+  EXPECT_FALSE(ok.error().message().empty());
+  return ok.error().code();
+}
+
+TEST(CheckChain, AcceptsWellFormedRequests) {
+  Segment s = seg(64), eight = seg(8);
+  std::vector<WorkRequest> chain{
+      {.opcode = Opcode::Write, .local = std::span(&s, 1), .remote = {.addr = 8, .rkey = 1, .owner_epoch = kEpoch}},
+      {.opcode = Opcode::Read, .local = std::span(&s, 1), .remote = {.addr = 8, .rkey = 1, .owner_epoch = 0}},
+      {.opcode = Opcode::FetchAdd, .local = std::span(&eight, 1), .remote = {.addr = 16, .rkey = 1}},
+      {.opcode = Opcode::Send, .local = {}},
+  };
+  EXPECT_TRUE(check_chain(chain, caps(true), kEpoch).has_value());
+}
+
+TEST(CheckChain, RefusesMalformedRequests) {
+  EXPECT_EQ(refused({}), Errc::InvalidArgument);
+  WorkRequest recv{.opcode = Opcode::Recv};
+  EXPECT_EQ(refused(std::span(&recv, 1)), Errc::InvalidArgument);
+  WorkRequest unknown{.opcode = static_cast<Opcode>(42)};
+  EXPECT_EQ(refused(std::span(&unknown, 1)), Errc::InvalidArgument);
+  std::vector<Segment> five(5, seg(1));
+  WorkRequest many{.opcode = Opcode::Write, .local = five};
+  EXPECT_EQ(refused(std::span(&many, 1)), Errc::InvalidArgument);
+  std::vector<Segment> big(2, seg(1 << 19));
+  big.push_back(seg(1));
+  WorkRequest large{.opcode = Opcode::Write, .local = big};
+  EXPECT_EQ(refused(std::span(&large, 1)), Errc::InvalidArgument);
+  Segment seven = seg(7);
+  WorkRequest atomic{.opcode = Opcode::CompareSwap, .local = std::span(&seven, 1)};
+  EXPECT_EQ(refused(std::span(&atomic, 1)), Errc::InvalidArgument);
+  WorkRequest stale{.opcode = Opcode::Write, .remote = {.addr = 0, .rkey = 1, .owner_epoch = kEpoch + 1}};
+  EXPECT_EQ(refused(std::span(&stale, 1)), Errc::StaleDescriptor);
+  // A SEND has no remote address: its epoch field means nothing.
+  WorkRequest send{.opcode = Opcode::Send, .remote = {.owner_epoch = kEpoch + 1}};
+  EXPECT_TRUE(check_chain(std::span(&send, 1), caps(), kEpoch).has_value());
+}
+
+TEST(CheckChain, OneBadRequestRefusesTheChainAndNamesIt) {
+  Segment s = seg(8);
+  std::vector<WorkRequest> chain{{.opcode = Opcode::Write, .local = std::span(&s, 1)}, {.opcode = Opcode::RecvWriteImm}};
+  auto ok = check_chain(chain, caps(), kEpoch);
+  ASSERT_FALSE(ok.has_value());
+  EXPECT_NE(ok.error().message().find("request 1"), std::string::npos) << ok.error().message();
+}
+
+TEST(CheckChain, MisalignedAtomicFollowsTheCapability) {
+  Segment eight = seg(8);
+  WorkRequest atomic{.opcode = Opcode::FetchAdd, .local = std::span(&eight, 1), .remote = {.addr = 4, .rkey = 1}};
+  EXPECT_EQ(refused(std::span(&atomic, 1), caps(true)), Errc::InvalidArgument);
+  EXPECT_TRUE(check_chain(std::span(&atomic, 1), caps(false), kEpoch).has_value());
+}
+
+TEST(CheckRecv, HonoursMaxSge) {
+  std::vector<Segment> four(4, seg(1)), five(5, seg(1));
+  EXPECT_TRUE(check_recv(four, caps()).has_value());
+  EXPECT_EQ(check_recv(five, caps()).error().code(), Errc::InvalidArgument);
+}
+
+TEST(RcState, TheFirstFailureWinsWithItsErrcAndStatus) {
+  detail::RcState state(3, 16, 16);
+  EXPECT_TRUE(state.health().has_value());
+  Completion failed{.id = state.send_id(0), .status = Status::RemoteAccess, .opcode = Opcode::Write};
+  EXPECT_TRUE(state.fail(detail::completion_error(failed)));
+  EXPECT_FALSE(state.fail(Error(Errc::ConnectionBroken, "the peer closed")));
+  auto health = state.health();
+  ASSERT_FALSE(health.has_value());
+  EXPECT_EQ(health.error().code(), Errc::TransportFailure);
+  EXPECT_EQ(health.error().status(), Status::RemoteAccess);
+  auto stats = state.stats(PeerInfo{.name = "peer", .address = "127.0.0.1:1"});
+  EXPECT_TRUE(stats.failed);
+  EXPECT_EQ(stats.peer, "peer (127.0.0.1:1)");
+  EXPECT_NE(stats.failure.find(std::string(to_string(Status::RemoteAccess))), std::string::npos) << stats.failure;
+}
+
+TEST(RcState, PostsBehindAFailureCompleteFlushedAndCount) {
+  detail::RcState state(1, 16, 16);
+  Segment s = seg(8);
+  std::vector<WorkRequest> chain{{.opcode = Opcode::Write, .local = std::span(&s, 1), .signaled = false},
+                                 {.opcode = Opcode::Read, .local = std::span(&s, 1)}};
+  std::vector<Completion> out;
+  auto first = state.post_flushed(chain, [&](const Completion& c) { out.push_back(c); });
+  auto recv = state.post_recv_flushed([&](const Completion& c) { out.push_back(c); });
+  ASSERT_EQ(out.size(), 3u);
+  EXPECT_EQ(out[0].id, first);
+  EXPECT_EQ(out[1].id, first + 1);
+  EXPECT_EQ(out[1].opcode, Opcode::Read);
+  EXPECT_EQ(out[2].id, recv);
+  for (const Completion& c : out) {
+    EXPECT_EQ(c.status, Status::Flushed);
+    EXPECT_EQ(c.connection, 1u);
+  }
+  auto stats = state.stats(PeerInfo{});
+  EXPECT_EQ(stats.posted, 3u);
+  EXPECT_EQ(stats.completed, 3u);
+  EXPECT_EQ(stats.outstanding, 0u);
+}
+
+TEST(RcState, WaitableIdsAreIssuedOnesNotYetTaken) {
+  detail::RcState state(2, 8, 8);
+  const auto sequence = state.take_sends(2);
+  const auto id = state.send_id(sequence);
+  EXPECT_TRUE(state.check_waitable(id).has_value());
+  EXPECT_TRUE(state.check_waitable(id + 1).has_value());
+  EXPECT_EQ(state.check_waitable(id + 2).error().code(), Errc::InvalidArgument);           // never issued
+  EXPECT_EQ(state.check_waitable(state.recv_id(0)).error().code(), Errc::InvalidArgument);  // no receive yet
+  detail::RcState other(5, 8, 8);
+  EXPECT_EQ(state.check_waitable(other.send_id(0)).error().code(), Errc::InvalidArgument);  // not ours
+  state.taken(id);
+  EXPECT_EQ(state.check_waitable(id).error().code(), Errc::InvalidArgument);
+  EXPECT_TRUE(state.check_waitable(id + 1).has_value());
+}
+
+}  // namespace
+}  // namespace rdmakit
