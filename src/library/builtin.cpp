@@ -1,7 +1,10 @@
-// What this library is assembled from: every transport built into it, named once here. An explicit array
-// of registration calls rather than self-registering static objects, so that the linker keeps each
-// transport whether the library is shared or static (an unreferenced object file of a static library, and
-// its static initializers with it, are dropped). CMake defines RDMAKIT_WITH_<NAME> to 0 or 1.
+// What this library is assembled from: every transport built into it and every layer's option table,
+// named once here. Explicit arrays of calls rather than self-registering static objects, so that the
+// linker keeps each one whether the library is shared or static (an unreferenced object file of a static
+// library, and its static initializers with it, are dropped). CMake defines RDMAKIT_WITH_<NAME> to 0 or 1.
+#include "bootstrap/options.hpp"
+#include "coll/comm_options.hpp"
+#include "core/option_table.hpp"
 #include "transport/transport.hpp"
 
 #if !RDMAKIT_WITH_VERBS
@@ -24,6 +27,12 @@ std::span<const transport::Registration> transport::builtin() {
 #endif
   };
   return entries;
+}
+
+std::span<const options::Table* const> options::option_tables() {
+  static const Table* const tables[] = {&core_table(), &bootstrap::bootstrap_option_table(),
+                                        &coll::detail::coll_option_table()};
+  return tables;
 }
 
 #if !RDMAKIT_WITH_VERBS
