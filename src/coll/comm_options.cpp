@@ -1,7 +1,6 @@
 #include "coll/comm_options.hpp"
 
 #include <arpa/inet.h>
-#include <netdb.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -12,6 +11,7 @@
 #include "coll/mesh.hpp"
 #include "core/fd.hpp"
 #include "core/log.hpp"
+#include "core/net.hpp"
 #include "rdmakit/context.hpp"
 
 namespace rdmakit::coll {
@@ -131,17 +131,14 @@ Result<CommConfig> resolve_options(const CommOptions& given) {
 }
 
 std::string route_address(const std::string& host, std::uint16_t port) {
-  addrinfo hints{};
-  hints.ai_family = AF_INET;
-  hints.ai_socktype = SOCK_DGRAM;
-  addrinfo* found = nullptr;
-  if (getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found) != 0 || found == nullptr) return {};
+  auto address = net::resolve(host, port, AF_INET);
+  if (!address) return {};
   Fd fd(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
-  bool ok = fd && ::connect(fd.get(), found->ai_addr, found->ai_addrlen) == 0;
-  freeaddrinfo(found);
   sockaddr_in local{};
   socklen_t length = sizeof(local);
-  if (!ok || getsockname(fd.get(), reinterpret_cast<sockaddr*>(&local), &length) != 0) return {};
+  if (!fd || ::connect(fd.get(), address->get(), address->length) != 0 ||
+      getsockname(fd.get(), reinterpret_cast<sockaddr*>(&local), &length) != 0)
+    return {};
   char text[INET_ADDRSTRLEN] = {};
   inet_ntop(AF_INET, &local.sin_addr, text, sizeof(text));
   return text;
