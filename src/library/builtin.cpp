@@ -7,6 +7,10 @@
 #include "core/option_table.hpp"
 #include "transport/transport.hpp"
 
+#if RDMAKIT_WITH_CKPT
+#include "ckpt/options.hpp"
+#endif
+
 #if !RDMAKIT_WITH_VERBS
 #include "rdmakit/verbs.hpp"
 #endif
@@ -30,8 +34,12 @@ std::span<const transport::Registration> transport::builtin() {
 }
 
 std::span<const options::Table* const> options::option_tables() {
-  static const Table* const tables[] = {&core_table(), &bootstrap::bootstrap_option_table(),
-                                        &coll::detail::coll_option_table()};
+  static const Table* const tables[] = {
+      &core_table(), &bootstrap::bootstrap_option_table(), &coll::detail::coll_option_table(),
+#if RDMAKIT_WITH_CKPT
+      &ckpt::detail::ckpt_option_table(),
+#endif
+  };
   return tables;
 }
 
