@@ -24,8 +24,8 @@ struct Config {
   std::string listen_address;                // default address of listen()
   std::string device;                        // verbs: device name, empty = first active
   std::uint32_t port = 1;                    // verbs: port number
-  std::int32_t gid_index = -1;               // verbs: -1 = choose a RoCEv2 GID automatically
-  std::uint32_t mtu = 0;                     // verbs: path MTU in bytes, 0 = the port's active MTU
+  std::optional<std::uint32_t> gid_index;    // verbs: unset = choose a RoCEv2 GID automatically
+  std::optional<std::uint32_t> mtu;          // verbs: path MTU in bytes; unset = the port's active MTU (or the peer's)
   std::chrono::milliseconds timeout{};       // a silent peer fails pending operations after this
   std::chrono::milliseconds rnr_timeout{};   // a SEND with no posted receive fails after this
   std::chrono::milliseconds connect_timeout{};
@@ -49,7 +49,7 @@ struct Options {
   std::optional<std::string> listen_address;
   std::optional<std::string> device;
   std::optional<std::uint32_t> port;
-  std::optional<std::int32_t> gid_index;
+  std::optional<std::uint32_t> gid_index;
   std::optional<std::uint32_t> mtu;
   std::optional<std::chrono::milliseconds> timeout;
   std::optional<std::chrono::milliseconds> rnr_timeout;

@@ -31,9 +31,10 @@ std::vector<Spec> specs() {
       option("device", "", "verbs: RDMA device to use (e.g. rxe0); empty = the first with an active port",
                 "a device name", &C::device, &O::device),
       option("port", "1", "verbs: port number on the device", "an integer", &C::port, &O::port),
-      option("gid_index", "-1", "verbs: GID index; -1 = pick a RoCEv2 GID (IPv4-mapped first)", "an integer",
+      option("gid_index", nullptr, "verbs: GID index; unset = pick a RoCEv2 GID (IPv4-mapped first)", "an integer",
                 &C::gid_index, &O::gid_index),
-      option("mtu", "0", "verbs: path MTU in bytes (256..4096); 0 = the port's active MTU", "an integer",
+      option("mtu", nullptr, "verbs: path MTU in bytes (256, 512, 1024, 2048 or 4096); unset = the port's active MTU",
+             "an integer",
                 &C::mtu, &O::mtu),
       option("timeout_ms", "4000", "a peer that stays silent this long fails pending operations",
                 "milliseconds", &C::timeout, &O::timeout),
@@ -87,9 +88,8 @@ Result<void> check_ranges(Config& config, const options::SetOptions& set) {
   if (config.max_sge == 0) return bad("max_sge", "must be at least 1");
   if (config.timeout.count() == 0) return bad("timeout_ms", "must be at least 1");
   if (config.handshake_timeout.count() == 0) return bad("handshake_timeout_ms", "must be at least 1");
-  if (config.mtu != 0 && config.mtu != 256 && config.mtu != 512 && config.mtu != 1024 && config.mtu != 2048 &&
-      config.mtu != 4096)
-    return bad("mtu", "must be 0, 256, 512, 1024, 2048 or 4096, got " + std::to_string(config.mtu));
+  if (auto mtu = config.mtu; mtu && *mtu != 256 && *mtu != 512 && *mtu != 1024 && *mtu != 2048 && *mtu != 4096)
+    return bad("mtu", "must be 256, 512, 1024, 2048 or 4096 (or unset: the port's MTU), got " + std::to_string(*mtu));
   // A SEND without a receive must report RNR, which it cannot once the peer counts as silent. Left at its
   // default, rnr_timeout_ms follows a shorter timeout_ms down (half of it); set, it must be below it.
   if (!set.contains("rnr_timeout_ms") && config.rnr_timeout >= config.timeout)

@@ -43,8 +43,8 @@ TEST_F(OptionsTest, DefaultsAreDocumentedValues) {
   EXPECT_FALSE(config->name.empty());  // <hostname>:<pid>
   EXPECT_EQ(config->listen_address, "127.0.0.1:0");
   EXPECT_EQ(config->port, 1u);
-  EXPECT_EQ(config->gid_index, -1);
-  EXPECT_EQ(config->mtu, 0u);
+  EXPECT_FALSE(config->gid_index.has_value());
+  EXPECT_FALSE(config->mtu.has_value());
   EXPECT_EQ(config->timeout, std::chrono::milliseconds(4000));
   EXPECT_EQ(config->rnr_timeout, std::chrono::milliseconds(1000));
   EXPECT_EQ(config->connect_timeout, std::chrono::milliseconds(10000));
@@ -135,7 +135,8 @@ TEST_F(OptionsTest, RangeChecksNameTheOption) {
     EXPECT_EQ(config.error().code(), Errc::InvalidArgument);
     EXPECT_NE(config.error().message().find(c.option), std::string::npos) << config.error().message();
   }
-  for (std::uint32_t mtu : {0u, 256u, 512u, 1024u, 2048u, 4096u})
+  EXPECT_FALSE(resolve_config({.mtu = 0}).has_value()) << "0 is no MTU; unset follows the port";
+  for (std::uint32_t mtu : {256u, 512u, 1024u, 2048u, 4096u})
     EXPECT_TRUE(resolve_config({.mtu = mtu}).has_value()) << mtu;
   set("RDMAKIT_MTU", "999");
   auto from_env = resolve_config({});
