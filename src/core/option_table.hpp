@@ -64,6 +64,8 @@ std::string print_value(const std::optional<T>& value) {
 
 // RDMAKIT_<NAME>, upper case.
 std::string env_name(std::string_view name);
+// The one place the library reads RDMAKIT_* option variables.
+std::optional<std::string> read_option_env(const std::string& name);
 // "option <name> (RDMAKIT_<NAME>): <why>", Errc::InvalidArgument.
 Error bad_option(std::string_view name, std::string_view why);
 
@@ -148,7 +150,7 @@ class OptionTable final : public Table {
         set.add(spec.name);
         continue;
       }
-      auto text = read_env(env_name(spec.name));
+      auto text = read_option_env(env_name(spec.name));
       if (!text) continue;
       if (!spec.parse(config, *text))
         return std::unexpected(
@@ -184,19 +186,10 @@ class OptionTable final : public Table {
   }
 
  private:
-  static std::optional<std::string> read_env(const std::string& name);
   std::string layer_;
   std::vector<Spec<Config, Given>> specs_;
   Check check_;
 };
-
-// The one place the library reads RDMAKIT_* option variables.
-std::optional<std::string> read_option_env(const std::string& name);
-
-template <typename Config, typename Given>
-std::optional<std::string> OptionTable<Config, Given>::read_env(const std::string& name) {
-  return read_option_env(name);
-}
 
 // Every table of this library, in the order listings show them (src/library/builtin.cpp).
 std::span<const Table* const> option_tables();

@@ -2,11 +2,8 @@
 
 #include <unistd.h>
 
-#include <cctype>
-#include <charconv>
-#include <cstdlib>
-#include <functional>
-#include <limits>
+#include <string>
+#include <vector>
 
 #include "core/log.hpp"
 #include "core/option_table.hpp"
