@@ -1,17 +1,66 @@
-// rdmakit-info: what rdmakit sees on this machine. RDMA devices, ports, GIDs and limits (verbs), the
-// registration cache of a verbs context, and with --config the effective configuration.
+// rdmakit-info: what rdmakit sees on this machine, like `ucx_info -d`: every transport built into the
+// library with its capabilities and limits (or why it does not open here), the RDMA devices, ports, GIDs
+// and limits, registration-cache statistics, and with --config the effective configuration of every layer.
 //
-//   rdmakit-info            devices and the verbs context's state
-//   rdmakit-info --config   also every option: effective value, default, environment variable, doc
+//   rdmakit-info            transports and devices
+//   rdmakit-info --config   also every option of every layer: effective value, default, variable, doc
 #include <cstdio>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "rdmakit/context.hpp"
 #include "rdmakit/options.hpp"
+#include "rdmakit/transports.hpp"
 #include "rdmakit/verbs.hpp"
+#include "rdmakit/version.hpp"
 
 namespace {
+
+std::string yes_no(bool value) { return value ? "yes" : "no"; }
+
+// One row per field of rdmakit::Capabilities: a new field is one more line here.
+std::vector<std::pair<const char*, std::string>> capability_rows(const rdmakit::Capabilities& c) {
+  return {
+      {"one_sided_without_target_cpu", yes_no(c.one_sided_without_target_cpu)},
+      {"atomics_coherent_with_cpu", yes_no(c.atomics_coherent_with_cpu)},
+      {"kernel_bypass", yes_no(c.kernel_bypass)},
+      {"device_keys", yes_no(c.device_keys)},
+      {"max_message_size", std::to_string(c.max_message_size)},
+      {"max_sge", std::to_string(c.max_sge)},
+      {"max_inline", std::to_string(c.max_inline)},
+  };
+}
+
+void print_cache(const rdmakit::Context& context) {
+  auto stats = rdmakit::verbs::registration_cache_stats(context);
+  if (!stats) return;  // not a verbs context
+  std::printf("  registration cache: %s; hits %llu, misses %llu, entries %llu, pinned %llu bytes, %llu "
+              "registrations in %.3f ms\n",
+              stats->enabled ? "on" : "off", static_cast<unsigned long long>(stats->hits),
+              static_cast<unsigned long long>(stats->misses), static_cast<unsigned long long>(stats->entries),
+              static_cast<unsigned long long>(stats->pinned_bytes),
+              static_cast<unsigned long long>(stats->registrations), stats->registration_time.count() / 1e6);
+}
+
+// Opens the transport with the configuration of the environment and prints what it can do.
+void print_transport(const rdmakit::TransportInfo& info) {
+  if (info.wraps_inner) {
+    std::printf("transport %s:<inner>: %s\n  capabilities: those of <inner>\n", info.name.c_str(),
+                info.summary.c_str());
+    return;
+  }
+  std::printf("transport %s: %s\n", info.name.c_str(), info.summary.c_str());
+  auto context = rdmakit::Context::open({.transport = info.name});
+  if (!context) {
+    std::printf("  cannot open here: %s\n", context.error().describe().c_str());
+    return;
+  }
+  for (const auto& [name, value] : capability_rows((*context)->capabilities()))
+    std::printf("  %-30s %s\n", name, value.c_str());
+  print_cache(**context);
+}
 
 void print_port(const rdmakit::verbs::PortInfo& port) {
   std::printf("  port %u: %s, %s, active MTU %u (max %u), lid %u, max message %u bytes\n", port.number,
@@ -31,29 +80,20 @@ void print_device(const rdmakit::verbs::DeviceInfo& d) {
   for (const auto& port : d.ports) print_port(port);
 }
 
-void print_cache(const rdmakit::Config& config) {
-  rdmakit::Options options;
-  options.transport = "verbs";
-  auto context = rdmakit::Context::open(options);
-  if (!context) {
-    std::printf("verbs context: cannot open: %s\n", context.error().describe().c_str());
-    return;
+int print_config() {
+  auto options = rdmakit::describe_options();
+  if (!options) {
+    std::fprintf(stderr, "rdmakit-info: %s\n", options.error().describe().c_str());
+    return 1;
   }
-  auto stats = rdmakit::verbs::registration_cache_stats(**context);
-  if (!stats) return;
-  std::printf("registration cache (of a fresh context on device '%s'): %s; hits %llu, misses %llu, entries %llu, "
-              "pinned %llu bytes, %llu registrations in %.3f ms\n",
-              config.device.empty() ? "first active" : config.device.c_str(), stats->enabled ? "on" : "off",
-              static_cast<unsigned long long>(stats->hits), static_cast<unsigned long long>(stats->misses),
-              static_cast<unsigned long long>(stats->entries), static_cast<unsigned long long>(stats->pinned_bytes),
-              static_cast<unsigned long long>(stats->registrations), stats->registration_time.count() / 1e6);
-}
-
-int print_config(const rdmakit::Config& config) {
-  std::printf("effective configuration (set in code > environment > default):\n");
-  for (const auto& option : rdmakit::describe_options(config))
-    std::printf("  %-20s = %-16s (default %s, %s)\n      %s\n", option.name.c_str(), option.value.c_str(),
-                option.default_value.c_str(), option.env.c_str(), option.doc.c_str());
+  std::printf("\neffective configuration (set in code > environment > default):\n");
+  std::string layer;
+  for (const auto& option : *options) {
+    if (option.layer != layer) std::printf("[%s]\n", (layer = option.layer).c_str());
+    std::printf("  %-30s = %-16s (default %s, %s)\n      %s\n", option.name.c_str(), option.value.c_str(),
+                option.default_value.empty() ? "unset" : option.default_value.c_str(), option.env.c_str(),
+                option.doc.c_str());
+  }
   return 0;
 }
 
@@ -75,16 +115,21 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "rdmakit-info: %s\n", config.error().describe().c_str());
     return 1;
   }
+  std::string built;
+  for (const auto& info : rdmakit::built_transports())
+    built += (built.empty() ? "" : ", ") + info.name + (info.wraps_inner ? ":<inner>" : "");
+  std::printf("rdmakit %d.%d.%d: transports built: %s\n\n", rdmakit::kVersionMajor, rdmakit::kVersionMinor,
+              rdmakit::kVersionPatch, built.c_str());
+  for (const auto& info : rdmakit::built_transports()) print_transport(info);
+  std::printf("\n");
   auto devices = rdmakit::verbs::list_devices();
   if (!devices) {
-    std::printf("verbs: unavailable: %s\n", devices.error().message().c_str());
+    std::printf("RDMA devices: none listed: %s\n", devices.error().message().c_str());
   } else if (devices->empty()) {
-    std::printf("verbs: rdma-core is installed but there is no RDMA device (load the NIC's driver, or for Soft-RoCE: "
+    std::printf("RDMA devices: none (rdma-core is installed; load the NIC's driver, or for Soft-RoCE: "
                 "rdma link add rxe0 type rxe netdev <interface>)\n");
   } else {
     for (const auto& device : *devices) print_device(device);
-    print_cache(*config);
   }
-  if (config_wanted) print_config(*config);
-  return 0;
+  return config_wanted ? print_config() : 0;
 }

@@ -1,6 +1,9 @@
 // Configuration. Every option has a name, a default and a one-line doc (see describe_options()).
 // A value set in code wins; otherwise the environment variable RDMAKIT_<NAME> (upper case); otherwise the
-// default. A value that does not parse is an error that names the option.
+// default. A value that does not parse, or a combination that cannot work (rnr_timeout_ms >= timeout_ms),
+// is an error that names the options. Each layer has its own options (this header: the core's; the
+// bootstrap's and the collectives' are documented with them); describe_options() lists all of them, and
+// an RDMAKIT_* environment variable that is no option draws a warning naming the closest one.
 #pragma once
 
 #include <chrono>
@@ -21,8 +24,8 @@ struct Config {
   std::string listen_address;                // default address of listen()
   std::string device;                        // verbs: device name, empty = first active
   std::uint32_t port = 1;                    // verbs: port number
-  std::int32_t gid_index = -1;               // verbs: -1 = choose a RoCEv2 GID automatically
-  std::uint32_t mtu = 0;                     // verbs: path MTU in bytes, 0 = the port's active MTU
+  std::optional<std::uint32_t> gid_index;    // verbs: unset = choose a RoCEv2 GID automatically
+  std::optional<std::uint32_t> mtu;          // verbs: path MTU in bytes; unset = the port's active MTU (or the peer's)
   std::chrono::milliseconds timeout{};       // a silent peer fails pending operations after this
   std::chrono::milliseconds rnr_timeout{};   // a SEND with no posted receive fails after this
   std::chrono::milliseconds connect_timeout{};
@@ -36,11 +39,6 @@ struct Config {
   std::uint32_t inline_size = 0;             // verbs: WRITE/SEND payloads up to this go inline
   bool registration_cache = true;            // verbs: reuse registrations of the same range
   std::string log_level;                     // error | warn | info | debug
-  std::string job_secret;                    // shared by a job's processes; never logged or printed
-  std::uint64_t store_max_bytes = 0;         // rendezvous store: keys + values held in total
-  std::uint64_t store_max_request_bytes = 0; // rendezvous store: one request's key + value
-  std::uint64_t store_max_client_buffer_bytes = 0;  // rendezvous store: unread replies held per client
-  std::uint32_t store_max_clients = 0;       // rendezvous store: connected clients
   std::string shm_allowed_uids;              // shm: uids besides ours that may connect, "1000,1001"
 };
 
@@ -51,7 +49,7 @@ struct Options {
   std::optional<std::string> listen_address;
   std::optional<std::string> device;
   std::optional<std::uint32_t> port;
-  std::optional<std::int32_t> gid_index;
+  std::optional<std::uint32_t> gid_index;
   std::optional<std::uint32_t> mtu;
   std::optional<std::chrono::milliseconds> timeout;
   std::optional<std::chrono::milliseconds> rnr_timeout;
@@ -66,11 +64,6 @@ struct Options {
   std::optional<std::uint32_t> inline_size;
   std::optional<bool> registration_cache;
   std::optional<std::string> log_level;
-  std::optional<std::string> job_secret;
-  std::optional<std::uint64_t> store_max_bytes;
-  std::optional<std::uint64_t> store_max_request_bytes;
-  std::optional<std::uint64_t> store_max_client_buffer_bytes;
-  std::optional<std::uint32_t> store_max_clients;
   std::optional<std::string> shm_allowed_uids;
 };
 
@@ -82,7 +75,12 @@ struct OptionInfo {
   std::string value;       // effective value in `config`
   std::string default_value;
   std::string doc;
+  std::string layer;       // whose option: "core", "bootstrap", "coll", ...
 };
+// The core's options with their values in `config`.
 std::vector<OptionInfo> describe_options(const Config& config);
+// Every option of every layer of the library, with its value from the environment (nothing set in code).
+// An error when a variable does not parse.
+Result<std::vector<OptionInfo>> describe_options();
 
 }  // namespace rdmakit

@@ -8,4 +8,5 @@
 #include "rdmakit/log.hpp"
 #include "rdmakit/memory.hpp"
 #include "rdmakit/options.hpp"
+#include "rdmakit/transports.hpp"
 #include "rdmakit/version.hpp"

@@ -5,7 +5,7 @@
 #include <openssl/hmac.h>
 #include <openssl/rand.h>
 
-#include "rdmakit/options.hpp"
+#include "bootstrap/options.hpp"
 
 namespace rdmakit::bootstrap::auth {
 namespace {
@@ -48,7 +48,7 @@ Result<std::string> job_secret(std::string_view given) {
                   "option job_secret (RDMAKIT_JOB_SECRET): must be at least 16 characters");
     return std::string(given);
   }
-  auto config = resolve_config(Options{});
+  auto config = resolve_bootstrap_options();
   if (!config) return std::unexpected(config.error());
   return config->job_secret;
 }

@@ -2,6 +2,7 @@
 #include <charconv>
 #include <cstdlib>
 
+#include "bootstrap/options.hpp"
 #include "rdmakit/bootstrap.hpp"
 
 namespace rdmakit::bootstrap {
@@ -154,15 +155,9 @@ Result<LaunchInfo> detect_launch() {
 }
 
 Result<std::chrono::milliseconds> bootstrap_timeout() {
-  const char* text = std::getenv("RDMAKIT_BOOTSTRAP_TIMEOUT_MS");
-  if (text == nullptr) return std::chrono::milliseconds(60000);
-  long value = 0;
-  std::string_view view(text);
-  auto [end, ec] = std::from_chars(view.data(), view.data() + view.size(), value);
-  if (ec != std::errc() || end != view.data() + view.size() || value <= 0)
-    return fail(Errc::InvalidArgument,
-                "RDMAKIT_BOOTSTRAP_TIMEOUT_MS='" + std::string(view) + "' is not a positive number of milliseconds");
-  return std::chrono::milliseconds(value);
+  auto config = resolve_bootstrap_options();
+  if (!config) return std::unexpected(config.error());
+  return config->timeout;
 }
 
 }  // namespace rdmakit::bootstrap

@@ -16,6 +16,7 @@
 
 #include "bootstrap/store_wire.hpp"
 #include "core/log.hpp"
+#include "core/net.hpp"
 
 namespace rdmakit::bootstrap {
 namespace {
@@ -30,17 +31,10 @@ constexpr std::size_t kReadBurst = 256 * 1024;
 constexpr std::size_t kRefusing = 64;
 
 Result<sockaddr_in> resolve(const std::string& host, std::uint16_t port) {
-  addrinfo hints{};
-  hints.ai_family = AF_INET;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* found = nullptr;
-  int rc = getaddrinfo(host.c_str(), nullptr, &hints, &found);
-  if (rc != 0 || found == nullptr)
-    return fail(Errc::InvalidArgument, "store: cannot resolve '" + host + "': " + gai_strerror(rc));
+  auto address = net::resolve(host, port, AF_INET);
+  if (!address) return fail(Errc::InvalidArgument, "store: " + address.error().message());
   sockaddr_in addr;
-  std::memcpy(&addr, found->ai_addr, sizeof(addr));
-  freeaddrinfo(found);
-  addr.sin_port = htons(port);
+  std::memcpy(&addr, &address->storage, sizeof(addr));
   return addr;
 }
 

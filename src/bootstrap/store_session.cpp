@@ -1,12 +1,12 @@
 #include "bootstrap/store_session.hpp"
 
 #include "bootstrap/store_wire.hpp"
-#include "rdmakit/options.hpp"
+#include "bootstrap/options.hpp"
 
 namespace rdmakit::bootstrap {
 
 Result<StoreLimits> store_limits() {
-  auto config = resolve_config(Options{});
+  auto config = resolve_bootstrap_options();
   if (!config) return std::unexpected(config.error());
   return StoreLimits{config->store_max_bytes, config->store_max_request_bytes,
                      config->store_max_client_buffer_bytes, config->store_max_clients};

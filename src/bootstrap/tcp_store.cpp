@@ -1,5 +1,6 @@
 // The client half of the rendezvous store, and open_store() for a detected launch.
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -16,6 +17,7 @@
 #include "bootstrap/store_server.hpp"
 #include "bootstrap/store_wire.hpp"
 #include "core/log.hpp"
+#include "core/net.hpp"
 #include "rdmakit/bootstrap.hpp"
 
 namespace rdmakit::bootstrap {
@@ -23,21 +25,18 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-Result<Fd> try_connect(const std::string& host, std::uint16_t port) {
-  addrinfo hints{};
-  hints.ai_family = AF_INET;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* found = nullptr;
-  int rc = getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found);
-  if (rc != 0 || found == nullptr)
-    return fail(Errc::InvalidArgument, "store: cannot resolve '" + host + "': " + gai_strerror(rc));
-  Fd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  int err = fd ? 0 : errno;
-  if (fd && ::connect(fd.get(), found->ai_addr, found->ai_addrlen) != 0) err = errno;
-  freeaddrinfo(found);
-  if (err != 0) return fail_errno("store: connect " + host + ":" + std::to_string(port), err);
+// One attempt, bounded by `deadline` (a store host that drops SYNs must not hold us past it). The socket
+// is made blocking again: the client's protocol waits with poll() where it needs a bound.
+Result<Fd> try_connect(const std::string& host, std::uint16_t port, Clock::time_point deadline) {
+  auto address = net::resolve(host, port, AF_INET);
+  if (!address)
+    return fail(Errc::InvalidArgument, "store: " + address.error().message());
+  auto fd = net::connect(*address, deadline);
+  if (!fd) return std::unexpected(Error(fd.error().code(), "store: " + fd.error().message()));
+  int flags = fcntl(fd->get(), F_GETFL);
+  if (flags < 0 || fcntl(fd->get(), F_SETFL, flags & ~O_NONBLOCK) != 0) return fail_errno("store: fcntl", errno);
   int one = 1;
-  setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  setsockopt(fd->get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
   return fd;
 }
 
@@ -196,7 +195,7 @@ Result<std::shared_ptr<TcpStore>> TcpStore::open(const StoreOptions& options) {
   std::string where = host + ":" + std::to_string(port);
   auto deadline = Clock::now() + options.timeout;
   for (;;) {  // rank 0 may start after us: retry until the deadline
-    auto socket = try_connect(host, port);
+    auto socket = try_connect(host, port, deadline);
     if (socket) {
       auto client = std::make_shared<TcpStoreClient>(std::move(server), std::move(*socket), port, where);
       if (auto ok = client->authenticate(*secret); !ok) return std::unexpected(ok.error());

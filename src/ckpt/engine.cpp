@@ -12,6 +12,7 @@
 #include "ckpt/manifest.hpp"
 #include "ckpt/persist.hpp"
 #include "ckpt/replica.hpp"
+#include "ckpt/options.hpp"
 #include "ckpt/restore.hpp"
 #include "core/log.hpp"
 #include "rdmakit/ckpt/store.hpp"
@@ -22,13 +23,6 @@ namespace {
 
 Result<void> check_options(const EngineOptions& o) {
   if (o.directory.empty()) return fail(Errc::InvalidArgument, "ckpt: EngineOptions::directory is empty");
-  if (o.keep == 0) return fail(Errc::InvalidArgument, "ckpt: EngineOptions::keep must be at least 1");
-  if (o.chunk_bytes == 0 || o.chunk_bytes % detail::kIoAlignment != 0 ||
-      o.chunk_bytes > detail::kMaxChunkBytes)
-    return fail(Errc::InvalidArgument,
-                "ckpt: EngineOptions::chunk_bytes must be a multiple of 4096 up to 1 GiB");
-  if (o.io_depth == 0 || o.io_depth > 256)
-    return fail(Errc::InvalidArgument, "ckpt: EngineOptions::io_depth must be 1..256");
   if (!o.replica.empty() && o.communicator)
     return fail(Errc::NotSupported, "ckpt: the peer-memory replica is single-rank only in this build");
   if (o.incremental && o.communicator)
@@ -298,7 +292,10 @@ struct Engine::Impl {
   }
 };
 
-Result<std::unique_ptr<Engine>> Engine::create(EngineOptions options, std::vector<Buffer> buffers) {
+Result<std::unique_ptr<Engine>> Engine::create(EngineOptions given, std::vector<Buffer> buffers) {
+  auto resolved = detail::resolve_engine_options(std::move(given));  // the tunables, each checked
+  if (!resolved) return std::unexpected(Error(resolved.error().code(), "ckpt: " + resolved.error().message()));
+  EngineOptions options = std::move(*resolved);
   if (auto ok = check_options(options); !ok) return std::unexpected(ok.error());
   if (auto ok = check_buffers(buffers); !ok) return std::unexpected(ok.error());
   if (auto ok = prepare_directory(options); !ok) return std::unexpected(ok.error());
@@ -312,11 +309,10 @@ Result<std::unique_ptr<Engine>> Engine::create(EngineOptions options, std::vecto
   auto staging = detail::AlignedBuffer::allocate(detail::round_up(impl->bytes, detail::kIoAlignment));
   if (!staging) return std::unexpected(staging.error());
   impl->staging = std::move(*staging);
-  auto ring = detail::Ring::create(options.io_depth);
+  auto ring = detail::Ring::create(*options.io_depth);
   if (!ring) return std::unexpected(ring.error());
   impl->ring.emplace(std::move(*ring));
-  unsigned threads = options.copy_threads ? options.copy_threads
-                                          : std::min(4u, std::max(1u, std::thread::hardware_concurrency()));
+  unsigned threads = *options.copy_threads;
   if (!options.replica.empty()) {
     auto replica = detail::ReplicaClient::connect(options.replica, options.rank, options.world_size,
                                                   impl->staging.data(), impl->staging.size(), impl->bytes);

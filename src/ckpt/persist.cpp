@@ -65,9 +65,9 @@ Result<bool> write_data(Ring& ring, const PersistJob& job, const std::string& tm
   const auto& file = manifest.files[0];
   std::string path = tmp + "/" + file.name;
   bool direct = false;
-  auto fd = open_file(path, O_WRONLY | O_CREAT | O_TRUNC, job.options->direct_io, direct);
+  auto fd = open_file(path, O_WRONLY | O_CREAT | O_TRUNC, job.options->direct_io.value_or(true), direct);
   if (!fd) return std::unexpected(fd.error());
-  if (job.options->direct_io && !direct) warn_buffered(job);
+  if (job.options->direct_io.value_or(true) && !direct) warn_buffered(job);
   auto io = plan_chunks(manifest, job.bytes, direct);
   bool reusing = job.previous && job.options->incremental;
   if (reusing) {
@@ -163,7 +163,7 @@ Manifest rank_manifest(const PersistJob& job) {
                   .time_ns = job.time_ns,
                   .rank = options.rank,
                   .world_size = options.world_size,
-                  .chunk_bytes = options.chunk_bytes,
+                  .chunk_bytes = options.chunk_bytes.value(),
                   .files = {FileEntry{data_file_name(options.rank), job.bytes}},
                   .tensors = job.tensors};
 }
@@ -215,7 +215,7 @@ Result<std::vector<std::string>> commit_directory(RemoveOnFailure& tmp, const st
   crash_if(options, CrashPoint::AfterRename);
   if (auto ok = fsync_directory(directory); !ok) return std::unexpected(ok.error());
   crash_if(options, CrashPoint::AfterCommit);
-  return apply_retention(directory, options.keep, options.crash_point);
+  return apply_retention(directory, options.keep.value(), options.crash_point);
 }
 
 std::string temporary_name(std::uint64_t step, const std::string& owner) {

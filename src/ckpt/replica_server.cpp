@@ -10,6 +10,7 @@
 #include "ckpt/manifest.hpp"
 #include "ckpt/persist.hpp"
 #include "ckpt/replica.hpp"
+#include "ckpt/options.hpp"
 #include "ckpt/replica_channel.hpp"
 #include "core/log.hpp"
 #include "rdmakit/ckpt/serve.hpp"
@@ -220,7 +221,9 @@ Result<std::unique_ptr<ReplicaServer>> ReplicaServer::create(const ServeOptions&
     auto ring = Ring::create(4);
     if (!ring) return std::unexpected(ring.error());
     impl->ring.emplace(std::move(*ring));
-    impl->persist_options = EngineOptions{.directory = options.persist_directory, .keep = options.keep};
+    auto persist = resolve_engine_options(EngineOptions{.directory = options.persist_directory, .keep = options.keep});
+    if (!persist) return std::unexpected(persist.error());
+    impl->persist_options = std::move(*persist);
   }
   impl->acceptor = std::jthread([raw = impl.get()] { raw->accept_loop(); });
   return std::unique_ptr<ReplicaServer>(new ReplicaServer(std::move(impl)));

@@ -1,47 +1,90 @@
 #include "coll/comm_options.hpp"
 
 #include <arpa/inet.h>
-#include <netdb.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <charconv>
-#include <cstdlib>
 #include <cstring>
 
 #include "bootstrap/auth.hpp"
 #include "coll/mesh.hpp"
 #include "core/fd.hpp"
 #include "core/log.hpp"
+#include "core/net.hpp"
 #include "rdmakit/context.hpp"
+
+namespace rdmakit::coll {
+// Found by the option table through argument-dependent lookup.
+bool parse_value(std::string_view text, Algorithm& out) {
+  if (text == "auto") return out = Algorithm::Auto, true;
+  if (text == "ring") return out = Algorithm::Ring, true;
+  if (text == "rd") return out = Algorithm::RecursiveDoubling, true;
+  if (text == "hd") return out = Algorithm::HalvingDoubling, true;
+  return false;
+}
+std::string print_value(Algorithm algorithm) {
+  return algorithm == Algorithm::Ring                ? "ring"
+         : algorithm == Algorithm::RecursiveDoubling ? "rd"
+         : algorithm == Algorithm::HalvingDoubling   ? "hd"
+                                                     : "auto";
+}
+}  // namespace rdmakit::coll
 
 namespace rdmakit::coll::detail {
 namespace {
 
-std::optional<std::string> env(const char* name) {
-  const char* value = std::getenv(name);
-  return value ? std::optional<std::string>(value) : std::nullopt;
+// What the coll table itself resolves: the RDMAKIT_COLL_* options. The transport, listen address, job
+// secret and bootstrap timeout are the core's and the bootstrap's options, resolved by their tables.
+struct CollConfig {
+  std::optional<std::string> local_transport;  // unset: shm when built, else the network transport
+  std::chrono::milliseconds timeout{};
+  std::chrono::microseconds spin{};
+  std::size_t chunk_bytes = 0;
+  std::uint32_t slots = 0;
+  std::size_t small_bytes = 0;
+  Algorithm algorithm = Algorithm::Auto;
+  std::optional<std::string> host_id;  // unset: hostname + network namespace
+};
+
+using options::option;
+using C = CollConfig;
+using O = CommOptions;
+
+std::vector<options::Spec<C, O>> specs() {
+  return {
+      option("coll_local_transport", nullptr, "collectives: transport between ranks of one host; unset = shm "
+             "(the network transport when shm is not built)", "a transport name", &C::local_transport,
+             &O::local_transport),
+      option("coll_timeout_ms", "60000", "collectives: one collective fails after this", "milliseconds",
+             &C::timeout, &O::timeout),
+      option("coll_spin_us", "5000", "collectives: a waiting rank polls (yielding its core) this long before it "
+             "sleeps; 0 sleeps at once", "microseconds", &C::spin, &O::spin),
+      option("coll_chunk_bytes", "524288", "collectives: pipeline unit and staging slot size (a multiple of 64, "
+             "up to 1 GiB)", "an integer", &C::chunk_bytes, &O::chunk_bytes),
+      option("coll_slots", "4", "collectives: chunks in flight per peer (1..256)", "an integer", &C::slots, &O::slots),
+      option("coll_small_bytes", "65536", "collectives: allreduce uses recursive doubling up to this many bytes",
+             "an integer", &C::small_bytes, &O::small_bytes),
+      option("coll_algo", "auto", "collectives: allreduce algorithm: auto, ring, rd (recursive doubling) or hd "
+             "(halving-doubling)", "auto, ring, rd or hd", &C::algorithm, &O::algorithm),
+      option("coll_host_id", nullptr, "collectives: this rank's host as peers compare it; unset = hostname + "
+             "network namespace", "text", &C::host_id, &O::host_id),
+  };
 }
 
-template <typename Int>
-Result<void> number_from_env(const char* name, Int& field, Int fallback, Int minimum) {
-  if (field != 0) return {};
-  auto text = env(name);
-  if (!text) return field = fallback, Result<void>{};
-  auto [end, ec] = std::from_chars(text->data(), text->data() + text->size(), field);
-  if (ec != std::errc() || end != text->data() + text->size() || field < minimum)
-    return fail(Errc::InvalidArgument, std::string(name) + "='" + *text + "' is not a number >= " +
-                                           std::to_string(minimum));
+Result<void> check(C& c, const options::SetOptions&) {
+  auto bad = [](const char* name, const std::string& why) { return std::unexpected(options::bad_option(name, why)); };
+  if (c.timeout.count() == 0) return bad("coll_timeout_ms", "must be at least 1");
+  if (c.chunk_bytes < 64 || c.chunk_bytes % 64 != 0 || c.chunk_bytes > (1u << 30))
+    return bad("coll_chunk_bytes", "must be a multiple of 64 up to 1 GiB, got " + std::to_string(c.chunk_bytes));
+  if (c.slots == 0 || c.slots > 256) return bad("coll_slots", "must be 1..256, got " + std::to_string(c.slots));
+  if (c.small_bytes == 0) return bad("coll_small_bytes", "must be at least 1");
   return {};
 }
 
-Result<Algorithm> parse_algorithm(const std::string& text) {
-  if (text == "auto") return Algorithm::Auto;
-  if (text == "ring") return Algorithm::Ring;
-  if (text == "rd") return Algorithm::RecursiveDoubling;
-  if (text == "hd") return Algorithm::HalvingDoubling;
-  return fail(Errc::InvalidArgument, "RDMAKIT_COLL_ALGO='" + text + "' is not auto, ring, rd or hd");
+const options::OptionTable<C, O>& table() {
+  static const options::OptionTable<C, O> table("coll", specs(), check);
+  return table;
 }
 
 // shm is the default for same-host peers; a build without it falls back to the network transport.
@@ -54,56 +97,48 @@ std::string default_local_transport(const std::string& network) {
 
 }  // namespace
 
-Result<CommOptions> resolve_options(const CommOptions& given) {
-  CommOptions o = given;
-  if (o.network_transport.empty()) o.network_transport = env("RDMAKIT_TRANSPORT").value_or("tcp");
-  if (o.local_transport.empty()) o.local_transport = env("RDMAKIT_COLL_LOCAL_TRANSPORT").value_or("");
-  if (o.local_transport.empty()) o.local_transport = default_local_transport(o.network_transport);
-  long timeout = o.timeout.count(), boot = o.bootstrap_timeout.count();
-  if (auto ok = number_from_env("RDMAKIT_COLL_TIMEOUT_MS", timeout, 60000L, 1L); !ok) return std::unexpected(ok.error());
-  if (auto ok = number_from_env("RDMAKIT_BOOTSTRAP_TIMEOUT_MS", boot, 60000L, 1L); !ok) return std::unexpected(ok.error());
-  o.timeout = std::chrono::milliseconds(timeout);
-  o.bootstrap_timeout = std::chrono::milliseconds(boot);
-  if (o.spin.count() < 0) {
-    long spin = 0;
-    if (auto ok = number_from_env("RDMAKIT_COLL_SPIN_US", spin, 5000L, 0L); !ok) return std::unexpected(ok.error());
-    o.spin = std::chrono::microseconds(spin);
+const options::Table& coll_option_table() { return table(); }
+
+Result<CommConfig> resolve_options(const CommOptions& given) {
+  auto coll = table().resolve(given);
+  if (!coll) return std::unexpected(coll.error());
+  CommConfig o{.timeout = coll->timeout, .spin = coll->spin, .chunk_bytes = coll->chunk_bytes,
+               .slots = coll->slots, .small_bytes = coll->small_bytes, .algorithm = coll->algorithm,
+               .key_prefix = given.key_prefix};
+  if (given.network_transport) {
+    o.network_transport = *given.network_transport;
+  } else {
+    auto core = resolve_config({});
+    if (!core) return std::unexpected(core.error());
+    o.network_transport = core->transport;
   }
-  if (auto ok = number_from_env<std::size_t>("RDMAKIT_COLL_CHUNK_BYTES", o.chunk_bytes, 512 * 1024, 64); !ok)
-    return std::unexpected(ok.error());
-  if (o.chunk_bytes % 64 != 0 || o.chunk_bytes > (1u << 30))
-    return fail(Errc::InvalidArgument, "coll: chunk_bytes (RDMAKIT_COLL_CHUNK_BYTES) must be a multiple of 64 "
-                                       "up to 1 GiB, got " + std::to_string(o.chunk_bytes));
-  if (auto ok = number_from_env<std::uint32_t>("RDMAKIT_COLL_SLOTS", o.slots, 4, 1); !ok) return std::unexpected(ok.error());
-  if (o.slots > 256) return fail(Errc::InvalidArgument, "coll: slots (RDMAKIT_COLL_SLOTS) must be 1..256");
-  if (auto ok = number_from_env<std::size_t>("RDMAKIT_COLL_SMALL_BYTES", o.small_bytes, 64 * 1024, 1); !ok)
-    return std::unexpected(ok.error());
-  if (o.algorithm == Algorithm::Auto)
-    if (auto text = env("RDMAKIT_COLL_ALGO")) {
-      auto algorithm = parse_algorithm(*text);
-      if (!algorithm) return std::unexpected(algorithm.error());
-      o.algorithm = *algorithm;
-    }
-  if (o.host_id.empty()) o.host_id = env("RDMAKIT_COLL_HOST_ID").value_or(default_host_id());
-  if (o.listen_address.empty()) o.listen_address = env("RDMAKIT_LISTEN_ADDRESS").value_or("");
-  auto secret = bootstrap::auth::job_secret(o.job_secret);
+  // The transports' own listen_address default is loopback; the mesh leaves it to them unless one was named.
+  o.listen_address = given.listen_address.value_or(
+      options::read_option_env(options::env_name("listen_address")).value_or(""));
+  if (given.bootstrap_timeout) {
+    o.bootstrap_timeout = *given.bootstrap_timeout;
+  } else {
+    auto timeout = bootstrap::bootstrap_timeout();
+    if (!timeout) return std::unexpected(timeout.error());
+    o.bootstrap_timeout = *timeout;
+  }
+  o.local_transport = coll->local_transport ? *coll->local_transport : default_local_transport(o.network_transport);
+  o.host_id = coll->host_id ? *coll->host_id : default_host_id();
+  auto secret = bootstrap::auth::job_secret(given.job_secret.value_or(""));
   if (!secret) return std::unexpected(secret.error());
   o.job_secret = std::move(*secret);
   return o;
 }
 
 std::string route_address(const std::string& host, std::uint16_t port) {
-  addrinfo hints{};
-  hints.ai_family = AF_INET;
-  hints.ai_socktype = SOCK_DGRAM;
-  addrinfo* found = nullptr;
-  if (getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found) != 0 || found == nullptr) return {};
+  auto address = net::resolve(host, port, AF_INET);
+  if (!address) return {};
   Fd fd(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
-  bool ok = fd && ::connect(fd.get(), found->ai_addr, found->ai_addrlen) == 0;
-  freeaddrinfo(found);
   sockaddr_in local{};
   socklen_t length = sizeof(local);
-  if (!ok || getsockname(fd.get(), reinterpret_cast<sockaddr*>(&local), &length) != 0) return {};
+  if (!fd || ::connect(fd.get(), address->get(), address->length) != 0 ||
+      getsockname(fd.get(), reinterpret_cast<sockaddr*>(&local), &length) != 0)
+    return {};
   char text[INET_ADDRSTRLEN] = {};
   inet_ntop(AF_INET, &local.sin_addr, text, sizeof(text));
   return text;

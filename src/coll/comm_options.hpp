@@ -1,11 +1,31 @@
-// CommOptions with every empty field filled from the environment or the default.
+// The collectives' options: their own table in the one options system (core/option_table.hpp), and
+// CommOptions resolved against it (set in code > RDMAKIT_<NAME> > default).
 #pragma once
 
+#include "core/option_table.hpp"
 #include "rdmakit/coll/communicator.hpp"
 
 namespace rdmakit::coll::detail {
 
-Result<CommOptions> resolve_options(const CommOptions& given);
+// CommOptions with every field decided.
+struct CommConfig {
+  std::string network_transport;
+  std::string local_transport;
+  std::chrono::milliseconds timeout{};
+  std::chrono::milliseconds bootstrap_timeout{};
+  std::chrono::microseconds spin{};
+  std::size_t chunk_bytes = 0;
+  std::uint32_t slots = 0;
+  std::size_t small_bytes = 0;
+  Algorithm algorithm = Algorithm::Auto;
+  std::string host_id;
+  std::string listen_address;  // empty: the network transport's default
+  std::string key_prefix;
+  std::string job_secret;
+};
+
+Result<CommConfig> resolve_options(const CommOptions& given);
+const options::Table& coll_option_table();
 
 // The local address of the interface that routes to `host` (no packet is sent); empty when unknown.
 std::string route_address(const std::string& host, std::uint16_t port);

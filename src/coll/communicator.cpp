@@ -47,7 +47,7 @@ bool Work::done() const {
 using Op = std::function<Result<void>()>;
 
 struct Communicator::Impl {
-  CommOptions options;
+  detail::CommConfig options;
   std::shared_ptr<bootstrap::Store> store;
   detail::Exchange exchange;
   detail::MeshInfo mesh;
@@ -59,7 +59,7 @@ struct Communicator::Impl {
   bool stopping = false;
   std::thread worker;  // last: started lazily, joined by the destructor
 
-  Impl(CommOptions o, std::shared_ptr<bootstrap::Store> s, int rank, int size)
+  Impl(detail::CommConfig o, std::shared_ptr<bootstrap::Store> s, int rank, int size)
       : options(std::move(o)), store(std::move(s)),
         exchange(rank, size, options.chunk_bytes, options.slots, options.timeout, options.spin) {}
 
@@ -189,12 +189,13 @@ Result<std::unique_ptr<Communicator>> Communicator::from_environment(const CommO
   auto launch = bootstrap::detect_launch();
   if (!launch) return std::unexpected(launch.error());
   CommOptions options = given;
-  auto timeout = options.bootstrap_timeout.count() ? Result<std::chrono::milliseconds>(options.bootstrap_timeout)
-                                                    : bootstrap::bootstrap_timeout();
+  auto timeout = options.bootstrap_timeout ? Result<std::chrono::milliseconds>(*options.bootstrap_timeout)
+                                           : bootstrap::bootstrap_timeout();
   if (!timeout) return std::unexpected(timeout.error());
   options.bootstrap_timeout = *timeout;
   bool loopback = launch->store_host.starts_with("127.") || launch->store_host == "localhost";
-  if (options.listen_address.empty() && !std::getenv("RDMAKIT_LISTEN_ADDRESS") && !loopback) {
+  bool address_set = options.listen_address || options::read_option_env(options::env_name("listen_address"));
+  if (!address_set && !loopback) {
     std::string local = detail::route_address(launch->store_host, launch->store_port);
     if (!local.empty()) options.listen_address = local + ":0";
   }

@@ -7,25 +7,10 @@
 
 #include "core/identity.hpp"
 #include "core/log.hpp"
-#include "transport/transport.hpp"
+#include "core/transport_registry.hpp"
 
 namespace rdmakit {
 namespace {
-
-Result<std::shared_ptr<Context>> open_by_name(const Config& config) {
-  const std::string& name = config.transport;
-  if (name == "tcp") return transport::open_tcp(config);
-  if (name == "shm") return transport::open_shm(config);
-  if (name == "verbs") return transport::open_verbs(config);
-  if (name.starts_with("fault:")) {
-    Config inner_config = config;
-    inner_config.transport = name.substr(6);
-    auto inner = open_by_name(inner_config);
-    if (!inner) return inner;
-    return transport::open_fault(config, std::move(*inner));
-  }
-  return fail(Errc::NotFound, "option transport: unknown transport '" + name + "' (expected tcp, shm, verbs or fault:<inner>)");
-}
 
 // Memory that allocate() owns: an anonymous mapping, unmapped when the region goes.
 class OwnedRegion final : public MemoryRegion {
@@ -59,7 +44,7 @@ Result<std::shared_ptr<Context>> Context::open(const Options& options) {
   if (!config) return std::unexpected(config.error());
   LogLevel level;
   if (log::parse_level(config->log_level, level)) set_log_level(level);
-  return open_by_name(*config);
+  return transport::open(*config);
 }
 
 Result<std::shared_ptr<MemoryRegion>> Context::allocate(std::size_t size, Access access) {

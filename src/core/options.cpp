@@ -2,155 +2,70 @@
 
 #include <unistd.h>
 
-#include <cctype>
-#include <charconv>
-#include <cstdlib>
-#include <functional>
-#include <limits>
+#include <string>
+#include <vector>
 
 #include "core/log.hpp"
+#include "core/option_table.hpp"
 
 namespace rdmakit {
 namespace {
 
-// ---- Parsing and printing of each value type -------------------------------------------------------
-template <typename Int>
-bool parse_value(std::string_view text, Int& out) {
-  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
-  return ec == std::errc() && end == text.data() + text.size() && !text.empty();
-}
-bool parse_value(std::string_view text, std::string& out) {
-  out = std::string(text);
-  return true;
-}
-bool parse_value(std::string_view text, bool& out) {
-  if (text == "1" || text == "yes" || text == "on" || text == "true") return out = true, true;
-  if (text == "0" || text == "no" || text == "off" || text == "false") return out = false, true;
-  return false;
-}
-template <typename Rep, typename Period>
-bool parse_value(std::string_view text, std::chrono::duration<Rep, Period>& out) {
-  Rep count{};
-  if (!parse_value(text, count) || count < 0) return false;
-  out = std::chrono::duration<Rep, Period>(count);
-  return true;
-}
-bool parse_value(std::string_view text, WaitMode& out) {
-  if (text == "spin") return out = WaitMode::Spin, true;
-  if (text == "block") return out = WaitMode::Block, true;
-  if (text == "hybrid") return out = WaitMode::Hybrid, true;
-  return false;
-}
-
-template <typename Int>
-std::string print_value(Int value) { return std::to_string(value); }
-std::string print_value(const std::string& value) { return value; }
-std::string print_value(bool value) { return value ? "yes" : "no"; }
-template <typename Rep, typename Period>
-std::string print_value(std::chrono::duration<Rep, Period> value) { return std::to_string(value.count()); }
-std::string print_value(WaitMode mode) {
-  return mode == WaitMode::Spin ? "spin" : mode == WaitMode::Block ? "block" : "hybrid";
-}
+using options::option;
+using Spec = options::Spec<Config, Options>;
 
 // ---- The option table ---------------------------------------------------------------------------
-struct Spec {
-  const char* name;
-  const char* default_value;
-  const char* doc;
-  const char* expected;  // what a valid value looks like, for error messages
-  std::function<bool(Config&, std::string_view)> parse;
-  std::function<bool(Config&, const Options&)> from_code;  // true when set in code
-  std::function<std::string(const Config&)> print;
-};
-
-template <typename T>
-Spec make_spec(const char* name, const char* default_value, const char* doc, const char* expected,
-               std::optional<T> Options::*option, T Config::*field) {
-  return Spec{name, default_value, doc, expected,
-              [field](Config& c, std::string_view text) { return parse_value(text, c.*field); },
-              [option, field](Config& c, const Options& o) {
-                if (!(o.*option)) return false;
-                c.*field = *(o.*option);
-                return true;
-              },
-              [field](const Config& c) { return print_value(c.*field); }};
-}
-
-// The job secret: like any string option, but never printed (rdmakit-info --config shows whether it is set).
-Spec secret_spec() {
-  Spec spec = make_spec("job_secret", "",
-                        "secret shared by a job's processes (at least 16 characters): store clients and "
-                        "collective connections prove it; empty = unauthenticated, loopback-only store",
-                        "text", &Options::job_secret, &Config::job_secret);
-  spec.print = [](const Config& c) { return std::string(c.job_secret.empty() ? "" : "(set)"); };
-  return spec;
-}
-
-const std::vector<Spec>& specs() {
+std::vector<Spec> specs() {
   using O = Options;
   using C = Config;
-  static const std::vector<Spec> table = {
-      make_spec("transport", "tcp", "transport to open: tcp, shm, verbs, or fault:<inner> for tests", "a name",
-                &O::transport, &C::transport),
-      make_spec("name", "", "this context's name as peers see it; empty = <hostname>:<pid>", "text", &O::name,
-                &C::name),
-      make_spec("listen_address", "127.0.0.1:0", "where listen() binds when given no address (loopback only)",
-                "host:port", &O::listen_address, &C::listen_address),
-      make_spec("device", "", "verbs: RDMA device to use (e.g. rxe0); empty = the first with an active port",
-                "a device name", &O::device, &C::device),
-      make_spec("port", "1", "verbs: port number on the device", "an integer", &O::port, &C::port),
-      make_spec("gid_index", "-1", "verbs: GID index; -1 = pick a RoCEv2 GID (IPv4-mapped first)", "an integer",
-                &O::gid_index, &C::gid_index),
-      make_spec("mtu", "0", "verbs: path MTU in bytes (256..4096); 0 = the port's active MTU", "an integer",
-                &O::mtu, &C::mtu),
-      make_spec("timeout_ms", "4000", "a peer that stays silent this long fails pending operations",
-                "milliseconds", &O::timeout, &C::timeout),
-      make_spec("rnr_timeout_ms", "1000", "a SEND finding no posted receive this long fails (RNR retry exceeded)",
-                "milliseconds", &O::rnr_timeout, &C::rnr_timeout),
-      make_spec("connect_timeout_ms", "10000", "connect() gives up after this", "milliseconds",
-                &O::connect_timeout, &C::connect_timeout),
-      make_spec("handshake_timeout_ms", "2000",
+  return {
+      option("transport", "tcp", "transport to open: tcp, shm, verbs, or fault:<inner> for tests", "a name",
+                &C::transport, &O::transport),
+      option("name", "", "this context's name as peers see it; empty = <hostname>:<pid>", "text", &C::name,
+                &O::name),
+      option("listen_address", "127.0.0.1:0", "where listen() binds when given no address (loopback only)",
+                "host:port", &C::listen_address, &O::listen_address),
+      option("device", "", "verbs: RDMA device to use (e.g. rxe0); empty = the first with an active port",
+                "a device name", &C::device, &O::device),
+      option("port", "1", "verbs: port number on the device", "an integer", &C::port, &O::port),
+      option("gid_index", nullptr, "verbs: GID index; unset = pick a RoCEv2 GID (IPv4-mapped first)", "an integer",
+                &C::gid_index, &O::gid_index),
+      option("mtu", nullptr, "verbs: path MTU in bytes (256, 512, 1024, 2048 or 4096); unset = the port's active MTU",
+             "an integer",
+                &C::mtu, &O::mtu),
+      option("timeout_ms", "4000", "a peer that stays silent this long fails pending operations",
+                "milliseconds", &C::timeout, &O::timeout),
+      option("rnr_timeout_ms", "1000",
+             "a SEND finding no posted receive this long fails (RNR retry exceeded); must be below timeout_ms "
+             "(left unset: half of a timeout_ms at or below this default)",
+                "milliseconds", &C::rnr_timeout, &O::rnr_timeout),
+      option("connect_timeout_ms", "10000", "connect() gives up after this", "milliseconds",
+                &C::connect_timeout, &O::connect_timeout),
+      option("handshake_timeout_ms", "2000",
                 "tcp: a peer that connects to a listener must complete its hello within this, or is dropped",
-                "milliseconds", &O::handshake_timeout, &C::handshake_timeout),
-      make_spec("wait_mode", "hybrid", "how waits wait: spin, block (sleep in the kernel) or hybrid",
-                "spin, block or hybrid", &O::wait_mode, &C::wait_mode),
-      make_spec("spin_us", "50", "hybrid waits spin this long before sleeping", "microseconds", &O::spin,
-                &C::spin),
-      make_spec("cq_depth", "4096", "entries of a completion queue created without a depth", "an integer",
-                &O::cq_depth, &C::cq_depth),
-      make_spec("send_queue_depth", "1024", "operations a connection can have outstanding", "an integer",
-                &O::send_queue_depth, &C::send_queue_depth),
-      make_spec("recv_queue_depth", "1024", "receives a connection can have posted", "an integer",
-                &O::recv_queue_depth, &C::recv_queue_depth),
-      make_spec("max_sge", "16", "scatter-gather entries per operation", "an integer", &O::max_sge, &C::max_sge),
-      make_spec("inline_size", "64", "verbs: WRITE/SEND payloads up to this many bytes are posted inline",
-                "an integer", &O::inline_size, &C::inline_size),
-      make_spec("registration_cache", "yes", "verbs: reuse the registration of the same or a covering range",
-                "yes or no", &O::registration_cache, &C::registration_cache),
-      make_spec("log_level", "warn", "least severe log messages shown: error, warn, info, debug",
-                "error, warn, info or debug", &O::log_level, &C::log_level),
-      secret_spec(),
-      make_spec("store_max_bytes", "67108864", "rendezvous store: total bytes of keys and values it holds",
-                "an integer", &O::store_max_bytes, &C::store_max_bytes),
-      make_spec("store_max_request_bytes", "4194304", "rendezvous store: largest key + value of one request",
-                "an integer", &O::store_max_request_bytes, &C::store_max_request_bytes),
-      make_spec("store_max_client_buffer_bytes", "8388608",
-                "rendezvous store: unread replies held for one client before it is dropped", "an integer",
-                &O::store_max_client_buffer_bytes, &C::store_max_client_buffer_bytes),
-      make_spec("store_max_clients", "4096", "rendezvous store: clients connected at once", "an integer",
-                &O::store_max_clients, &C::store_max_clients),
-      make_spec("shm_allowed_uids", "",
+                "milliseconds", &C::handshake_timeout, &O::handshake_timeout),
+      option("wait_mode", "hybrid", "how waits wait: spin, block (sleep in the kernel) or hybrid",
+                "spin, block or hybrid", &C::wait_mode, &O::wait_mode),
+      option("spin_us", "50", "hybrid waits spin this long before sleeping", "microseconds", &C::spin,
+                &O::spin),
+      option("cq_depth", "4096", "entries of a completion queue created without a depth", "an integer",
+                &C::cq_depth, &O::cq_depth),
+      option("send_queue_depth", "1024", "operations a connection can have outstanding", "an integer",
+                &C::send_queue_depth, &O::send_queue_depth),
+      option("recv_queue_depth", "1024", "receives a connection can have posted", "an integer",
+                &C::recv_queue_depth, &O::recv_queue_depth),
+      option("max_sge", "16", "scatter-gather entries per operation", "an integer", &C::max_sge, &O::max_sge),
+      option("inline_size", "64", "verbs: WRITE/SEND payloads up to this many bytes are posted inline",
+                "an integer", &C::inline_size, &O::inline_size),
+      option("registration_cache", "yes", "verbs: reuse the registration of the same or a covering range",
+                "yes or no", &C::registration_cache, &O::registration_cache),
+      option("log_level", "warn", "least severe log messages shown: error, warn, info, debug",
+                "error, warn, info or debug", &C::log_level, &O::log_level),
+      option("shm_allowed_uids", "",
                 "shm: uids besides our own that may connect to us and that we connect to, comma-separated; "
                 "empty = our own uid only (anyone allowed can read and write our remote-writable memory)",
-                "uids separated by commas", &O::shm_allowed_uids, &C::shm_allowed_uids),
+                "uids separated by commas", &C::shm_allowed_uids, &O::shm_allowed_uids),
   };
-  return table;
-}
-
-std::string env_name(std::string_view name) {
-  std::string env = "RDMAKIT_";
-  for (char c : name) env += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-  return env;
 }
 
 std::string default_name() {
@@ -159,9 +74,9 @@ std::string default_name() {
   return std::string(host) + ":" + std::to_string(getpid());
 }
 
-Result<void> check_ranges(const Config& config) {
+Result<void> check_ranges(Config& config, const options::SetOptions& set) {
   auto bad = [](const char* name, const std::string& why) {
-    return fail(Errc::InvalidArgument, std::string("option ") + name + " (" + env_name(name) + "): " + why);
+    return std::unexpected(options::bad_option(name, why));
   };
   if (config.transport.empty()) return bad("transport", "must not be empty");
   if (config.cq_depth == 0) return bad("cq_depth", "must be at least 1");
@@ -170,15 +85,17 @@ Result<void> check_ranges(const Config& config) {
   if (config.max_sge == 0) return bad("max_sge", "must be at least 1");
   if (config.timeout.count() == 0) return bad("timeout_ms", "must be at least 1");
   if (config.handshake_timeout.count() == 0) return bad("handshake_timeout_ms", "must be at least 1");
-  if (config.mtu != 0 && config.mtu != 256 && config.mtu != 512 && config.mtu != 1024 && config.mtu != 2048 &&
-      config.mtu != 4096)
-    return bad("mtu", "must be 0, 256, 512, 1024, 2048 or 4096, got " + std::to_string(config.mtu));
-  if (!config.job_secret.empty() && config.job_secret.size() < 16)
-    return bad("job_secret", "must be at least 16 characters (got " + std::to_string(config.job_secret.size()) + ")");
-  if (config.store_max_request_bytes < 64) return bad("store_max_request_bytes", "must be at least 64");
-  if (config.store_max_client_buffer_bytes < config.store_max_request_bytes + 64)
-    return bad("store_max_client_buffer_bytes", "must exceed store_max_request_bytes by at least 64");
-  if (config.store_max_clients == 0) return bad("store_max_clients", "must be at least 1");
+  if (auto mtu = config.mtu; mtu && *mtu != 256 && *mtu != 512 && *mtu != 1024 && *mtu != 2048 && *mtu != 4096)
+    return bad("mtu", "must be 256, 512, 1024, 2048 or 4096 (or unset: the port's MTU), got " + std::to_string(*mtu));
+  // A SEND without a receive must report RNR, which it cannot once the peer counts as silent. Left at its
+  // default, rnr_timeout_ms follows a shorter timeout_ms down (half of it); set, it must be below it.
+  if (!set.contains("rnr_timeout_ms") && config.rnr_timeout >= config.timeout)
+    config.rnr_timeout = config.timeout / 2;
+  if (config.rnr_timeout >= config.timeout)
+    return bad("rnr_timeout_ms", std::to_string(config.rnr_timeout.count()) +
+                                     " must be below option timeout_ms (RDMAKIT_TIMEOUT_MS) = " +
+                                     std::to_string(config.timeout.count()) +
+                                     ", or a SEND without a posted receive reports a transport timeout, not RNR");
   if (config.shm_allowed_uids.find_first_not_of("0123456789,") != std::string::npos ||
       config.shm_allowed_uids.find(",,") != std::string::npos || config.shm_allowed_uids.starts_with(',') ||
       config.shm_allowed_uids.ends_with(','))
@@ -189,30 +106,33 @@ Result<void> check_ranges(const Config& config) {
   return {};
 }
 
-}  // namespace
-
-Result<Config> resolve_config(const Options& options) {
-  Config config;
-  for (const Spec& spec : specs()) {
-    if (!spec.parse(config, spec.default_value))
-      return fail(Errc::InvalidArgument, std::string("bad built-in default for option ") + spec.name);
-    if (spec.from_code(config, options)) continue;
-    if (const char* env = std::getenv(env_name(spec.name).c_str())) {
-      if (!spec.parse(config, env))
-        return fail(Errc::InvalidArgument, "option " + std::string(spec.name) + ": " + env_name(spec.name) + "='" +
-                                               env + "' is not valid; expected " + spec.expected);
-    }
-  }
+// Fills what has no static default and checks what the table cannot check one option at a time.
+Result<void> finish(Config& config, const options::SetOptions& set) {
   if (config.name.empty()) config.name = default_name();
-  if (auto ok = check_ranges(config); !ok) return std::unexpected(ok.error());
-  return config;
+  return check_ranges(config, set);
 }
 
-std::vector<OptionInfo> describe_options(const Config& config) {
-  std::vector<OptionInfo> infos;
-  for (const Spec& spec : specs())
-    infos.push_back(OptionInfo{spec.name, env_name(spec.name), spec.print(config), spec.default_value, spec.doc});
-  return infos;
+const options::OptionTable<Config, Options>& table() {
+  static const options::OptionTable<Config, Options> table("core", specs(), finish);
+  return table;
+}
+
+}  // namespace
+
+const options::Table& options::core_table() { return table(); }
+
+Result<Config> resolve_config(const Options& options) { return table().resolve(options); }
+
+std::vector<OptionInfo> describe_options(const Config& config) { return table().describe(config); }
+
+Result<std::vector<OptionInfo>> describe_options() {
+  std::vector<OptionInfo> all;
+  for (const options::Table* layer : options::option_tables()) {
+    auto infos = layer->effective();
+    if (!infos) return std::unexpected(infos.error());
+    all.insert(all.end(), infos->begin(), infos->end());
+  }
+  return all;
 }
 
 }  // namespace rdmakit

@@ -1,18 +1,14 @@
-// How the core opens transports. Each transport folder defines its open function; Context::open
-// dispatches on Config::transport. Adding a transport = one folder, one CMake target, one line here and
-// one in src/core/context.cpp.
+// Each transport folder's registration function: its name, summary and open function for the core's
+// registry (src/core/transport_registry.hpp). src/library/builtin.cpp lists the built ones.
 #pragma once
 
-#include <memory>
-
-#include "rdmakit/context.hpp"
+#include "core/transport_registry.hpp"
 
 namespace rdmakit::transport {
 
-Result<std::shared_ptr<Context>> open_tcp(const Config& config);
-Result<std::shared_ptr<Context>> open_shm(const Config& config);
-Result<std::shared_ptr<Context>> open_verbs(const Config& config);
-// Wraps `inner` (a context opened with the name after "fault:") in the fault-injecting transport.
-Result<std::shared_ptr<Context>> open_fault(const Config& config, std::shared_ptr<Context> inner);
+Registration tcp_registration();
+Registration shm_registration();
+Registration verbs_registration();
+Registration fault_registration();  // "fault:<inner>": wraps a context of any other transport
 
 }  // namespace rdmakit::transport

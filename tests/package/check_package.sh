@@ -18,5 +18,8 @@ LD_LIBRARY_PATH="$scratch/prefix/lib" "$scratch/consumer-pkgconfig"
 if [ -x "$scratch/prefix/bin/rdmakit-info" ]; then
   env -u LD_LIBRARY_PATH "$scratch/prefix/bin/rdmakit-info" --config > "$scratch/info.txt"
   grep -q "timeout_ms" "$scratch/info.txt" || { echo "package: installed rdmakit-info printed no options"; exit 1; }
+  # The transport registry and every layer's option table survive installation.
+  grep -q "^transport tcp: " "$scratch/info.txt" || { echo "package: installed rdmakit-info lists no tcp transport"; exit 1; }
+  grep -q "RDMAKIT_COLL_SLOTS" "$scratch/info.txt" || { echo "package: installed rdmakit-info lists no coll option"; exit 1; }
 fi
 echo "package: find_package and pkg-config both work; the installed rdmakit-info runs"

@@ -11,6 +11,7 @@
 #include <numeric>
 #include <vector>
 
+#include "ckpt/options.hpp"
 #include "ckpt/persist.hpp"
 #include "ckpt_support.hpp"
 #include "rdmakit/ckpt/engine.hpp"
@@ -237,6 +238,32 @@ TEST(CkptEngine, BadBuffersAndOptionsRefused) {
   options = small_options(dir.path());
   options.keep = 0;
   EXPECT_FALSE(Engine::create(options, {{"a", a.data(), 40, DType::F32, {}}}));
+}
+
+// The tunables are options: set in code > RDMAKIT_CKPT_<NAME> > default, a bad value names its variable.
+TEST(CkptOptions, CodeBeatsEnvironmentBeatsDefault) {
+  auto defaults = detail::resolve_engine_options({.directory = "d"});
+  ASSERT_TRUE(defaults) << defaults.error().describe();
+  EXPECT_EQ(defaults->keep, 3u);
+  EXPECT_EQ(defaults->chunk_bytes, std::size_t{4} << 20);
+  EXPECT_EQ(defaults->io_depth, 4u);
+  EXPECT_TRUE(defaults->direct_io.value_or(false));
+  ASSERT_TRUE(defaults->copy_threads.has_value());
+  EXPECT_GE(*defaults->copy_threads, 1u);
+  setenv("RDMAKIT_CKPT_KEEP", "5", 1);
+  setenv("RDMAKIT_CKPT_DIRECT_IO", "no", 1);
+  auto from_env = detail::resolve_engine_options({.directory = "d"});
+  auto from_code = detail::resolve_engine_options({.directory = "d", .keep = 2});
+  setenv("RDMAKIT_CKPT_CHUNK_BYTES", "1000", 1);
+  auto bad = detail::resolve_engine_options({.directory = "d"});
+  for (const char* env : {"RDMAKIT_CKPT_KEEP", "RDMAKIT_CKPT_DIRECT_IO", "RDMAKIT_CKPT_CHUNK_BYTES"}) unsetenv(env);
+  ASSERT_TRUE(from_env) << from_env.error().describe();
+  EXPECT_EQ(from_env->keep, 5u);
+  EXPECT_EQ(from_env->direct_io, false);
+  ASSERT_TRUE(from_code) << from_code.error().describe();
+  EXPECT_EQ(from_code->keep, 2u);
+  ASSERT_FALSE(bad);
+  EXPECT_NE(bad.error().message().find("RDMAKIT_CKPT_CHUNK_BYTES"), std::string::npos) << bad.error().message();
 }
 
 // export_npy writes numpy's format 1.0: magic, version, header length, a dict padded to 64 bytes, data.

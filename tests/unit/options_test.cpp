@@ -6,22 +6,25 @@
 #include <set>
 #include <string>
 
+#include "bootstrap/options.hpp"
+#include "core/option_table.hpp"
+#include "coll/comm_options.hpp"
 #include "rdmakit/options.hpp"
 
 namespace rdmakit {
 namespace {
 
-// Clears every RDMAKIT_ variable of an option for the test's duration and restores them afterwards.
+// Clears every RDMAKIT_ variable of an option (of every layer) for the test's duration and restores them
+// afterwards.
 class OptionsTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto config = resolve_config({.transport = "tcp"});
-    ASSERT_TRUE(config.has_value());
-    for (const auto& option : describe_options(*config)) {
+    for (const options::Table* table : options::option_tables())
+      for (const auto& option : table->declared()) {
       if (const char* value = std::getenv(option.env.c_str())) saved_[option.env] = value;
       unsetenv(option.env.c_str());
       names_.push_back(option.env);
-    }
+      }
   }
   void TearDown() override {
     for (const auto& env : names_) unsetenv(env.c_str());
@@ -40,8 +43,8 @@ TEST_F(OptionsTest, DefaultsAreDocumentedValues) {
   EXPECT_FALSE(config->name.empty());  // <hostname>:<pid>
   EXPECT_EQ(config->listen_address, "127.0.0.1:0");
   EXPECT_EQ(config->port, 1u);
-  EXPECT_EQ(config->gid_index, -1);
-  EXPECT_EQ(config->mtu, 0u);
+  EXPECT_FALSE(config->gid_index.has_value());
+  EXPECT_FALSE(config->mtu.has_value());
   EXPECT_EQ(config->timeout, std::chrono::milliseconds(4000));
   EXPECT_EQ(config->rnr_timeout, std::chrono::milliseconds(1000));
   EXPECT_EQ(config->connect_timeout, std::chrono::milliseconds(10000));
@@ -132,7 +135,8 @@ TEST_F(OptionsTest, RangeChecksNameTheOption) {
     EXPECT_EQ(config.error().code(), Errc::InvalidArgument);
     EXPECT_NE(config.error().message().find(c.option), std::string::npos) << config.error().message();
   }
-  for (std::uint32_t mtu : {0u, 256u, 512u, 1024u, 2048u, 4096u})
+  EXPECT_FALSE(resolve_config({.mtu = 0}).has_value()) << "0 is no MTU; unset follows the port";
+  for (std::uint32_t mtu : {256u, 512u, 1024u, 2048u, 4096u})
     EXPECT_TRUE(resolve_config({.mtu = mtu}).has_value()) << mtu;
   set("RDMAKIT_MTU", "999");
   auto from_env = resolve_config({});
@@ -141,11 +145,18 @@ TEST_F(OptionsTest, RangeChecksNameTheOption) {
 }
 
 TEST_F(OptionsTest, TheJobSecretIsNeverPrinted) {
-  auto config = resolve_config({.job_secret = "a secret of twenty-six chars"});
-  ASSERT_TRUE(config.has_value()) << config.error().describe();
-  for (const auto& option : describe_options(*config))
+  set("RDMAKIT_JOB_SECRET", "a secret of twenty-six chars");
+  auto all = describe_options();
+  ASSERT_TRUE(all.has_value()) << all.error().describe();
+  bool listed = false;
+  for (const auto& option : *all) {
     EXPECT_EQ(option.value.find("twenty-six"), std::string::npos) << option.name << " printed the secret";
-  auto short_secret = resolve_config({.job_secret = "short"});
+    if (option.name != "job_secret") continue;
+    listed = true;
+    EXPECT_EQ(option.value, "(set)");
+  }
+  EXPECT_TRUE(listed);
+  auto short_secret = bootstrap::resolve_bootstrap_options({.job_secret = "short"});
   ASSERT_FALSE(short_secret.has_value());
   EXPECT_NE(short_secret.error().message().find("RDMAKIT_JOB_SECRET"), std::string::npos);
   EXPECT_EQ(short_secret.error().message().find("short"), std::string::npos) << "the error shows the secret";
@@ -168,9 +179,7 @@ TEST_F(OptionsTest, DescribeListsEveryOptionWithDocEnvAndDefault) {
   const char* expected[] = {"transport", "name", "listen_address", "device", "port", "gid_index", "mtu",
                             "timeout_ms", "rnr_timeout_ms", "connect_timeout_ms", "handshake_timeout_ms", "wait_mode", "spin_us",
                             "cq_depth", "send_queue_depth", "recv_queue_depth", "max_sge", "inline_size",
-                            "registration_cache", "log_level", "job_secret", "store_max_bytes",
-                            "store_max_request_bytes", "store_max_client_buffer_bytes", "store_max_clients",
-                            "shm_allowed_uids"};
+                            "registration_cache", "log_level", "shm_allowed_uids"};
   EXPECT_EQ(options.size(), std::size(expected));
   for (const char* name : expected) EXPECT_TRUE(names.contains(name)) << name;
 
@@ -189,6 +198,107 @@ TEST_F(OptionsTest, DescribeListsEveryOptionWithDocEnvAndDefault) {
       EXPECT_EQ(option.value, option.default_value) << option.name;
     }
   }
+}
+
+TEST_F(OptionsTest, RnrTimeoutMustBeBelowTimeoutAndTheErrorNamesBoth) {
+  using std::chrono::milliseconds;
+  for (auto [timeout, rnr] : {std::pair{1000, 1000}, std::pair{500, 2000}}) {
+    auto config = resolve_config({.timeout = milliseconds(timeout), .rnr_timeout = milliseconds(rnr)});
+    ASSERT_FALSE(config.has_value()) << timeout << " " << rnr;
+    EXPECT_EQ(config.error().code(), Errc::InvalidArgument);
+    for (const char* name : {"rnr_timeout_ms", "RDMAKIT_RNR_TIMEOUT_MS", "timeout_ms", "RDMAKIT_TIMEOUT_MS"})
+      EXPECT_NE(config.error().message().find(name), std::string::npos) << config.error().message();
+  }
+  EXPECT_TRUE(resolve_config({.timeout = milliseconds(1001), .rnr_timeout = milliseconds(1000)}).has_value());
+  set("RDMAKIT_RNR_TIMEOUT_MS", "5000");  // above the default timeout_ms (4000): the combination is refused
+  auto from_env = resolve_config({});
+  ASSERT_FALSE(from_env.has_value());
+  EXPECT_NE(from_env.error().message().find("RDMAKIT_RNR_TIMEOUT_MS"), std::string::npos) << from_env.error().message();
+  unsetenv("RDMAKIT_RNR_TIMEOUT_MS");
+  // Left unset, rnr_timeout_ms follows a timeout_ms at or below its default down to half of it.
+  set("RDMAKIT_TIMEOUT_MS", "800");
+  auto follows = resolve_config({});
+  ASSERT_TRUE(follows.has_value()) << follows.error().describe();
+  EXPECT_EQ(follows->rnr_timeout, milliseconds(400));
+  EXPECT_EQ(resolve_config({.timeout = milliseconds(2000)})->rnr_timeout, milliseconds(1000));
+}
+
+TEST_F(OptionsTest, EveryLayerIsListedOnceWithItsEffectiveValue) {
+  set("RDMAKIT_COLL_SLOTS", "8");
+  set("RDMAKIT_BOOTSTRAP_TIMEOUT_MS", "1234");
+  auto all = describe_options();
+  ASSERT_TRUE(all.has_value()) << all.error().describe();
+  std::map<std::string, OptionInfo> by_env;
+  for (const auto& option : *all) EXPECT_TRUE(by_env.emplace(option.env, option).second) << option.env << " twice";
+  EXPECT_EQ(by_env["RDMAKIT_COLL_SLOTS"].value, "8");
+  EXPECT_EQ(by_env["RDMAKIT_COLL_SLOTS"].layer, "coll");
+  EXPECT_EQ(by_env["RDMAKIT_BOOTSTRAP_TIMEOUT_MS"].value, "1234");
+  EXPECT_EQ(by_env["RDMAKIT_BOOTSTRAP_TIMEOUT_MS"].layer, "bootstrap");
+  EXPECT_EQ(by_env["RDMAKIT_TIMEOUT_MS"].layer, "core");
+  for (const char* env : {"RDMAKIT_STORE_ADDR", "RDMAKIT_JOB_SECRET", "RDMAKIT_STORE_MAX_CLIENTS",
+                          "RDMAKIT_COLL_ALGO", "RDMAKIT_COLL_SPIN_US", "RDMAKIT_COLL_CHUNK_BYTES",
+                          "RDMAKIT_COLL_SMALL_BYTES", "RDMAKIT_COLL_TIMEOUT_MS", "RDMAKIT_COLL_HOST_ID",
+                          "RDMAKIT_COLL_LOCAL_TRANSPORT"})
+    EXPECT_TRUE(by_env.contains(env)) << env;
+  EXPECT_EQ(by_env["RDMAKIT_STORE_ADDR"].value, "") << "unset, and no default";
+  // The bootstrap timeout is read once, by the bootstrap table, for every user of it.
+  EXPECT_EQ(bootstrap::bootstrap_timeout().value(), std::chrono::milliseconds(1234));
+}
+
+TEST_F(OptionsTest, LayerErrorsNameTheOption) {
+  const std::pair<const char*, const char*> cases[] = {{"RDMAKIT_COLL_SLOTS", "0"},
+                                                       {"RDMAKIT_COLL_CHUNK_BYTES", "100"},
+                                                       {"RDMAKIT_COLL_ALGO", "fastest"},
+                                                       {"RDMAKIT_BOOTSTRAP_TIMEOUT_MS", "0"},
+                                                       {"RDMAKIT_STORE_MAX_REQUEST_BYTES", "10"}};
+  for (const auto& [env, value] : cases) {
+    SCOPED_TRACE(env);
+    set(env, value);
+    auto all = describe_options();
+    ASSERT_FALSE(all.has_value());
+    EXPECT_EQ(all.error().code(), Errc::InvalidArgument);
+    EXPECT_NE(all.error().message().find(env), std::string::npos) << all.error().message();
+    unsetenv(env);
+  }
+}
+
+TEST_F(OptionsTest, AMisspeltVariableNamesTheClosestOption) {
+  set("RDMAKIT_TIMOUT_MS", "100");
+  set("RDMAKIT_COLL_SLOT", "2");
+  set("RDMAKIT_SOMETHING_ELSE_ENTIRELY", "1");
+  set("RDMAKIT_TEST_ONLY_KNOB", "1");          // reserved for test harnesses: no warning
+  set("RDMAKIT_CONFORMANCE_KEY_GUESSES", "1,2");
+  auto messages = options::unknown_environment();
+  for (const char* env : {"RDMAKIT_TIMOUT_MS", "RDMAKIT_COLL_SLOT", "RDMAKIT_SOMETHING_ELSE_ENTIRELY",
+                          "RDMAKIT_TEST_ONLY_KNOB", "RDMAKIT_CONFORMANCE_KEY_GUESSES"})
+    unsetenv(env);
+  std::map<std::string, std::string> by_name;
+  for (const auto& message : messages) by_name[message.substr(0, message.find(' '))] = message;
+  EXPECT_EQ(by_name.size(), 3u) << ::testing::PrintToString(messages);
+  EXPECT_NE(by_name["RDMAKIT_TIMOUT_MS"].find("did you mean RDMAKIT_TIMEOUT_MS?"), std::string::npos)
+      << by_name["RDMAKIT_TIMOUT_MS"];
+  EXPECT_NE(by_name["RDMAKIT_COLL_SLOT"].find("did you mean RDMAKIT_COLL_SLOTS?"), std::string::npos)
+      << by_name["RDMAKIT_COLL_SLOT"];
+  EXPECT_EQ(by_name["RDMAKIT_SOMETHING_ELSE_ENTIRELY"].find("did you mean"), std::string::npos)
+      << by_name["RDMAKIT_SOMETHING_ELSE_ENTIRELY"];
+}
+
+TEST_F(OptionsTest, CommOptionsSetInCodeBeatTheEnvironment) {
+  set("RDMAKIT_COLL_SLOTS", "8");
+  set("RDMAKIT_COLL_ALGO", "ring");
+  auto from_env = coll::detail::resolve_options({.network_transport = "tcp", .local_transport = "tcp"});
+  ASSERT_TRUE(from_env.has_value()) << from_env.error().describe();
+  EXPECT_EQ(from_env->slots, 8u);
+  EXPECT_EQ(from_env->algorithm, coll::Algorithm::Ring);
+  EXPECT_EQ(from_env->spin, std::chrono::microseconds(5000));
+  // 0 is a value like any other, not "unset": spin 0 sleeps at once.
+  auto from_code = coll::detail::resolve_options({.network_transport = "tcp", .local_transport = "tcp",
+                                                  .spin = std::chrono::microseconds(0), .slots = 2,
+                                                  .algorithm = coll::Algorithm::Auto});
+  ASSERT_TRUE(from_code.has_value()) << from_code.error().describe();
+  EXPECT_EQ(from_code->spin, std::chrono::microseconds(0));
+  EXPECT_EQ(from_code->slots, 2u);
+  EXPECT_EQ(from_code->algorithm, coll::Algorithm::Auto);
 }
 
 }  // namespace

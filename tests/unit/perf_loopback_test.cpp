@@ -1,5 +1,5 @@
 // rdmakit-perf end to end in one process: a server thread and a client over the tcp transport (and any
-// other transport named in RDMAKIT_PERF_TEST_TRANSPORTS, e.g. "tcp,shm"), every test, data checked.
+// other transport named in RDMAKIT_TEST_PERF_TRANSPORTS, e.g. "tcp,shm"), every test, data checked.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -14,7 +14,7 @@ namespace rdmakit::perf {
 namespace {
 
 std::vector<std::string> transports() {
-  const char* env = std::getenv("RDMAKIT_PERF_TEST_TRANSPORTS");
+  const char* env = std::getenv("RDMAKIT_TEST_PERF_TRANSPORTS");
   std::vector<std::string> out;
   std::stringstream list(env ? env : "tcp");
   for (std::string name; std::getline(list, name, ',');) out.push_back(name);

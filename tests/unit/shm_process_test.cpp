@@ -135,7 +135,7 @@ TEST(ShmProcess, DeadPeerFailsPendingOperationsAndLeavesNothingBehind) {
   int before = count_shm_mappings();
   {
     Target target = Target::start();
-    auto ctx = Context::open(Options{.transport = "shm", .rnr_timeout = 30s}).value();
+    auto ctx = Context::open(Options{.transport = "shm", .timeout = 60s, .rnr_timeout = 30s}).value();
     auto connection = ctx->connect(target.address).value();
     ASSERT_EQ(read_line(target.to_parent), "ready");
     auto local = ctx->allocate(4096, Access::All).value();

@@ -243,7 +243,7 @@ TEST_P(ShmBoth, DeregisteredRegionCannotBeReached) {
 }
 
 TEST(Shm, CloseFlushesAndThePeerNotices) {
-  Pair p = connect_pair(Options{.rnr_timeout = 10s});
+  Pair p = connect_pair(Options{.timeout = 20s, .rnr_timeout = 10s});
   Memory local = make_memory(*p.a, 64, true);
   auto recv = p.ba->post_recv(make_memory(*p.b, 64, true).region->slice(0, 64)).value();
   auto own_recv = p.ab->post_recv(local.region->slice(0, 64)).value();

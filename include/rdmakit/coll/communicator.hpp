@@ -23,6 +23,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "rdmakit/bootstrap.hpp"
@@ -31,24 +32,26 @@
 
 namespace rdmakit::coll {
 
-// Every field left at its zero value comes from the environment variable named, else the default.
+// Every field left empty comes from its option (environment variable RDMAKIT_<NAME>), else the default;
+// `rdmakit-info --config` lists them all with their effective values.
 struct CommOptions {
-  std::string network_transport;       // RDMAKIT_TRANSPORT, default tcp: between hosts
-  std::string local_transport;         // RDMAKIT_COLL_LOCAL_TRANSPORT, default shm (tcp when shm is not built)
-  std::chrono::milliseconds timeout{}; // RDMAKIT_COLL_TIMEOUT_MS, default 60000: one collective's limit
-  std::chrono::milliseconds bootstrap_timeout{};  // RDMAKIT_BOOTSTRAP_TIMEOUT_MS, default 60000
-  std::chrono::microseconds spin{-1};  // RDMAKIT_COLL_SPIN_US, default 5000: a waiting rank polls (yielding
-                                       // the CPU between polls) this long before it sleeps; 0 sleeps at once
-  std::size_t chunk_bytes = 0;         // RDMAKIT_COLL_CHUNK_BYTES, default 512 KiB: pipeline unit and slot size
-  std::uint32_t slots = 0;             // RDMAKIT_COLL_SLOTS, default 4: chunks in flight per peer
-  std::size_t small_bytes = 0;         // RDMAKIT_COLL_SMALL_BYTES, default 64 KiB: recursive doubling up to this
-  Algorithm algorithm = Algorithm::Auto;  // RDMAKIT_COLL_ALGO: auto, ring, rd, hd
-  std::string host_id;                 // RDMAKIT_COLL_HOST_ID, default hostname + network namespace
-  std::string listen_address;          // network transport's listen address (RDMAKIT_LISTEN_ADDRESS); from_environment()
-                                       // picks the interface that routes to the store when the store is not on loopback
-  std::string key_prefix;              // store key prefix, to run several communicators over one store
-  std::string job_secret;              // RDMAKIT_JOB_SECRET (option job_secret): every connection between two
-                                       // ranks proves it before staging memory is shared; empty: none
+  std::optional<std::string> network_transport;             // option transport (RDMAKIT_TRANSPORT), tcp: between hosts
+  std::optional<std::string> local_transport;               // coll_local_transport: default shm (tcp when shm is not built)
+  std::optional<std::chrono::milliseconds> timeout;         // coll_timeout_ms, default 60000: one collective's limit
+  std::optional<std::chrono::milliseconds> bootstrap_timeout;  // bootstrap_timeout_ms, default 60000
+  std::optional<std::chrono::microseconds> spin;            // coll_spin_us, default 5000: a waiting rank polls (yielding
+                                                            // the CPU between polls) this long before it sleeps; 0 sleeps at once
+  std::optional<std::size_t> chunk_bytes;                   // coll_chunk_bytes, default 512 KiB: pipeline unit and slot size
+  std::optional<std::uint32_t> slots;                       // coll_slots, default 4: chunks in flight per peer
+  std::optional<std::size_t> small_bytes;                   // coll_small_bytes, default 64 KiB: recursive doubling up to this
+  std::optional<Algorithm> algorithm;                       // coll_algo: auto, ring, rd, hd (default auto)
+  std::optional<std::string> host_id;                       // coll_host_id, default hostname + network namespace
+  std::optional<std::string> listen_address;                // option listen_address (RDMAKIT_LISTEN_ADDRESS) of the
+                                                            // network transport; unset: from_environment() picks the
+                                                            // interface that routes to the store when it is not on loopback
+  std::string key_prefix;                                   // store key prefix, to run several communicators over one store
+  std::optional<std::string> job_secret;                    // option job_secret (RDMAKIT_JOB_SECRET): every connection between
+                                                            // two ranks proves it before staging memory is shared; "": none
 };
 
 class Work;

@@ -96,9 +96,22 @@ Injector* injector(Context& context) noexcept {
 
 namespace rdmakit::transport {
 
-Result<std::shared_ptr<Context>> open_fault(const Config& config, std::shared_ptr<Context> inner) {
-  if (!inner) return fail(Errc::InvalidArgument, "fault transport: no inner context");
-  return std::make_shared<fault::FaultContext>(config, std::move(inner));
+namespace {
+// "fault:<inner>": opens <inner> through the registry, then wraps it.
+Result<std::shared_ptr<Context>> open_fault(const Config& config) {
+  Config inner_config = config;
+  inner_config.transport = config.transport.substr(config.transport.find(':') + 1);
+  auto inner = transport::open(inner_config);
+  if (!inner) return inner;
+  return std::make_shared<fault::FaultContext>(config, std::move(*inner));
+}
+}  // namespace
+
+Registration fault_registration() {
+  return {.name = "fault",
+          .summary = "wraps another transport and fails, delays or drops its operations on command (tests)",
+          .wraps_inner = true,
+          .open = open_fault};
 }
 
 }  // namespace rdmakit::transport

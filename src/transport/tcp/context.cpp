@@ -104,6 +104,10 @@ std::vector<ConnectionStats> TcpContext::diagnostics() const {
 
 }  // namespace tcp
 
-Result<std::shared_ptr<Context>> transport::open_tcp(const Config& config) { return tcp::TcpContext::open(config); }
+transport::Registration transport::tcp_registration() {
+  return {.name = "tcp",
+          .summary = "RC emulated over one TCP stream per connection; one-sided ops run on the target's progress thread",
+          .open = [](const Config& config) { return tcp::TcpContext::open(config); }};
+}
 
 }  // namespace rdmakit

@@ -52,67 +52,25 @@ Result<void> transfer_all(int fd, void* data, std::size_t size, bool sending, De
   return {};
 }
 
-std::string format_address(const sockaddr_storage& address) {
-  char host[INET6_ADDRSTRLEN] = {};
-  if (address.ss_family == AF_INET6) {
-    const auto& a = reinterpret_cast<const sockaddr_in6&>(address);
-    inet_ntop(AF_INET6, &a.sin6_addr, host, sizeof(host));
-    return "[" + std::string(host) + "]:" + std::to_string(ntohs(a.sin6_port));
-  }
-  const auto& a = reinterpret_cast<const sockaddr_in&>(address);
-  inet_ntop(AF_INET, &a.sin_addr, host, sizeof(host));
-  return std::string(host) + ":" + std::to_string(ntohs(a.sin_port));
+std::string format_address(const sockaddr_storage& address, socklen_t length) {
+  net::Address a;
+  std::memcpy(&a.storage, &address, sizeof(a.storage));
+  a.length = length;
+  return net::to_string(a);
 }
 
-struct AddrInfoDeleter {
-  void operator()(addrinfo* info) const { freeaddrinfo(info); }
-};
-using AddrInfo = std::unique_ptr<addrinfo, AddrInfoDeleter>;
-
-Result<AddrInfo> resolve(std::string_view address, bool passive) {
-  auto parsed = parse_address(address);
-  if (!parsed) return std::unexpected(parsed.error());
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_NUMERICSERV | (passive ? AI_PASSIVE : 0);
-  addrinfo* info = nullptr;
-  if (int rc = getaddrinfo(parsed->host.c_str(), parsed->port.c_str(), &hints, &info); rc != 0)
-    return fail(Errc::InvalidArgument, "cannot resolve '" + std::string(address) + "': " + gai_strerror(rc));
-  return AddrInfo(info);
-}
+constexpr std::string_view kLoopback = "127.0.0.1";
 
 }  // namespace
 
-Result<HostPort> parse_address(std::string_view address) {
-  std::string_view host, port;
-  if (address.starts_with('[')) {
-    auto close = address.find(']');
-    if (close == std::string_view::npos || close + 1 >= address.size() || address[close + 1] != ':')
-      return fail(Errc::InvalidArgument, "address '" + std::string(address) + "': expected [ipv6]:port");
-    host = address.substr(1, close - 1);
-    port = address.substr(close + 2);
-  } else if (auto colon = address.rfind(':'); colon != std::string_view::npos) {
-    host = address.substr(0, colon);
-    port = address.substr(colon + 1);
-  } else {
-    port = address;
-  }
-  if (port.empty() || port.size() > 5 || !std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; }) ||
-      std::stoi(std::string(port)) > 65535)
-    return fail(Errc::InvalidArgument, "address '" + std::string(address) + "': port must be a number 0..65535");
-  return HostPort{host.empty() ? "127.0.0.1" : std::string(host), std::string(port)};
-}
-
 Result<Fd> listen_on(std::string_view address) {
-  auto info = resolve(address, true);
-  if (!info) return std::unexpected(info.error());
-  const addrinfo* ai = info->get();
-  Fd fd(::socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  auto resolved = net::resolve(address, kLoopback, AF_UNSPEC, true);
+  if (!resolved) return std::unexpected(resolved.error());
+  Fd fd(::socket(resolved->family(), SOCK_STREAM | SOCK_CLOEXEC, 0));
   if (!fd) return fail_errno("socket", errno);
   int one = 1;
   setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-  if (::bind(fd.get(), ai->ai_addr, ai->ai_addrlen) != 0) return fail_errno("bind " + std::string(address), errno);
+  if (::bind(fd.get(), resolved->get(), resolved->length) != 0) return fail_errno("bind " + std::string(address), errno);
   if (::listen(fd.get(), 1024) != 0) return fail_errno("listen " + std::string(address), errno);
   return fd;
 }
@@ -121,34 +79,22 @@ Result<std::string> local_address(int fd) {
   sockaddr_storage address{};
   socklen_t length = sizeof(address);
   if (getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) return fail_errno("getsockname", errno);
-  return format_address(address);
+  return format_address(address, length);
 }
 
 Result<std::string> peer_address(int fd) {
   sockaddr_storage address{};
   socklen_t length = sizeof(address);
   if (getpeername(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) return fail_errno("getpeername", errno);
-  return format_address(address);
+  return format_address(address, length);
 }
 
 Result<Fd> connect_to(std::string_view address, Deadline deadline) {
-  auto info = resolve(address, false);
-  if (!info) return std::unexpected(info.error());
-  const addrinfo* ai = info->get();
-  Fd fd(::socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
-  if (!fd) return fail_errno("socket", errno);
-  if (::connect(fd.get(), ai->ai_addr, ai->ai_addrlen) != 0) {
-    if (errno != EINPROGRESS) {
-      if (errno == ECONNREFUSED) return fail(Errc::ConnectionRefused, "nobody listens at " + std::string(address));
-      return fail_errno("connect to " + std::string(address), errno);
-    }
-    if (auto ok = wait_for(fd.get(), POLLOUT, deadline, "connect"); !ok) return std::unexpected(ok.error());
-    int error = 0;
-    socklen_t length = sizeof(error);
-    getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &error, &length);
-    if (error == ECONNREFUSED) return fail(Errc::ConnectionRefused, "nobody listens at " + std::string(address));
-    if (error != 0) return fail_errno("connect to " + std::string(address), error);
-  }
+  auto resolved = net::resolve(address, kLoopback);
+  if (!resolved) return std::unexpected(resolved.error());
+  auto fd = net::connect(*resolved, deadline);
+  if (!fd && fd.error().code() == Errc::ConnectionRefused)
+    return fail(Errc::ConnectionRefused, "nobody listens at " + std::string(address));
   return fd;
 }
 

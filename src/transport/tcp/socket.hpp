@@ -7,20 +7,15 @@
 #include <string_view>
 
 #include "core/fd.hpp"
+#include "core/net.hpp"
 #include "rdmakit/connection.hpp"
 #include "rdmakit/error.hpp"
 
 namespace rdmakit::tcp {
 
-using Deadline = std::chrono::steady_clock::time_point;
+using net::Deadline;
 
-// "host:port", "[v6]:port" or ":port"/"port" (loopback). Port 0 asks for any free port.
-struct HostPort {
-  std::string host;
-  std::string port;
-};
-Result<HostPort> parse_address(std::string_view address);
-
+// Addresses are net::parse_host_port()'s forms; without a host, loopback. Port 0 asks for any free port.
 Result<Fd> listen_on(std::string_view address);
 // The address a listening socket is bound to, as "host:port".
 Result<std::string> local_address(int fd);

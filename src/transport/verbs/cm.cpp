@@ -9,6 +9,8 @@
 #include <cstring>
 #include <utility>
 
+#include "core/net.hpp"
+
 namespace rdmakit::verbs_impl {
 
 Result<EventChannel> EventChannel::create(const Api& api) {
@@ -90,27 +92,16 @@ Result<CmEvent> CmEndpoint::expect(rdma_cm_event_type expected, std::chrono::ste
 }
 
 Result<sockaddr_in> parse_address(std::string_view address) {
-  auto colon = address.rfind(':');
-  if (colon == std::string_view::npos)
-    return fail(Errc::InvalidArgument, "address '" + std::string(address) + "': expected host:port");
-  std::string host(address.substr(0, colon));
-  std::uint16_t port = 0;
-  auto port_text = address.substr(colon + 1);
-  auto [end, ec] = std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
-  if (ec != std::errc() || end != port_text.data() + port_text.size())
-    return fail(Errc::InvalidArgument, "address '" + std::string(address) + "': bad port");
+  auto parsed = net::parse_host_port(address);
+  if (!parsed) return std::unexpected(parsed.error());
   sockaddr_in out{};
   out.sin_family = AF_INET;
-  out.sin_port = htons(port);
-  if (host.empty() || host == "*") return out;
-  if (inet_pton(AF_INET, host.c_str(), &out.sin_addr) == 1) return out;
-  addrinfo hints{};
-  hints.ai_family = AF_INET;
-  addrinfo* found = nullptr;
-  if (getaddrinfo(host.c_str(), nullptr, &hints, &found) != 0 || !found)
-    return fail(Errc::NotFound, "address '" + std::string(address) + "': cannot resolve host '" + host + "'");
-  out.sin_addr = reinterpret_cast<sockaddr_in*>(found->ai_addr)->sin_addr;
-  freeaddrinfo(found);
+  out.sin_port = htons(parsed->port);
+  if (parsed->host.empty() || parsed->host == "*") return out;
+  auto resolved = net::resolve(parsed->host, parsed->port, AF_INET);
+  if (!resolved)
+    return fail(Errc::NotFound, "address '" + std::string(address) + "': cannot resolve host '" + parsed->host + "'");
+  std::memcpy(&out, &resolved->storage, sizeof(out));
   return out;
 }
 

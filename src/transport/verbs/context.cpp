@@ -133,6 +133,7 @@ std::uint32_t VerbsContext::device_ipv4() const noexcept { return ipv4_of(device
 
 namespace rdmakit::transport {
 
+namespace {
 Result<std::shared_ptr<Context>> open_verbs(const Config& config) {
   auto api = verbs_impl::load_api();
   if (!api) return std::unexpected(api.error());
@@ -142,6 +143,13 @@ Result<std::shared_ptr<Context>> open_verbs(const Config& config) {
   if (!monitor) return std::unexpected(monitor.error());
   return std::shared_ptr<Context>(
       std::make_shared<verbs_impl::VerbsContext>(config, std::move(*device), std::move(*monitor)));
+}
+}  // namespace
+
+Registration verbs_registration() {
+  return {.name = "verbs",
+          .summary = "libibverbs + librdmacm (loaded at run time): InfiniBand, RoCE, iWARP, Soft-RoCE",
+          .open = open_verbs};
 }
 
 }  // namespace rdmakit::transport

@@ -103,8 +103,8 @@ Result<void> Device::setup(const Config& config) {
   if (port_attr_.state != IBV_PORT_ACTIVE)
     return fail(Errc::Unavailable, "verbs transport: " + name_ + " port " + std::to_string(port_) + " is " +
                                        port_state_text(port_attr_.state) + ", not ACTIVE (is its netdev up?)");
-  if (config.mtu != 0 && config.mtu > mtu_to_bytes(port_attr_.active_mtu))
-    return fail(Errc::InvalidArgument, "option mtu (RDMAKIT_MTU): " + std::to_string(config.mtu) + " bytes, but " + name_ +
+  if (config.mtu && *config.mtu > mtu_to_bytes(port_attr_.active_mtu))
+    return fail(Errc::InvalidArgument, "option mtu (RDMAKIT_MTU): " + std::to_string(*config.mtu) + " bytes, but " + name_ +
                                            " port " + std::to_string(port_) + "'s active MTU is " +
                                            std::to_string(mtu_to_bytes(port_attr_.active_mtu)));
   if (auto chosen = choose_gid(config); !chosen) return chosen;
@@ -115,12 +115,12 @@ Result<void> Device::setup(const Config& config) {
 
 Result<void> Device::choose_gid(const Config& config) {
   auto gids = read_gids(api_, context_, name_, port_, port_attr_.gid_tbl_len, ethernet());
-  if (config.gid_index >= 0) {
+  if (config.gid_index) {
     for (const GidEntry& e : gids)
-      if (e.index == static_cast<std::uint32_t>(config.gid_index)) return gid_ = e, Result<void>{};
+      if (e.index == *config.gid_index) return gid_ = e, Result<void>{};
     return fail(Errc::InvalidArgument, "option gid_index (RDMAKIT_GID_INDEX): " + name_ + " port " +
                                            std::to_string(port_) + " has no GID at index " +
-                                           std::to_string(config.gid_index));
+                                           std::to_string(*config.gid_index));
   }
   auto chosen = verbs_impl::choose_gid(gids, ethernet());
   if (!chosen)

@@ -96,7 +96,7 @@ Result<Negotiated> negotiate(const Hello& local, const Hello& peer) {
   };
   if (local.mtu_explicit && peer.mtu_explicit && local.mtu != peer.mtu)
     return refuse("mtu mismatch: this side is configured for " + mtu_text(local.mtu) + " bytes (RDMAKIT_MTU), the peer for " +
-                  mtu_text(peer.mtu) + "; set the same mtu on both sides, or 0 on one of them to follow the other");
+                  mtu_text(peer.mtu) + "; set the same mtu on both sides, or leave it unset on one of them to follow the other");
   if (local.mtu_explicit && local.mtu > peer.port_mtu)
     return refuse("mtu: this side is configured for " + mtu_text(local.mtu) + " bytes (RDMAKIT_MTU), but the peer's port supports only " +
                   mtu_text(peer.port_mtu));

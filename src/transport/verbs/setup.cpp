@@ -28,9 +28,9 @@ Hello make_hello(const VerbsContext& context, std::uint32_t qpn) {
   const Config& config = context.config();
   const Device& device = *context.device();
   Hello h;
-  h.mtu_explicit = config.mtu != 0;
+  h.mtu_explicit = config.mtu.has_value();
   h.port_mtu = device.port_attr().active_mtu;
-  h.mtu = h.mtu_explicit ? *mtu_from_bytes(config.mtu) : h.port_mtu;
+  h.mtu = h.mtu_explicit ? *mtu_from_bytes(*config.mtu) : h.port_mtu;
   h.context_id = context.identity().id;
   h.epoch = context.identity().epoch;
   h.gid = device.gid().gid;

@@ -1,0 +1,18 @@
+// The transports built into this library (CMake options RDMAKIT_WITH_<NAME>), as Context::open knows
+// them. Opening a name that is not among them fails with Errc::NotSupported listing these.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace rdmakit {
+
+struct TransportInfo {
+  std::string name;          // what Options::transport takes, e.g. "tcp"
+  std::string summary;       // one line: what it is
+  bool wraps_inner = false;  // opened as "<name>:<inner>" (fault:tcp): it wraps another transport
+};
+
+std::vector<TransportInfo> built_transports();
+
+}  // namespace rdmakit
