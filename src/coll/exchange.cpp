@@ -20,15 +20,20 @@ std::chrono::milliseconds probe_limit(std::chrono::milliseconds timeout) {
 }
 
 Error peer_error(int rank, int peer, const std::string& what) {
-  return Error(Errc::ConnectionBroken, "rank " + std::to_string(rank) + ": " + what + " (peer rank " +
-                                           std::to_string(peer) + ")");
+  return Error(Errc::ConnectionBroken,
+               "rank " + std::to_string(rank) + ": " + what + " (peer rank " + std::to_string(peer) + ")");
 }
 
 }  // namespace
 
-Exchange::Exchange(int rank, int size, std::size_t chunk, std::uint32_t slots, std::chrono::milliseconds timeout,
-                   std::chrono::microseconds spin)
-    : rank_(rank), size_(size), chunk_(chunk), slots_(slots), timeout_(timeout), spin_(spin),
+Exchange::Exchange(int rank, int size, std::size_t chunk, std::uint32_t slots,
+                   std::chrono::milliseconds timeout, std::chrono::microseconds spin)
+    : rank_(rank),
+      size_(size),
+      chunk_(chunk),
+      slots_(slots),
+      timeout_(timeout),
+      spin_(spin),
       peers_(static_cast<std::size_t>(size)) {}
 
 Result<void> Exchange::arm() {
@@ -55,7 +60,10 @@ Error Exchange::fail_all(Error error, int culprit, Control blame) {
 }
 
 bool Exchange::send_control(Peer& p, Control kind, int rank, std::uint64_t* id) {
-  WorkRequest message{.opcode = Opcode::Send, .local = {}, .imm = control_imm(kind, rank), .with_imm = true,
+  WorkRequest message{.opcode = Opcode::Send,
+                      .local = {},
+                      .imm = control_imm(kind, rank),
+                      .with_imm = true,
                       .signaled = id != nullptr};
   auto posted = p.connection->post(std::span<const WorkRequest>(&message, 1));
   if (posted && id) *id = *posted;
@@ -94,8 +102,8 @@ void Exchange::on_broken(Peer& p, const Completion& c) {
   if (auto health = p.connection->health(); !health) why = ": " + health.error().message();
   fail_all(Error(Errc::ConnectionBroken,
                  "rank " + std::to_string(rank_) + ": rank " + std::to_string(p.rank) +
-                     " died or closed its connections (" + std::string(to_string(c.opcode)) + " with it failed: " +
-                     std::string(to_string(c.status)) + why + ")",
+                     " died or closed its connections (" + std::string(to_string(c.opcode)) +
+                     " with it failed: " + std::string(to_string(c.status)) + why + ")",
                  0, c.status),
            p.rank, Control::NoticeDied);
 }
@@ -105,8 +113,11 @@ void Exchange::on_control(Peer& p, ControlMessage m) {
   std::string self = "rank " + std::to_string(rank_) + ": ", culprit = "rank " + std::to_string(m.rank);
   std::string by = " (reported by rank " + std::to_string(p.rank) + ")";
   switch (m.kind) {
-    case Control::Credit: return;
-    case Control::Probe: send_control(p, Control::Alive, waiting_for_); return;
+    case Control::Credit:
+      return;
+    case Control::Probe:
+      send_control(p, Control::Alive, waiting_for_);
+      return;
     case Control::Alive:
       if (probing_) answers_[static_cast<std::size_t>(p.rank)] = Answer{Answer::Waiting, m.rank};
       return;
@@ -118,9 +129,9 @@ void Exchange::on_control(Peer& p, ControlMessage m) {
       fail_all(Error(Errc::Timeout, self + culprit + " stopped responding" + by), m.rank, m.kind);
       return;
     case Control::NoticeOther:
-      fail_all(Error(Errc::ConnectionBroken,
-                     self + "rank " + std::to_string(p.rank) + " failed" +
-                         (m.rank < 0 ? "" : " and blames " + culprit) + " (its own error says why)"),
+      fail_all(Error(Errc::ConnectionBroken, self + "rank " + std::to_string(p.rank) + " failed" +
+                                                 (m.rank < 0 ? "" : " and blames " + culprit) +
+                                                 " (its own error says why)"),
                m.rank, m.kind);
       return;
   }
@@ -132,9 +143,12 @@ void Exchange::handle(Fabric& fabric, const Completion& c) {
   Peer& p = peer(found->second);
   if (!c.ok()) return on_broken(p, c);
   if (Connection::is_recv_id(c.id)) {
-    if (c.opcode == Opcode::RecvWriteImm) p.arrived_bytes[p.arrived++ % slots_] = c.bytes;
-    else if (ControlMessage m = parse_control(c.imm); m.kind == Control::Credit) p.credits += c.imm;
-    else on_control(p, m);
+    if (c.opcode == Opcode::RecvWriteImm)
+      p.arrived_bytes[p.arrived++ % slots_] = c.bytes;
+    else if (ControlMessage m = parse_control(c.imm); m.kind == Control::Credit)
+      p.credits += c.imm;
+    else
+      on_control(p, m);
     // A refused repost means the connection is in error: the flush of its other receives follows in the
     // queue, behind any notice the peer sent, and on_broken() decides then.
     if (!failure_) (void)p.connection->post_recv(std::span<const Segment>{});
@@ -148,10 +162,11 @@ void Exchange::handle(Fabric& fabric, const Completion& c) {
 Error Exchange::refused(Peer& p, const char* what, const Error& error) {
   progress();
   if (failure_) return *failure_;
-  return fail_all(Error(Errc::ConnectionBroken, "rank " + std::to_string(rank_) + ": rank " + std::to_string(p.rank) +
-                                                    " died or closed its connections (posting a " + what +
-                                                    " failed: " + error.message() + ")"),
-                  p.rank, Control::NoticeDied);
+  return fail_all(
+      Error(Errc::ConnectionBroken, "rank " + std::to_string(rank_) + ": rank " + std::to_string(p.rank) +
+                                        " died or closed its connections (posting a " + what +
+                                        " failed: " + error.message() + ")"),
+      p.rank, Control::NoticeDied);
 }
 
 // Asks every peer what it waits for and listens for a while: live ranks inside a collective answer at
@@ -164,7 +179,8 @@ Verdict Exchange::probe(int waiting_for) {
     if (p.connection && (!p.connection->health() || !send_control(p, Control::Probe, rank_)))
       answers_[static_cast<std::size_t>(p.rank)].state = Answer::Broken;
   auto answered = [&] {
-    return std::none_of(answers_.begin(), answers_.end(), [](const Answer& a) { return a.state == Answer::Silent; });
+    return std::none_of(answers_.begin(), answers_.end(),
+                        [](const Answer& a) { return a.state == Answer::Silent; });
   };
   auto deadline = Clock::now() + probe_limit(timeout_);
   while (!failure_ && !answered() && Clock::now() < deadline)
@@ -175,19 +191,21 @@ Verdict Exchange::probe(int waiting_for) {
 
 Error Exchange::timed_out(int rank, const std::string& what) {
   std::string self = "rank " + std::to_string(rank_) + ": ";
-  std::string waited = "timed out after " + std::to_string(timeout_.count()) + " ms waiting for " + what + " rank " +
-                       std::to_string(rank);
+  std::string waited = "timed out after " + std::to_string(timeout_.count()) + " ms waiting for " + what +
+                       " rank " + std::to_string(rank);
   Verdict v = probe(rank);
   if (failure_) return *failure_;  // a peer's notice came first
   if (v.rank < 0)
     return fail_all(Error(Errc::Timeout, self + waited + "; every rank answered and they wait in a cycle (" +
-                                             v.chain + "): were the collectives issued in the same order with "
-                                                       "the same arguments on every rank?"));
+                                             v.chain +
+                                             "): were the collectives issued in the same order with "
+                                             "the same arguments on every rank?"));
   std::string culprit = "rank " + std::to_string(v.rank);
   if (v.died)
-    return fail_all(Error(Errc::ConnectionBroken, self + culprit + " died or closed its connections (this rank " +
-                                                      waited + "; wait chain " + v.chain + ")"),
-                    v.rank, Control::NoticeDied);
+    return fail_all(
+        Error(Errc::ConnectionBroken, self + culprit + " died or closed its connections (this rank " +
+                                          waited + "; wait chain " + v.chain + ")"),
+        v.rank, Control::NoticeDied);
   auto limit = std::chrono::duration_cast<std::chrono::milliseconds>(probe_limit(timeout_));
   return fail_all(Error(Errc::Timeout, self + culprit + " stopped responding: it did not answer within " +
                                            std::to_string(limit.count()) + " ms after this rank " + waited +
@@ -253,16 +271,20 @@ Result<void> Exchange::wait_until(Ready ready, int rank, const char* what) {
 
 Result<void> Exchange::send(int to, const void* data, std::size_t bytes) {
   Peer& p = peer(to);
-  if (auto ok = wait_until([&] { return p.credits > 0 && p.sent - p.send_done < slots_; }, to, "a free slot at");
+  if (auto ok =
+          wait_until([&] { return p.credits > 0 && p.sent - p.send_done < slots_; }, to, "a free slot at");
       !ok)
     return ok;
   std::size_t slot = p.sent % slots_;
   std::byte* source = p.outbound + slot * chunk_;
   if (bytes > 0) std::memcpy(source, data, bytes);
-  Segment segment{reinterpret_cast<std::uint64_t>(source), static_cast<std::uint32_t>(bytes), p.outbound_lkey};
+  Segment segment{reinterpret_cast<std::uint64_t>(source), static_cast<std::uint32_t>(bytes),
+                  p.outbound_lkey};
   RemoteAddress remote{p.remote.addr + slot * chunk_, p.remote.rkey, p.remote.owner_epoch};
-  WorkRequest request{.opcode = Opcode::WriteImm, .local = std::span<const Segment>(&segment, bytes > 0 ? 1 : 0),
-                      .remote = remote, .imm = 0};
+  WorkRequest request{.opcode = Opcode::WriteImm,
+                      .local = std::span<const Segment>(&segment, bytes > 0 ? 1 : 0),
+                      .remote = remote,
+                      .imm = 0};
   if (auto id = p.connection->post(std::span<const WorkRequest>(&request, 1)); !id)
     return std::unexpected(refused(p, "write", id.error()));
   ++p.sent;

@@ -47,7 +47,7 @@ struct Peer {
   std::byte* inbound = nullptr;  // the peer's first slot here
   std::byte* outbound = nullptr;
   std::uint32_t outbound_lkey = 0;
-  std::uint32_t credits = 0;     // free slots at the peer
+  std::uint32_t credits = 0;  // free slots at the peer
   std::uint64_t sent = 0, send_done = 0;
   std::uint64_t arrived = 0, consumed = 0;
   std::vector<std::uint32_t> arrived_bytes;  // by slot
@@ -104,10 +104,10 @@ class Exchange {
   std::vector<std::unique_ptr<Fabric>> fabrics_;
   std::vector<Peer> peers_;
   std::optional<Error> failure_;
-  bool armed_ = false;               // receives posted everywhere: control messages may be sent
-  int waiting_for_ = -1;             // what a probe is answered with
+  bool armed_ = false;    // receives posted everywhere: control messages may be sent
+  int waiting_for_ = -1;  // what a probe is answered with
   bool probing_ = false;
-  std::vector<Answer> answers_;      // while probing, by rank
+  std::vector<Answer> answers_;  // while probing, by rank
 };
 
 }  // namespace rdmakit::coll::detail

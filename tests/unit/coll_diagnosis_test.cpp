@@ -10,12 +10,13 @@ namespace {
 using A = Answer;
 
 TEST(CollDiagnosis, CreditsAreNotControlMessages) {
-  for (std::uint32_t credit : {0u, 1u, 4u, 0x7fffffffu}) EXPECT_EQ(parse_control(credit).kind, Control::Credit);
+  for (std::uint32_t credit : {0u, 1u, 4u, 0x7fffffffu})
+    EXPECT_EQ(parse_control(credit).kind, Control::Credit);
 }
 
 TEST(CollDiagnosis, ControlMessagesRoundTripWithOrWithoutARank) {
-  for (Control kind : {Control::Probe, Control::Alive, Control::NoticeDied, Control::NoticeStalled,
-                       Control::NoticeOther})
+  for (Control kind :
+       {Control::Probe, Control::Alive, Control::NoticeDied, Control::NoticeStalled, Control::NoticeOther})
     for (int rank : {-1, 0, 7, (1 << 24) - 2}) {
       ControlMessage m = parse_control(control_imm(kind, rank));
       EXPECT_EQ(m.kind, kind);
