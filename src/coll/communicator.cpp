@@ -273,23 +273,37 @@ Result<void> check_reduce_scatter(const Communicator& comm, const void* send, vo
       {check_per_rank(comm, send, recv, count, type, "reduce_scatter"), check_op(op, "reduce_scatter")});
 }
 
-// The ops the queue runs: the algorithm for the arguments, on the executing thread.
+Result<void> allreduce_with(Communicator::Impl* impl, const detail::Buffers& b) {
+  Algorithm a = impl->options.algorithm;
+  if (a == Algorithm::Auto)
+    a = detail::choose_allreduce(b.count * size_of(b.type), impl->exchange.size(), impl->options.small_bytes);
+  if (a == Algorithm::RecursiveDoubling) return detail::allreduce_doubling(impl->exchange, b);
+  if (a == Algorithm::HalvingDoubling) return detail::allreduce_halving(impl->exchange, b);
+  return detail::allreduce_ring(impl->exchange, b);
+}
+
+// The ops the queue runs: the algorithm for the arguments, on the executing thread. Avg over 16-bit
+// floats runs over f32 copies and rounds once (average16()).
 Op allreduce_op(Communicator::Impl* impl, const void* send, void* recv, std::size_t count, DataType type,
                 ReduceOp op) {
   return [=]() -> Result<void> {
     auto b = buffers(send, recv, count, type, op);
-    Algorithm a = impl->options.algorithm;
-    if (a == Algorithm::Auto)
-      a = detail::choose_allreduce(count * size_of(type), impl->exchange.size(), impl->options.small_bytes);
-    if (a == Algorithm::RecursiveDoubling) return detail::allreduce_doubling(impl->exchange, b);
-    if (a == Algorithm::HalvingDoubling) return detail::allreduce_halving(impl->exchange, b);
-    return detail::allreduce_ring(impl->exchange, b);
+    if (!detail::averages_in_f32(type, op)) return allreduce_with(impl, b);
+    return detail::average16(b, count, count, impl->exchange.size(),
+                             [&](const detail::Buffers& wide) { return allreduce_with(impl, wide); });
   };
 }
 
 Op reduce_op(Communicator::Impl* impl, const void* send, void* recv, std::size_t count, DataType type,
              ReduceOp op, int root) {
-  return [=] { return detail::reduce_tree(impl->exchange, buffers(send, recv, count, type, op), root); };
+  return [=]() -> Result<void> {
+    auto b = buffers(send, recv, count, type, op);
+    if (!detail::averages_in_f32(type, op)) return detail::reduce_tree(impl->exchange, b, root);
+    std::size_t out = impl->exchange.rank() == root ? count : 0;
+    return detail::average16(b, count, out, impl->exchange.size(), [&](const detail::Buffers& wide) {
+      return detail::reduce_tree(impl->exchange, wide, root);
+    });
+  };
 }
 
 Op broadcast_op(Communicator::Impl* impl, const void* send, void* recv, std::size_t count, DataType type,
@@ -303,7 +317,14 @@ Op allgather_op(Communicator::Impl* impl, const void* send, void* recv, std::siz
 
 Op reduce_scatter_op(Communicator::Impl* impl, const void* send, void* recv, std::size_t count, DataType type,
                      ReduceOp op) {
-  return [=] { return detail::reduce_scatter_ring(impl->exchange, buffers(send, recv, count, type, op)); };
+  return [=]() -> Result<void> {
+    auto b = buffers(send, recv, count, type, op);
+    if (!detail::averages_in_f32(type, op)) return detail::reduce_scatter_ring(impl->exchange, b);
+    auto n = static_cast<std::size_t>(impl->exchange.size());
+    return detail::average16(b, count * n, count, impl->exchange.size(), [&](const detail::Buffers& wide) {
+      return detail::reduce_scatter_ring(impl->exchange, wide);
+    });
+  };
 }
 
 Op all_to_all_op(Communicator::Impl* impl, const void* send, void* recv, std::size_t count, DataType type) {
