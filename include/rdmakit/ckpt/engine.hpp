@@ -32,7 +32,7 @@ class Communicator;
 namespace rdmakit::ckpt {
 
 struct EngineOptions {
-  std::string directory;               // checkpoints live in <directory>/ckpt-<step>; created if missing
+  std::string directory{};             // checkpoints live in <directory>/ckpt-<step>; created if missing
   std::uint32_t keep = 3;              // committed checkpoints kept (>= 1); older ones deleted after a commit
   std::size_t chunk_bytes = 4u << 20;  // write and checksum unit; a multiple of 4096
   std::uint32_t io_depth = 4;          // writes in flight
@@ -59,7 +59,7 @@ struct EngineOptions {
   // default). Each committed checkpoint is also written into the server's memory (one-sided WRITEs into
   // memory it registered, staging registered here), and restore_latest() takes the server's newest replica
   // when it is at least as new as the newest checkpoint on disk. Single-rank engines only.
-  std::string replica;
+  std::string replica{};
   // Test hook for crash tests: the persist thread raises SIGKILL on its own process when it reaches this
   // numbered point of the commit (see CrashPoint in src/ckpt/persist.hpp). 0 = never.
   int crash_point = 0;

@@ -38,9 +38,9 @@ namespace rdmakit::coll {
 
 // Every field left at its zero value comes from the environment variable named, else the default.
 struct CommOptions {
-  std::string network_transport;       // RDMAKIT_TRANSPORT, default tcp: between hosts
-  std::string local_transport;         // RDMAKIT_COLL_LOCAL_TRANSPORT, default shm (tcp when shm is not built)
-  std::chrono::milliseconds timeout{}; // RDMAKIT_COLL_TIMEOUT_MS, default 60000: one collective's limit
+  std::string network_transport{};     // RDMAKIT_TRANSPORT, default tcp: between hosts
+  std::string local_transport{};       // RDMAKIT_COLL_LOCAL_TRANSPORT, default shm (tcp when shm is not built)
+  std::chrono::milliseconds timeout{};  // RDMAKIT_COLL_TIMEOUT_MS, default 60000: one collective's limit
   std::chrono::milliseconds bootstrap_timeout{};  // RDMAKIT_BOOTSTRAP_TIMEOUT_MS, default 60000
   std::chrono::microseconds spin{-1};  // RDMAKIT_COLL_SPIN_US, default 5000: a waiting rank polls (yielding
                                        // the CPU between polls) this long before it sleeps; 0 sleeps at once
@@ -48,11 +48,11 @@ struct CommOptions {
   std::uint32_t slots = 0;             // RDMAKIT_COLL_SLOTS, default 4: chunks in flight per peer
   std::size_t small_bytes = 0;         // RDMAKIT_COLL_SMALL_BYTES, default 64 KiB: recursive doubling up to this
   Algorithm algorithm = Algorithm::Auto;  // RDMAKIT_COLL_ALGO: auto, ring, rd, hd
-  std::string host_id;                 // RDMAKIT_COLL_HOST_ID, default hostname + network namespace
-  std::string listen_address;          // network transport's listen address (RDMAKIT_LISTEN_ADDRESS); from_environment()
+  std::string host_id{};               // RDMAKIT_COLL_HOST_ID, default hostname + network namespace
+  std::string listen_address{};        // network transport's listen address (RDMAKIT_LISTEN_ADDRESS); from_environment()
                                        // picks the interface that routes to the store when the store is not on loopback
-  std::string key_prefix;              // store key prefix, to run several communicators over one store
-  std::string job_secret;              // RDMAKIT_JOB_SECRET (option job_secret): every connection between two
+  std::string key_prefix{};            // store key prefix, to run several communicators over one store
+  std::string job_secret{};            // RDMAKIT_JOB_SECRET (option job_secret): every connection between two
                                        // ranks proves it before staging memory is shared; empty: none
 };
 
