@@ -42,7 +42,7 @@ int main(int argc, char** argv) {
   // Wait for the client to hang up: a posted receive completes (flushed) when the connection closes.
   auto inbox = (*context)->allocate(64, Access::LocalWrite);
   if (!inbox) return fail("allocate", inbox.error());
-  auto id = (*connection)->post_recv((*inbox)->whole());
+  auto id = (*connection)->post_recv((*inbox)->slice(0, 64));
   if (!id) return fail("post_recv", id.error());
   auto done = (*connection)->wait(*id, 120s);
   if (!done) return fail("wait", done.error());

@@ -18,6 +18,8 @@ packages=(
   ucx-utils python3-matplotlib
   # collectives: the mpirun launch of the training example, and the Open MPI comparison
   openmpi-bin libopenmpi-dev
+  # collectives: the srun launch of the training example on a single-node Slurm (tests/coll/slurm_train.sh)
+  slurm-wlm munge
   # checkpoint engine: io_uring persist, and fio for its bench (bench/ckpt/run.sh)
   liburing-dev fio
   # fuzzing (scripts/fuzz.sh): clang 16 and its libFuzzer/sanitizer runtimes

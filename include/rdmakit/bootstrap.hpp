@@ -25,10 +25,10 @@ struct LaunchInfo {
   int rank = 0;
   int world_size = 1;
   int local_rank = 0;          // index among the ranks of this host, as the launcher numbers them
-  std::string store_host;      // where rank 0 hosts the rendezvous store
+  std::string store_host{};    // where rank 0 hosts the rendezvous store
   std::uint16_t store_port = 0;
-  std::string launcher;        // "torchrun", "mpirun", "srun" or "single" (no launcher found)
-  std::string job_id;          // the launcher's job id when it has one (names shared resources)
+  std::string launcher{};      // "torchrun", "mpirun", "srun" or "single" (no launcher found)
+  std::string job_id{};        // the launcher's job id when it has one (names shared resources)
   int local_size = 0;          // ranks on this host as the launcher says (LOCAL_WORLD_SIZE, ...); 0: not said
 
   // Whether ranks may run on other hosts than the store's: the launcher says so, or (when it does not)
@@ -76,7 +76,7 @@ struct StoreOptions {
   std::uint16_t port = 0;
   bool is_server = false;                         // rank 0: host the store (and use it)
   std::chrono::milliseconds timeout{30000};       // clients: retry connecting this long
-  std::optional<std::string> secret;              // the job secret; nullopt: option job_secret
+  std::optional<std::string> secret{};            // the job secret; nullopt: option job_secret
                                                   // (RDMAKIT_JOB_SECRET); empty: none
 };
 

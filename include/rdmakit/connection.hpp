@@ -23,8 +23,8 @@ class RcState;  // src/core/rc_state.hpp: the RC rules every transport shares
 // must stay untouched until the operation completes.
 struct WorkRequest {
   Opcode opcode = Opcode::Write;
-  std::span<const Segment> local;
-  RemoteAddress remote;            // one-sided operations
+  std::span<const Segment> local{};
+  RemoteAddress remote{};          // one-sided operations
   std::uint64_t compare_add = 0;   // CompareSwap: expected value; FetchAdd: addend
   std::uint64_t swap = 0;          // CompareSwap: new value
   std::uint32_t imm = 0;           // WriteImm, and Send when with_imm
@@ -34,22 +34,22 @@ struct WorkRequest {
 
 // Who is at the other end.
 struct PeerInfo {
-  std::string name;        // Config::name of the peer's context
+  std::string name{};      // Config::name of the peer's context
   std::uint64_t id = 0;    // hash of the name
   std::uint64_t epoch = 0; // unique per life of the peer's context
-  std::string address;     // transport address, e.g. "127.0.0.1:40000"
+  std::string address{};   // transport address, e.g. "127.0.0.1:40000"
 };
 
 // Diagnostics: "who is stuck" has an answer.
 struct ConnectionStats {
   std::uint32_t connection = 0;
-  std::string peer;
+  std::string peer{};
   std::uint64_t posted = 0;
   std::uint64_t completed = 0;
   std::uint64_t outstanding = 0;  // posted and not completed, receives included
   std::chrono::system_clock::time_point last_completion{};  // epoch 0 when nothing completed yet
   bool failed = false;            // the connection is in the error state
-  std::string failure;            // why, when failed
+  std::string failure{};          // why, when failed
   // Responder side (software transports): responses to the peer's requests waiting for room in the socket,
   // and how often input was paused because they reached the responder depth (send_queue_depth), as a verbs
   // responder limits outstanding READs and atomics.

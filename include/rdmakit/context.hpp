@@ -38,8 +38,8 @@ struct Capabilities {
 };
 
 struct ConnectOptions {
-  std::shared_ptr<CompletionQueue> send_cq;  // empty: the connection gets its own
-  std::shared_ptr<CompletionQueue> recv_cq;  // empty: the connection gets its own
+  std::shared_ptr<CompletionQueue> send_cq{};  // empty: the connection gets its own
+  std::shared_ptr<CompletionQueue> recv_cq{};  // empty: the connection gets its own
 };
 
 class Listener {

@@ -37,8 +37,8 @@ namespace rdmakit::fault {
 struct Rule {
   enum class Action : std::uint8_t { Fail, Delay, Drop, Disconnect };
   Action action = Action::Fail;
-  std::optional<Opcode> opcode;            // match only this operation (any send-side op when empty)
-  std::optional<std::uint32_t> connection; // match only this Connection::number()
+  std::optional<Opcode> opcode{};          // match only this operation (any send-side op when empty)
+  std::optional<std::uint32_t> connection{};  // match only this Connection::number()
   bool connect = false;                    // match connect() instead of operations
   Status status = Status::GeneralError;    // Fail: the status the operation completes with
   std::chrono::milliseconds delay{};       // Delay: how long
@@ -65,7 +65,7 @@ class Injector {
 
  private:
   struct Armed {
-    Rule rule;
+    Rule rule{};
     std::uint32_t seen = 0;   // matching operations met so far
     std::uint32_t fired = 0;  // injections made
   };

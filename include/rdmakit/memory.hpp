@@ -29,12 +29,15 @@ constexpr bool has(Access set, Access wanted) noexcept {
 }
 std::string to_string(Access access);
 
-// One entry of a scatter-gather list. Same layout as struct ibv_sge, so verbs posts it as is.
+// One entry of a scatter-gather list. Same layout as struct ibv_sge, so verbs posts it as is: the length
+// is 32 bits, so one Segment covers less than 4 GiB (kMaxSegmentLength); a larger range is posted as
+// several operations (message sizes are capped lower anyway: Capabilities::max_message_size).
 struct Segment {
   std::uint64_t addr = 0;
   std::uint32_t length = 0;
   std::uint32_t lkey = 0;
 };
+inline constexpr std::uint64_t kMaxSegmentLength = 0xffffffffu;
 
 // Where a one-sided operation lands: an address and key at the peer, plus the epoch of the peer's
 // context that issued the key. A nonzero epoch that is not the connected peer's makes the post fail
@@ -63,6 +66,9 @@ struct RemoteRegion {
   RemoteAddress at(std::uint64_t offset = 0) const noexcept {
     return RemoteAddress{addr + offset, rkey, owner_epoch};
   }
+  // The same, checked here: [offset, offset + length) must lie inside the region (InvalidArgument
+  // naming the range otherwise), so a bad offset is an error at the caller instead of a failed completion.
+  Result<RemoteAddress> at(std::uint64_t offset, std::uint64_t length) const;
   Bytes serialize() const noexcept;
   // Rejects bytes that are not a descriptor (wrong size, magic or version).
   static Result<RemoteRegion> deserialize(std::span<const std::byte> bytes);
@@ -86,11 +92,17 @@ class MemoryRegion {
   std::uint32_t rkey() const noexcept { return rkey_; }
 
   // A segment `length` bytes long at `offset`. Not checked here: an operation that uses a segment
-  // outside the region completes with Status::LocalProtection, as verbs does.
+  // outside the region completes with Status::LocalProtection, as verbs does. The length is a
+  // Segment's 32 bits; segment() takes a 64-bit length and checks it.
   Segment slice(std::uint64_t offset, std::uint32_t length) const noexcept {
     return Segment{reinterpret_cast<std::uint64_t>(data_) + offset, length, lkey_};
   }
-  Segment whole() const noexcept { return slice(0, static_cast<std::uint32_t>(size_)); }
+  // A segment checked here: [offset, offset + length) inside the region and length <= kMaxSegmentLength,
+  // else InvalidArgument saying which (never a silently shortened segment).
+  Result<Segment> segment(std::uint64_t offset, std::uint64_t length) const;
+  // The whole region as one segment: an error for a region of 4 GiB or more, which no Segment can hold
+  // (post it as slices of at most kMaxSegmentLength bytes).
+  Result<Segment> whole() const { return segment(0, size_); }
   // The descriptor a peer needs to reach this region.
   RemoteRegion descriptor() const noexcept { return descriptor_; }
 

@@ -30,26 +30,26 @@ Result<RegistrationCacheStats> registration_cache_stats(const Context& context);
 
 struct GidInfo {
   std::uint32_t index = 0;
-  std::string gid;   // "0000:0000:0000:0000:0000:ffff:a9fe:0701"
-  std::string type;  // "IB", "RoCE v1", "RoCE v2"
-  std::string ipv4;  // for IPv4-mapped GIDs
+  std::string gid{};  // "0000:0000:0000:0000:0000:ffff:a9fe:0701"
+  std::string type{};  // "IB", "RoCE v1", "RoCE v2"
+  std::string ipv4{};  // for IPv4-mapped GIDs
 };
 
 struct PortInfo {
   std::uint32_t number = 0;
-  std::string state;       // "ACTIVE", "DOWN", ...
-  std::string link_layer;  // "Ethernet" or "InfiniBand"
+  std::string state{};     // "ACTIVE", "DOWN", ...
+  std::string link_layer{};  // "Ethernet" or "InfiniBand"
   std::uint32_t active_mtu = 0;  // bytes
   std::uint32_t max_mtu = 0;
   std::uint16_t lid = 0;
   std::uint32_t max_msg_size = 0;
-  std::vector<GidInfo> gids;
+  std::vector<GidInfo> gids{};
   std::int32_t default_gid_index = -1;  // what a context with gid_index = -1 would use
 };
 
 struct DeviceInfo {
-  std::string name;
-  std::string firmware;
+  std::string name{};
+  std::string firmware{};
   std::uint32_t vendor_id = 0;
   std::uint32_t vendor_part_id = 0;
   std::uint64_t max_mr_size = 0;
@@ -60,8 +60,8 @@ struct DeviceInfo {
   std::uint32_t max_cqe = 0;
   std::uint32_t max_mr = 0;
   std::uint32_t max_qp_rd_atom = 0;
-  std::string atomic_cap;  // "none", "HCA" (atomic among HCAs), "global" (also against the CPU)
-  std::vector<PortInfo> ports;
+  std::string atomic_cap{};  // "none", "HCA" (atomic among HCAs), "global" (also against the CPU)
+  std::vector<PortInfo> ports{};
 };
 
 // Every device rdma-core sees; an empty list when there is none.

@@ -5,8 +5,10 @@
 #include <cstddef>
 #include <cstring>
 #include <span>
+#include <vector>
 
 #include "coll/exchange.hpp"
+#include "coll/reduce.hpp"
 #include "coll/schedule.hpp"
 #include "rdmakit/coll/types.hpp"
 
@@ -45,23 +47,40 @@ Result<void> stream(Exchange& ex, int to, const std::byte* source, std::size_t s
   for (std::size_t i = 0; i < std::max(sends, recvs); ++i) {
     std::size_t offset = i * step;
     if (i < sends)
-      if (auto ok = ex.send(to, source + offset, std::min(step, send_bytes - std::min(offset, send_bytes))); !ok)
+      if (auto ok = ex.send(to, source + offset, std::min(step, send_bytes - std::min(offset, send_bytes)));
+          !ok)
         return ok;
     if (i < recvs) {
       auto data = ex.recv(from);
       if (!data) return std::unexpected(data.error());
       std::size_t expected = std::min(step, recv_bytes - std::min(offset, recv_bytes));
       if (data->size() != expected)
-        return std::unexpected(ex.fail_all(Error(Errc::ProtocolError,
-                                                 "rank " + std::to_string(ex.rank()) + ": rank " + std::to_string(from) +
-                                                     " sent " + std::to_string(data->size()) + " bytes where " +
-                                                     std::to_string(expected) +
-                                                     " were expected (were the collectives issued in the same "
-                                                     "order with the same counts on every rank?)")));
+        return std::unexpected(ex.fail_all(
+            Error(Errc::ProtocolError, "rank " + std::to_string(ex.rank()) + ": rank " +
+                                           std::to_string(from) + " sent " + std::to_string(data->size()) +
+                                           " bytes where " + std::to_string(expected) +
+                                           " were expected (were the collectives issued in the same "
+                                           "order with the same counts on every rank?)")));
       sink(offset, *data);
       if (auto ok = ex.release(from); !ok) return ok;
     }
   }
+  return {};
+}
+
+// Avg over f16/bf16 (averages_in_f32()): `run` is the collective over f32 copies of the inputs with Sum,
+// so the partial sums travel and accumulate in f32 (twice the bytes of the 16-bit data), and each element
+// of the result is divided and rounded once. The mean is the correctly rounded one whenever the f32 sum
+// is exact: when an element's n values span at most 24 - p - ceil(log2 n) binades (p = 8 bits for bf16,
+// 11 for f16); otherwise the f32 additions round first. in_count/out_count: elements of send and recv.
+template <typename Run>
+Result<void> average16(const Buffers& b, std::size_t in_count, std::size_t out_count, int n, Run&& run) {
+  std::vector<float> in(in_count), out(out_count);
+  widen16(in.data(), b.send, in_count, b.type);
+  Buffers wide{reinterpret_cast<const std::byte*>(in.data()), reinterpret_cast<std::byte*>(out.data()),
+               b.count, DataType::F32, ReduceOp::Sum};
+  if (auto ok = run(wide); !ok) return ok;
+  narrow_average16(b.recv, out.data(), out_count, b.type, n);
   return {};
 }
 

@@ -1,5 +1,6 @@
 #include "coll/exchange.hpp"
 
+#include <algorithm>
 #include <array>
 #include <cstring>
 #include <thread>
@@ -8,18 +9,31 @@ namespace rdmakit::coll::detail {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+// Beyond the slots' data and credits, a peer sends at most a probe, an answer and a notice.
 constexpr std::uint32_t kExtraReceives = 4;
+constexpr auto kNoticeLimit = std::chrono::milliseconds(200);
+
+// How long a timed-out rank listens for the peers' answers: long enough for a loaded machine to schedule
+// them, short beside the timeout that already passed.
+std::chrono::milliseconds probe_limit(std::chrono::milliseconds timeout) {
+  return std::clamp(timeout / 4, std::chrono::milliseconds(250), std::chrono::milliseconds(2000));
+}
 
 Error peer_error(int rank, int peer, const std::string& what) {
-  return Error(Errc::ConnectionBroken, "rank " + std::to_string(rank) + ": " + what + " (peer rank " +
-                                           std::to_string(peer) + ")");
+  return Error(Errc::ConnectionBroken,
+               "rank " + std::to_string(rank) + ": " + what + " (peer rank " + std::to_string(peer) + ")");
 }
 
 }  // namespace
 
-Exchange::Exchange(int rank, int size, std::size_t chunk, std::uint32_t slots, std::chrono::milliseconds timeout,
-                   std::chrono::microseconds spin)
-    : rank_(rank), size_(size), chunk_(chunk), slots_(slots), timeout_(timeout), spin_(spin),
+Exchange::Exchange(int rank, int size, std::size_t chunk, std::uint32_t slots,
+                   std::chrono::milliseconds timeout, std::chrono::microseconds spin)
+    : rank_(rank),
+      size_(size),
+      chunk_(chunk),
+      slots_(slots),
+      timeout_(timeout),
+      spin_(spin),
       peers_(static_cast<std::size_t>(size)) {}
 
 Result<void> Exchange::arm() {
@@ -32,40 +46,172 @@ Result<void> Exchange::arm() {
       if (auto id = p.connection->post_recv(std::span<const Segment>{}); !id)
         return std::unexpected(fail_all(peer_error(rank_, p.rank, "post_recv: " + id.error().message())));
   }
+  armed_ = true;
   return {};
 }
 
-Error Exchange::fail_all(Error error) {
+Error Exchange::fail_all(Error error, int culprit, Control blame) {
   if (failure_) return *failure_;
   failure_ = error;
+  notify_peers(culprit, blame);
   for (Peer& p : peers_)
     if (p.connection) p.connection->close();
   return error;
+}
+
+bool Exchange::send_control(Peer& p, Control kind, int rank, std::uint64_t* id) {
+  WorkRequest message{.opcode = Opcode::Send,
+                      .local = {},
+                      .imm = control_imm(kind, rank),
+                      .with_imm = true,
+                      .signaled = id != nullptr};
+  auto posted = p.connection->post(std::span<const WorkRequest>(&message, 1));
+  if (posted && id) *id = *posted;
+  return posted.has_value();
+}
+
+// The notices must leave before close() flushes them, so this waits (briefly: a peer that stopped reading
+// must not hold the failure up) for their send completions. Other completions are the failure's echo.
+void Exchange::notify_peers(int culprit, Control blame) {
+  if (!armed_) return;  // before arm() a peer may have no receive posted for it
+  std::vector<std::uint64_t> pending;
+  for (Peer& p : peers_) {
+    std::uint64_t id = 0;
+    if (p.connection && p.rank != culprit && p.connection->health() && send_control(p, blame, culprit, &id))
+      pending.push_back(id);
+  }
+  auto deadline = Clock::now() + kNoticeLimit;
+  std::array<Completion, 64> batch;
+  while (!pending.empty() && Clock::now() < deadline) {
+    for (auto& fabric : fabrics_)
+      for (std::size_t i = 0, n = fabric->cq->poll(batch); i < n; ++i) std::erase(pending, batch[i].id);
+    std::this_thread::yield();
+  }
+}
+
+void Exchange::on_broken(Peer& p, const Completion& c) {
+  // Flushed completions after fail_all() closed the connections are the echo of a known failure.
+  if (failure_) return;
+  if (probing_) {
+    answers_[static_cast<std::size_t>(p.rank)].state = Answer::Broken;
+    return;
+  }
+  // A survivor that fails sends a notice before it closes (ordered before the close on the connection),
+  // so a connection that breaks without one is the peer's own end: it died or closed without a word.
+  std::string why;
+  if (auto health = p.connection->health(); !health) why = ": " + health.error().message();
+  fail_all(Error(Errc::ConnectionBroken,
+                 "rank " + std::to_string(rank_) + ": rank " + std::to_string(p.rank) +
+                     " died or closed its connections (" + std::string(to_string(c.opcode)) +
+                     " with it failed: " + std::string(to_string(c.status)) + why + ")",
+                 0, c.status),
+           p.rank, Control::NoticeDied);
+}
+
+void Exchange::on_control(Peer& p, ControlMessage m) {
+  if (failure_) return;
+  std::string self = "rank " + std::to_string(rank_) + ": ", culprit = "rank " + std::to_string(m.rank);
+  std::string by = " (reported by rank " + std::to_string(p.rank) + ")";
+  switch (m.kind) {
+    case Control::Credit:
+      return;
+    case Control::Probe:
+      send_control(p, Control::Alive, waiting_for_);
+      return;
+    case Control::Alive:
+      if (probing_) answers_[static_cast<std::size_t>(p.rank)] = Answer{Answer::Waiting, m.rank};
+      return;
+    case Control::NoticeDied:
+      fail_all(Error(Errc::ConnectionBroken, self + culprit + " died or closed its connections" + by), m.rank,
+               m.kind);
+      return;
+    case Control::NoticeStalled:
+      fail_all(Error(Errc::Timeout, self + culprit + " stopped responding" + by), m.rank, m.kind);
+      return;
+    case Control::NoticeOther:
+      fail_all(Error(Errc::ConnectionBroken, self + "rank " + std::to_string(p.rank) + " failed" +
+                                                 (m.rank < 0 ? "" : " and blames " + culprit) +
+                                                 " (its own error says why)"),
+               m.rank, m.kind);
+      return;
+  }
 }
 
 void Exchange::handle(Fabric& fabric, const Completion& c) {
   auto found = fabric.rank_of_connection.find(c.connection);
   if (found == fabric.rank_of_connection.end()) return;
   Peer& p = peer(found->second);
-  if (!c.ok()) {
-    // Flushed completions after fail_all() closed the connections are the echo of a known failure.
-    if (failure_) return;
-    std::string why;
-    if (auto health = p.connection->health(); !health) why = " (" + health.error().message() + ")";
-    fail_all(Error(Errc::TransportFailure, "rank " + std::to_string(rank_) + ": " + std::string(to_string(c.opcode)) +
-                                               " with rank " + std::to_string(p.rank) + " failed: " +
-                                               std::string(to_string(c.status)) + why,
-                   0, c.status));
-    return;
-  }
+  if (!c.ok()) return on_broken(p, c);
   if (Connection::is_recv_id(c.id)) {
-    if (c.opcode == Opcode::RecvWriteImm) p.arrived_bytes[p.arrived++ % slots_] = c.bytes;
-    else p.credits += c.imm;
-    if (auto id = p.connection->post_recv(std::span<const Segment>{}); !id && !failure_)
-      fail_all(peer_error(rank_, p.rank, "post_recv: " + id.error().message()));
+    if (c.opcode == Opcode::RecvWriteImm)
+      p.arrived_bytes[p.arrived++ % slots_] = c.bytes;
+    else if (ControlMessage m = parse_control(c.imm); m.kind == Control::Credit)
+      p.credits += c.imm;
+    else
+      on_control(p, m);
+    // A refused repost means the connection is in error: the flush of its other receives follows in the
+    // queue, behind any notice the peer sent, and on_broken() decides then.
+    if (!failure_) (void)p.connection->post_recv(std::span<const Segment>{});
   } else if (c.opcode == Opcode::WriteImm) {
     ++p.send_done;
   }
+}
+
+// A post refused: the connection is in error. A notice the peer sent before it closed may still wait in
+// the queue (it names the culprit), so the queue is drained first; without one, the peer's end failed.
+Error Exchange::refused(Peer& p, const char* what, const Error& error) {
+  progress();
+  if (failure_) return *failure_;
+  return fail_all(
+      Error(Errc::ConnectionBroken, "rank " + std::to_string(rank_) + ": rank " + std::to_string(p.rank) +
+                                        " died or closed its connections (posting a " + what +
+                                        " failed: " + error.message() + ")"),
+      p.rank, Control::NoticeDied);
+}
+
+// Asks every peer what it waits for and listens for a while: live ranks inside a collective answer at
+// once (they are all in wait_until), a stopped or dead one does not.
+Verdict Exchange::probe(int waiting_for) {
+  answers_.assign(static_cast<std::size_t>(size_), Answer{});
+  answers_[static_cast<std::size_t>(rank_)] = Answer{Answer::Waiting, waiting_for};
+  probing_ = true;
+  for (Peer& p : peers_)
+    if (p.connection && (!p.connection->health() || !send_control(p, Control::Probe, rank_)))
+      answers_[static_cast<std::size_t>(p.rank)].state = Answer::Broken;
+  auto answered = [&] {
+    return std::none_of(answers_.begin(), answers_.end(),
+                        [](const Answer& a) { return a.state == Answer::Silent; });
+  };
+  auto deadline = Clock::now() + probe_limit(timeout_);
+  while (!failure_ && !answered() && Clock::now() < deadline)
+    if (progress() == 0) (void)block_briefly();
+  probing_ = false;
+  return find_culprit(rank_, waiting_for, answers_);
+}
+
+Error Exchange::timed_out(int rank, const std::string& what) {
+  std::string self = "rank " + std::to_string(rank_) + ": ";
+  std::string waited = "timed out after " + std::to_string(timeout_.count()) + " ms waiting for " + what +
+                       " rank " + std::to_string(rank);
+  Verdict v = probe(rank);
+  if (failure_) return *failure_;  // a peer's notice came first
+  if (v.rank < 0)
+    return fail_all(Error(Errc::Timeout, self + waited + "; every rank answered and they wait in a cycle (" +
+                                             v.chain +
+                                             "): were the collectives issued in the same order with "
+                                             "the same arguments on every rank?"));
+  std::string culprit = "rank " + std::to_string(v.rank);
+  if (v.died)
+    return fail_all(
+        Error(Errc::ConnectionBroken, self + culprit + " died or closed its connections (this rank " +
+                                          waited + "; wait chain " + v.chain + ")"),
+        v.rank, Control::NoticeDied);
+  auto limit = std::chrono::duration_cast<std::chrono::milliseconds>(probe_limit(timeout_));
+  return fail_all(Error(Errc::Timeout, self + culprit + " stopped responding: it did not answer within " +
+                                           std::to_string(limit.count()) + " ms after this rank " + waited +
+                                           " (wait chain " + v.chain +
+                                           "); it is stopped, hung, or never entered this collective"),
+                  v.rank, Control::NoticeStalled);
 }
 
 std::size_t Exchange::progress() {
@@ -102,6 +248,7 @@ Result<void> Exchange::block_briefly() {
 // transport's polling lease, so peers do not ring our doorbell while we poll.
 template <typename Ready>
 Result<void> Exchange::wait_until(Ready ready, int rank, const char* what) {
+  waiting_for_ = rank;
   auto now = Clock::now();
   auto deadline = now + timeout_;
   auto spin_until = now + spin_;
@@ -117,28 +264,29 @@ Result<void> Exchange::wait_until(Ready ready, int rank, const char* what) {
       std::this_thread::yield();
       continue;
     }
-    if (now >= deadline)
-      return std::unexpected(fail_all(Error(Errc::Timeout, "rank " + std::to_string(rank_) + ": timed out after " +
-                                                               std::to_string(timeout_.count()) + " ms waiting for " +
-                                                               what + " rank " + std::to_string(rank))));
+    if (now >= deadline) return std::unexpected(timed_out(rank, what));
     if (auto ok = block_briefly(); !ok) return ok;
   }
 }
 
 Result<void> Exchange::send(int to, const void* data, std::size_t bytes) {
   Peer& p = peer(to);
-  if (auto ok = wait_until([&] { return p.credits > 0 && p.sent - p.send_done < slots_; }, to, "a free slot at");
+  if (auto ok =
+          wait_until([&] { return p.credits > 0 && p.sent - p.send_done < slots_; }, to, "a free slot at");
       !ok)
     return ok;
   std::size_t slot = p.sent % slots_;
   std::byte* source = p.outbound + slot * chunk_;
   if (bytes > 0) std::memcpy(source, data, bytes);
-  Segment segment{reinterpret_cast<std::uint64_t>(source), static_cast<std::uint32_t>(bytes), p.outbound_lkey};
+  Segment segment{reinterpret_cast<std::uint64_t>(source), static_cast<std::uint32_t>(bytes),
+                  p.outbound_lkey};
   RemoteAddress remote{p.remote.addr + slot * chunk_, p.remote.rkey, p.remote.owner_epoch};
-  WorkRequest request{.opcode = Opcode::WriteImm, .local = std::span<const Segment>(&segment, bytes > 0 ? 1 : 0),
-                      .remote = remote, .imm = 0};
+  WorkRequest request{.opcode = Opcode::WriteImm,
+                      .local = std::span<const Segment>(&segment, bytes > 0 ? 1 : 0),
+                      .remote = remote,
+                      .imm = 0};
   if (auto id = p.connection->post(std::span<const WorkRequest>(&request, 1)); !id)
-    return std::unexpected(fail_all(peer_error(rank_, to, "write: " + id.error().message())));
+    return std::unexpected(refused(p, "write", id.error()));
   ++p.sent;
   --p.credits;
   return {};
@@ -158,7 +306,7 @@ Result<void> Exchange::release(int from) {
   // The credit is unsignaled: nothing waits for its completion, and a failure still completes.
   WorkRequest credit{.opcode = Opcode::Send, .local = {}, .imm = 1, .with_imm = true, .signaled = false};
   if (auto id = p.connection->post(std::span<const WorkRequest>(&credit, 1)); !id)
-    return std::unexpected(fail_all(peer_error(rank_, from, "credit: " + id.error().message())));
+    return std::unexpected(refused(p, "credit", id.error()));
   return {};
 }
 

@@ -6,6 +6,8 @@
 //  * release() hands the slot back with a zero-byte SEND whose immediate is the credit;
 //  * a sender holds at most `slots` unreleased chunks per peer (credits), so no slot is overwritten
 //    before it was consumed and no receive queue can run dry.
+// A failure names the rank to blame, agreed between the survivors (diagnosis.hpp): a timeout asks the
+// peers what they wait for, and a failing rank tells its peers whom it blames before it closes.
 // One thread drives an Exchange at a time (the communicator's executing thread): no locks inside.
 #pragma once
 
@@ -19,6 +21,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "coll/diagnosis.hpp"
 #include "rdmakit/context.hpp"
 
 namespace rdmakit::coll::detail {
@@ -44,7 +47,7 @@ struct Peer {
   std::byte* inbound = nullptr;  // the peer's first slot here
   std::byte* outbound = nullptr;
   std::uint32_t outbound_lkey = 0;
-  std::uint32_t credits = 0;     // free slots at the peer
+  std::uint32_t credits = 0;  // free slots at the peer
   std::uint64_t sent = 0, send_done = 0;
   std::uint64_t arrived = 0, consumed = 0;
   std::vector<std::uint32_t> arrived_bytes;  // by slot
@@ -75,8 +78,9 @@ class Exchange {
 
   // The sticky failure, if any.
   const std::optional<Error>& failure() const noexcept { return failure_; }
-  // Records the first failure and closes every connection so the peers learn of it at once.
-  Error fail_all(Error error);
+  // Records the first failure, tells the peers whom it blames (`culprit`, -1: none; `blame` the notice
+  // kind) and closes every connection so they learn of it at once.
+  Error fail_all(Error error, int culprit = -1, Control blame = Control::NoticeOther);
 
  private:
   template <typename Ready>
@@ -84,6 +88,13 @@ class Exchange {
   std::size_t progress();
   Result<void> block_briefly();
   void handle(Fabric& fabric, const Completion& completion);
+  void on_broken(Peer& p, const Completion& completion);
+  void on_control(Peer& p, ControlMessage message);
+  bool send_control(Peer& p, Control kind, int rank, std::uint64_t* id = nullptr);
+  void notify_peers(int culprit, Control blame);
+  Verdict probe(int waiting_for);
+  Error timed_out(int rank, const std::string& what);
+  Error refused(Peer& p, const char* what, const Error& error);
 
   int rank_, size_;
   std::size_t chunk_;
@@ -93,6 +104,10 @@ class Exchange {
   std::vector<std::unique_ptr<Fabric>> fabrics_;
   std::vector<Peer> peers_;
   std::optional<Error> failure_;
+  bool armed_ = false;    // receives posted everywhere: control messages may be sent
+  int waiting_for_ = -1;  // what a probe is answered with
+  bool probing_ = false;
+  std::vector<Answer> answers_;  // while probing, by rank
 };
 
 }  // namespace rdmakit::coll::detail

@@ -5,16 +5,37 @@
 
 #include <algorithm>
 #include <bit>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 
 namespace rdmakit::coll::detail {
 namespace {
 
-struct Add { template <typename T> static T apply(T a, T b) noexcept { return static_cast<T>(a + b); } };
-struct Mul { template <typename T> static T apply(T a, T b) noexcept { return static_cast<T>(a * b); } };
-struct Min { template <typename T> static T apply(T a, T b) noexcept { return b < a ? b : a; } };
-struct Max { template <typename T> static T apply(T a, T b) noexcept { return a < b ? b : a; } };
+struct Add {
+  template <typename T>
+  static T apply(T a, T b) noexcept {
+    return static_cast<T>(a + b);
+  }
+};
+struct Mul {
+  template <typename T>
+  static T apply(T a, T b) noexcept {
+    return static_cast<T>(a * b);
+  }
+};
+struct Min {
+  template <typename T>
+  static T apply(T a, T b) noexcept {
+    return b < a ? b : a;
+  }
+};
+struct Max {
+  template <typename T>
+  static T apply(T a, T b) noexcept {
+    return a < b ? b : a;
+  }
+};
 
 template <typename T, typename Op>
 void loop(T* out, const T* a, const T* b, std::size_t count) noexcept {
@@ -43,13 +64,29 @@ unsigned short narrow_bf16(float v) { return float_to_bf16(v); }
 template <typename Op>
 void dispatch(void* out, const void* a, const void* b, std::size_t n, DataType type) noexcept {
   switch (type) {
-    case DataType::F32: return loop<float, Op>(static_cast<float*>(out), static_cast<const float*>(a), static_cast<const float*>(b), n);
-    case DataType::F64: return loop<double, Op>(static_cast<double*>(out), static_cast<const double*>(a), static_cast<const double*>(b), n);
-    case DataType::I32: return loop<std::int32_t, Op>(static_cast<std::int32_t*>(out), static_cast<const std::int32_t*>(a), static_cast<const std::int32_t*>(b), n);
-    case DataType::I64: return loop<std::int64_t, Op>(static_cast<std::int64_t*>(out), static_cast<const std::int64_t*>(a), static_cast<const std::int64_t*>(b), n);
-    case DataType::U8: return loop<std::uint8_t, Op>(static_cast<std::uint8_t*>(out), static_cast<const std::uint8_t*>(a), static_cast<const std::uint8_t*>(b), n);
-    case DataType::F16: return loop16<widen_half, narrow_half, Op>(static_cast<std::uint16_t*>(out), static_cast<const std::uint16_t*>(a), static_cast<const std::uint16_t*>(b), n);
-    case DataType::BF16: return loop16<widen_bf16, narrow_bf16, Op>(static_cast<std::uint16_t*>(out), static_cast<const std::uint16_t*>(a), static_cast<const std::uint16_t*>(b), n);
+    case DataType::F32:
+      return loop<float, Op>(static_cast<float*>(out), static_cast<const float*>(a),
+                             static_cast<const float*>(b), n);
+    case DataType::F64:
+      return loop<double, Op>(static_cast<double*>(out), static_cast<const double*>(a),
+                              static_cast<const double*>(b), n);
+    case DataType::I32:
+      return loop<std::int32_t, Op>(static_cast<std::int32_t*>(out), static_cast<const std::int32_t*>(a),
+                                    static_cast<const std::int32_t*>(b), n);
+    case DataType::I64:
+      return loop<std::int64_t, Op>(static_cast<std::int64_t*>(out), static_cast<const std::int64_t*>(a),
+                                    static_cast<const std::int64_t*>(b), n);
+    case DataType::U8:
+      return loop<std::uint8_t, Op>(static_cast<std::uint8_t*>(out), static_cast<const std::uint8_t*>(a),
+                                    static_cast<const std::uint8_t*>(b), n);
+    case DataType::F16:
+      return loop16<widen_half, narrow_half, Op>(static_cast<std::uint16_t*>(out),
+                                                 static_cast<const std::uint16_t*>(a),
+                                                 static_cast<const std::uint16_t*>(b), n);
+    case DataType::BF16:
+      return loop16<widen_bf16, narrow_bf16, Op>(static_cast<std::uint16_t*>(out),
+                                                 static_cast<const std::uint16_t*>(a),
+                                                 static_cast<const std::uint16_t*>(b), n);
   }
 }
 
@@ -68,23 +105,66 @@ void divide16(std::uint16_t* data, std::size_t count, float divisor) noexcept {
 void reduce(void* out, const void* a, const void* b, std::size_t count, DataType type, ReduceOp op) noexcept {
   switch (op) {
     case ReduceOp::Sum:
-    case ReduceOp::Avg: return dispatch<Add>(out, a, b, count, type);
-    case ReduceOp::Prod: return dispatch<Mul>(out, a, b, count, type);
-    case ReduceOp::Min: return dispatch<Min>(out, a, b, count, type);
-    case ReduceOp::Max: return dispatch<Max>(out, a, b, count, type);
+    case ReduceOp::Avg:
+      return dispatch<Add>(out, a, b, count, type);
+    case ReduceOp::Prod:
+      return dispatch<Mul>(out, a, b, count, type);
+    case ReduceOp::Min:
+      return dispatch<Min>(out, a, b, count, type);
+    case ReduceOp::Max:
+      return dispatch<Max>(out, a, b, count, type);
   }
 }
 
 void finish_average(void* data, std::size_t count, DataType type, int divisor) noexcept {
   switch (type) {
-    case DataType::F32: return divide(static_cast<float*>(data), count, static_cast<float>(divisor));
-    case DataType::F64: return divide(static_cast<double*>(data), count, static_cast<double>(divisor));
-    case DataType::I32: return divide(static_cast<std::int32_t*>(data), count, static_cast<std::int32_t>(divisor));
-    case DataType::I64: return divide(static_cast<std::int64_t*>(data), count, static_cast<std::int64_t>(divisor));
-    case DataType::U8: return divide(static_cast<std::uint8_t*>(data), count, static_cast<std::uint8_t>(divisor));
-    case DataType::F16: return divide16<widen_half, narrow_half>(static_cast<std::uint16_t*>(data), count, static_cast<float>(divisor));
-    case DataType::BF16: return divide16<widen_bf16, narrow_bf16>(static_cast<std::uint16_t*>(data), count, static_cast<float>(divisor));
+    case DataType::F32:
+      return divide(static_cast<float*>(data), count, static_cast<float>(divisor));
+    case DataType::F64:
+      return divide(static_cast<double*>(data), count, static_cast<double>(divisor));
+    case DataType::I32:
+      return divide(static_cast<std::int32_t*>(data), count, static_cast<std::int32_t>(divisor));
+    case DataType::I64:
+      return divide(static_cast<std::int64_t*>(data), count, static_cast<std::int64_t>(divisor));
+    case DataType::U8:
+      return divide(static_cast<std::uint8_t*>(data), count, static_cast<std::uint8_t>(divisor));
+    case DataType::F16:
+      return divide16<widen_half, narrow_half>(static_cast<std::uint16_t*>(data), count,
+                                               static_cast<float>(divisor));
+    case DataType::BF16:
+      return divide16<widen_bf16, narrow_bf16>(static_cast<std::uint16_t*>(data), count,
+                                               static_cast<float>(divisor));
   }
+}
+
+void widen16(float* out, const void* in, std::size_t count, DataType type) noexcept {
+  const auto* bits = static_cast<const std::uint16_t*>(in);
+  if (type == DataType::BF16)
+    for (std::size_t i = 0; i < count; ++i) out[i] = bf16_to_float(bits[i]);
+  else
+    for (std::size_t i = 0; i < count; ++i) out[i] = half_to_float(bits[i]);
+}
+
+namespace {
+
+// The f32 nearest to `value` toward zero, with its last bit set when inexact ("round to odd"): it keeps
+// 24 bits and remembers that more followed, so rounding it to 8 or 11 bits rounds `value` itself.
+float round_to_odd(double value) noexcept {
+  float nearest = static_cast<float>(value);
+  if (std::isnan(value) || static_cast<double>(nearest) == value) return nearest;
+  if (std::abs(static_cast<double>(nearest)) > std::abs(value)) nearest = std::nextafter(nearest, 0.0f);
+  return std::bit_cast<float>(std::bit_cast<std::uint32_t>(nearest) | 1u);
+}
+
+}  // namespace
+
+void narrow_average16(void* out, const float* sum, std::size_t count, DataType type, int divisor) noexcept {
+  auto* bits = static_cast<std::uint16_t*>(out);
+  auto n = static_cast<double>(divisor);
+  if (type == DataType::BF16)
+    for (std::size_t i = 0; i < count; ++i) bits[i] = float_to_bf16(round_to_odd(sum[i] / n));
+  else
+    for (std::size_t i = 0; i < count; ++i) bits[i] = float_to_half(round_to_odd(sum[i] / n));
 }
 
 // Branch-light conversions: the exponent is rebased; subnormals go through a float multiply.
@@ -106,10 +186,12 @@ unsigned short float_to_half(float value) noexcept {
   std::uint32_t x = std::bit_cast<std::uint32_t>(value);
   std::uint32_t sign = (x >> 16) & 0x8000u;
   std::uint32_t abs = x & 0x7fffffffu;
-  if (abs >= 0x7f800000u) return static_cast<unsigned short>(sign | 0x7c00u | (abs > 0x7f800000u ? 0x200u : 0));
+  if (abs >= 0x7f800000u)
+    return static_cast<unsigned short>(sign | 0x7c00u | (abs > 0x7f800000u ? 0x200u : 0));
   if (abs >= 0x477ff000u) return static_cast<unsigned short>(sign | 0x7c00u);  // rounds to >= 65520: inf
   if (abs < 0x38800000u) {  // below the smallest normal half: round through a float add
-    float f = std::bit_cast<float>(abs) + 0.5f;  // 0.5 = 2^-1; ulp of the sum is 2^-24, the half subnormal step
+    float f =
+        std::bit_cast<float>(abs) + 0.5f;  // 0.5 = 2^-1; ulp of the sum is 2^-24, the half subnormal step
     return static_cast<unsigned short>(sign | (std::bit_cast<std::uint32_t>(f) - 0x3f000000u));
   }
   std::uint32_t odd = (abs >> 13) & 1u;
@@ -117,11 +199,14 @@ unsigned short float_to_half(float value) noexcept {
   return static_cast<unsigned short>(sign | (abs >> 13));
 }
 
-float bf16_to_float(unsigned short bits) noexcept { return std::bit_cast<float>(static_cast<std::uint32_t>(bits) << 16); }
+float bf16_to_float(unsigned short bits) noexcept {
+  return std::bit_cast<float>(static_cast<std::uint32_t>(bits) << 16);
+}
 
 unsigned short float_to_bf16(float value) noexcept {
   std::uint32_t x = std::bit_cast<std::uint32_t>(value);
-  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<unsigned short>((x >> 16) | 0x40u);  // keep nan a nan
+  if ((x & 0x7fffffffu) > 0x7f800000u)
+    return static_cast<unsigned short>((x >> 16) | 0x40u);  // keep nan a nan
   x += 0x7fffu + ((x >> 16) & 1u);
   return static_cast<unsigned short>(x >> 16);
 }

@@ -105,4 +105,26 @@ Result<RemoteRegion> RemoteRegion::from_hex(std::string_view hex) {
   return deserialize(bytes);
 }
 
+// Bounds checks written so that offset + length cannot wrap.
+Result<RemoteAddress> RemoteRegion::at(std::uint64_t offset, std::uint64_t size) const {
+  if (offset > length || size > length - offset)
+    return fail(Errc::InvalidArgument, "RemoteRegion::at: bytes [" + std::to_string(offset) + ", " +
+                                           std::to_string(offset) + " + " + std::to_string(size) +
+                                           ") are outside the region of " + std::to_string(length) + " bytes");
+  return at(offset);
+}
+
+Result<Segment> MemoryRegion::segment(std::uint64_t offset, std::uint64_t length) const {
+  if (offset > size_ || length > size_ - offset)
+    return fail(Errc::InvalidArgument, "MemoryRegion: bytes [" + std::to_string(offset) + ", " +
+                                           std::to_string(offset) + " + " + std::to_string(length) +
+                                           ") are outside the region of " + std::to_string(size_) + " bytes");
+  if (length > kMaxSegmentLength)
+    return fail(Errc::InvalidArgument, "MemoryRegion: " + std::to_string(length) +
+                                           " bytes do not fit one Segment (at most " +
+                                           std::to_string(kMaxSegmentLength) +
+                                           ", ibv_sge's 32-bit length): post the range as several slices");
+  return slice(offset, static_cast<std::uint32_t>(length));
+}
+
 }  // namespace rdmakit

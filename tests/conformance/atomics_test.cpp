@@ -17,25 +17,25 @@ TEST_P(Conformance, CompareSwapAndFetchAddReturnTheOldValue) {
   *remote = 100;
   auto target = word->descriptor().at(24);
 
-  auto id = RDMAKIT_ASSERT_OK(client_.connection->fetch_add(result->whole(), target, 5));
+  auto id = RDMAKIT_ASSERT_OK(client_.connection->fetch_add(result->whole().value(), target, 5));
   Completion done = wait(*client_.connection, id);
   ASSERT_EQ(done.status, Status::Success);
   EXPECT_EQ(done.opcode, Opcode::FetchAdd);
   EXPECT_EQ(*old, 100u);
   EXPECT_EQ(*remote, 105u);
 
-  id = RDMAKIT_ASSERT_OK(client_.connection->compare_swap(result->whole(), target, 999, 1));  // mismatch
+  id = RDMAKIT_ASSERT_OK(client_.connection->compare_swap(result->whole().value(), target, 999, 1));  // mismatch
   ASSERT_EQ(wait(*client_.connection, id).status, Status::Success);
   EXPECT_EQ(*old, 105u);
   EXPECT_EQ(*remote, 105u) << "a failed compare must not swap";
 
-  id = RDMAKIT_ASSERT_OK(client_.connection->compare_swap(result->whole(), target, 105, 0xdeadbeefcafef00dull));
+  id = RDMAKIT_ASSERT_OK(client_.connection->compare_swap(result->whole().value(), target, 105, 0xdeadbeefcafef00dull));
   ASSERT_EQ(wait(*client_.connection, id).status, Status::Success);
   EXPECT_EQ(*old, 105u);
   EXPECT_EQ(*remote, 0xdeadbeefcafef00dull);
 
   // Wrap-around is modulo 2^64.
-  id = RDMAKIT_ASSERT_OK(client_.connection->fetch_add(result->whole(), target, ~0xdeadbeefcafef00dull + 2));
+  id = RDMAKIT_ASSERT_OK(client_.connection->fetch_add(result->whole().value(), target, ~0xdeadbeefcafef00dull + 2));
   ASSERT_EQ(wait(*client_.connection, id).status, Status::Success);
   EXPECT_EQ(*remote, 1u);
 }
@@ -64,7 +64,7 @@ TEST_P(Conformance, AtomicsSumExactlyUnderContentionFromEightConnections) {
       for (int k = 0; k < kAddsEach; k += 10) {
         std::uint64_t last = 0;
         for (int j = 0; j < 10; ++j) {
-          auto id = connection.fetch_add((*result)->whole(), counters->descriptor().at(0),
+          auto id = connection.fetch_add((*result)->whole().value(), counters->descriptor().at(0),
                                          static_cast<std::uint64_t>(i + 1));
           if (!id) return void(failures++);
           last = *id;
@@ -85,7 +85,7 @@ TEST_P(Conformance, AtomicsSumExactlyUnderContentionFromEightConnections) {
       for (int k = 0; k < kSwapsEach; ++k) {
         std::uint64_t expected = 0;
         for (;;) {
-          auto id = connection.compare_swap((*result)->whole(), counters->descriptor().at(8), expected, expected + 1);
+          auto id = connection.compare_swap((*result)->whole().value(), counters->descriptor().at(8), expected, expected + 1);
           if (!id) return void(failures++);
           auto done = connection.wait(*id, kWait);
           if (!done || !done->ok()) return void(failures++);

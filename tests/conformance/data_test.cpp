@@ -109,7 +109,7 @@ TEST_P(Conformance, OperationsCompleteInPostOrderAndWritesPrecedeLaterSends) {
   auto target = region(*server_.context, 8, Access::LocalWrite | Access::RemoteWrite);
   auto inbox = region(*server_.context, 8, Access::LocalWrite);
   ASSERT_TRUE(values && message && target && inbox);
-  auto recv_id = RDMAKIT_ASSERT_OK(server_.connection->post_recv(inbox->whole()));
+  auto recv_id = RDMAKIT_ASSERT_OK(server_.connection->post_recv(inbox->whole().value()));
   auto* v = static_cast<std::uint64_t*>(values->data());
   std::vector<std::uint64_t> ids;
   for (int i = 0; i < kCount; ++i) {
@@ -117,7 +117,7 @@ TEST_P(Conformance, OperationsCompleteInPostOrderAndWritesPrecedeLaterSends) {
     // Every WRITE hits the same word: only in-order execution leaves the last value there.
     ids.push_back(RDMAKIT_ASSERT_OK(client_.connection->write(values->slice(i * 8, 8), target->descriptor().at(0))));
   }
-  ids.push_back(RDMAKIT_ASSERT_OK(client_.connection->send(message->whole())));
+  ids.push_back(RDMAKIT_ASSERT_OK(client_.connection->send(message->whole().value())));
   // The receive of the SEND completes only after every WRITE before it is visible.
   Completion received = wait(*server_.connection, recv_id);
   ASSERT_EQ(received.status, Status::Success);

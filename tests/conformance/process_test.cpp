@@ -186,7 +186,7 @@ TEST_P(Conformance, StoppedPeerFailsPendingOperationsWithinTheTimeoutUnlessOneSi
     // shm and real RDMA NICs: the WRITE lands although no thread of the target runs.
     EXPECT_EQ(done.status, Status::Success);
     auto sink = region(*client_.context, 4096, Access::LocalWrite);
-    auto read = RDMAKIT_ASSERT_OK(connection->read(sink->whole(), peer.region().at(0)));
+    auto read = RDMAKIT_ASSERT_OK(connection->read(sink->whole().value(), peer.region().at(0)));
     ASSERT_EQ(wait(*connection, read).status, Status::Success);
     EXPECT_EQ(testing::find_pattern_mismatch(sink->data(), 4096, 21), 4096u);
   } else {

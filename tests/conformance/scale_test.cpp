@@ -69,10 +69,10 @@ TEST_P(Conformance, BlockingWaitSleepsUntilTheCompletionArrives) {
   auto inbox = region(*server_.context, 64, Access::LocalWrite);
   auto out = region(*client_.context, 64, Access::LocalWrite);
   ASSERT_TRUE(inbox && out);
-  auto recv_id = RDMAKIT_ASSERT_OK(server_.connection->post_recv(inbox->whole()));
+  auto recv_id = RDMAKIT_ASSERT_OK(server_.connection->post_recv(inbox->whole().value()));
   std::thread sender([&] {
     std::this_thread::sleep_for(100ms);
-    (void)client_.connection->send(out->whole());
+    (void)client_.connection->send(out->whole().value());
   });
   // Nothing there yet: a short wait times out cleanly.
   Completion batch[1];
@@ -108,7 +108,7 @@ TEST_P(Conformance, OneSidedOperationsAreServedAfterTheTargetStopsPolling) {
     (void)server_.connection->recv_cq().poll(batch);  // the target polls once ...
     (void)server_.connection->send_cq().poll(batch);
     auto start = std::chrono::steady_clock::now();    // ... and then only computes
-    auto id = RDMAKIT_ASSERT_OK(client_.connection->write(source->whole(), target->descriptor().at(0)));
+    auto id = RDMAKIT_ASSERT_OK(client_.connection->write(source->whole().value(), target->descriptor().at(0)));
     ASSERT_EQ(wait(*client_.connection, id).status, Status::Success);
     best = std::min(best, std::chrono::steady_clock::now() - start);
   }
@@ -124,12 +124,12 @@ TEST_P(Conformance, DiagnosticsShowOutstandingOperationsAndTheLastCompletion) {
   ASSERT_TRUE(inbox && out);
   auto before = std::chrono::system_clock::now();
   // A SEND that waits for a receive is outstanding on the client...
-  RDMAKIT_ASSERT_OK(server_.connection->post_recv(inbox->whole()));
-  RDMAKIT_ASSERT_OK(server_.connection->post_recv(inbox->whole()));
+  RDMAKIT_ASSERT_OK(server_.connection->post_recv(inbox->whole().value()));
+  RDMAKIT_ASSERT_OK(server_.connection->post_recv(inbox->whole().value()));
   ConnectionStats server_stats = server_.connection->stats();
   EXPECT_EQ(server_stats.outstanding, 2u);
   EXPECT_EQ(server_stats.posted, 2u);
-  auto id = RDMAKIT_ASSERT_OK(client_.connection->send(out->whole()));
+  auto id = RDMAKIT_ASSERT_OK(client_.connection->send(out->whole().value()));
   ASSERT_EQ(wait(*client_.connection, id).status, Status::Success);
   ConnectionStats client_stats = client_.connection->stats();
   EXPECT_EQ(client_stats.outstanding, 0u);

@@ -48,7 +48,7 @@ TEST_P(Conformance, ReceiveScattersIntoSeveralSegments) {
   fill_pattern(out->data(), 10000, 3);
   Segment pieces[] = {in->slice(0, 1000), in->slice(5000, 3000), in->slice(12000, 8000)};
   auto recv_id = RDMAKIT_ASSERT_OK(server_.connection->post_recv(pieces));
-  RDMAKIT_ASSERT_OK(client_.connection->send(out->whole()));
+  RDMAKIT_ASSERT_OK(client_.connection->send(out->whole().value()));
   Completion received = wait(*server_.connection, recv_id);
   ASSERT_EQ(received.status, Status::Success);
   EXPECT_EQ(received.bytes, 10000u);
@@ -67,7 +67,7 @@ TEST_P(Conformance, WriteWithImmediateConsumesAReceiveAndCarriesTheValue) {
   auto unused = region(*server_.context, 16, Access::LocalWrite);
   ASSERT_TRUE(source && target && unused);
   fill_pattern(source->data(), 65536, 77);
-  auto recv_id = RDMAKIT_ASSERT_OK(server_.connection->post_recv(unused->whole()));
+  auto recv_id = RDMAKIT_ASSERT_OK(server_.connection->post_recv(unused->whole().value()));
   auto id = RDMAKIT_ASSERT_OK(client_.connection->write_imm(source->slice(0, 40000), target->descriptor().at(100), 42));
   Completion sent = wait(*client_.connection, id);
   ASSERT_EQ(sent.status, Status::Success);
@@ -89,10 +89,10 @@ TEST_P(Conformance, SendWaitsForAReceivePostedLate) {
   auto in = region(*server_.context, 64, Access::LocalWrite);
   ASSERT_TRUE(out && in);
   fill_pattern(out->data(), 64, 9);
-  auto id = RDMAKIT_ASSERT_OK(client_.connection->send(out->whole()));
+  auto id = RDMAKIT_ASSERT_OK(client_.connection->send(out->whole().value()));
   // Well inside rnr_timeout (300 ms): the sender retries until the receive is there.
   std::this_thread::sleep_for(50ms);
-  auto recv_id = RDMAKIT_ASSERT_OK(server_.connection->post_recv(in->whole()));
+  auto recv_id = RDMAKIT_ASSERT_OK(server_.connection->post_recv(in->whole().value()));
   EXPECT_EQ(wait(*client_.connection, id).status, Status::Success);
   EXPECT_EQ(wait(*server_.connection, recv_id).status, Status::Success);
   EXPECT_EQ(find_pattern_mismatch(in->data(), 64, 9), 64u);
@@ -112,8 +112,8 @@ TEST_P(Conformance, SendSucceedsEvenWhenTheReceiverClosesRightAfterReceiving) {
     auto out = region(*client.context, 8, Access::LocalWrite);
     auto in = region(*server.context, 8, Access::LocalWrite);
     ASSERT_TRUE(out && in);
-    auto recv_id = RDMAKIT_ASSERT_OK(server.connection->post_recv(in->whole()));
-    auto id = RDMAKIT_ASSERT_OK(client.connection->send(out->whole()));
+    auto recv_id = RDMAKIT_ASSERT_OK(server.connection->post_recv(in->whole().value()));
+    auto id = RDMAKIT_ASSERT_OK(client.connection->send(out->whole().value()));
     ASSERT_EQ(wait(*server.connection, recv_id).status, Status::Success);
     server.connection->close();
     EXPECT_EQ(wait(*client.connection, id).status, Status::Success) << "round " << round;

@@ -1,10 +1,13 @@
 // Ranks as processes (fork), meeting through the TCP rendezvous store: a correct run, and a rank killed
-// mid-collective, after which every other rank fails with an error and none hangs.
+// or stopped mid-collective, after which every other rank fails with an error naming that rank, and none
+// hangs.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <regex>
+#include <set>
 #include <thread>
 
 #include "coll_harness.hpp"
@@ -20,13 +23,14 @@ std::uint16_t free_port() {
   return server ? (*server)->bound_port() : 0;
 }
 
-std::unique_ptr<Communicator> join(int rank, int n, std::uint16_t port, const std::string& local) {
+std::unique_ptr<Communicator> join(int rank, int n, std::uint16_t port, const std::string& local,
+                                   std::chrono::milliseconds timeout = std::chrono::milliseconds(10000)) {
   auto store = bootstrap::TcpStore::open({.host = "127.0.0.1", .port = port, .is_server = rank == 0,
                                           .timeout = std::chrono::milliseconds(20000)});
   if (!store) return nullptr;
   auto comm = Communicator::create(*store, rank, n,
                                    CommOptions{.network_transport = "tcp", .local_transport = local,
-                                               .timeout = std::chrono::milliseconds(10000),
+                                               .timeout = timeout,
                                                .bootstrap_timeout = std::chrono::milliseconds(20000)});
   return comm ? std::move(*comm) : nullptr;
 }
@@ -127,6 +131,106 @@ TEST_P(CollProcess, ARankKilledMidCollectiveFailsTheOthersAndNoneHangs) {
     EXPECT_EQ(codes[r], 0) << "rank " << r << (codes[r] == 999 ? " hung" : " did not fail cleanly");
   }
 }
+
+// A rank killed (SIGKILL) or stopped (SIGSTOP) mid-allreduce: every survivor's error names that rank
+// as the one that died or stopped responding, whichever neighbour it was waiting for.
+struct Victim {
+  int ranks;
+  int victim;
+  int signal;
+};
+
+class CollBlame : public ::testing::TestWithParam<std::tuple<std::string, Victim>> {
+ protected:
+  void SetUp() override {
+    if (std::get<0>(GetParam()) == "shm")
+      if (auto probe = Context::open(Options{.transport = "shm"}); !probe)
+        GTEST_SKIP() << "shm transport unavailable: " << probe.error().describe();
+  }
+};
+
+// The ranks an error message blames: "rank N died" or "rank N stopped responding".
+std::set<int> blamed(const std::string& message) {
+  static const std::regex pattern("rank ([0-9]+) (died|stopped responding)");
+  std::set<int> out;
+  for (std::sregex_iterator it(message.begin(), message.end(), pattern), end; it != end; ++it)
+    out.insert(std::stoi((*it)[1]));
+  return out;
+}
+
+std::string read_all(int fd) {
+  std::string out;
+  char buffer[512];
+  for (ssize_t n; (n = read(fd, buffer, sizeof(buffer))) > 0;) out.append(buffer, static_cast<std::size_t>(n));
+  return out;
+}
+
+TEST_P(CollBlame, EverySurvivorNamesTheRankThatDiedOrStopped) {
+  const auto& [transport, v] = GetParam();
+  constexpr auto kTimeout = std::chrono::milliseconds(2000);
+  std::uint16_t port = free_port();
+  ASSERT_NE(port, 0);
+  int ready[2];
+  ASSERT_EQ(pipe(ready), 0);
+  std::vector<std::array<int, 2>> errors(static_cast<std::size_t>(v.ranks));
+  for (auto& e : errors) ASSERT_EQ(pipe(e.data()), 0);
+  std::vector<pid_t> pids;
+  for (int r = 0; r < v.ranks; ++r) {
+    pid_t pid = fork();
+    if (pid == 0) {
+      close(ready[0]);
+      auto comm = join(r, v.ranks, port, transport, kTimeout);
+      if (!comm) _exit(2);
+      std::vector<float> data(1 << 18, 1.0f);
+      for (int iteration = 0; iteration < 100000; ++iteration) {
+        if (iteration == 3 && r == v.victim) [[maybe_unused]] auto w = write(ready[1], "x", 1);
+        auto ok = comm->allreduce(data.data(), data.data(), data.size(), DataType::F32, ReduceOp::Sum);
+        if (!ok) {
+          std::string message = ok.error().message();
+          [[maybe_unused]] auto w = write(errors[static_cast<std::size_t>(r)][1], message.data(), message.size());
+          _exit(0);
+        }
+      }
+      _exit(1);  // never noticed the victim
+    }
+    pids.push_back(pid);
+  }
+  close(ready[1]);
+  for (auto& e : errors) close(e[1]);
+  char byte;
+  ASSERT_EQ(read(ready[0], &byte, 1), 1);
+  close(ready[0]);
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  auto start = Clock::now();
+  kill(pids[static_cast<std::size_t>(v.victim)], v.signal);
+  std::vector<pid_t> survivors;
+  for (int r = 0; r < v.ranks; ++r)
+    if (r != v.victim) survivors.push_back(pids[static_cast<std::size_t>(r)]);
+  auto codes = reap(survivors, std::chrono::seconds(30));
+  auto elapsed = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start);
+  kill(pids[static_cast<std::size_t>(v.victim)], SIGKILL);
+  waitpid(pids[static_cast<std::size_t>(v.victim)], nullptr, 0);
+  for (std::size_t i = 0, r = 0; r < errors.size(); ++r) {
+    std::string message = read_all(errors[r][0]);
+    close(errors[r][0]);
+    if (static_cast<int>(r) == v.victim) continue;
+    EXPECT_EQ(codes[i++], 0) << "rank " << r << (codes[i - 1] == 999 ? " hung" : " did not fail cleanly");
+    EXPECT_EQ(blamed(message), std::set<int>{v.victim}) << "rank " << r << ": " << message;
+  }
+  // Failing takes the timeout at most (a stopped rank), plus the probe, plus a loaded machine's slack.
+  EXPECT_LT(elapsed, kTimeout + std::chrono::milliseconds(4000));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Victims, CollBlame,
+    ::testing::Combine(::testing::Values("tcp", "shm"),
+                       ::testing::Values(Victim{3, 2, SIGKILL}, Victim{3, 2, SIGSTOP}, Victim{4, 1, SIGKILL},
+                                         Victim{4, 1, SIGSTOP}, Victim{4, 0, SIGSTOP})),
+    [](const auto& info) {
+      const Victim& v = std::get<1>(info.param);
+      return std::get<0>(info.param) + "_" + std::to_string(v.ranks) + "ranks_" +
+             (v.signal == SIGKILL ? "kill" : "stop") + "_rank" + std::to_string(v.victim);
+    });
 
 INSTANTIATE_TEST_SUITE_P(Transports, CollProcess, ::testing::Values("tcp", "shm"),
                          [](const auto& info) { return info.param; });

@@ -114,9 +114,9 @@ TEST(ShmProcess, WriteLandsWhileTheTargetIsStopped) {
   auto back = ctx->allocate(1 << 20, Access::All).value();
   for (auto [remote, seed] : {std::pair{target.mapped, 5u}, std::pair{target.heap, 6u}}) {
     rdmakit::testing::fill_pattern(local->data(), 1 << 20, seed);
-    auto wrote = connection->wait(connection->write(local->whole(), remote.at(0)).value(), 5s);
+    auto wrote = connection->wait(connection->write(local->whole().value(), remote.at(0)).value(), 5s);
     ASSERT_TRUE(wrote && wrote->ok());
-    auto read = connection->wait(connection->read(back->whole(), remote.at(0)).value(), 5s);
+    auto read = connection->wait(connection->read(back->whole().value(), remote.at(0)).value(), 5s);
     ASSERT_TRUE(read && read->ok());
     EXPECT_EQ(rdmakit::testing::find_pattern_mismatch(back->data(), 1 << 20, seed), 1u << 20);
   }

@@ -85,7 +85,7 @@ class Hostile : public ::testing::Test {
     acceptor.join();
     auto source = client->allocate(8, Access::LocalWrite).value();
     std::memcpy(source->data(), "GOODBYTE", 8);
-    auto id = connection->write(source->whole(), target_->descriptor().at(100)).value();
+    auto id = connection->write(source->whole().value(), target_->descriptor().at(100)).value();
     auto done = connection->wait(id, 10s);
     ASSERT_TRUE(done.has_value());
     EXPECT_EQ(done->status, Status::Success);

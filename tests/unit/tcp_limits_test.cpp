@@ -293,7 +293,7 @@ TEST_F(Limits, FloodingPeerDoesNotStarveAnother) {
   auto start = Clock::now();
   while (ms_since(start) < 1500) {
     auto op_start = Clock::now();
-    auto id = connection->write(source->whole(), region->descriptor().at(0));
+    auto id = connection->write(source->whole().value(), region->descriptor().at(0));
     ASSERT_TRUE(id.has_value());
     auto done = connection->wait(*id, 5s);
     ASSERT_TRUE(done.has_value()) << done.error().message();
@@ -330,7 +330,7 @@ TEST_F(Limits, ConnectionNumbersSkipLiveOnesAfterWrap) {
   auto second = connect();
   EXPECT_NE(second->stats().connection, first->stats().connection);
   second.reset();  // its engine entry goes away
-  auto id = first->write(source->whole(), server_region->descriptor().at(0)).value();
+  auto id = first->write(source->whole().value(), server_region->descriptor().at(0)).value();
   auto done = first->wait(id, 3s);
   ASSERT_TRUE(done.has_value()) << done.error().message();
   EXPECT_EQ(done->status, Status::Success);

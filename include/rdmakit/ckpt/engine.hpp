@@ -33,14 +33,14 @@ class Communicator;
 namespace rdmakit::ckpt {
 
 struct EngineOptions {
-  std::string directory;               // checkpoints live in <directory>/ckpt-<step>; created if missing
+  std::string directory{};               // checkpoints live in <directory>/ckpt-<step>; created if missing
   // Tunables: left empty, each comes from its option (RDMAKIT_CKPT_<NAME>), else the default; Engine::options()
   // shows them all filled in.
-  std::optional<std::uint32_t> keep;         // ckpt_keep, 3: committed checkpoints kept (>= 1); older ones deleted
-  std::optional<std::size_t> chunk_bytes;    // ckpt_chunk_bytes, 4 MiB: write and checksum unit; a multiple of 4096
-  std::optional<std::uint32_t> io_depth;     // ckpt_io_depth, 4: writes in flight (1..256)
-  std::optional<std::uint32_t> copy_threads; // ckpt_copy_threads, min(4, cores): threads splitting the snapshot copy
-  std::optional<bool> direct_io;             // ckpt_direct_io, yes: O_DIRECT; falls back to buffered I/O (with a
+  std::optional<std::uint32_t> keep{};         // ckpt_keep, 3: committed checkpoints kept (>= 1); older ones deleted
+  std::optional<std::size_t> chunk_bytes{};    // ckpt_chunk_bytes, 4 MiB: write and checksum unit; a multiple of 4096
+  std::optional<std::uint32_t> io_depth{};     // ckpt_io_depth, 4: writes in flight (1..256)
+  std::optional<std::uint32_t> copy_threads{}; // ckpt_copy_threads, min(4, cores): threads splitting the snapshot copy
+  std::optional<bool> direct_io{};             // ckpt_direct_io, yes: O_DIRECT; falls back to buffered I/O (with a
                                              // warning) if refused
   // Lazy mode: snapshot() only records the step and returns; the copy into staging runs in the background
   // (during the next forward and backward pass). The application must not write any buffer until
@@ -63,7 +63,7 @@ struct EngineOptions {
   // default). Each committed checkpoint is also written into the server's memory (one-sided WRITEs into
   // memory it registered, staging registered here), and restore_latest() takes the server's newest replica
   // when it is at least as new as the newest checkpoint on disk. Single-rank engines only.
-  std::string replica;
+  std::string replica{};
   // Test hook for crash tests: the persist thread raises SIGKILL on its own process when it reaches this
   // numbered point of the commit (see CrashPoint in src/ckpt/persist.hpp). 0 = never.
   int crash_point = 0;
@@ -100,7 +100,7 @@ class Engine {
  private:
   struct Impl;
   explicit Engine(std::unique_ptr<Impl> impl);
-  std::unique_ptr<Impl> impl_;
+  std::unique_ptr<Impl> impl_{};
 };
 
 }  // namespace rdmakit::ckpt

@@ -15,10 +15,10 @@
 namespace rdmakit::ckpt {
 
 struct ServeOptions {
-  std::string listen;              // "host:port"; empty: the transport's default (loopback)
-  std::string transport;           // empty: RDMAKIT_TRANSPORT, else tcp
+  std::string listen{};            // "host:port"; empty: the transport's default (loopback)
+  std::string transport{};         // empty: RDMAKIT_TRANSPORT, else tcp
   std::uint64_t budget_bytes = 0;  // memory for every rank's two slots together
-  std::string persist_directory;   // non-empty: each replica is also persisted there, per rank
+  std::string persist_directory{};  // non-empty: each replica is also persisted there, per rank
   std::uint32_t keep = 2;          // checkpoints kept per rank under persist_directory
 };
 

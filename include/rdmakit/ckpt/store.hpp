@@ -14,9 +14,9 @@ namespace rdmakit::ckpt {
 
 // One buffer's place in a checkpoint.
 struct TensorEntry {
-  std::string name;
+  std::string name{};
   DType dtype = DType::U8;
-  std::vector<std::uint64_t> shape;
+  std::vector<std::uint64_t> shape{};
   std::uint32_t file = 0;    // index into Manifest::files
   std::uint64_t offset = 0;  // byte offset in that file
   std::uint64_t size = 0;
@@ -31,11 +31,11 @@ struct ChunkEntry {
   // Incremental checkpoints: the bytes are not in this checkpoint's file but at the same offset of the file
   // of the same name in checkpoint `source_step` (always older, and the one that holds them: never a
   // chain). Retention keeps that checkpoint while this one exists.
-  std::optional<std::uint64_t> source_step;
+  std::optional<std::uint64_t> source_step{};
 };
 
 struct FileEntry {
-  std::string name;  // a plain file name inside the checkpoint directory
+  std::string name{};  // a plain file name inside the checkpoint directory
   std::uint64_t size = 0;
 };
 
@@ -46,18 +46,18 @@ struct Manifest {
   std::uint32_t rank = 0;
   std::uint32_t world_size = 1;
   std::uint64_t chunk_bytes = 0;
-  std::vector<FileEntry> files;
-  std::vector<TensorEntry> tensors;
-  std::vector<ChunkEntry> chunks;
+  std::vector<FileEntry> files{};
+  std::vector<TensorEntry> tensors{};
+  std::vector<ChunkEntry> chunks{};
 };
 
 struct CheckpointInfo {
-  std::string path;
+  std::string path{};
   std::uint64_t step = 0;
   // Empty when the manifest reads and checks; else why not (the checkpoint is unusable). Chunks are not
   // verified by list_checkpoints(): verify_checkpoint() does that.
-  std::string problem;
-  Manifest manifest;
+  std::string problem{};
+  Manifest manifest{};
 };
 
 // The committed checkpoints under `directory`, newest first (in-progress and deleted ones are not listed).

@@ -24,25 +24,25 @@ enum class MemoryKind : std::uint8_t { Host, Cuda };
 // restore; it must stay valid for the engine's life. `shape` is metadata: its product times the dtype's
 // size must equal `size` (an empty shape means a flat array of size / dtype_size elements).
 struct Buffer {
-  std::string name;
+  std::string name{};
   void* data = nullptr;
   std::size_t size = 0;
   DType dtype = DType::U8;
-  std::vector<std::uint64_t> shape;
+  std::vector<std::uint64_t> shape{};
   MemoryKind kind = MemoryKind::Host;
 };
 
 // What one persisted checkpoint cost, reported by wait_persisted().
 struct PersistReport {
   std::uint64_t step = 0;
-  std::string path;              // the committed directory
+  std::string path{};            // the committed directory
   std::size_t bytes = 0;         // payload bytes (written + reused)
   std::size_t reused_bytes = 0;  // incremental: unchanged chunks referenced from an earlier checkpoint
   bool direct_io = false;    // false: O_DIRECT was refused and the page cache was used (a warning was logged)
   bool replicated = false;   // also in the peer's memory (EngineOptions::replica)
   double write_seconds = 0;  // data written and checksummed, before fsync
   double total_seconds = 0;  // snapshot handed over -> committed (fsyncs and rename included)
-  std::vector<std::string> deleted;  // older checkpoints removed after this one was committed (keep-last-K)
+  std::vector<std::string> deleted{};  // older checkpoints removed after this one was committed (keep-last-K)
 };
 
 }  // namespace rdmakit::ckpt

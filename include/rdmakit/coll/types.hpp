@@ -8,6 +8,11 @@
 namespace rdmakit::coll {
 
 enum class DataType : std::uint8_t { F32, F64, F16, BF16, I32, I64, U8 };
+// Sum, Prod, Min and Max compute in the element type (16-bit floats: widened to f32 for each addition
+// and rounded back, at every step). Avg over integers truncates. Avg over F16/BF16 sums in f32 (the
+// partial sums travel as f32: twice the bytes) and rounds each mean once, to nearest even: the result is
+// the correctly rounded mean whenever the f32 sum is exact (an element's values spanning at most
+// 24 - p - ceil(log2 n) binades, p = 8 for BF16, 11 for F16).
 enum class ReduceOp : std::uint8_t { Sum, Prod, Min, Max, Avg };
 
 constexpr std::size_t size_of(DataType type) noexcept {

@@ -24,7 +24,10 @@ int main() {
   auto local = (*client)->register_memory(source, sizeof(source), Access::LocalWrite);
   auto remote = (*server)->register_memory(target, sizeof(target), Access::LocalWrite | Access::RemoteWrite);
   if (!local || !remote) return 1;
-  auto id = (*connection)->write((*local)->whole(), (*remote)->descriptor().at(0));
+  auto segment = (*local)->whole();
+  auto at = (*remote)->descriptor().at(0, sizeof(target));
+  if (!segment || !at) return 1;
+  auto id = (*connection)->write(*segment, *at);
   if (!id) return 1;
   auto done = (*connection)->wait(*id, 10s);
   if (!done || !done->ok() || std::strcmp(source, target) != 0) return 1;
