@@ -80,3 +80,37 @@ def test_every_public_name_has_a_docstring():
                 if not (getattr(member, "__doc__", None) or "").strip():
                     missing.append(f"{name}.{attr}")
     assert not missing, f"no docstring: {missing}"
+
+
+def test_type_stubs_cover_the_extension():
+    import ast
+    import pathlib
+
+    stub = pathlib.Path(rdmakit.__file__).with_name("_rdmakit.pyi")
+    tree = ast.parse(stub.read_text())
+    def members(node):
+        names = {item.name for item in node.body if isinstance(item, ast.FunctionDef)}
+        names |= {item.target.id for item in node.body if isinstance(item, ast.AnnAssign)}
+        names |= {t.id for item in node.body if isinstance(item, ast.Assign) for t in item.targets}
+        return names
+
+    stubbed = {node.name: members(node) for node in tree.body if isinstance(node, ast.ClassDef)}
+    functions = {node.name for node in tree.body if isinstance(node, ast.FunctionDef)}
+    module = rdmakit._rdmakit
+    missing = []
+    for name, obj in vars(module).items():
+        if name.startswith("__"):
+            continue
+        if isinstance(obj, type):
+            if name not in stubbed:
+                missing.append(name)
+                continue
+            if hasattr(obj, "__members__"):
+                missing += [f"{name}.{m}" for m in obj.__members__ if m not in stubbed[name]]
+                continue
+            for attr in vars(obj):
+                if not attr.startswith("_") and attr not in stubbed[name]:
+                    missing.append(f"{name}.{attr}")
+        elif callable(obj) and name not in functions:
+            missing.append(name)
+    assert not missing, f"not in _rdmakit.pyi: {missing}"
