@@ -2,7 +2,9 @@
 
 The CMake build assembles the whole package (extensions, librdmakit copied next to them with RPATH
 $ORIGIN, pure-Python files, stubs) in <build>/python/rdmakit; this copies that directory into the wheel.
-RDMAKIT_CMAKE_ARGS adds CMake arguments (e.g. "-DRDMAKIT_WITH_VERBS=OFF").
+RDMAKIT_CMAKE_ARGS adds CMake arguments (e.g. "-DRDMAKIT_WITH_VERBS=OFF"). RDMAKIT_PREBUILT_PACKAGE names an
+already assembled package directory to copy instead of building (the packaging test, python_pip_install, uses
+the build tree's, so CI checks the wheel without compiling everything twice).
 """
 
 import os
@@ -22,6 +24,14 @@ class CMakeBuild(build_ext):
     """Configures and builds the Python targets with CMake, then copies the assembled package."""
 
     def build_extension(self, ext):
+        destination = pathlib.Path(self.get_ext_fullpath(ext.name)).parent
+        prebuilt = os.environ.get("RDMAKIT_PREBUILT_PACKAGE")
+        package = pathlib.Path(prebuilt) if prebuilt else self.cmake_build()
+        shutil.copytree(package, destination, dirs_exist_ok=True,
+                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+
+    def cmake_build(self):
+        """Configures and builds the package's targets; the directory where CMake assembled the package."""
         build = pathlib.Path(self.build_temp).resolve() / "cmake"
         configure = [
             "cmake", "-S", str(ROOT), "-B", str(build), "-DCMAKE_BUILD_TYPE=Release",
@@ -36,10 +46,7 @@ class CMakeBuild(build_ext):
             targets.append("_rdmakit_torch")
         jobs = str(os.cpu_count() or 1)
         subprocess.run(["cmake", "--build", str(build), "-j", jobs, "--target", *targets], check=True)
-        package = build / "python" / "rdmakit"
-        destination = pathlib.Path(self.get_ext_fullpath(ext.name)).parent
-        shutil.copytree(package, destination, dirs_exist_ok=True,
-                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        return build / "python" / "rdmakit"
 
 
 setup(
