@@ -101,7 +101,7 @@ def test_pending_operation_keeps_its_region_alive():
         client.close(), server.close()
 
 
-def test_pinned_receive_gets_its_bytes():
+def test_receive_lands_after_the_arrays_name_is_gone():
     with rdmakit.Context(transport="tcp") as ctx, rdmakit.Context(transport="tcp") as peer:
         client, server = connect_pair(ctx, peer)
         inbox = np.zeros(16, np.uint8)
