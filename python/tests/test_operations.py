@@ -163,3 +163,33 @@ def test_diagnostics_and_peer(ctx, pair):
     assert client.peer["epoch"] != 0 and client.stats()["outstanding"] == 0
     assert any(s["connection"] == client.number for s in ctx.diagnostics())
     assert ctx.transport in ("tcp", "shm") and ctx.capabilities["max_sge"] >= 1
+
+
+def test_waiting_releases_the_gil(ctx, pair):
+    import threading
+    import time
+
+    client, _ = pair
+    counter = [0]
+    stop = threading.Event()
+
+    def spin():
+        while not stop.is_set():
+            counter[0] += 1
+
+    worker = threading.Thread(target=spin)
+    worker.start()
+    try:
+        time.sleep(0.05)
+        before = counter[0]
+        start = time.monotonic()
+        with pytest.raises(rdmakit.TimeoutError):
+            client.wait(123456, timeout=0.5)  # nothing completes: the whole half second is spent waiting
+        waited = time.monotonic() - start
+        during = counter[0] - before
+    finally:
+        stop.set()
+        worker.join()
+    assert waited >= 0.45
+    # With the GIL held for 0.5 s the other thread could not count at all; released, it counts freely.
+    assert during > 10_000, f"the other thread ran only {during} iterations while we waited"
