@@ -10,6 +10,11 @@ address before and after): nothing was copied into a temporary buffer and handed
 
     /usr/bin/python3 examples/python/ipc_numpy.py --transport shm --size 1G
     /usr/bin/python3 examples/python/ipc_numpy.py --transport tcp --size 64M
+
+Across hosts (tcp, or verbs), start the two sides yourself; the receiver prints the sender's command line:
+
+    host A$ ipc_numpy.py --transport tcp --size 1G --role receiver --listen 10.0.0.1:7471
+    host B$ ipc_numpy.py --transport tcp --size 1G --role sender --connect 10.0.0.1:7471 --descriptor <hex>
 """
 
 import argparse
@@ -34,13 +39,13 @@ def pattern(size, seed):
     return np.random.default_rng(seed).integers(0, 256, size, dtype=np.uint8)
 
 
-def receiver(pipe, transport, size, seed):
+def receiver(pipe, transport, size, seed, listen=""):
     with rdmakit.Context(transport=transport) as ctx:
         array = np.zeros(size, np.uint8)
         address_before = array.__array_interface__["data"][0]
         region = ctx.register(array)                     # no copy: the transport writes into `array`
         signal = ctx.register(bytearray(8))
-        listener = ctx.listen()
+        listener = ctx.listen(listen)
         pipe.send((listener.address, bytes(region.descriptor)))
         with listener.accept(timeout=30) as conn:
             done = conn.wait(conn.post_recv(signal), timeout=120)   # completed by the sender's WRITE_IMM
@@ -74,8 +79,19 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--transport", default="shm", choices=["shm", "tcp", "verbs"])
     parser.add_argument("--size", default="64M", help="bytes, with K/M/G (default 64M)")
+    parser.add_argument("--role", choices=["both", "receiver", "sender"], default="both")
+    parser.add_argument("--listen", default="", help="receiver: host:port to listen on (default loopback)")
+    parser.add_argument("--connect", help="sender: the receiver's address")
+    parser.add_argument("--descriptor", help="sender: the receiver's descriptor (hex)")
     args = parser.parse_args()
     size, seed = parse_size(args.size), 12345
+    if args.role == "receiver":
+        return run_receiver_alone(args, size, seed)
+    if args.role == "sender":
+        descriptor = rdmakit.RemoteRegion.from_hex(args.descriptor).to_bytes()
+        seconds = sender(args.transport, size, seed, args.connect, descriptor)
+        print(f"{args.transport}: {size} bytes in {seconds * 1e3:.1f} ms ({size / seconds / 1e9:.2f} GB/s)")
+        return 0
     spawn = mp.get_context("spawn")
     here, there = spawn.Pipe()
     process = spawn.Process(target=receiver, args=(there, args.transport, size, seed))
@@ -91,6 +107,33 @@ def main():
     zero_copy = (report["same_object"] and report["address_before"] == report["address_after"]
                  == report["region_address"])
     ok = report["bytes_ok"] and zero_copy and report["imm"] == seed and process.exitcode == 0
+    print("OK: the bytes landed in the receiver's own array, no copy" if ok else "FAILED")
+    return 0 if ok else 1
+
+
+class _PrintingPipe:
+    """The receiver's pipe when it runs alone: prints what it would send to the sender process."""
+
+    def __init__(self, args):
+        self.args, self.report = args, None
+
+    def send(self, message):
+        if isinstance(message, tuple):
+            address, descriptor = message
+            hex_text = rdmakit.RemoteRegion.from_bytes(descriptor).to_hex()
+            print(f"run on the sender: ipc_numpy.py --transport {self.args.transport} --size {self.args.size} "
+                  f"--role sender --connect {address} --descriptor {hex_text}", flush=True)
+        else:
+            self.report = message
+
+
+def run_receiver_alone(args, size, seed):
+    pipe = _PrintingPipe(args)
+    receiver(pipe, args.transport, size, seed, args.listen)
+    report = pipe.report
+    ok = report["bytes_ok"] and report["same_object"] and report["address_before"] == report["address_after"]
+    print(f"receiver: bytes intact {report['bytes_ok']}, same array object {report['same_object']}, "
+          f"address before {report['address_before']:#x} after {report['address_after']:#x}")
     print("OK: the bytes landed in the receiver's own array, no copy" if ok else "FAILED")
     return 0 if ok else 1
 
