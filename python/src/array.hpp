@@ -17,7 +17,7 @@ struct ArrayRef {
   void* data = nullptr;
   std::size_t count = 0;     // elements
   std::size_t itemsize = 0;  // bytes per element
-  std::string dtype;         // numpy-style name: float32, float64, float16, bfloat16, int8..int64, uint8..uint64
+  std::string dtype;  // numpy-style name: float32, float64, float16, bfloat16, int8..int64, uint8..uint64
   std::vector<std::uint64_t> shape;
   std::shared_ptr<HeldBuffer> buffer;  // numpy and other buffer-protocol arrays
   py::object keep;                     // torch tensors: the tensor itself

@@ -22,7 +22,8 @@ py::object tensor_view(py::handle tensor) {
     raise(Errc::InvalidArgument, "the tensor is not contiguous: registering it would need a copy");
   auto view = tensor.attr("detach")().attr("numpy")();
   const auto tensor_address = tensor.attr("data_ptr")().cast<std::uintptr_t>();
-  const auto view_address = view.attr("__array_interface__")["data"].cast<py::tuple>()[0].cast<std::uintptr_t>();
+  const auto view_address =
+      view.attr("__array_interface__")["data"].cast<py::tuple>()[0].cast<std::uintptr_t>();
   if (tensor_address != view_address) raise(Errc::InvalidArgument, "the tensor's memory could not be shared");
   return view;
 }
@@ -32,7 +33,8 @@ py::object exporter_of(py::handle object) {
   if (is_torch_tensor(object)) return tensor_view(object);
   if (py::hasattr(object, "__array_interface__"))  // wraps the memory; numpy never copies here
     return py::module_::import("numpy").attr("asarray")(object);
-  raise(Errc::InvalidArgument, "a " + py::str(py::type::handle_of(object).attr("__name__")).cast<std::string>() +
+  raise(Errc::InvalidArgument, "a " +
+                                   py::str(py::type::handle_of(object).attr("__name__")).cast<std::string>() +
                                    " has no memory to register (it supports neither the buffer protocol "
                                    "nor __array_interface__)");
 }

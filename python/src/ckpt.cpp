@@ -51,19 +51,27 @@ py::dict report_dict(const ckpt::PersistReport& report) {
   return d;
 }
 
-std::unique_ptr<PyEngine> make_engine(const std::string& directory, const std::vector<std::pair<std::string, py::object>>& named,
-                                      std::uint32_t keep, std::size_t chunk_bytes, std::uint32_t io_depth, bool lazy,
-                                      bool incremental, bool direct_io) {
+std::unique_ptr<PyEngine> make_engine(const std::string& directory,
+                                      const std::vector<std::pair<std::string, py::object>>& named,
+                                      std::uint32_t keep, std::size_t chunk_bytes, std::uint32_t io_depth,
+                                      bool lazy, bool incremental, bool direct_io) {
   auto result = std::make_unique<PyEngine>();
   std::vector<ckpt::Buffer> buffers;
   for (const auto& [name, object] : named) {
     result->arrays.push_back(array_ref(object, true));
     const auto& array = result->arrays.back();
-    buffers.push_back(ckpt::Buffer{.name = name, .data = array.data, .size = array.bytes(),
-                                   .dtype = ckpt_dtype(array.dtype), .shape = array.shape});
+    buffers.push_back(ckpt::Buffer{.name = name,
+                                   .data = array.data,
+                                   .size = array.bytes(),
+                                   .dtype = ckpt_dtype(array.dtype),
+                                   .shape = array.shape});
   }
-  ckpt::EngineOptions options{.directory = directory, .keep = keep, .chunk_bytes = chunk_bytes,
-                              .io_depth = io_depth, .direct_io = direct_io, .lazy = lazy,
+  ckpt::EngineOptions options{.directory = directory,
+                              .keep = keep,
+                              .chunk_bytes = chunk_bytes,
+                              .io_depth = io_depth,
+                              .direct_io = direct_io,
+                              .lazy = lazy,
                               .incremental = incremental};
   auto engine = [&] {
     py::gil_scoped_release released;
@@ -76,16 +84,26 @@ std::unique_ptr<PyEngine> make_engine(const std::string& directory, const std::v
 }  // namespace
 
 void bind_ckpt(py::module_& m) {
-  py::class_<PyEngine>(m, "_CkptEngine", "The C++ checkpoint engine over named arrays (use rdmakit.ckpt.Checkpointer).")
+  py::class_<PyEngine>(m, "_CkptEngine",
+                       "The C++ checkpoint engine over named arrays (use rdmakit.ckpt.Checkpointer).")
       .def(py::init(&make_engine), py::arg("directory"), py::arg("buffers"), py::arg("keep") = 3,
            py::arg("chunk_bytes") = 4u << 20, py::arg("io_depth") = 4, py::arg("lazy") = false,
            py::arg("incremental") = false, py::arg("direct_io") = true)
-      .def("snapshot", [](PyEngine& e, std::uint64_t step) { unwrap(e.unlocked([&](auto& x) { return x.snapshot(step); })); },
-           py::arg("step"), "Copies the state into staging and persists it in the background.")
-      .def("wait_snapshot", [](PyEngine& e) { unwrap(e.unlocked([](auto& x) { return x.wait_snapshot(); })); },
-           "Returns when the copy of the last snapshot is complete (lazy mode).")
-      .def("wait_persisted", [](PyEngine& e) { return report_dict(unwrap(e.unlocked([](auto& x) { return x.wait_persisted(); }))); },
-           "Waits until the last snapshot is committed; its report.")
+      .def(
+          "snapshot",
+          [](PyEngine& e, std::uint64_t step) {
+            unwrap(e.unlocked([&](auto& x) { return x.snapshot(step); }));
+          },
+          py::arg("step"), "Copies the state into staging and persists it in the background.")
+      .def(
+          "wait_snapshot", [](PyEngine& e) { unwrap(e.unlocked([](auto& x) { return x.wait_snapshot(); })); },
+          "Returns when the copy of the last snapshot is complete (lazy mode).")
+      .def(
+          "wait_persisted",
+          [](PyEngine& e) {
+            return report_dict(unwrap(e.unlocked([](auto& x) { return x.wait_persisted(); })));
+          },
+          "Waits until the last snapshot is committed; its report.")
       .def(
           "restore_latest",
           [](PyEngine& e) -> std::optional<std::uint64_t> {
@@ -94,7 +112,8 @@ void bind_ckpt(py::module_& m) {
             return unwrap(std::move(step));
           },
           "Loads the newest good checkpoint into the arrays; its step, or None when there is none.")
-      .def_property_readonly("state_bytes", [](const PyEngine& e) { return e.get().state_bytes(); }, "Bytes of state.")
+      .def_property_readonly(
+          "state_bytes", [](const PyEngine& e) { return e.get().state_bytes(); }, "Bytes of state.")
       .def(
           "close",
           [](PyEngine& e) {

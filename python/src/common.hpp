@@ -40,7 +40,8 @@ auto wait_in_slices(std::chrono::nanoseconds timeout, Step step) -> decltype(ste
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   while (true) {
     const auto left = deadline - std::chrono::steady_clock::now();
-    const auto slice = std::min<std::chrono::nanoseconds>(std::max<std::chrono::nanoseconds>(left, {}), kSlice);
+    const auto slice =
+        std::min<std::chrono::nanoseconds>(std::max<std::chrono::nanoseconds>(left, {}), kSlice);
     decltype(step(timeout)) result = [&] {
       py::gil_scoped_release unlocked;
       return step(slice);

@@ -57,7 +57,9 @@ std::uint64_t post_chain(PyConnection& self, const std::vector<PyWorkRequest>& r
   return id;
 }
 
-std::uint64_t post_one(PyConnection& self, PyWorkRequest request) { return post_chain(self, {std::move(request)}); }
+std::uint64_t post_one(PyConnection& self, PyWorkRequest request) {
+  return post_chain(self, {std::move(request)});
+}
 
 Completion wait_for(PyConnection& self, std::uint64_t id, std::optional<double> timeout, bool check) {
   const auto connection = self.get();
@@ -113,7 +115,8 @@ void bind_connection(py::module_& m) {
       .def(
           "write",
           [](PyConnection& self, py::object local, py::object remote, bool signaled) {
-            return post_one(self, {.opcode = Opcode::Write, .local = local, .remote = remote, .signaled = signaled});
+            return post_one(
+                self, {.opcode = Opcode::Write, .local = local, .remote = remote, .signaled = signaled});
           },
           py::arg("local"), py::arg("remote"), py::arg("signaled") = true,
           "RDMA WRITE of `local` (Region, Slice or list) to `remote` (RemoteRegion or RemoteAddress).")
@@ -134,15 +137,20 @@ void bind_connection(py::module_& m) {
           "compare_swap",
           [](PyConnection& self, py::object old_value, py::object remote, std::uint64_t expected,
              std::uint64_t desired) {
-            return post_one(self, {.opcode = Opcode::CompareSwap, .local = old_value, .remote = remote,
-                                   .compare_add = expected, .swap = desired});
+            return post_one(self, {.opcode = Opcode::CompareSwap,
+                                   .local = old_value,
+                                   .remote = remote,
+                                   .compare_add = expected,
+                                   .swap = desired});
           },
           py::arg("old_value"), py::arg("remote"), py::arg("expected"), py::arg("desired"),
-          "8-byte compare-and-swap at `remote` (8-byte aligned); the old value lands in the 8-byte `old_value` slice.")
+          "8-byte compare-and-swap at `remote` (8-byte aligned); the old value lands in the 8-byte "
+          "`old_value` slice.")
       .def(
           "fetch_add",
           [](PyConnection& self, py::object old_value, py::object remote, std::uint64_t add) {
-            return post_one(self, {.opcode = Opcode::FetchAdd, .local = old_value, .remote = remote, .compare_add = add});
+            return post_one(
+                self, {.opcode = Opcode::FetchAdd, .local = old_value, .remote = remote, .compare_add = add});
           },
           py::arg("old_value"), py::arg("remote"), py::arg("add"),
           "8-byte fetch-and-add at `remote`; the old value lands in the 8-byte `old_value` slice.")
@@ -167,13 +175,16 @@ void bind_connection(py::module_& m) {
             return id;
           },
           py::arg("local"), "Posts a receive buffer for a SEND or a WRITE with immediate; returns its id.")
-      .def("wait", &wait_for, py::arg("id"), py::arg("timeout") = py::none(), py::arg("check") = true,
-           "Waits (GIL released) for operation `id`. Raises rdmakit.TimeoutError after `timeout` seconds, and "
-           "(check=True) rdmakit.OperationError / RemoteAccessError when it completed with an error status.")
-      .def_property_readonly("number", [](const PyConnection& c) { return c.get()->number(); },
-                             "Context-unique number (Completion.connection).")
-      .def_property_readonly("peer", [](const PyConnection& c) { return peer_dict(c.get()->peer()); },
-                             "Who is at the other end: name, id, epoch, address.")
+      .def(
+          "wait", &wait_for, py::arg("id"), py::arg("timeout") = py::none(), py::arg("check") = true,
+          "Waits (GIL released) for operation `id`. Raises rdmakit.TimeoutError after `timeout` seconds, and "
+          "(check=True) rdmakit.OperationError / RemoteAccessError when it completed with an error status.")
+      .def_property_readonly(
+          "number", [](const PyConnection& c) { return c.get()->number(); },
+          "Context-unique number (Completion.connection).")
+      .def_property_readonly(
+          "peer", [](const PyConnection& c) { return peer_dict(c.get()->peer()); },
+          "Who is at the other end: name, id, epoch, address.")
       .def(
           "stats",
           [](const PyConnection& c) {
@@ -187,12 +198,20 @@ void bind_connection(py::module_& m) {
       .def(
           "health", [](const PyConnection& c) { unwrap(c.get()->health()); },
           "Returns None while healthy; raises the connection's first failure (sticky) afterwards.")
-      .def_readonly("send_cq", &PyConnection::send_cq, "The shared CompletionQueue given at connect, or None.")
-      .def_readonly("recv_cq", &PyConnection::recv_cq, "The shared CompletionQueue given at connect, or None.")
+      .def_readonly("send_cq", &PyConnection::send_cq,
+                    "The shared CompletionQueue given at connect, or None.")
+      .def_readonly("recv_cq", &PyConnection::recv_cq,
+                    "The shared CompletionQueue given at connect, or None.")
       .def(
           "close",
           [](PyConnection& self) {
-            if (auto* connection = [&]() -> Connection* { try { return self.get().get(); } catch (...) { return nullptr; } }()) {
+            if (auto* connection = [&]() -> Connection* {
+                  try {
+                    return self.get().get();
+                  } catch (...) {
+                    return nullptr;
+                  }
+                }()) {
               py::gil_scoped_release unlocked;
               connection->close();
             }

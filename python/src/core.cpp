@@ -25,11 +25,28 @@ void take_duration(const py::kwargs& kwargs, const char* name, std::optional<Dur
 
 // Context(transport=..., timeout_ms=..., ...): the names of rdmakit::Options (describe_options()).
 Options options_from(const py::kwargs& kwargs) {
-  static const char* const kKnown[] = {
-      "transport", "name", "listen_address", "device", "port", "gid_index", "mtu", "timeout_ms",
-      "rnr_timeout_ms", "connect_timeout_ms", "handshake_timeout_ms", "wait_mode", "spin_us", "cq_depth",
-      "send_queue_depth", "recv_queue_depth", "max_sge", "inline_size", "registration_cache", "log_level",
-      "job_secret", "shm_allowed_uids"};
+  static const char* const kKnown[] = {"transport",
+                                       "name",
+                                       "listen_address",
+                                       "device",
+                                       "port",
+                                       "gid_index",
+                                       "mtu",
+                                       "timeout_ms",
+                                       "rnr_timeout_ms",
+                                       "connect_timeout_ms",
+                                       "handshake_timeout_ms",
+                                       "wait_mode",
+                                       "spin_us",
+                                       "cq_depth",
+                                       "send_queue_depth",
+                                       "recv_queue_depth",
+                                       "max_sge",
+                                       "inline_size",
+                                       "registration_cache",
+                                       "log_level",
+                                       "job_secret",
+                                       "shm_allowed_uids"};
   for (auto item : kwargs) {
     const auto key = item.first.cast<std::string>();
     if (std::find_if(std::begin(kKnown), std::end(kKnown), [&](const char* k) { return key == k; }) ==
@@ -69,7 +86,8 @@ Access access_from(std::uint32_t bits) {
 }
 
 bool writes_locally_or_remotely(Access access) {
-  return has(access, Access::LocalWrite) || has(access, Access::RemoteWrite) || has(access, Access::RemoteAtomic);
+  return has(access, Access::LocalWrite) || has(access, Access::RemoteWrite) ||
+         has(access, Access::RemoteAtomic);
 }
 
 py::dict option_dict(const OptionInfo& info) {
@@ -105,29 +123,49 @@ py::object make_region(PyContext& self, py::handle object, std::uint32_t access_
 
 void bind_enums(py::module_& m) {
   py::enum_<Status>(m, "Status", "Completion status of an operation (verbs' ibv_wc_status names).")
-      .value("SUCCESS", Status::Success).value("LOCAL_LENGTH", Status::LocalLength)
-      .value("LOCAL_PROTECTION", Status::LocalProtection).value("LOCAL_QP_OPERATION", Status::LocalQpOperation)
-      .value("REMOTE_ACCESS", Status::RemoteAccess).value("REMOTE_INVALID_REQUEST", Status::RemoteInvalidRequest)
-      .value("REMOTE_OPERATION", Status::RemoteOperation).value("RNR_RETRY_EXCEEDED", Status::RnrRetryExceeded)
-      .value("TRANSPORT_RETRY_EXCEEDED", Status::TransportRetryExceeded).value("FLUSHED", Status::Flushed)
+      .value("SUCCESS", Status::Success)
+      .value("LOCAL_LENGTH", Status::LocalLength)
+      .value("LOCAL_PROTECTION", Status::LocalProtection)
+      .value("LOCAL_QP_OPERATION", Status::LocalQpOperation)
+      .value("REMOTE_ACCESS", Status::RemoteAccess)
+      .value("REMOTE_INVALID_REQUEST", Status::RemoteInvalidRequest)
+      .value("REMOTE_OPERATION", Status::RemoteOperation)
+      .value("RNR_RETRY_EXCEEDED", Status::RnrRetryExceeded)
+      .value("TRANSPORT_RETRY_EXCEEDED", Status::TransportRetryExceeded)
+      .value("FLUSHED", Status::Flushed)
       .value("GENERAL_ERROR", Status::GeneralError);
   py::enum_<Errc>(m, "Errc", "Why a call failed (rdmakit::Errc).")
-      .value("INVALID_ARGUMENT", Errc::InvalidArgument).value("NOT_SUPPORTED", Errc::NotSupported)
-      .value("NOT_FOUND", Errc::NotFound).value("UNAVAILABLE", Errc::Unavailable)
-      .value("CONNECTION_REFUSED", Errc::ConnectionRefused).value("CONNECTION_BROKEN", Errc::ConnectionBroken)
-      .value("STALE_DESCRIPTOR", Errc::StaleDescriptor).value("TIMEOUT", Errc::Timeout)
-      .value("RESOURCE_EXHAUSTED", Errc::ResourceExhausted).value("PROTOCOL_ERROR", Errc::ProtocolError)
-      .value("SYSTEM_ERROR", Errc::SystemError).value("TRANSPORT_FAILURE", Errc::TransportFailure);
+      .value("INVALID_ARGUMENT", Errc::InvalidArgument)
+      .value("NOT_SUPPORTED", Errc::NotSupported)
+      .value("NOT_FOUND", Errc::NotFound)
+      .value("UNAVAILABLE", Errc::Unavailable)
+      .value("CONNECTION_REFUSED", Errc::ConnectionRefused)
+      .value("CONNECTION_BROKEN", Errc::ConnectionBroken)
+      .value("STALE_DESCRIPTOR", Errc::StaleDescriptor)
+      .value("TIMEOUT", Errc::Timeout)
+      .value("RESOURCE_EXHAUSTED", Errc::ResourceExhausted)
+      .value("PROTOCOL_ERROR", Errc::ProtocolError)
+      .value("SYSTEM_ERROR", Errc::SystemError)
+      .value("TRANSPORT_FAILURE", Errc::TransportFailure);
   py::enum_<Opcode>(m, "Opcode", "What an operation or completion is.")
-      .value("WRITE", Opcode::Write).value("WRITE_IMM", Opcode::WriteImm).value("READ", Opcode::Read)
-      .value("COMPARE_SWAP", Opcode::CompareSwap).value("FETCH_ADD", Opcode::FetchAdd)
-      .value("SEND", Opcode::Send).value("RECV", Opcode::Recv).value("RECV_WRITE_IMM", Opcode::RecvWriteImm);
-  py::enum_<WaitMode>(m, "WaitMode", "How a waiter waits: SPIN polls, BLOCK sleeps, HYBRID spins then sleeps.")
-      .value("SPIN", WaitMode::Spin).value("BLOCK", WaitMode::Block).value("HYBRID", WaitMode::Hybrid);
+      .value("WRITE", Opcode::Write)
+      .value("WRITE_IMM", Opcode::WriteImm)
+      .value("READ", Opcode::Read)
+      .value("COMPARE_SWAP", Opcode::CompareSwap)
+      .value("FETCH_ADD", Opcode::FetchAdd)
+      .value("SEND", Opcode::Send)
+      .value("RECV", Opcode::Recv)
+      .value("RECV_WRITE_IMM", Opcode::RecvWriteImm);
+  py::enum_<WaitMode>(m, "WaitMode",
+                      "How a waiter waits: SPIN polls, BLOCK sleeps, HYBRID spins then sleeps.")
+      .value("SPIN", WaitMode::Spin)
+      .value("BLOCK", WaitMode::Block)
+      .value("HYBRID", WaitMode::Hybrid);
 }
 
 void bind_descriptors(py::module_& m) {
-  py::class_<RemoteAddress>(m, "RemoteAddress", "An address and key at the peer: where a one-sided operation lands.")
+  py::class_<RemoteAddress>(m, "RemoteAddress",
+                            "An address and key at the peer: where a one-sided operation lands.")
       .def(py::init([](std::uint64_t addr, std::uint32_t rkey, std::uint64_t epoch) {
              return RemoteAddress{addr, rkey, epoch};
            }),
@@ -135,7 +173,8 @@ void bind_descriptors(py::module_& m) {
            "An address built by hand (owner_epoch 0: not checked against the peer's epoch).")
       .def_readonly("addr", &RemoteAddress::addr, "Virtual address at the peer.")
       .def_readonly("rkey", &RemoteAddress::rkey, "Remote key.")
-      .def_readonly("owner_epoch", &RemoteAddress::owner_epoch, "Epoch of the owner's context (0: unchecked).")
+      .def_readonly("owner_epoch", &RemoteAddress::owner_epoch,
+                    "Epoch of the owner's context (0: unchecked).")
       .def("__repr__", [](const RemoteAddress& a) {
         return "RemoteAddress(addr=" + std::to_string(a.addr) + ", rkey=" + std::to_string(a.rkey) + ")";
       });
@@ -149,29 +188,37 @@ void bind_descriptors(py::module_& m) {
             return unwrap(RemoteRegion::deserialize(
                 std::span(reinterpret_cast<const std::byte*>(view.data()), view.size())));
           },
-          py::arg("data"), "Parses the 48 bytes of to_bytes(); rdmakit.InvalidArgumentError when they are not one.")
-      .def_static("from_hex", [](const std::string& text) { return unwrap(RemoteRegion::from_hex(text)); },
-                  py::arg("text"), "Parses to_hex() text.")
-      .def("to_bytes", [](const RemoteRegion& r) {
-        const auto bytes = r.serialize();
-        return py::bytes(reinterpret_cast<const char*>(bytes.data()), bytes.size());
-      }, "The 48-byte serialized descriptor.")
-      .def("__bytes__", [](const RemoteRegion& r) {
-        const auto bytes = r.serialize();
-        return py::bytes(reinterpret_cast<const char*>(bytes.data()), bytes.size());
-      })
+          py::arg("data"),
+          "Parses the 48 bytes of to_bytes(); rdmakit.InvalidArgumentError when they are not one.")
+      .def_static(
+          "from_hex", [](const std::string& text) { return unwrap(RemoteRegion::from_hex(text)); },
+          py::arg("text"), "Parses to_hex() text.")
+      .def(
+          "to_bytes",
+          [](const RemoteRegion& r) {
+            const auto bytes = r.serialize();
+            return py::bytes(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+          },
+          "The 48-byte serialized descriptor.")
+      .def("__bytes__",
+           [](const RemoteRegion& r) {
+             const auto bytes = r.serialize();
+             return py::bytes(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+           })
       .def("to_hex", &RemoteRegion::to_hex, "Hex text of to_bytes(), for command lines and files.")
       .def("at", &RemoteRegion::at, py::arg("offset") = 0,
            "The RemoteAddress `offset` bytes into the region (bounds are checked by the target).")
       .def_readonly("addr", &RemoteRegion::addr, "Start address at the owner.")
       .def_readonly("length", &RemoteRegion::length, "Length in bytes.")
       .def_readonly("rkey", &RemoteRegion::rkey, "Remote key.")
-      .def_property_readonly("access", [](const RemoteRegion& r) { return static_cast<std::uint32_t>(r.access); },
-                             "Access bits granted (rdmakit.Access).")
+      .def_property_readonly(
+          "access", [](const RemoteRegion& r) { return static_cast<std::uint32_t>(r.access); },
+          "Access bits granted (rdmakit.Access).")
       .def_readonly("owner_id", &RemoteRegion::owner_id, "Identity of the owner's context.")
       .def_readonly("owner_epoch", &RemoteRegion::owner_epoch, "Epoch of the owner's context.")
       .def("__len__", [](const RemoteRegion& r) { return r.length; })
-      .def("__eq__", [](const RemoteRegion& a, const RemoteRegion& b) { return a.serialize() == b.serialize(); })
+      .def("__eq__",
+           [](const RemoteRegion& a, const RemoteRegion& b) { return a.serialize() == b.serialize(); })
       .def("__repr__", [](const RemoteRegion& r) {
         return "RemoteRegion(addr=" + std::to_string(r.addr) + ", length=" + std::to_string(r.length) +
                ", rkey=" + std::to_string(r.rkey) + ", access=" + to_string(r.access) + ")";
@@ -196,10 +243,11 @@ void bind_region(py::module_& m) {
   py::class_<RegionMemory>(m, "_RegionMemory", py::buffer_protocol(), "The bytes behind Region.view().")
       .def_buffer([](RegionMemory& memory) {
         const bool readonly = memory.buffer ? memory.buffer->readonly() : false;
-        return py::buffer_info(memory.region->data(), 1, "B", 1, {static_cast<py::ssize_t>(memory.region->size())},
-                               {1}, readonly);
+        return py::buffer_info(memory.region->data(), 1, "B", 1,
+                               {static_cast<py::ssize_t>(memory.region->size())}, {1}, readonly);
       });
-  py::class_<PySlice>(m, "Slice", "Bytes [offset, offset + length) of a Region: a local scatter-gather entry.")
+  py::class_<PySlice>(m, "Slice",
+                      "Bytes [offset, offset + length) of a Region: a local scatter-gather entry.")
       .def_readonly("region", &PySlice::region, "The Region.")
       .def_readonly("offset", &PySlice::offset, "Offset into the region.")
       .def_readonly("length", &PySlice::length, "Length in bytes.")
@@ -208,16 +256,22 @@ void bind_region(py::module_& m) {
                        "Registered memory. Keeps the registered object alive (and, for bytearray and mmap, "
                        "unresizable) until close() or until it is garbage; usable as a context manager.")
       .def_property_readonly("obj", &PyRegion::owner, "The registered object (None for allocate()d memory).")
-      .def_property_readonly("address", [](const PyRegion& r) { return reinterpret_cast<std::uintptr_t>(r.get()->data()); },
-                             "Address of the first byte.")
+      .def_property_readonly(
+          "address", [](const PyRegion& r) { return reinterpret_cast<std::uintptr_t>(r.get()->data()); },
+          "Address of the first byte.")
       .def("__len__", [](const PyRegion& r) { return r.get()->size(); })
-      .def_property_readonly("size", [](const PyRegion& r) { return r.get()->size(); }, "Size in bytes.")
-      .def_property_readonly("access", [](const PyRegion& r) { return static_cast<std::uint32_t>(r.get()->access()); },
-                             "Access bits (rdmakit.Access).")
-      .def_property_readonly("lkey", [](const PyRegion& r) { return r.get()->lkey(); }, "Local key.")
-      .def_property_readonly("rkey", [](const PyRegion& r) { return r.get()->rkey(); }, "Remote key.")
-      .def_property_readonly("descriptor", [](const PyRegion& r) { return r.get()->descriptor(); },
-                             "The RemoteRegion a peer needs (send bytes(region.descriptor)).")
+      .def_property_readonly(
+          "size", [](const PyRegion& r) { return r.get()->size(); }, "Size in bytes.")
+      .def_property_readonly(
+          "access", [](const PyRegion& r) { return static_cast<std::uint32_t>(r.get()->access()); },
+          "Access bits (rdmakit.Access).")
+      .def_property_readonly(
+          "lkey", [](const PyRegion& r) { return r.get()->lkey(); }, "Local key.")
+      .def_property_readonly(
+          "rkey", [](const PyRegion& r) { return r.get()->rkey(); }, "Remote key.")
+      .def_property_readonly(
+          "descriptor", [](const PyRegion& r) { return r.get()->descriptor(); },
+          "The RemoteRegion a peer needs (send bytes(region.descriptor)).")
       .def_property_readonly("closed", &PyRegion::closed, "Whether close() was called.")
       .def(
           "slice",
@@ -226,7 +280,8 @@ void bind_region(py::module_& m) {
             const auto n = length.value_or(size >= offset ? size - offset : 0);
             if (offset > size || n > size - offset)
               raise(Errc::InvalidArgument, "slice [" + std::to_string(offset) + ", +" + std::to_string(n) +
-                                               ") is outside the region of " + std::to_string(size) + " bytes");
+                                               ") is outside the region of " + std::to_string(size) +
+                                               " bytes");
             if (n > UINT32_MAX) raise(Errc::InvalidArgument, "a slice is at most 4 GiB - 1 bytes");
             return PySlice{self, offset, static_cast<std::uint32_t>(n)};
           },
@@ -257,8 +312,8 @@ void bind_region(py::module_& m) {
 }
 
 void bind_queue(py::module_& m) {
-  py::class_<PyCompletionQueue>(m, "CompletionQueue",
-                                "Completions of many connections (Context.connect(send_cq=..., recv_cq=...)).")
+  py::class_<PyCompletionQueue>(
+      m, "CompletionQueue", "Completions of many connections (Context.connect(send_cq=..., recv_cq=...)).")
       .def(
           "poll",
           [](PyCompletionQueue& self, std::size_t max) {
@@ -274,11 +329,12 @@ void bind_queue(py::module_& m) {
              std::optional<WaitMode> mode) {
             std::vector<Completion> out(std::max<std::size_t>(max, 1));
             const auto queue = self.get();
-            auto taken = wait_in_slices(to_timeout(timeout, kForever), [&](nanoseconds slice) -> Result<std::size_t> {
-              auto n = mode ? queue->wait(out, slice, *mode) : queue->wait(out, slice);
-              if (n && *n == 0) return fail(Errc::Timeout, "no completion");
-              return n;
-            });
+            auto taken =
+                wait_in_slices(to_timeout(timeout, kForever), [&](nanoseconds slice) -> Result<std::size_t> {
+                  auto n = mode ? queue->wait(out, slice, *mode) : queue->wait(out, slice);
+                  if (n && *n == 0) return fail(Errc::Timeout, "no completion");
+                  return n;
+                });
             if (!taken && taken.error().code() == Errc::Timeout) taken = 0;
             out.resize(unwrap(std::move(taken)));
             for (const auto& c : out) self.completed(c);
@@ -296,20 +352,23 @@ void bind_queue(py::module_& m) {
             return c;
           },
           py::arg("id"), py::arg("timeout") = py::none(),
-          "The completion of operation `id` (others stay queued); rdmakit.TimeoutError when it does not come.")
+          "The completion of operation `id` (others stay queued); rdmakit.TimeoutError when it does not "
+          "come.")
       .def("close", &PyCompletionQueue::close, "Drops this handle (connections using the queue keep it).")
       .def("__enter__", [](py::object self) { return self; })
       .def("__exit__", [](PyCompletionQueue& q, py::args) { q.close(); });
 }
 
 void bind_context(py::module_& m) {
-  py::class_<PyContext>(m, "Context",
-                        "One transport endpoint: registers memory, listens, connects. Context(transport='tcp', "
-                        "timeout_ms=..., ...) takes the options of rdmakit.describe_options(); unset ones come "
-                        "from RDMAKIT_<NAME> variables, then defaults.")
+  py::class_<PyContext>(
+      m, "Context",
+      "One transport endpoint: registers memory, listens, connects. Context(transport='tcp', "
+      "timeout_ms=..., ...) takes the options of rdmakit.describe_options(); unset ones come "
+      "from RDMAKIT_<NAME> variables, then defaults.")
       .def(py::init([](py::kwargs kwargs) { return PyContext(unwrap(Context::open(options_from(kwargs)))); }))
-      .def_property_readonly("transport", [](const PyContext& c) { return std::string(c.get()->transport()); },
-                             "'tcp', 'shm', 'verbs' or 'fault:<inner>'.")
+      .def_property_readonly(
+          "transport", [](const PyContext& c) { return std::string(c.get()->transport()); },
+          "'tcp', 'shm', 'verbs' or 'fault:<inner>'.")
       .def_property_readonly("closed", &PyContext::closed, "Whether close() was called.")
       .def_property_readonly(
           "capabilities",
@@ -342,7 +401,8 @@ void bind_context(py::module_& m) {
           },
           "The effective configuration: one dict (name, env, value, default, doc) per option.")
       .def("register", &make_region, py::arg("obj"), py::arg("access") = 7,
-           "Registers the memory of `obj` without copying: any buffer-protocol object (numpy array, bytearray, "
+           "Registers the memory of `obj` without copying: any buffer-protocol object (numpy array, "
+           "bytearray, "
            "memoryview, mmap) or a contiguous CPU torch tensor. Write access (LOCAL_WRITE, REMOTE_WRITE, "
            "REMOTE_ATOMIC) needs a writable buffer. The Region keeps `obj` alive.")
       .def(
@@ -358,7 +418,8 @@ void bind_context(py::module_& m) {
           py::arg("size"), py::arg("access") = 7,
           "Memory rdmakit allocates and registers (page-aligned, zeroed; on shm peers map it directly).")
       .def(
-          "create_cq", [](PyContext& self, std::size_t depth) {
+          "create_cq",
+          [](PyContext& self, std::size_t depth) {
             const auto context = self.get();
             return std::make_unique<PyCompletionQueue>(context, unwrap(context->create_cq(depth)));
           },
@@ -398,13 +459,15 @@ void bind_context(py::module_& m) {
           },
           "Stats of every live connection (posted, completed, outstanding, failure, ...).")
       .def("close", &PyContext::close,
-           "Drops this handle; regions, listeners and connections made from it keep the context until they go.")
+           "Drops this handle; regions, listeners and connections made from it keep the context until they "
+           "go.")
       .def("__enter__", [](py::object self) { return self; })
       .def("__exit__", [](PyContext& c, py::args) { c.close(); });
 
   py::class_<PyListener>(m, "Listener", "Accepts connections (Context.listen()).")
-      .def_property_readonly("address", [](const PyListener& l) { return l.get()->address(); },
-                             "The address peers connect to, e.g. '127.0.0.1:43121'.")
+      .def_property_readonly(
+          "address", [](const PyListener& l) { return l.get()->address(); },
+          "The address peers connect to, e.g. '127.0.0.1:43121'.")
       .def(
           "accept",
           [](PyListener& self, std::optional<double> timeout, py::object send_cq, py::object recv_cq) {
@@ -415,7 +478,8 @@ void bind_context(py::module_& m) {
             auto connection = wait_in_slices(to_timeout(timeout, kForever), [&](nanoseconds slice) {
               return listener->accept(duration_cast<milliseconds>(slice) + milliseconds(1), options);
             });
-            return std::make_unique<PyConnection>(self.context(), unwrap(std::move(connection)), send_cq, recv_cq);
+            return std::make_unique<PyConnection>(self.context(), unwrap(std::move(connection)), send_cq,
+                                                  recv_cq);
           },
           py::arg("timeout") = py::none(), py::arg("send_cq") = py::none(), py::arg("recv_cq") = py::none(),
           "Waits (GIL released) for a peer to connect; rdmakit.TimeoutError after `timeout` seconds.")

@@ -11,17 +11,28 @@ namespace {
 
 const char* class_for(const Error& error) {
   switch (error.code()) {
-    case Errc::InvalidArgument: return "InvalidArgumentError";
-    case Errc::NotSupported: return "NotSupportedError";
-    case Errc::NotFound: return "NotFoundError";
-    case Errc::Unavailable: return "UnavailableError";
-    case Errc::ConnectionRefused: return "ConnectionRefusedError";
-    case Errc::ConnectionBroken: return "ConnectionBrokenError";
-    case Errc::StaleDescriptor: return "StaleDescriptorError";
-    case Errc::Timeout: return "TimeoutError";
-    case Errc::ResourceExhausted: return "ResourceExhaustedError";
-    case Errc::ProtocolError: return "ProtocolError";
-    case Errc::SystemError: return "SystemCallError";
+    case Errc::InvalidArgument:
+      return "InvalidArgumentError";
+    case Errc::NotSupported:
+      return "NotSupportedError";
+    case Errc::NotFound:
+      return "NotFoundError";
+    case Errc::Unavailable:
+      return "UnavailableError";
+    case Errc::ConnectionRefused:
+      return "ConnectionRefusedError";
+    case Errc::ConnectionBroken:
+      return "ConnectionBrokenError";
+    case Errc::StaleDescriptor:
+      return "StaleDescriptorError";
+    case Errc::Timeout:
+      return "TimeoutError";
+    case Errc::ResourceExhausted:
+      return "ResourceExhaustedError";
+    case Errc::ProtocolError:
+      return "ProtocolError";
+    case Errc::SystemError:
+      return "SystemCallError";
     case Errc::TransportFailure:
       return error.status() == Status::RemoteAccess ? "RemoteAccessError" : "OperationError";
   }

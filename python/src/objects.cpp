@@ -25,7 +25,8 @@ void add_segment(LocalSide& side, py::handle item) {
   if (py::isinstance<PyRegion>(item)) {
     const auto& region = item.cast<PyRegion&>().get();
     if (region->size() > UINT32_MAX)
-      raise(Errc::InvalidArgument, "a region of 4 GiB or more is not one segment: pass region.slice(offset, length)");
+      raise(Errc::InvalidArgument,
+            "a region of 4 GiB or more is not one segment: pass region.slice(offset, length)");
     side.segments.push_back(region->whole());
     side.regions.push_back(py::reinterpret_borrow<py::object>(item));
     return;
@@ -78,7 +79,9 @@ void PyCompletionQueue::completed(const Completion& completion) {
 
 PyConnection::PyConnection(std::shared_ptr<Context> context, std::shared_ptr<Connection> connection,
                            py::object send, py::object recv)
-    : send_cq(std::move(send)), recv_cq(std::move(recv)), context_(std::move(context)),
+    : send_cq(std::move(send)),
+      recv_cq(std::move(recv)),
+      context_(std::move(context)),
       connection_(std::move(connection)) {
   for (const auto& queue : {send_cq, recv_cq})
     if (!queue.is_none()) queue.cast<PyCompletionQueue&>().attach(connection_->number(), pins_);
@@ -114,7 +117,8 @@ LocalSide local_side(py::handle local) {
 RemoteAddress remote_side(py::handle remote) {
   if (py::isinstance<RemoteAddress>(remote)) return remote.cast<RemoteAddress>();
   if (py::isinstance<RemoteRegion>(remote)) return remote.cast<const RemoteRegion&>().at(0);
-  raise(Errc::InvalidArgument, "the remote side must be a RemoteRegion or a RemoteAddress (remote.at(offset))");
+  raise(Errc::InvalidArgument,
+        "the remote side must be a RemoteRegion or a RemoteAddress (remote.at(offset))");
 }
 
 }  // namespace rdmakit::python
