@@ -24,6 +24,10 @@ packages=(
   liburing-dev fio
   # fuzzing (scripts/fuzz.sh): clang 16 and its libFuzzer/sanitizer runtimes
   clang-16 libclang-rt-16-dev
+  # the Python package (python/): pybind11 bindings for Debian's python3, its tests, `pip install .` into a
+  # venv (setuptools + wheel drive CMake, no network), and numpy/torch, which the package and tests use
+  pybind11-dev python3-dev python3-numpy python3-pytest python3-setuptools python3-wheel python3-pip
+  python3-venv python3-torch
 )
 missing=()
 for package in "${packages[@]}"; do
@@ -34,6 +38,15 @@ if [ ${#missing[@]} -gt 0 ]; then
   sudo_if_needed env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}"
 fi
 
-cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo
+cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPython3_EXECUTABLE=/usr/bin/python3
 cmake --build build -j "$(nproc)"
+# `/usr/bin/python3 -c "import rdmakit"` works from now on, with no environment variable: a .pth file in
+# Debian's site directory for locally installed packages points at the package the build assembles.
+if [ -d build/python/rdmakit ]; then
+  site=$(/usr/bin/python3 -c 'import sysconfig; print(sysconfig.get_path("purelib", "posix_local"))' 2>/dev/null ||
+         echo /usr/local/lib/python3/dist-packages)
+  sudo_if_needed mkdir -p "$site"
+  echo "$PWD/build/python" | sudo_if_needed tee "$site/rdmakit-build.pth" > /dev/null
+  /usr/bin/python3 -c "import rdmakit"
+fi
 RDMAKIT_TRANSPORT=tcp scripts/run-example.sh build

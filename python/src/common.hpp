@@ -1,0 +1,61 @@
+// What every binding file of the rdmakit extension shares: turning rdmakit::Error into the Python
+// exception hierarchy (rdmakit/errors.py), timeouts in seconds, and the per-area bind functions.
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+#include <chrono>
+#include <optional>
+#include <utility>
+
+#include "rdmakit/error.hpp"
+
+namespace rdmakit::python {
+
+namespace py = pybind11;
+
+// Thrown by the bindings; an exception translator raises the matching rdmakit.errors class.
+struct RaisedError {
+  Error error;
+};
+
+[[noreturn]] inline void raise(Error error) { throw RaisedError{std::move(error)}; }
+[[noreturn]] inline void raise(Errc code, std::string message) { raise(Error(code, std::move(message))); }
+
+template <typename T>
+T unwrap(Result<T> result) {
+  if (!result) raise(std::move(result.error()));
+  if constexpr (!std::is_void_v<T>) return std::move(*result);
+}
+
+// A timeout given in seconds (float). None: `fallback` (the bindings use a long one and wait in slices,
+// so Ctrl-C still interrupts). Negative or NaN values are refused.
+std::chrono::nanoseconds to_timeout(const std::optional<double>& seconds, std::chrono::nanoseconds fallback);
+
+// Waits in slices of at most 100 ms with the GIL released, checking for signals (KeyboardInterrupt)
+// between slices. `step` waits up to the given time and returns Errc::Timeout when nothing arrived.
+template <typename Step>
+auto wait_in_slices(std::chrono::nanoseconds timeout, Step step) -> decltype(step(timeout)) {
+  constexpr std::chrono::nanoseconds kSlice = std::chrono::milliseconds(100);
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (true) {
+    const auto left = deadline - std::chrono::steady_clock::now();
+    const auto slice =
+        std::min<std::chrono::nanoseconds>(std::max<std::chrono::nanoseconds>(left, {}), kSlice);
+    decltype(step(timeout)) result = [&] {
+      py::gil_scoped_release unlocked;
+      return step(slice);
+    }();
+    const bool timed_out = !result && result.error().code() == Errc::Timeout;
+    if (!timed_out || left <= kSlice) return result;
+    if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+  }
+}
+
+void bind_errors(py::module_& m);
+void bind_core(py::module_& m);
+void bind_connection(py::module_& m);
+void bind_coll(py::module_& m);
+void bind_ckpt(py::module_& m);
+
+}  // namespace rdmakit::python

@@ -1,0 +1,124 @@
+// Lifetimes of the Python-side objects (objects.hpp) and the conversion of local/remote arguments.
+#include "objects.hpp"
+
+#include <string>
+
+namespace rdmakit::python {
+namespace {
+
+[[noreturn]] void raise_closed(const char* what) {
+  raise(Errc::InvalidArgument, std::string("the ") + what + " is closed");
+}
+
+void release_queue_through(auto& queue, std::uint64_t id) {
+  while (!queue.empty() && queue.front().first <= id) queue.pop_front();
+}
+
+void add_segment(LocalSide& side, py::handle item) {
+  if (py::isinstance<PySlice>(item)) {
+    const auto& slice = item.cast<const PySlice&>();
+    const auto& region = slice.region.cast<PyRegion&>().get();
+    side.segments.push_back(region->slice(slice.offset, slice.length));
+    side.regions.push_back(slice.region);
+    return;
+  }
+  if (py::isinstance<PyRegion>(item)) {
+    const auto& region = item.cast<PyRegion&>().get();
+    if (region->size() > UINT32_MAX)
+      raise(Errc::InvalidArgument,
+            "a region of 4 GiB or more is not one segment: pass region.slice(offset, length)");
+    side.segments.push_back(region->whole());
+    side.regions.push_back(py::reinterpret_borrow<py::object>(item));
+    return;
+  }
+  raise(Errc::InvalidArgument, "the local side must be a Region, a Slice or a list of them, not a " +
+                                   py::str(py::type::handle_of(item).attr("__name__")).cast<std::string>());
+}
+
+}  // namespace
+
+const std::shared_ptr<Context>& PyContext::get() const {
+  if (!context_) raise_closed("context");
+  return context_;
+}
+
+const std::shared_ptr<MemoryRegion>& PyRegion::get() const {
+  if (!region_) raise_closed("region");
+  return region_;
+}
+
+void PyRegion::close() noexcept {
+  region_.reset();  // deregistered (unless a view holds it): no transport touches the memory any more
+  buffer_.reset();
+  context_.reset();
+}
+
+void PinTable::pin(std::uint64_t id, std::vector<py::object> regions) {
+  if (regions.empty()) return;
+  (Connection::is_recv_id(id) ? recv_ : send_).emplace_back(id, std::move(regions));
+}
+
+void PinTable::release_through(std::uint64_t id) {
+  release_queue_through(Connection::is_recv_id(id) ? recv_ : send_, id);
+}
+
+const std::shared_ptr<CompletionQueue>& PyCompletionQueue::get() const {
+  if (!queue_) raise_closed("completion queue");
+  return queue_;
+}
+
+void PyCompletionQueue::completed(const Completion& completion) {
+  const auto found = pins_.find(completion.connection);
+  if (found == pins_.end()) return;
+  if (auto pins = found->second.lock()) {
+    pins->release_through(completion.id);
+  } else {
+    pins_.erase(found);
+  }
+}
+
+PyConnection::PyConnection(std::shared_ptr<Context> context, std::shared_ptr<Connection> connection,
+                           py::object send, py::object recv)
+    : send_cq(std::move(send)),
+      recv_cq(std::move(recv)),
+      context_(std::move(context)),
+      connection_(std::move(connection)) {
+  for (const auto& queue : {send_cq, recv_cq})
+    if (!queue.is_none()) queue.cast<PyCompletionQueue&>().attach(connection_->number(), pins_);
+}
+
+const std::shared_ptr<Connection>& PyConnection::get() const {
+  if (!connection_) raise_closed("connection");
+  return connection_;
+}
+
+void PyConnection::close() noexcept {
+  if (connection_) connection_->close();  // everything pending completes (flushed) before pins go
+  connection_.reset();
+  pins_->clear();
+  context_.reset();
+}
+
+const std::shared_ptr<Listener>& PyListener::get() const {
+  if (!listener_) raise_closed("listener");
+  return listener_;
+}
+
+LocalSide local_side(py::handle local) {
+  LocalSide side;
+  if (py::isinstance<py::list>(local) || py::isinstance<py::tuple>(local)) {
+    for (auto item : local) add_segment(side, item);
+  } else {
+    add_segment(side, local);
+  }
+  return side;
+}
+
+RemoteAddress remote_side(py::handle remote) {
+  if (py::isinstance<RemoteAddress>(remote)) return remote.cast<RemoteAddress>();
+  if (py::isinstance<RemoteRegion>(remote)) return remote.cast<const RemoteRegion&>().at(0);
+  raise(Errc::InvalidArgument,
+        "the remote side must be a RemoteRegion or a RemoteAddress (remote.at(offset))");
+}
+
+}  // namespace rdmakit::python

@@ -1,0 +1,116 @@
+"""The package itself: import without torch, exception mapping, descriptors, docstrings."""
+
+import subprocess
+import sys
+
+import pytest
+
+import rdmakit
+from rdmakit import Errc, Status
+
+
+def test_import_does_not_import_torch():
+    code = "import sys, rdmakit; assert 'torch' not in sys.modules, 'rdmakit imported torch'"
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.parametrize(
+    "errc,status,cls,builtin",
+    [
+        (Errc.INVALID_ARGUMENT, Status.SUCCESS, rdmakit.InvalidArgumentError, ValueError),
+        (Errc.TIMEOUT, Status.SUCCESS, rdmakit.TimeoutError, TimeoutError),
+        (Errc.CONNECTION_REFUSED, Status.SUCCESS, rdmakit.ConnectionRefusedError, ConnectionRefusedError),
+        (Errc.CONNECTION_BROKEN, Status.SUCCESS, rdmakit.ConnectionBrokenError, ConnectionError),
+        (Errc.STALE_DESCRIPTOR, Status.SUCCESS, rdmakit.StaleDescriptorError, rdmakit.Error),
+        (Errc.NOT_SUPPORTED, Status.SUCCESS, rdmakit.NotSupportedError, NotImplementedError),
+        (Errc.SYSTEM_ERROR, Status.SUCCESS, rdmakit.SystemCallError, OSError),
+        (Errc.TRANSPORT_FAILURE, Status.REMOTE_ACCESS, rdmakit.RemoteAccessError, rdmakit.OperationError),
+        (Errc.TRANSPORT_FAILURE, Status.FLUSHED, rdmakit.OperationError, rdmakit.Error),
+    ],
+)
+def test_errors_map_to_the_hierarchy(errc, status, cls, builtin):
+    with pytest.raises(cls) as caught:
+        rdmakit._rdmakit._raise_for_test(errc, status, "the message")
+    error = caught.value
+    assert type(error) is cls
+    assert isinstance(error, builtin) and isinstance(error, rdmakit.Error)
+    assert error.errc == errc and error.status == status
+    assert "the message" in str(error)
+
+
+def test_descriptor_bytes_round_trip():
+    with rdmakit.Context(transport="tcp") as ctx:
+        buffer = bytearray(4096)
+        access = rdmakit.Access.LOCAL_WRITE | rdmakit.Access.REMOTE_READ | rdmakit.Access.REMOTE_WRITE
+        region = ctx.register(buffer, access)
+        data = bytes(region.descriptor)
+        assert len(data) == 48 and data == region.descriptor.to_bytes()
+        back = rdmakit.RemoteRegion.from_bytes(data)
+        assert back == region.descriptor and back.length == 4096 and back.addr == region.address
+        assert rdmakit.RemoteRegion.from_hex(region.descriptor.to_hex()) == back
+        assert back.access == access
+        with pytest.raises(rdmakit.InvalidArgumentError):
+            rdmakit.RemoteRegion.from_bytes(b"\0" * 47)
+        with pytest.raises(rdmakit.InvalidArgumentError):
+            rdmakit.RemoteRegion.from_bytes(bytes(48))
+
+
+def test_unknown_option_is_named():
+    with pytest.raises(rdmakit.InvalidArgumentError, match="colour"):
+        rdmakit.Context(transport="tcp", colour="blue")
+    with pytest.raises(rdmakit.Error, match="transport"):
+        rdmakit.Context(transport="carrier-pigeon")
+
+
+def test_describe_options_lists_every_option():
+    names = {option["name"] for option in rdmakit.describe_options()}
+    assert {"transport", "timeout_ms"} <= names
+
+
+def test_every_public_name_has_a_docstring():
+    missing = []
+    for name in rdmakit.__all__:
+        obj = getattr(rdmakit, name)
+        if not (getattr(obj, "__doc__", None) or "").strip():
+            missing.append(name)
+        if isinstance(obj, type) and not hasattr(obj, "__members__"):  # enums: pybind11's own members
+            for attr, member in vars(obj).items():
+                if attr.startswith("_") or not callable(member) and not isinstance(member, property):
+                    continue
+                if not (getattr(member, "__doc__", None) or "").strip():
+                    missing.append(f"{name}.{attr}")
+    assert not missing, f"no docstring: {missing}"
+
+
+def test_type_stubs_cover_the_extension():
+    import ast
+    import pathlib
+
+    stub = pathlib.Path(rdmakit.__file__).with_name("_rdmakit.pyi")
+    tree = ast.parse(stub.read_text())
+    def members(node):
+        names = {item.name for item in node.body if isinstance(item, ast.FunctionDef)}
+        names |= {item.target.id for item in node.body if isinstance(item, ast.AnnAssign)}
+        names |= {t.id for item in node.body if isinstance(item, ast.Assign) for t in item.targets}
+        return names
+
+    stubbed = {node.name: members(node) for node in tree.body if isinstance(node, ast.ClassDef)}
+    functions = {node.name for node in tree.body if isinstance(node, ast.FunctionDef)}
+    module = rdmakit._rdmakit
+    missing = []
+    for name, obj in vars(module).items():
+        if name.startswith("__"):
+            continue
+        if isinstance(obj, type):
+            if name not in stubbed:
+                missing.append(name)
+                continue
+            if hasattr(obj, "__members__"):
+                missing += [f"{name}.{m}" for m in obj.__members__ if m not in stubbed[name]]
+                continue
+            for attr in vars(obj):
+                if not attr.startswith("_") and attr not in stubbed[name]:
+                    missing.append(f"{name}.{attr}")
+        elif callable(obj) and name not in functions:
+            missing.append(name)
+    assert not missing, f"not in _rdmakit.pyi: {missing}"
