@@ -45,7 +45,6 @@ Options options_from(const py::kwargs& kwargs) {
                                        "inline_size",
                                        "registration_cache",
                                        "log_level",
-                                       "job_secret",
                                        "shm_allowed_uids"};
   for (auto item : kwargs) {
     const auto key = item.first.cast<std::string>();
@@ -74,7 +73,6 @@ Options options_from(const py::kwargs& kwargs) {
   take(kwargs, "inline_size", options.inline_size);
   take(kwargs, "registration_cache", options.registration_cache);
   take(kwargs, "log_level", options.log_level);
-  take(kwargs, "job_secret", options.job_secret);
   take(kwargs, "shm_allowed_uids", options.shm_allowed_uids);
   return options;
 }
