@@ -227,10 +227,6 @@ TEST(CkptEngine, BadBuffersAndOptionsRefused) {
   auto shape = Engine::create(small_options(dir.path()), {{"a", a.data(), 40, DType::F32, {3, 3}}});
   ASSERT_FALSE(shape);
   EXPECT_NE(shape.error().message().find("shape"), std::string::npos);
-  auto cuda =
-      Engine::create(small_options(dir.path()), {{"a", a.data(), 40, DType::F32, {}, MemoryKind::Cuda}});
-  ASSERT_FALSE(cuda);
-  EXPECT_EQ(cuda.error().code(), Errc::NotSupported);
   auto options = small_options(dir.path());
   options.chunk_bytes = 1000;
   EXPECT_FALSE(Engine::create(options, {{"a", a.data(), 40, DType::F32, {}}}));

@@ -63,11 +63,17 @@ struct EngineOptions {
   // Test hook for crash tests: the persist thread raises SIGKILL on its own process when it reaches this
   // numbered point of the commit (see CrashPoint in src/ckpt/persist.hpp). 0 = never.
   int crash_point = 0;
+  // The CUDA runtime that buffers of MemoryKind::Cuda are copied with, loaded with dlopen (nothing links
+  // CUDA): a file name or path. Empty: libcudart.so.13, .12, .11.0, then libcudart.so (the loader's
+  // search path). Untested on a GPU (docs/ckpt.md).
+  std::string cuda_runtime;
 };
 
 class Engine {
  public:
-  // Checks the buffers (unique non-empty names, sizes matching shapes, host memory) and allocates staging.
+  // Checks the buffers (unique non-empty names, sizes matching shapes) and allocates staging; with CUDA
+  // buffers, also loads the CUDA runtime and checks that they are device memory (Unavailable when no
+  // usable runtime or device is there, the message says which).
   static Result<std::unique_ptr<Engine>> create(EngineOptions options, std::vector<Buffer> buffers);
   // Waits for the checkpoint being persisted (it is committed or fails) and stops the background thread.
   ~Engine();
