@@ -171,6 +171,35 @@ TEST(CkptEngine, TruncatedDataFileAndTornManifestSkipped) {
   EXPECT_TRUE(state.matches(1));  // untouched
 }
 
+// Restore loads host buffers chunk by chunk as each verifies: when the only checkpoint turns out damaged
+// after some chunks were loaded, the error must say the buffers changed (not NotFound, a fresh start).
+TEST(CkptEngine, DamagedOnlyCheckpointPartlyLoadedIsNotAFreshStart) {
+  TempDir dir;
+  State state;
+  auto engine = Engine::create(small_options(dir.path()), state.buffers());
+  ASSERT_TRUE(engine);
+  state.fill(1);
+  ASSERT_TRUE((*engine)->snapshot(1));
+  ASSERT_TRUE((*engine)->wait_persisted());
+  auto data = dir.path() + "/" + detail::checkpoint_name(1) + "/rank-00000.data";
+  std::uint64_t at = fs::file_size(data) - 10;  // in the last chunk: the earlier ones load first
+  {
+    std::fstream file(data, std::ios::in | std::ios::out | std::ios::binary);
+    file.seekp(static_cast<std::streamoff>(at));
+    file.put('\x5a');
+    file.seekp(static_cast<std::streamoff>(at + 1));
+    file.put('\xa5');
+  }
+  rdmakit::testing::expect_warning("checksum mismatch");
+  state.fill(3);
+  auto step = (*engine)->restore_latest();
+  ASSERT_FALSE(step);
+  EXPECT_EQ(step.error().code(), Errc::ProtocolError) << step.error().describe();
+  EXPECT_NE(step.error().message().find("overwrote part of the buffers"), std::string::npos)
+      << step.error().message();
+  EXPECT_FALSE(state.matches(3));  // what the error says did happen
+}
+
 TEST(CkptEngine, OtherWorldSizeRefusedClearly) {
   TempDir dir;
   State state;

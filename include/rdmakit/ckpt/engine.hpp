@@ -92,7 +92,10 @@ class Engine {
   Result<PersistReport> wait_persisted();
   // Loads the newest checkpoint whose manifest and every chunk checksum verify into the buffers, and
   // returns its step. A torn or corrupted checkpoint is reported (a warning naming the file and chunk) and
-  // skipped for the previous one. NotFound when no good checkpoint exists; the buffers are then untouched.
+  // skipped for the previous one. NotFound when no good checkpoint exists and the buffers are untouched.
+  // Host buffers are loaded chunk by chunk as each one verifies (overlapped with the reads), so a damaged
+  // checkpoint may have overwritten part of them before its bad chunk was found: when no good checkpoint
+  // follows, the error is then ProtocolError (not NotFound), saying so.
   Result<std::uint64_t> restore_latest();
 
   const EngineOptions& options() const noexcept;
