@@ -22,19 +22,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// A temporary directory on the same file system as the build (ext4 here: O_DIRECT works).
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "rdmakit-ckpt-XXXXXX").string();
-    path_ = ::mkdtemp(pattern.data());
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using ckpt::testing::TempDir;  // on the build's file system (ext4 here: O_DIRECT works)
 
 // Application state: three buffers of odd sizes, so chunks and buffers do not line up.
 struct State {
