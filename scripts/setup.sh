@@ -20,6 +20,8 @@ packages=(
   openmpi-bin libopenmpi-dev
   # checkpoint engine: io_uring persist, and fio for its bench (bench/ckpt/run.sh)
   liburing-dev fio
+  # checkpoint bench: torch.save / numpy.save of the same tensors (bench/ckpt/save_baseline.py)
+  python3-torch python3-numpy
   # fuzzing (scripts/fuzz.sh): clang 16 and its libFuzzer/sanitizer runtimes
   clang-16 libclang-rt-16-dev
 )
