@@ -216,7 +216,6 @@ Result<std::unique_ptr<MetadataStore>> open_metadata(std::string_view url, const
     return fail(Errc::NotSupported, "metadata URL '" + std::string(url) + "': unknown backend '" + scheme +
                                         "' (builtin, redis or etcd)");
   }
-  if (!backend) return fail(Errc::NotSupported, "metadata URL '" + std::string(url) + "': not built yet");
   if (auto ok = backend->start(Clock::now() + options.timeout); !ok) return std::unexpected(ok.error());
   auto store = std::make_unique<LeasedStore>(std::move(backend), options, std::string(url));
   store->start_renewal();

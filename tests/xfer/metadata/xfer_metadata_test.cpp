@@ -253,7 +253,7 @@ TEST(MetadataUrl, BadUrlsAndOptionsAreRefused) {
   EXPECT_NE(store.error().message().find("renew_interval"), std::string::npos);
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, MetadataTest, ::testing::Values("builtin", "redis"),
+INSTANTIATE_TEST_SUITE_P(Backends, MetadataTest, ::testing::Values("builtin", "redis", "etcd"),
                          [](const auto& info) { return info.param; });
 
 }  // namespace
