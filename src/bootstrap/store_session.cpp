@@ -101,21 +101,25 @@ StoreSession::Outcome StoreSession::on_requests(StoreData& data, std::string& ou
       break;
     }
     consumed += request.size;
-    if (request.op >= wire::kPut) {
-      serve_leased(request, data, out);
-    } else if (request.op == wire::kSet) {
-      if (auto ok = data.set(request.key, request.value); ok)
-        wire::append_reply(out, wire::kOk, {});
-      else
-        wire::append_error(out, ok.error().code(), ok.error().message());
-    } else if (const std::string* value = data.find(request.key)) {
-      wire::append_reply(out, wire::kOk, *value);
-    } else {
-      wire::append_reply(out, wire::kNotFound, {});
-    }
+    serve_request(request, data, out);
   }
   in_.erase(0, consumed);
   return outcome;
+}
+
+void StoreSession::serve_request(const wire::Request& request, StoreData& data, std::string& out) {
+  if (request.op >= wire::kPut) {
+    serve_leased(request, data, out);
+  } else if (request.op == wire::kSet) {
+    if (auto ok = data.set(request.key, request.value); ok)
+      wire::append_reply(out, wire::kOk, {});
+    else
+      wire::append_error(out, ok.error().code(), ok.error().message());
+  } else if (const std::string* value = data.find(request.key)) {
+    wire::append_reply(out, wire::kOk, *value);
+  } else {
+    wire::append_reply(out, wire::kNotFound, {});
+  }
 }
 
 }  // namespace rdmakit::bootstrap

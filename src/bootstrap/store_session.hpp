@@ -80,6 +80,8 @@ class StoreSession {
   // Answers the hello with this error instead of a challenge (e.g. too many clients): read first, so
   // the close does not reset the connection before the client read why.
   void refuse(std::string why) { refusal_ = std::move(why); }
+  // Serves one decoded request of an authenticated client, appending its reply.
+  static void serve_request(const wire::Request& request, StoreData& data, std::string& out);
 
  private:
   enum class State { Hello, Proof, Open, Closed };
