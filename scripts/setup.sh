@@ -20,6 +20,9 @@ packages=(
   openmpi-bin libopenmpi-dev
   # checkpoint engine: io_uring persist, and fio for its bench (bench/ckpt/run.sh)
   liburing-dev fio
+  # transfer engine metadata: its tests start real Redis and etcd servers (tests/xfer/metadata); our own
+  # RESP and HTTP/JSON clients need no client library
+  redis-server etcd-server
   # fuzzing (scripts/fuzz.sh): clang 16 and its libFuzzer/sanitizer runtimes
   clang-16 libclang-rt-16-dev
 )
