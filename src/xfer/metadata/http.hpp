@@ -34,16 +34,23 @@ Result<std::optional<Response>> parse_response(std::string_view in, std::size_t&
 
 namespace json {
 
+struct Member;
+
 // A parsed JSON value. Numbers keep their text (etcd sends 64-bit integers as strings anyway).
 struct Value {
   enum class Kind { Null, Bool, Number, String, Array, Object };
   Kind kind = Kind::Null;
   std::string text;  // String (unescaped), Number (as written), Bool ("true"/"false")
   std::vector<Value> elements;
-  std::vector<std::pair<std::string, Value>> members;  // in order; a repeated name: the last counts
+  std::vector<Member> members;  // in order; a repeated name: the last counts
 
   // The member `name` of an object, or nullptr.
   const Value* find(std::string_view name) const;
+};
+
+struct Member {
+  std::string name;
+  Value value;
 };
 
 constexpr int kMaxDepth = 32;

@@ -73,7 +73,7 @@ class Reader {
       if (!take(':')) return bad("':' expected");
       auto member = read(depth + 1);
       if (!member) return member;
-      value.members.emplace_back(std::move(*name), std::move(*member));
+      value.members.push_back(Member{std::move(*name), std::move(*member)});
     } while (take(','));
     if (!take('}')) return bad("'}' expected");
     return value;
@@ -183,7 +183,7 @@ class Reader {
 const Value* Value::find(std::string_view name) const {
   if (kind != Kind::Object) return nullptr;
   for (auto it = members.rbegin(); it != members.rend(); ++it)
-    if (it->first == name) return &it->second;
+    if (it->name == name) return &it->value;
   return nullptr;
 }
 

@@ -253,6 +253,23 @@ TEST(MetadataUrl, BadUrlsAndOptionsAreRefused) {
   EXPECT_NE(store.error().message().find("renew_interval"), std::string::npos);
 }
 
+#ifdef RDMAKIT_METADATA_TOOL
+// `rdmakit-metadata serve` is a builtin server another process reaches; `get` and `list` read it.
+TEST(MetadataTool, ServesAndReads) {
+  TempDir dir;
+  auto server = Process::spawn({RDMAKIT_METADATA_TOOL, "serve", "127.0.0.1:0"}, dir.path() + "/serve.log", true);
+  auto url = server.read_line(10s);
+  ASSERT_TRUE(url && url->starts_with("builtin://127.0.0.1:")) << (url ? *url : "no URL printed");
+  auto owner = open_metadata(*url, test_options("builtin", "tool"));
+  ASSERT_TRUE(owner) << owner.error().describe();
+  ASSERT_TRUE((*owner)->publish("segment", bytes("descriptor\n")));
+  auto get = Process::spawn({RDMAKIT_METADATA_TOOL, "get", *url, "tool", "segment"}, dir.path() + "/get.log", true);
+  EXPECT_EQ(get.read_line(10s), "descriptor");
+  auto list = Process::spawn({RDMAKIT_METADATA_TOOL, "list", *url, "tool"}, dir.path() + "/list.log", true);
+  EXPECT_EQ(list.read_line(10s), "segment");
+}
+#endif
+
 INSTANTIATE_TEST_SUITE_P(Backends, MetadataTest, ::testing::Values("builtin", "redis", "etcd"),
                          [](const auto& info) { return info.param; });
 
