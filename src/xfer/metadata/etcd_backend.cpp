@@ -39,7 +39,10 @@ class EtcdBackend final : public Backend {
     return regrant_and_put(owned, deadline);  // the lease expired under us: every key went with it
   }
 
+  // A store that owns nothing lets its lease lapse (no traffic from pure readers); a later put finds it
+  // gone and grants a new one.
   Result<void> renew(const Owned& owned, Deadline deadline) override {
+    if (owned.empty()) return {};
     auto reply = call("/v3/lease/keepalive", "{" + field("ID", json::quote(lease_)) + "}", deadline);
     if (!reply) return std::unexpected(reply.error());
     const Value* result = reply->find("result");

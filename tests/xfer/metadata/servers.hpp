@@ -65,7 +65,7 @@ class Server {
 // nullopt with `why` set when the backend's server program is not installed.
 std::unique_ptr<Server> make_server(const std::string& backend, std::string& why);
 
-// Options short enough for tests (etcd grants at least 2 s: its leader election bounds the minimum TTL).
+// Options short enough for tests: a 1 s ttl renewed every 200 ms, a 2 s timeout.
 MetadataOptions test_options(const std::string& backend, const std::string& name_space = "test");
 
 }  // namespace rdmakit::xfer::testing
