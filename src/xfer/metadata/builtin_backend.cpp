@@ -1,5 +1,8 @@
 // The builtin backend: the leased keys of the bootstrap rendezvous store (src/bootstrap/store_wire.hpp),
 // reached with the same job-secret handshake, and serve_builtin_metadata() to host one.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
 #include <utility>
 
 #include "bootstrap/auth.hpp"
@@ -198,6 +201,14 @@ Result<std::unique_ptr<MetadataServer>> serve_builtin_metadata(std::string_view 
                                            "' is not host:port (port 0: any free port)");
   auto secret = bootstrap::auth::job_secret();
   if (!secret) return std::unexpected(secret.error());
+  // As the rendezvous store: unauthenticated, it must not be reachable from beyond this host.
+  in_addr parsed{};
+  bool loopback = host == "localhost" ||
+                  (inet_pton(AF_INET, host.c_str(), &parsed) == 1 && (ntohl(parsed.s_addr) >> 24) == 127);
+  if (secret->empty() && !loopback)
+    return fail(Errc::InvalidArgument, "builtin metadata server at " + std::string(address) +
+                                           ": without a job secret (RDMAKIT_JOB_SECRET) it serves loopback "
+                                           "addresses only (127.0.0.1)");
   auto limits = bootstrap::store_limits();
   if (!limits) return std::unexpected(limits.error());
   auto server = bootstrap::StoreServer::start(host, static_cast<std::uint16_t>(port), *secret, *limits);

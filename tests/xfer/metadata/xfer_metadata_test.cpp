@@ -244,6 +244,34 @@ TEST_P(MetadataTest, GarbageServerIsAProtocolError) {
   }
 }
 
+// Without a job secret the builtin server is unauthenticated: it refuses to listen beyond loopback.
+TEST(MetadataServer, UnauthenticatedServesLoopbackOnly) {
+  ASSERT_EQ(std::getenv("RDMAKIT_JOB_SECRET"), nullptr) << "this case needs no job secret in the environment";
+  auto server = serve_builtin_metadata("0.0.0.0:0");
+  ASSERT_FALSE(server);
+  EXPECT_NE(server.error().message().find("RDMAKIT_JOB_SECRET"), std::string::npos) << server.error().message();
+  EXPECT_FALSE(serve_builtin_metadata("127.0.0.1"));  // no port
+  EXPECT_TRUE(serve_builtin_metadata("127.0.0.1:0"));
+}
+
+// With a job secret, a client that does not know it is refused before anything is served.
+TEST(MetadataServer, ClientsProveTheJobSecret) {
+  ::setenv("RDMAKIT_JOB_SECRET", "the right secret, 16+ chars", 1);
+  auto server = serve_builtin_metadata("127.0.0.1:0");
+  ASSERT_TRUE(server) << server.error().describe();
+  {
+    auto store = open_metadata((*server)->url(), test_options("builtin"));
+    ASSERT_TRUE(store) << store.error().describe();
+    ASSERT_TRUE((*store)->publish("k", bytes("v")));
+  }
+  ::setenv("RDMAKIT_JOB_SECRET", "a wrong secret, 16+ chars", 1);
+  auto stranger = open_metadata((*server)->url(), test_options("builtin"));
+  ::unsetenv("RDMAKIT_JOB_SECRET");
+  ASSERT_FALSE(stranger);
+  EXPECT_EQ(stranger.error().code(), Errc::ConnectionRefused) << stranger.error().describe();
+  EXPECT_NE(stranger.error().message().find("secret"), std::string::npos) << stranger.error().message();
+}
+
 TEST(MetadataUrl, BadUrlsAndOptionsAreRefused) {
   for (const char* url : {"", "nothing", "ftp://127.0.0.1:1", "redis://:1", "builtin://127.0.0.1",
                           "redis://127.0.0.1:99999", "etcd://127.0.0.1:x"}) {
