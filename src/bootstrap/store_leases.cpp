@@ -33,7 +33,8 @@ void StoreData::expire(bool force) {
   });
 }
 
-Result<void> StoreData::put_leased(std::string_view key, std::string_view value, std::chrono::milliseconds ttl) {
+Result<void> StoreData::put_leased(std::string_view key, std::string_view value,
+                                   std::chrono::milliseconds ttl) {
   if (values_.contains(key))
     return fail(Errc::InvalidArgument, "key '" + std::string(key) + "' is a write-once key");
   expire();
@@ -98,11 +99,12 @@ void StoreSession::serve_leased(const wire::Request& request, StoreData& data, s
   auto refuse = [&](const Error& error) { wire::append_error(out, error.code(), error.message()); };
   auto ttl = read_ttl(request.value);
   if ((request.op == wire::kPut || request.op == wire::kRenew) && !ttl)
-    return refuse(Error(Errc::InvalidArgument, "a leased key's ttl must be 1.." +
-                                                   std::to_string(wire::kMaxTtlMs) + " ms"));
+    return refuse(Error(Errc::InvalidArgument,
+                        "a leased key's ttl must be 1.." + std::to_string(wire::kMaxTtlMs) + " ms"));
   switch (request.op) {
     case wire::kPut:
-      if (auto ok = data.put_leased(request.key, request.value.substr(4), *ttl); !ok) return refuse(ok.error());
+      if (auto ok = data.put_leased(request.key, request.value.substr(4), *ttl); !ok)
+        return refuse(ok.error());
       return wire::append_reply(out, wire::kOk, {});
     case wire::kRenew:
       return wire::append_reply(out, data.renew_leased(request.key, *ttl) ? wire::kOk : wire::kNotFound, {});

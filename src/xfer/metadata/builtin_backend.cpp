@@ -27,14 +27,16 @@ struct Answer {
 
 // Decodes `count` replies; an Error reply becomes the server's error.
 ReplyParser<std::vector<Answer>> answers(std::size_t count) {
-  return [count](std::string_view buffer, std::size_t& consumed) -> Result<std::optional<std::vector<Answer>>> {
+  return [count](std::string_view buffer,
+                 std::size_t& consumed) -> Result<std::optional<std::vector<Answer>>> {
     std::vector<Answer> found;
     consumed = 0;
     while (found.size() < count) {
       wire::Reply reply;
       auto decoded = wire::decode_reply(buffer.substr(consumed), kMaxReply, reply);
       if (decoded == wire::Decode::NeedMore) return std::nullopt;
-      if (decoded == wire::Decode::Bad) return fail(Errc::ProtocolError, "a malformed reply (not an rdmakit store?)");
+      if (decoded == wire::Decode::Bad)
+        return fail(Errc::ProtocolError, "a malformed reply (not an rdmakit store?)");
       consumed += reply.size;
       if (reply.status == wire::kError) {
         auto code = reply.payload.empty() ? 0 : static_cast<std::uint8_t>(reply.payload[0]);
@@ -67,7 +69,8 @@ class BuiltinBackend final : public Backend {
 
   Result<void> start(Deadline deadline) override { return outcome(ask({}, 0, deadline)); }
 
-  Result<void> put(const std::string& key, const std::string& value, const Owned&, Deadline deadline) override {
+  Result<void> put(const std::string& key, const std::string& value, const Owned&,
+                   Deadline deadline) override {
     return outcome(ask(wire::request(wire::kPut, key, ttl_ + value), 1, deadline));
   }
 
@@ -137,12 +140,13 @@ class BuiltinBackend final : public Backend {
     auto nonce = auth::fresh_nonce();
     if (!nonce) return std::unexpected(nonce.error());
     count_round_trip();
-    auto challenge = connection.exchange<std::vector<Answer>>(std::string(wire::kHelloMagic) + std::string(auth::bytes(*nonce)),
-                                                               deadline, answers(1));
+    auto challenge = connection.exchange<std::vector<Answer>>(
+        std::string(wire::kHelloMagic) + std::string(auth::bytes(*nonce)), deadline, answers(1));
     if (!challenge) return std::unexpected(challenge.error());
     const std::string& server_nonce = (*challenge)[0].payload;
     if ((*challenge)[0].status != wire::kOk || server_nonce.size() != auth::kNonceSize)
-      return fail(Errc::ProtocolError, connection.where() + ": a malformed challenge (not an rdmakit store?)");
+      return fail(Errc::ProtocolError,
+                  connection.where() + ": a malformed challenge (not an rdmakit store?)");
     auto proof = auth::mac(secret_, {wire::kMacLabel, "client", auth::bytes(*nonce), server_nonce});
     count_round_trip();
     auto answer = connection.exchange<std::vector<Answer>>(
@@ -151,8 +155,8 @@ class BuiltinBackend final : public Backend {
     auto expected = auth::mac(secret_, {wire::kMacLabel, "server", auth::bytes(*nonce), server_nonce});
     const std::string& mac = (*answer)[0].payload;
     if (!auth::verify(expected, std::span(reinterpret_cast<const std::uint8_t*>(mac.data()), mac.size())))
-      return fail(Errc::ConnectionRefused, connection.where() +
-                                               ": the server does not know the job secret (RDMAKIT_JOB_SECRET)");
+      return fail(Errc::ConnectionRefused,
+                  connection.where() + ": the server does not know the job secret (RDMAKIT_JOB_SECRET)");
     return {};
   }
 
@@ -213,8 +217,8 @@ Result<std::unique_ptr<MetadataServer>> serve_builtin_metadata(std::string_view 
   if (!limits) return std::unexpected(limits.error());
   auto server = bootstrap::StoreServer::start(host, static_cast<std::uint16_t>(port), *secret, *limits);
   if (!server)
-    return std::unexpected(Error(server.error().code(),
-                                 "builtin metadata server at " + std::string(address) + ": " + server.error().message()));
+    return std::unexpected(Error(server.error().code(), "builtin metadata server at " + std::string(address) +
+                                                            ": " + server.error().message()));
   return std::unique_ptr<MetadataServer>(std::make_unique<BuiltinServer>(std::move(*server), host));
 }
 

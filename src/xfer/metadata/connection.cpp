@@ -73,8 +73,7 @@ Result<void> Socket::send_all(std::string_view data, Deadline deadline) {
       if (auto ok = wait(POLLOUT, deadline, "send"); !ok) return ok;
       continue;
     }
-    if (n <= 0)
-      return fail(Errc::ConnectionBroken, where_ + ": send failed: " + std::strerror(errno));
+    if (n <= 0) return fail(Errc::ConnectionBroken, where_ + ": send failed: " + std::strerror(errno));
     data.remove_prefix(static_cast<std::size_t>(n));
   }
   return {};

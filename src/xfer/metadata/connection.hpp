@@ -73,7 +73,8 @@ class Connection {
     for (;;) {
       std::size_t consumed = 0;
       auto parsed = parse(buffer_, consumed);
-      if (!parsed) return std::unexpected(Error(parsed.error().code(), where_ + ": " + parsed.error().message()));
+      if (!parsed)
+        return std::unexpected(Error(parsed.error().code(), where_ + ": " + parsed.error().message()));
       if (*parsed) {
         buffer_.erase(0, consumed);
         return std::move(**parsed);

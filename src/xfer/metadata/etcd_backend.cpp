@@ -33,7 +33,8 @@ class EtcdBackend final : public Backend {
 
   Result<void> start(Deadline deadline) override { return grant(deadline); }
 
-  Result<void> put(const std::string& key, const std::string& value, const Owned& owned, Deadline deadline) override {
+  Result<void> put(const std::string& key, const std::string& value, const Owned& owned,
+                   Deadline deadline) override {
     auto ok = put_one(key, value, deadline);
     if (ok || !lease_lost(ok.error())) return ok;
     return regrant_and_put(owned, deadline);  // the lease expired under us: every key went with it
@@ -53,7 +54,8 @@ class EtcdBackend final : public Backend {
   }
 
   Result<void> erase(const std::string& key, Deadline deadline) override {
-    return outcome(call("/v3/kv/deleterange", "{" + field("key", json::quote(base64::encode(key))) + "}", deadline));
+    return outcome(
+        call("/v3/kv/deleterange", "{" + field("key", json::quote(base64::encode(key))) + "}", deadline));
   }
 
   Result<void> erase_all(const Owned&, Deadline deadline) override {
@@ -95,7 +97,8 @@ class EtcdBackend final : public Backend {
 
  private:
   std::unexpected<Error> malformed(std::string_view why) const {
-    return fail(Errc::ProtocolError, connection_.where() + ": an unexpected etcd reply (" + std::string(why) + ")");
+    return fail(Errc::ProtocolError,
+                connection_.where() + ": an unexpected etcd reply (" + std::string(why) + ")");
   }
 
   static bool lease_lost(const Error& error) {
@@ -116,7 +119,8 @@ class EtcdBackend final : public Backend {
     }
     if (response->status == 200) return parsed;
     const Value* message = parsed->find("error");
-    std::string text = message && message->kind == Value::Kind::String ? message->text.substr(0, 200) : "no message";
+    std::string text =
+        message && message->kind == Value::Kind::String ? message->text.substr(0, 200) : "no message";
     return fail(response->status == 404 ? Errc::NotFound : Errc::ProtocolError,
                 connection_.where() + ": etcd refused " + std::string(path) + " (HTTP " +
                     std::to_string(response->status) + "): " + text);

@@ -7,7 +7,8 @@ namespace rdmakit::xfer::metadata::http {
 namespace {
 
 std::unexpected<Error> malformed(std::string_view why) {
-  return fail(Errc::ProtocolError, "a malformed HTTP response (" + std::string(why) + "; is this an etcd server?)");
+  return fail(Errc::ProtocolError,
+              "a malformed HTTP response (" + std::string(why) + "; is this an etcd server?)");
 }
 
 bool iequals(std::string_view a, std::string_view b) {
@@ -27,7 +28,7 @@ std::optional<std::size_t> number(std::string_view text, int base) {
   if (text.empty() || text.size() > 16) return std::nullopt;
   std::size_t value = 0;
   for (char c : text) {
-    int digit = c >= '0' && c <= '9' ? c - '0'
+    int digit = c >= '0' && c <= '9'                 ? c - '0'
                 : base == 16 && c >= 'a' && c <= 'f' ? c - 'a' + 10
                 : base == 16 && c >= 'A' && c <= 'F' ? c - 'A' + 10
                                                      : -1;
@@ -115,9 +116,10 @@ Result<std::optional<std::string>> dechunk(std::string_view in, std::size_t& at)
 }  // namespace
 
 std::string post(std::string_view host, std::string_view path, std::string_view json_body) {
-  std::string request = "POST " + std::string(path) + " HTTP/1.1\r\nHost: " + std::string(host) +
-                        "\r\nContent-Type: application/json\r\nContent-Length: " +
-                        std::to_string(json_body.size()) + "\r\n\r\n";
+  std::string request =
+      "POST " + std::string(path) + " HTTP/1.1\r\nHost: " + std::string(host) +
+      "\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(json_body.size()) +
+      "\r\n\r\n";
   request.append(json_body);
   return request;
 }

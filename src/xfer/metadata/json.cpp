@@ -21,11 +21,13 @@ class Reader {
 
  private:
   std::unexpected<Error> bad(std::string_view why) const {
-    return fail(Errc::ProtocolError, "malformed JSON at byte " + std::to_string(at_) + ": " + std::string(why));
+    return fail(Errc::ProtocolError,
+                "malformed JSON at byte " + std::to_string(at_) + ": " + std::string(why));
   }
 
   void skip_space() {
-    while (at_ < text_.size() && (text_[at_] == ' ' || text_[at_] == '\n' || text_[at_] == '\r' || text_[at_] == '\t'))
+    while (at_ < text_.size() &&
+           (text_[at_] == ' ' || text_[at_] == '\n' || text_[at_] == '\r' || text_[at_] == '\t'))
       ++at_;
   }
 
@@ -52,7 +54,8 @@ class Reader {
       value.text = std::move(*text);
       return value;
     }
-    for (auto [word, kind] : {std::pair{"true", Value::Kind::Bool}, {"false", Value::Kind::Bool}, {"null", Value::Kind::Null}}) {
+    for (auto [word, kind] :
+         {std::pair{"true", Value::Kind::Bool}, {"false", Value::Kind::Bool}, {"null", Value::Kind::Null}}) {
       if (text_.substr(at_).starts_with(word)) {
         at_ += std::string_view(word).size();
         return Value{kind, kind == Value::Kind::Bool ? word : ""};
@@ -96,7 +99,9 @@ class Reader {
     std::size_t start = at_;
     if (at_ < text_.size() && text_[at_] == '-') ++at_;
     std::size_t digits = at_;
-    while (at_ < text_.size() && std::string_view("0123456789.eE+-").find(text_[at_]) != std::string_view::npos) ++at_;
+    while (at_ < text_.size() &&
+           std::string_view("0123456789.eE+-").find(text_[at_]) != std::string_view::npos)
+      ++at_;
     if (at_ == digits || text_[digits] < '0' || text_[digits] > '9') return bad("a value expected");
     return Value{Value::Kind::Number, std::string(text_.substr(start, at_ - start))};
   }
@@ -106,7 +111,10 @@ class Reader {
     unsigned code = 0;
     for (int i = 0; i < 4; ++i) {
       char c = text_[at_++];
-      int digit = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+      int digit = c >= '0' && c <= '9'   ? c - '0'
+                  : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                  : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                         : -1;
       if (digit < 0) return bad("a bad \\u escape");
       code = code * 16 + static_cast<unsigned>(digit);
     }
@@ -146,12 +154,26 @@ class Reader {
       if (at_ >= text_.size()) return bad("an unterminated escape");
       char e = text_[at_++];
       switch (e) {
-        case '"': case '\\': case '/': out.push_back(e); break;
-        case 'b': out.push_back('\b'); break;
-        case 'f': out.push_back('\f'); break;
-        case 'n': out.push_back('\n'); break;
-        case 'r': out.push_back('\r'); break;
-        case 't': out.push_back('\t'); break;
+        case '"':
+        case '\\':
+        case '/':
+          out.push_back(e);
+          break;
+        case 'b':
+          out.push_back('\b');
+          break;
+        case 'f':
+          out.push_back('\f');
+          break;
+        case 'n':
+          out.push_back('\n');
+          break;
+        case 'r':
+          out.push_back('\r');
+          break;
+        case 't':
+          out.push_back('\t');
+          break;
         case 'u': {
           auto code = hex4();
           if (!code) return std::unexpected(code.error());
@@ -217,7 +239,8 @@ constexpr std::string_view kAlphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmn
 constexpr std::array<int, 256> decoding_table() {
   std::array<int, 256> table{};
   for (auto& entry : table) entry = -1;
-  for (std::size_t i = 0; i < kAlphabet.size(); ++i) table[static_cast<unsigned char>(kAlphabet[i])] = static_cast<int>(i);
+  for (std::size_t i = 0; i < kAlphabet.size(); ++i)
+    table[static_cast<unsigned char>(kAlphabet[i])] = static_cast<int>(i);
   return table;
 }
 
@@ -228,7 +251,8 @@ std::string encode(std::string_view bytes) {
   out.reserve((bytes.size() + 2) / 3 * 4);
   for (std::size_t i = 0; i < bytes.size(); i += 3) {
     std::uint32_t group = static_cast<std::uint32_t>(static_cast<unsigned char>(bytes[i])) << 16;
-    if (i + 1 < bytes.size()) group |= static_cast<std::uint32_t>(static_cast<unsigned char>(bytes[i + 1])) << 8;
+    if (i + 1 < bytes.size())
+      group |= static_cast<std::uint32_t>(static_cast<unsigned char>(bytes[i + 1])) << 8;
     if (i + 2 < bytes.size()) group |= static_cast<unsigned char>(bytes[i + 2]);
     out.push_back(kAlphabet[(group >> 18) & 63]);
     out.push_back(kAlphabet[(group >> 12) & 63]);

@@ -4,8 +4,8 @@
 #include <mutex>
 #include <thread>
 
-#include "core/log.hpp"
 #include "bootstrap/auth.hpp"
+#include "core/log.hpp"
 #include "xfer/metadata/backend.hpp"
 
 namespace rdmakit::xfer {
@@ -41,8 +41,10 @@ class LeasedStore final : public MetadataStore {
     if (owned_.empty()) return;
     // The entries would vanish after the TTL anyway: removing them now only spares peers a stale look.
     if (auto ok = backend_->erase_all(owned_, Clock::now() + options_.timeout); !ok)
-      log::debug("xfer", "metadata at " + url_ + ": removing this store's entries on close failed (they "
-                         "expire after the ttl): " + ok.error().message());
+      log::debug("xfer", "metadata at " + url_ +
+                             ": removing this store's entries on close failed (they "
+                             "expire after the ttl): " +
+                             ok.error().message());
   }
 
   Result<void> publish(std::string_view key, const std::vector<std::byte>& value) override {
@@ -57,8 +59,10 @@ class LeasedStore final : public MetadataStore {
     owned_[*full] = as_string(value);
     auto ok = backend_->put(*full, owned_[*full], owned_, deadline);
     if (!ok) {  // not ours after all: renewals must not publish what the caller was told failed
-      if (old) owned_[*full] = *old;
-      else owned_.erase(*full);
+      if (old)
+        owned_[*full] = *old;
+      else
+        owned_.erase(*full);
     }
     return ok;
   }
@@ -70,8 +74,8 @@ class LeasedStore final : public MetadataStore {
     auto lock = take_lock(deadline);
     if (!lock) return std::unexpected(lock.error());
     if (!owned_.contains(*full))
-      return fail(Errc::NotFound, url_ + ": key '" + std::string(key) + "' of namespace '" + options_.name_space +
-                                      "' was not published by this store");
+      return fail(Errc::NotFound, url_ + ": key '" + std::string(key) + "' of namespace '" +
+                                      options_.name_space + "' was not published by this store");
     owned_.erase(*full);
     return backend_->erase(*full, deadline);
   }
@@ -134,8 +138,10 @@ class LeasedStore final : public MetadataStore {
       auto ok = lock ? backend_->renew(owned_, deadline) : Result<void>(std::unexpected(lock.error()));
       if (!ok && !renewal_failing_)
         log::warn("xfer", "metadata at " + url_ + ": lease renewal failed, retrying every " +
-                              std::to_string(options_.renew_interval.count()) + " ms (this store's entries "
-                              "vanish after the ttl if it lasts): " + ok.error().message());
+                              std::to_string(options_.renew_interval.count()) +
+                              " ms (this store's entries "
+                              "vanish after the ttl if it lasts): " +
+                              ok.error().message());
       else if (ok && renewal_failing_)
         log::info("xfer", "metadata at " + url_ + ": lease renewed again; entries republished");
       renewal_failing_ = !ok;
@@ -178,7 +184,8 @@ Result<std::pair<std::string, metadata::Endpoint>> parse_url(std::string_view ur
   }
   if (host.empty() || host.find_first_of("/@[]") != std::string_view::npos) return bad("a bad host");
   if (port == 0 || port > 65535) return bad("no port (or 0, or over 65535)");
-  return std::pair{scheme, metadata::Endpoint{std::string(host), static_cast<std::uint16_t>(port), std::string(url)}};
+  return std::pair{scheme,
+                   metadata::Endpoint{std::string(host), static_cast<std::uint16_t>(port), std::string(url)}};
 }
 
 Result<void> check_options(const MetadataOptions& options, std::string_view url) {
@@ -188,7 +195,8 @@ Result<void> check_options(const MetadataOptions& options, std::string_view url)
   if (options.name_space.empty() || options.name_space.find('/') != std::string::npos)
     return bad("the namespace must be non-empty and without '/'");
   if (options.timeout.count() <= 0) return bad("timeout must be positive");
-  if (options.ttl.count() <= 0 || options.renew_interval.count() <= 0) return bad("ttl and renew_interval must be positive");
+  if (options.ttl.count() <= 0 || options.renew_interval.count() <= 0)
+    return bad("ttl and renew_interval must be positive");
   if (options.renew_interval >= options.ttl)
     return bad("renew_interval (" + std::to_string(options.renew_interval.count()) +
                " ms) must be shorter than the ttl (" + std::to_string(options.ttl.count()) +

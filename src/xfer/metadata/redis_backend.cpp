@@ -24,7 +24,8 @@ std::string match_prefix(std::string_view prefix) {
 class RedisBackend final : public Backend {
  public:
   RedisBackend(const Endpoint& endpoint, const MetadataOptions& options)
-      : ttl_ms_(std::to_string(options.ttl.count())), connection_(endpoint.host, endpoint.port, endpoint.url) {}
+      : ttl_ms_(std::to_string(options.ttl.count())),
+        connection_(endpoint.host, endpoint.port, endpoint.url) {}
 
   std::string_view name() const noexcept override { return "redis"; }
 
@@ -34,7 +35,8 @@ class RedisBackend final : public Backend {
     return expect_simple(pong->front(), "PONG");
   }
 
-  Result<void> put(const std::string& key, const std::string& value, const Owned&, Deadline deadline) override {
+  Result<void> put(const std::string& key, const std::string& value, const Owned&,
+                   Deadline deadline) override {
     auto reply = ask({set_command(key, value)}, deadline);
     if (!reply) return std::unexpected(reply.error());
     return expect_simple(reply->front(), "OK");
@@ -113,10 +115,10 @@ class RedisBackend final : public Backend {
     for (const auto& c : commands) requests += c;
     count_round_trip();
     auto count = commands.size();
-    return connection_.exchange<std::vector<Value>>(
-        requests, deadline, [count](std::string_view in, std::size_t& consumed) {
-          return resp::parse_many(in, count, consumed);
-        });
+    return connection_.exchange<std::vector<Value>>(requests, deadline,
+                                                    [count](std::string_view in, std::size_t& consumed) {
+                                                      return resp::parse_many(in, count, consumed);
+                                                    });
   }
 
   std::unexpected<Error> unexpected_reply(const Value& reply) const {

@@ -6,7 +6,8 @@ namespace {
 using Parsed = Result<std::optional<Value>>;
 
 std::unexpected<Error> malformed(std::string_view why) {
-  return fail(Errc::ProtocolError, "a malformed RESP reply (" + std::string(why) + "; is this a Redis server?)");
+  return fail(Errc::ProtocolError,
+              "a malformed RESP reply (" + std::string(why) + "; is this a Redis server?)");
 }
 
 // The line at `at` (without CRLF); nullopt while its end has not arrived. A bare LF or CR is malformed.
@@ -63,7 +64,8 @@ Parsed parse_at(std::string_view in, std::size_t& at, int depth) {
       auto length = integer(**text);
       if (!length) return std::unexpected(length.error());
       if (*length == -1) break;  // Nil
-      if (*length < 0 || static_cast<std::uint64_t>(*length) > kMaxBulk) return malformed("a bad bulk length");
+      if (*length < 0 || static_cast<std::uint64_t>(*length) > kMaxBulk)
+        return malformed("a bad bulk length");
       auto size = static_cast<std::size_t>(*length);
       if (in.size() - cursor < size + 2) return std::nullopt;
       if (in.substr(cursor + size, 2) != "\r\n") return malformed("a bulk string without its CRLF");
@@ -76,7 +78,8 @@ Parsed parse_at(std::string_view in, std::size_t& at, int depth) {
       auto count = integer(**text);
       if (!count) return std::unexpected(count.error());
       if (*count == -1) break;  // a nil array
-      if (*count < 0 || static_cast<std::uint64_t>(*count) > kMaxElements) return malformed("a bad array length");
+      if (*count < 0 || static_cast<std::uint64_t>(*count) > kMaxElements)
+        return malformed("a bad array length");
       value.kind = Value::Kind::Array;
       for (std::int64_t i = 0; i < *count; ++i) {
         auto element = parse_at(in, cursor, depth + 1);
@@ -112,7 +115,8 @@ Result<std::optional<Value>> parse(std::string_view in, std::size_t& consumed) {
   return value;
 }
 
-Result<std::optional<std::vector<Value>>> parse_many(std::string_view in, std::size_t count, std::size_t& consumed) {
+Result<std::optional<std::vector<Value>>> parse_many(std::string_view in, std::size_t count,
+                                                     std::size_t& consumed) {
   std::vector<Value> values;
   std::size_t at = 0;
   while (values.size() < count) {

@@ -34,6 +34,7 @@ std::string command(const std::vector<std::string_view>& args);
 Result<std::optional<Value>> parse(std::string_view in, std::size_t& consumed);
 
 // Decodes `count` values in a row (a pipeline's replies), the same way.
-Result<std::optional<std::vector<Value>>> parse_many(std::string_view in, std::size_t count, std::size_t& consumed);
+Result<std::optional<std::vector<Value>>> parse_many(std::string_view in, std::size_t count,
+                                                     std::size_t& consumed);
 
 }  // namespace rdmakit::xfer::metadata::resp

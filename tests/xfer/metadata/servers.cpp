@@ -43,7 +43,9 @@ Process Process::spawn(const std::vector<std::string>& argv, const std::string& 
 }
 
 Process::Process(Process&& other) noexcept
-    : pid_(std::exchange(other.pid_, -1)), out_(std::exchange(other.out_, -1)), pending_(std::move(other.pending_)) {}
+    : pid_(std::exchange(other.pid_, -1)),
+      out_(std::exchange(other.out_, -1)),
+      pending_(std::move(other.pending_)) {}
 
 Process& Process::operator=(Process&& other) noexcept {
   if (this != &other) {
@@ -74,7 +76,8 @@ std::optional<std::string> Process::read_line(std::chrono::milliseconds timeout)
       pending_.erase(0, end + 1);
       return line;
     }
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     if (out_ < 0 || left.count() <= 0) return std::nullopt;
     pollfd p{out_, POLLIN, 0};
     if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) continue;
@@ -135,7 +138,8 @@ void wait_until_serving(const std::string& url, const std::string& log) {
     last = store ? "list failed" : store.error().message();
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  throw std::runtime_error("the server at " + url + " did not come up within 20 s (" + last + "); its log: " + log);
+  throw std::runtime_error("the server at " + url + " did not come up within 20 s (" + last +
+                           "); its log: " + log);
 }
 
 class BuiltinServer final : public Server {
@@ -161,10 +165,10 @@ class RedisServer final : public Server {
   void stop() override { process_.reset(); }
   void start() override {
     // No persistence: a restart comes back empty, as a crashed cache server would.
-    process_.emplace(Process::spawn({"/usr/bin/redis-server", "--port", std::to_string(port_), "--bind", "127.0.0.1",
-                                     "--save", "", "--appendonly", "no", "--dir", dir_.path(), "--loglevel",
-                                     "warning", "--protected-mode", "no"},
-                                    log()));
+    process_.emplace(Process::spawn(
+        {"/usr/bin/redis-server", "--port", std::to_string(port_), "--bind", "127.0.0.1", "--save", "",
+         "--appendonly", "no", "--dir", dir_.path(), "--loglevel", "warning", "--protected-mode", "no"},
+        log()));
     wait_until_serving(url(), log());
   }
 
@@ -187,11 +191,27 @@ class EtcdServer final : public Server {
     std::string client = "http://127.0.0.1:" + std::to_string(port_);
     std::string peer = "http://127.0.0.1:" + std::to_string(peer_port_);
     // Short heartbeats: the leader is elected fast, and the minimum lease TTL is 1 s.
-    process_.emplace(Process::spawn({"/usr/bin/etcd", "--name", "test", "--data-dir", data,
-                                     "--listen-client-urls", client, "--advertise-client-urls", client,
-                                     "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
-                                     "--initial-cluster", "test=" + peer, "--heartbeat-interval", "10",
-                                     "--election-timeout", "100", "--log-level", "error"},
+    process_.emplace(Process::spawn({"/usr/bin/etcd",
+                                     "--name",
+                                     "test",
+                                     "--data-dir",
+                                     data,
+                                     "--listen-client-urls",
+                                     client,
+                                     "--advertise-client-urls",
+                                     client,
+                                     "--listen-peer-urls",
+                                     peer,
+                                     "--initial-advertise-peer-urls",
+                                     peer,
+                                     "--initial-cluster",
+                                     "test=" + peer,
+                                     "--heartbeat-interval",
+                                     "10",
+                                     "--election-timeout",
+                                     "100",
+                                     "--log-level",
+                                     "error"},
                                     log()));
     wait_until_serving(url(), log());
   }
@@ -211,7 +231,8 @@ std::unique_ptr<Server> make_server(const std::string& backend, std::string& why
   std::string program = backend == "redis" ? "/usr/bin/redis-server" : "/usr/bin/etcd";
   if (::access(program.c_str(), X_OK) != 0) {
     why = program + " is not installed (Debian package " +
-          std::string(backend == "redis" ? "redis-server" : "etcd-server") + "; scripts/setup.sh installs it)";
+          std::string(backend == "redis" ? "redis-server" : "etcd-server") +
+          "; scripts/setup.sh installs it)";
     return nullptr;
   }
   if (backend == "redis") return std::make_unique<RedisServer>();

@@ -22,7 +22,8 @@ class Process {
  public:
   // Starts argv[0] with the rest as arguments; stdout and stderr go to `log` (appended), or with
   // `capture_stdout`, stdout comes back through read_line().
-  static Process spawn(const std::vector<std::string>& argv, const std::string& log, bool capture_stdout = false);
+  static Process spawn(const std::vector<std::string>& argv, const std::string& log,
+                       bool capture_stdout = false);
   Process(Process&& other) noexcept;
   Process& operator=(Process&& other) noexcept;
   ~Process();

@@ -48,13 +48,17 @@ TEST(Resp, RefusesMalformedReplies) {
 }
 
 TEST(Resp, EncodesCommandsAsBulkArrays) {
-  EXPECT_EQ(resp::command({"SET", std::string_view("a\0b", 3)}), std::string("*2\r\n$3\r\nSET\r\n$3\r\na\0b\r\n", 22));
+  EXPECT_EQ(resp::command({"SET", std::string_view("a\0b", 3)}),
+            std::string("*2\r\n$3\r\nSET\r\n$3\r\na\0b\r\n", 22));
 }
 
 TEST(Http, DecodesLengthAndChunkedBodies) {
   std::string plain = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\ncontent-length: 4\r\n\r\n{}{}";
-  std::string chunked = "HTTP/1.1 404 Not Found\r\nTransfer-Encoding: chunked\r\n\r\n3;x=y\r\n{\"a\r\n2\r\n\"}\r\n0\r\nGrpc-Trailer: x\r\n\r\n";
-  for (const auto& [reply, status, body] : {std::tuple{plain, 200, std::string("{}{}")}, {chunked, 404, "{\"a\"}"}}) {
+  std::string chunked =
+      "HTTP/1.1 404 Not Found\r\nTransfer-Encoding: "
+      "chunked\r\n\r\n3;x=y\r\n{\"a\r\n2\r\n\"}\r\n0\r\nGrpc-Trailer: x\r\n\r\n";
+  for (const auto& [reply, status, body] :
+       {std::tuple{plain, 200, std::string("{}{}")}, {chunked, 404, "{\"a\"}"}}) {
     for (std::size_t cut = 0; cut < reply.size(); ++cut) {
       std::size_t consumed = 0;
       auto partial = http::parse_response(std::string_view(reply).substr(0, cut), consumed);
@@ -99,8 +103,8 @@ TEST(Json, ParsesWhatTheGatewaySends) {
 
 TEST(Json, RefusesMalformedText) {
   std::string deep(100, '[');
-  for (std::string bad : std::vector<std::string>{"", "{", "{\"a\"}", "{\"a\":1,}", "[1 2]", "\"\\x\"", "\"\\ud800\"", "tru", "-", "{} x",
-                          "\"a\nb\"", deep}) {
+  for (std::string bad : std::vector<std::string>{"", "{", "{\"a\"}", "{\"a\":1,}", "[1 2]", "\"\\x\"",
+                                                  "\"\\ud800\"", "tru", "-", "{} x", "\"a\nb\"", deep}) {
     auto value = json::parse(bad);
     ASSERT_FALSE(value) << bad;
     EXPECT_EQ(value.error().code(), Errc::ProtocolError);
@@ -108,10 +112,12 @@ TEST(Json, RefusesMalformedText) {
 }
 
 TEST(Base64, RoundTripsAndRefusesNonCanonicalText) {
-  for (std::string bytes : std::vector<std::string>{"", "f", "fo", "foo", "foob", std::string("\0\xff\x10", 3)})
+  for (std::string bytes :
+       std::vector<std::string>{"", "f", "fo", "foo", "foob", std::string("\0\xff\x10", 3)})
     EXPECT_EQ(base64::decode(base64::encode(bytes)), bytes);
   EXPECT_EQ(base64::encode("foo"), "Zm9v");
-  for (const char* bad : {"Zm9", "Zm9v=", "Z===", "Zm8!", "Zh==", "Zm9=Zm9v"}) EXPECT_EQ(base64::decode(bad), std::nullopt) << bad;
+  for (const char* bad : {"Zm9", "Zm9v=", "Z===", "Zm8!", "Zh==", "Zm9=Zm9v"})
+    EXPECT_EQ(base64::decode(bad), std::nullopt) << bad;
 }
 
 // The bootstrap store's leased keys: mutable, expiring, and never a way around the write-once keys.
@@ -124,8 +130,8 @@ TEST(StoreLeases, ExpireAndNeverShadowWriteOnceKeys) {
 
   ASSERT_TRUE(data.put_leased("ns/a", "1", 50ms));
   ASSERT_TRUE(data.put_leased("ns/a", "22", 50ms));  // replaced, not added
-  EXPECT_EQ(data.bytes(), 5u + 4u + 4u + 2u);  // rank0=addr, ns/a=22
-  EXPECT_FALSE(data.set("ns/a", "x"));  // a live leased key is not taken over by SET
+  EXPECT_EQ(data.bytes(), 5u + 4u + 4u + 2u);        // rank0=addr, ns/a=22
+  EXPECT_FALSE(data.set("ns/a", "x"));               // a live leased key is not taken over by SET
   EXPECT_TRUE(data.renew_leased("ns/a", 50ms));
   EXPECT_EQ(*data.keys("ns/", 1000), std::vector<std::string>{"ns/a"});
   std::this_thread::sleep_for(80ms);
@@ -149,7 +155,8 @@ TEST(StoreLeases, RequestsOverTheWire) {
     // decoded request is what runs (as the fuzz target drives it).
     bootstrap::wire::Request request;
     std::string bytes = bootstrap::wire::request(op, key, value), error;
-    EXPECT_EQ(bootstrap::wire::decode_request(bytes, 1 << 20, request, error), bootstrap::wire::Decode::Ready);
+    EXPECT_EQ(bootstrap::wire::decode_request(bytes, 1 << 20, request, error),
+              bootstrap::wire::Decode::Ready);
     std::string out;
     bootstrap::StoreSession::serve_request(request, data, out);
     bootstrap::wire::Reply reply;

@@ -152,9 +152,10 @@ TEST_P(MetadataTest, EntriesOutliveTheTtlWhileRenewed) {
 TEST_P(MetadataTest, KilledOwnersEntriesExpire) {
   auto options = test_options(GetParam());
   TempDir dir;
-  auto owner = Process::spawn({XFER_METADATA_OWNER, server_->url(), "test", "owned", "by-the-child",
-                               std::to_string(options.ttl.count()), std::to_string(options.renew_interval.count())},
-                              dir.path() + "/owner.log", true);
+  auto owner =
+      Process::spawn({XFER_METADATA_OWNER, server_->url(), "test", "owned", "by-the-child",
+                      std::to_string(options.ttl.count()), std::to_string(options.renew_interval.count())},
+                     dir.path() + "/owner.log", true);
   ASSERT_EQ(owner.read_line(10s), "ready");
   auto peer = open();
   ASSERT_TRUE(peer);
@@ -163,7 +164,8 @@ TEST_P(MetadataTest, KilledOwnersEntriesExpire) {
   auto killed = Clock::now();
   // etcd checks for expired leases every 500 ms.
   EXPECT_EQ(await(*peer, "owned", std::nullopt, options.ttl + 2s), std::nullopt);
-  EXPECT_GE(Clock::now() - killed, options.ttl / 2) << "gone before its ttl: it was not the ttl that removed it";
+  EXPECT_GE(Clock::now() - killed, options.ttl / 2)
+      << "gone before its ttl: it was not the ttl that removed it";
 }
 
 TEST_P(MetadataTest, RestartedServerIsRepopulatedByLiveOwners) {
@@ -175,10 +177,11 @@ TEST_P(MetadataTest, RestartedServerIsRepopulatedByLiveOwners) {
   ASSERT_TRUE(owner->publish("second", bytes("too")));
   server_->stop();
   std::this_thread::sleep_for(options.renew_interval * 2);  // renewals fail meanwhile
-  server_->start();  // empty: the keys are gone
+  server_->start();                                         // empty: the keys are gone
   auto peer = open();
   ASSERT_TRUE(peer);
-  EXPECT_EQ(await(*peer, "survivor", "still here", options.renew_interval * 3 + options.timeout), "still here");
+  EXPECT_EQ(await(*peer, "survivor", "still here", options.renew_interval * 3 + options.timeout),
+            "still here");
   EXPECT_EQ(await(*peer, "second", "too", 1s), "too");
 }
 
@@ -215,9 +218,10 @@ TEST_P(MetadataTest, SilentServerTimesOut) {
 
 // A server that writes nonsense: a clean error (no crash, no hang), whatever the nonsense.
 TEST_P(MetadataTest, GarbageServerIsAProtocolError) {
-  for (std::string garbage : {std::string("\xff\xfe garbage \r\n\r\n\x01\x02"), std::string("HTTP/1.1 200 OK\r\n\r\n"),
-                              std::string("+PANG\r\n:12\n"), std::string("$99999999999\r\n"),
-                              std::string("HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n{\"a\":")}) {
+  for (std::string garbage :
+       {std::string("\xff\xfe garbage \r\n\r\n\x01\x02"), std::string("HTTP/1.1 200 OK\r\n\r\n"),
+        std::string("+PANG\r\n:12\n"), std::string("$99999999999\r\n"),
+        std::string("HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n{\"a\":")}) {
     Fd listener(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
     sockaddr_in address{};
     address.sin_family = AF_INET;
@@ -249,7 +253,8 @@ TEST(MetadataServer, UnauthenticatedServesLoopbackOnly) {
   ASSERT_EQ(std::getenv("RDMAKIT_JOB_SECRET"), nullptr) << "this case needs no job secret in the environment";
   auto server = serve_builtin_metadata("0.0.0.0:0");
   ASSERT_FALSE(server);
-  EXPECT_NE(server.error().message().find("RDMAKIT_JOB_SECRET"), std::string::npos) << server.error().message();
+  EXPECT_NE(server.error().message().find("RDMAKIT_JOB_SECRET"), std::string::npos)
+      << server.error().message();
   EXPECT_FALSE(serve_builtin_metadata("127.0.0.1"));  // no port
   EXPECT_TRUE(serve_builtin_metadata("127.0.0.1:0"));
 }
@@ -277,7 +282,8 @@ TEST(MetadataUrl, BadUrlsAndOptionsAreRefused) {
                           "redis://127.0.0.1:99999", "etcd://127.0.0.1:x"}) {
     auto store = open_metadata(url);
     ASSERT_FALSE(store) << url;
-    EXPECT_TRUE(store.error().code() == Errc::InvalidArgument || store.error().code() == Errc::NotSupported) << url;
+    EXPECT_TRUE(store.error().code() == Errc::InvalidArgument || store.error().code() == Errc::NotSupported)
+        << url;
   }
   MetadataOptions options;
   options.renew_interval = options.ttl;
@@ -290,13 +296,15 @@ TEST(MetadataUrl, BadUrlsAndOptionsAreRefused) {
 // `rdmakit-metadata serve` is a builtin server another process reaches; `get` and `list` read it.
 TEST(MetadataTool, ServesAndReads) {
   TempDir dir;
-  auto server = Process::spawn({RDMAKIT_METADATA_TOOL, "serve", "127.0.0.1:0"}, dir.path() + "/serve.log", true);
+  auto server =
+      Process::spawn({RDMAKIT_METADATA_TOOL, "serve", "127.0.0.1:0"}, dir.path() + "/serve.log", true);
   auto url = server.read_line(10s);
   ASSERT_TRUE(url && url->starts_with("builtin://127.0.0.1:")) << (url ? *url : "no URL printed");
   auto owner = open_metadata(*url, test_options("builtin", "tool"));
   ASSERT_TRUE(owner) << owner.error().describe();
   ASSERT_TRUE((*owner)->publish("segment", bytes("descriptor\n")));
-  auto get = Process::spawn({RDMAKIT_METADATA_TOOL, "get", *url, "tool", "segment"}, dir.path() + "/get.log", true);
+  auto get =
+      Process::spawn({RDMAKIT_METADATA_TOOL, "get", *url, "tool", "segment"}, dir.path() + "/get.log", true);
   EXPECT_EQ(get.read_line(10s), "descriptor");
   auto list = Process::spawn({RDMAKIT_METADATA_TOOL, "list", *url, "tool"}, dir.path() + "/list.log", true);
   EXPECT_EQ(list.read_line(10s), "segment");
