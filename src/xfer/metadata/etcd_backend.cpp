@@ -49,8 +49,8 @@ class EtcdBackend final : public Backend {
     const Value* result = reply->find("result");
     const Value* ttl = result ? result->find("TTL") : nullptr;
     // A lease that is gone comes back without a TTL (zero is left out of the JSON).
-    if (ttl && ttl->text != "0") return {};
-    return regrant_and_put(owned, deadline);
+    if (!ttl || ttl->text == "0") return regrant_and_put(owned, deadline);
+    return unsettled_ ? put_all(owned, deadline) : Result<void>();
   }
 
   Result<void> erase(const std::string& key, Deadline deadline) override {
@@ -147,15 +147,23 @@ class EtcdBackend final : public Backend {
 
   Result<void> regrant_and_put(const Owned& owned, Deadline deadline) {
     if (auto ok = grant(deadline); !ok) return ok;
+    return put_all(owned, deadline);
+  }
+
+  // Puts every owned key on the current lease; until all went through, each renewal tries again.
+  Result<void> put_all(const Owned& owned, Deadline deadline) {
+    unsettled_ = true;
     for (const auto& [key, value] : owned)
       if (auto ok = put_one(key, value, deadline); !ok) return ok;
+    unsettled_ = false;
     return {};
   }
 
   std::int64_t ttl_s_;  // etcd leases count whole seconds
   std::string host_;    // the Host header
   Connection connection_;
-  std::string lease_;  // the lease ID, decimal as the gateway writes it
+  std::string lease_;       // the lease ID, decimal as the gateway writes it
+  bool unsettled_ = false;  // a new lease whose keys are not all put yet
 };
 
 }  // namespace
