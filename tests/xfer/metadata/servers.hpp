@@ -42,7 +42,8 @@ class Process {
 // A temporary directory, removed with its contents.
 class TempDir {
  public:
-  TempDir();
+  // Under `base` (default: the system's temporary directory).
+  explicit TempDir(const std::string& base = {});
   ~TempDir();
   const std::string& path() const noexcept { return path_; }
 
