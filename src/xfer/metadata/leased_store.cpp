@@ -3,6 +3,7 @@
 #include <condition_variable>
 #include <mutex>
 #include <thread>
+#include <utility>
 
 #include "bootstrap/auth.hpp"
 #include "core/log.hpp"
@@ -37,7 +38,7 @@ class LeasedStore final : public MetadataStore {
       renewer_.request_stop();
       renewer_.join();
     }
-    std::lock_guard lock(mutex_);
+    Turn turn = *take_lock(Deadline::max());  // nobody else calls a store being destroyed
     if (owned_.empty()) return;
     // The entries would vanish after the TTL anyway: removing them now only spares peers a stale look.
     if (auto ok = backend_->erase_all(owned_, Clock::now() + options_.timeout); !ok)
@@ -117,13 +118,35 @@ class LeasedStore final : public MetadataStore {
     return prefix_ + std::string(key);
   }
 
-  // One backend call at a time (one connection); waiting for the lock counts against the call's bound.
-  Result<std::unique_lock<std::timed_mutex>> take_lock(Deadline deadline) {
-    std::unique_lock lock(mutex_, std::defer_lock);
-    if (!lock.try_lock_until(deadline))
+  // The right to use the backend (its one connection) and owned_, given back when it goes.
+  class Turn {
+   public:
+    explicit Turn(LeasedStore* store) : store_(store) {}
+    Turn(Turn&& other) noexcept : store_(std::exchange(other.store_, nullptr)) {}
+    Turn& operator=(Turn&&) = delete;
+    ~Turn() {
+      if (store_ == nullptr) return;
+      {
+        std::lock_guard lock(store_->turn_mutex_);
+        store_->busy_ = false;
+      }
+      store_->turn_free_.notify_one();
+    }
+
+   private:
+    LeasedStore* store_;
+  };
+
+  // One backend call at a time; waiting for the turn counts against the call's bound. (A flag and a
+  // condition variable rather than std::timed_mutex, whose pthread_mutex_clocklock ThreadSanitizer does not
+  // see.)
+  Result<Turn> take_lock(Deadline deadline) {
+    std::unique_lock lock(turn_mutex_);
+    if (!turn_free_.wait_until(lock, deadline, [this] { return !busy_; }))
       return fail(Errc::Timeout, url_ + ": the metadata connection stayed busy for the whole timeout of " +
                                      std::to_string(options_.timeout.count()) + " ms");
-    return lock;
+    busy_ = true;
+    return Turn(this);
   }
 
   void renew_loop(std::stop_token stop) {
@@ -152,7 +175,9 @@ class LeasedStore final : public MetadataStore {
   MetadataOptions options_;
   std::string url_;
   std::string prefix_;
-  std::timed_mutex mutex_;  // guards backend_ calls and owned_
+  std::mutex turn_mutex_;
+  std::condition_variable turn_free_;
+  bool busy_ = false;  // a call holds the turn (guards backend_ calls and owned_)
   metadata::Owned owned_;
   bool renewal_failing_ = false;  // renewal thread only
   std::jthread renewer_;          // last: stopped first
