@@ -33,7 +33,8 @@ run_suite build-asan -DCMAKE_BUILD_TYPE=Debug -DRDMAKIT_SANITIZE=ON -DRDMAKIT_BU
 RDMAKIT_TRANSPORT=tcp scripts/run-example.sh build-asan
 
 echo "== build-tsan/ (ThreadSanitizer: the concurrency code)"
-tsan_tests=(unit_fault unit_completion_queue unit_tcp_hostile unit_tcp_limits unit_shm_transport unit_shm_process unit_coll_threads)
+tsan_tests=(unit_fault unit_completion_queue unit_tcp_hostile unit_tcp_limits unit_shm_transport unit_shm_process unit_coll_threads
+            unit_xfer_metadata)
 cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRDMAKIT_TSAN=ON > /dev/null
 cmake --build build-tsan -j "$jobs" --target conformance conformance_peer "${tsan_tests[@]}"
 # intercept_send=0: a socket send releases before the kernel reads the payload (src/core/tsan.hpp).
