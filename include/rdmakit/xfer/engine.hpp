@@ -77,14 +77,16 @@ class Batch {
   virtual std::size_t size() const noexcept = 0;
   // Polling: whether every request has finished (succeeded or failed).
   virtual bool done() const noexcept = 0;
-  // Waits until done(); Errc::Timeout if not done in time (the requests go on).
+  // Waits until done(); Errc::Timeout if not done in time (the requests go on). It reaps completions itself
+  // (no hand-off from the progress thread), spinning briefly and then sleeping in slices.
   virtual Result<void> wait(std::chrono::nanoseconds timeout) = 0;
   // Request i's outcome: nullopt while it is in flight.
   virtual std::optional<Result<void>> status(std::size_t i) const = 0;
   // Requests finished with an error so far.
   virtual std::size_t failed() const noexcept = 0;
 };
-// Called once when every request of the batch has finished, on an engine thread: keep it short.
+// Called once when every request of the batch has finished, on the thread that reaped the last completion
+// (the engine's progress thread, or one inside Batch::wait): keep it short, and do not wait in it.
 using BatchCallback = std::function<void(Batch&)>;
 
 struct EngineStats {

@@ -1,5 +1,6 @@
 // Per-request statuses of a batch, and the in-flight bounds.
 #include <algorithm>
+#include <thread>
 
 #include "xfer/engine/engine_impl.hpp"
 
@@ -31,9 +32,25 @@ std::uint32_t Credits::in_use() const {
 BatchImpl::BatchImpl(std::size_t size, BatchCallback callback)
     : slots_(size), remaining_(size), callback_(std::move(callback)) {}
 
+// Polls completions itself for a while (the owner's bytes often land within microseconds: shm completes at
+// post), then sleeps in slices, still polling between them.
 Result<void> BatchImpl::wait(std::chrono::nanoseconds timeout) {
-  std::unique_lock lock(mutex_);
-  if (finished_.wait_for(lock, timeout, [&] { return done(); })) return {};
+  auto start = std::chrono::steady_clock::now();
+  auto deadline = start + timeout;
+  constexpr auto kSpin = std::chrono::microseconds(200);
+  while (!done()) {
+    auto now = std::chrono::steady_clock::now();
+    if (now >= deadline) break;
+    if (progress_ && progress_()) continue;
+    if (now - start < kSpin) {
+      std::this_thread::yield();
+      continue;
+    }
+    std::unique_lock lock(mutex_);
+    finished_.wait_for(lock, std::min<std::chrono::nanoseconds>(deadline - now, std::chrono::milliseconds(1)),
+                       [&] { return done(); });
+  }
+  if (done()) return {};
   return fail(Errc::Timeout, "batch: " + std::to_string(remaining_.load()) + " of " +
                                  std::to_string(slots_.size()) + " requests still in flight");
 }

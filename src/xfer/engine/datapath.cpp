@@ -66,6 +66,10 @@ Result<std::shared_ptr<Batch>> EngineImpl::submit(std::span<const Request> reque
   if (!items) return std::unexpected(items.error());
   auto batch = std::make_shared<BatchImpl>(requests.size(), std::move(done));
   batch->set_self(batch);
+  batch->set_progress([handle = progress_handle_] {
+    std::shared_lock lock(handle->mutex);
+    return handle->engine != nullptr && handle->engine->poll_rails();
+  });
   requests_.fetch_add(requests.size(), std::memory_order_relaxed);
   if (requests.empty()) return batch;
 
@@ -198,6 +202,17 @@ void EngineImpl::progress_loop(Rail& rail) {
     if (!n) continue;
     for (std::size_t i = 0; i < *n; ++i) on_completion(rail, completions[i]);
   }
+}
+
+bool EngineImpl::poll_rails() {
+  std::array<Completion, 32> completions;
+  bool found = false;
+  for (auto& rail : rails_) {
+    auto n = rail->cq->poll(completions);
+    for (std::size_t i = 0; i < n; ++i) on_completion(*rail, completions[i]);
+    found |= n != 0;
+  }
+  return found;
 }
 
 void EngineImpl::on_completion(Rail& rail, const Completion& completion) {

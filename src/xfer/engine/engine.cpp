@@ -61,6 +61,7 @@ Result<void> EngineImpl::start() {
     rail->acceptor = std::thread([this, r = rail.get()] { accept_loop(*r); });
   }
   retry_thread_ = std::thread([this] { retry_loop(); });
+  progress_handle_->engine = this;
   return {};
 }
 
@@ -97,6 +98,10 @@ void EngineImpl::accept_loop(Rail& rail) {
 }
 
 EngineImpl::~EngineImpl() {
+  {
+    std::unique_lock lock(progress_handle_->mutex);
+    progress_handle_->engine = nullptr;
+  }
   {
     std::lock_guard lock(control_);
     for (auto& [name, region] : published_) (void)metadata_.unpublish(segment_key(name));

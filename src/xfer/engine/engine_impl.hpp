@@ -6,6 +6,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -125,6 +126,9 @@ class BatchImpl final : public Batch {
   // One work request of request i finished (with `error` when it failed).
   void piece_done(std::size_t i, const Error* error);
   void set_self(std::weak_ptr<BatchImpl> self) { self_ = std::move(self); }
+  // What wait() runs while it waits: reaps completions itself (true when it found some), so a waiting
+  // thread completes its own batch without a hand-off from the progress thread.
+  void set_progress(std::function<bool()> progress) { progress_ = std::move(progress); }
 
  private:
   struct Slot {
@@ -141,6 +145,13 @@ class BatchImpl final : public Batch {
   std::condition_variable finished_;
   BatchCallback callback_;
   std::weak_ptr<BatchImpl> self_;
+  std::function<bool()> progress_;
+};
+
+// Lets a batch that outlives the engine wait without touching it: the engine clears `engine` on its way out.
+struct ProgressHandle {
+  std::shared_mutex mutex;
+  class EngineImpl* engine = nullptr;
 };
 
 class EngineImpl final : public Engine {
@@ -184,6 +195,7 @@ class EngineImpl final : public Engine {
                   std::chrono::steady_clock::time_point deadline);
   void post_chain(Link& link, std::vector<std::unique_ptr<InflightOp>> chain);
   void progress_loop(Rail& rail);
+  bool poll_rails();
   void on_completion(Rail& rail, const Completion& completion);
   void complete(std::unique_ptr<InflightOp> op, const Error* error, bool retryable);
   void retry_loop();
@@ -213,6 +225,7 @@ class EngineImpl final : public Engine {
   std::deque<std::unique_ptr<InflightOp>> retry_queue_;
   std::thread retry_thread_;
 
+  std::shared_ptr<ProgressHandle> progress_handle_ = std::make_shared<ProgressHandle>();
   std::atomic<bool> stop_{false};
   std::atomic<std::uint64_t> requests_{0}, work_requests_{0}, coalesced_{0}, retries_{0}, resolves_{0};
 };
