@@ -78,7 +78,9 @@ Args parse(int argc, char** argv) {
   }
   if (a.op != "write" && a.op != "read") throw std::runtime_error("--op is write or read");
   if (a.block == 0 || a.batch == 0 || a.threads == 0) throw std::runtime_error("--block, --batch, --threads > 0");
-  if (std::uint64_t{a.batch} * a.block * a.threads > a.segment) a.segment = std::uint64_t{a.batch} * a.block * a.threads;
+  // Requests go to slots of `block` bytes in turn: a segment of one block makes every request hit the same
+  // bytes (the footprint of rdmakit-perf's reused buffer).
+  a.segment = std::max(a.segment, a.block);
   return a;
 }
 
@@ -178,7 +180,7 @@ void worker(Engine& engine, SegmentHandle kv, std::byte* local, const Args& a, s
 
 // WRITEs a pattern over the first batch * block bytes and READs it back into another buffer.
 bool verify(Engine& engine, SegmentHandle kv, std::byte* local, std::byte* back, const Args& a) {
-  auto size = std::min<std::uint64_t>(a.segment, std::uint64_t{a.batch} * a.block);
+  auto size = std::min<std::uint64_t>(a.segment / a.block, a.batch) * a.block;
   for (std::uint64_t i = 0; i < size; ++i) local[i] = std::byte(static_cast<std::uint8_t>(i * 7 + 3));
   std::memset(back, 0, size);
   std::vector<Request> writes, reads;
@@ -201,7 +203,7 @@ int run(Args a) {
                                                .max_inflight_per_peer = a.inflight,
                                                .max_inflight_per_rail = std::max(1024u, a.inflight)}),
                      "engine");
-  std::vector<std::byte> local(a.segment), back(std::uint64_t{a.batch} * a.block);
+  std::vector<std::byte> local(a.segment), back(a.segment);
   must(engine->register_local(local.data(), local.size()), "register");
   must(engine->register_local(back.data(), back.size()), "register");
 

@@ -46,21 +46,30 @@ Result<detail::SegmentRecord> find_hop(MetadataStore& metadata, const std::strin
 // One outgoing hop: WRITEs with immediate of chunks into the next receiver, at most `window` in flight.
 class Forwarder {
  public:
+  // `cq`: the queue its completions go to; empty: one of its own.
   static Result<Forwarder> open(Context& context, MetadataStore& metadata, const BroadcastOptions& options,
-                                std::uint32_t next, Clock::time_point deadline) {
+                                std::uint32_t next, Clock::time_point deadline, std::shared_ptr<CompletionQueue> cq) {
     auto record = find_hop(metadata, hop_key(options, next), deadline);
     if (!record) return std::unexpected(record.error());
     if (record->length < options.size) return fail(Errc::InvalidArgument, "broadcast: receiver region too small");
-    auto cq = context.create_cq(options.window + 1);
-    if (!cq) return std::unexpected(cq.error());
-    auto connection = context.connect(record->rails.front().address, ConnectOptions{.send_cq = *cq});
+    if (!cq) {
+      auto own = context.create_cq(options.window + 1);
+      if (!own) return std::unexpected(own.error());
+      cq = std::move(*own);
+    }
+    auto connection = context.connect(record->rails.front().address, ConnectOptions{.send_cq = cq});
     if (!connection) return std::unexpected(connection.error());
-    return Forwarder(std::move(*connection), std::move(*cq), record->rails.front().region, options.window);
+    return Forwarder(std::move(*connection), std::move(cq), record->rails.front().region, options.window);
   }
   Result<void> send(const MemoryRegion& local, const BroadcastOptions& options, std::uint32_t chunk) {
     while (inflight_ >= window_) {
       if (auto reaped = reap(); !reaped) return reaped;
     }
+    return post(local, options, chunk);
+  }
+  bool has_room() const { return inflight_ < window_; }
+  // Posts chunk `chunk` now (the caller checked has_room()).
+  Result<void> post(const MemoryRegion& local, const BroadcastOptions& options, std::uint32_t chunk) {
     auto offset = std::uint64_t{chunk} * options.chunk_bytes;
     auto length = static_cast<std::uint32_t>(std::min(options.chunk_bytes, options.size - offset));
     auto posted = connection_->write_imm(local.slice(offset, length), remote_.at(offset), chunk);
@@ -68,6 +77,15 @@ class Forwarder {
     ++inflight_;
     return {};
   }
+  // A completion of ours that the caller's loop reaped from a shared queue.
+  Result<void> completed(const Completion& completion) {
+    if (!completion.ok()) {
+      return fail(Errc::TransportFailure, "broadcast: forwarding failed: " + std::string(to_string(completion.status)));
+    }
+    --inflight_;
+    return {};
+  }
+  std::uint32_t inflight() const { return inflight_; }
   Result<void> drain() {
     while (inflight_ > 0) {
       if (auto reaped = reap(); !reaped) return reaped;
@@ -119,7 +137,9 @@ Result<Inbound> listen_and_publish(Context& context, MetadataStore& metadata, co
   auto listener = context.listen(options.listen_address);
   if (!listener) return std::unexpected(listener.error());
   in.listener = *listener;
-  auto cq = context.create_cq(2 * options.window + 1);
+  // One queue for the receives and the forwards, so one wait drives both (the shm initiator's copies
+  // progress when its queue is polled).
+  auto cq = context.create_cq(3 * options.window + 1);
   if (!cq) return std::unexpected(cq.error());
   in.recv_cq = *cq;
   detail::SegmentRecord record{context.identity().name, detail::host_id(), options.size,
@@ -134,7 +154,7 @@ Result<BroadcastResult> broadcast_send(Context& context, MetadataStore& metadata
                                        const BroadcastOptions& options) {
   if (auto ok = check(options, source.size()); !ok) return std::unexpected(ok.error());
   auto deadline = Clock::now() + options.timeout;
-  auto next = Forwarder::open(context, metadata, options, 1, deadline);
+  auto next = Forwarder::open(context, metadata, options, 1, deadline, nullptr);
   if (!next) return std::unexpected(next.error());
   auto start = Clock::now();
   auto chunks = chunk_count(options);
@@ -154,7 +174,7 @@ Result<BroadcastResult> broadcast_receive(Context& context, MetadataStore& metad
   if (!in) return std::unexpected(in.error());
   std::optional<Forwarder> next;
   if (rank < options.receivers) {
-    auto opened = Forwarder::open(context, metadata, options, rank + 1, deadline);
+    auto opened = Forwarder::open(context, metadata, options, rank + 1, deadline, in->recv_cq);
     if (!opened) return std::unexpected(opened.error());
     next.emplace(std::move(*opened));
   }
@@ -178,29 +198,36 @@ Result<BroadcastResult> broadcast_receive(Context& context, MetadataStore& metad
   auto start = Clock::now();
   std::uint32_t landed = 0;
   std::vector<bool> seen(chunks, false);
-  std::array<Completion, 16> done;
-  while (landed < chunks) {
+  std::vector<std::uint32_t> to_forward;  // landed, waiting for room in the forwarding window
+  std::size_t forwarded = 0;
+  std::array<Completion, 32> done;
+  while (landed < chunks || (next && (forwarded < chunks || next->inflight() > 0))) {
     if (Clock::now() > deadline) return fail(Errc::Timeout, "broadcast: " + std::to_string(landed) + " of " +
                                                                 std::to_string(chunks) + " chunks landed in time");
     auto n = in->recv_cq->wait(done, std::chrono::seconds(1));
     if (!n) return std::unexpected(n.error());
     for (std::size_t i = 0; i < *n; ++i) {
-      if (!done[i].ok()) {
-        return fail(Errc::TransportFailure, "broadcast: receive failed: " + std::string(to_string(done[i].status)));
+      const auto& c = done[i];
+      if (!Connection::is_recv_id(c.id)) {
+        if (auto ok = next->completed(c); !ok) return std::unexpected(ok.error());
+        continue;
       }
-      if (done[i].opcode != Opcode::RecvWriteImm || done[i].imm >= chunks || seen[done[i].imm]) {
-        return fail(Errc::ProtocolError, "broadcast: unexpected chunk notification " + std::to_string(done[i].imm));
+      if (!c.ok()) return fail(Errc::TransportFailure, "broadcast: receive failed: " + std::string(to_string(c.status)));
+      if (c.opcode != Opcode::RecvWriteImm || c.imm >= chunks || seen[c.imm]) {
+        return fail(Errc::ProtocolError, "broadcast: unexpected chunk notification " + std::to_string(c.imm));
       }
-      seen[done[i].imm] = true;
+      seen[c.imm] = true;
       ++landed;
       if (auto posted = post_receive(); !posted) return std::unexpected(posted.error());
-      if (next) {
-        if (auto sent = next->send(destination, options, done[i].imm); !sent) return std::unexpected(sent.error());
-      }
+      if (next) to_forward.push_back(c.imm);
     }
-  }
-  if (next) {
-    if (auto drained = next->drain(); !drained) return std::unexpected(drained.error());
+    while (next && forwarded < to_forward.size() && next->has_room()) {
+      if (auto sent = next->post(destination, options, to_forward[forwarded]); !sent) return std::unexpected(sent.error());
+      ++forwarded;
+    }
+    if (*n == 0 && in->connection) {
+      if (auto health = in->connection->health(); !health && landed < chunks) return std::unexpected(health.error());
+    }
   }
   (void)metadata.unpublish(hop_key(options, rank));
   return BroadcastResult{Clock::now() - start, chunks};
