@@ -122,6 +122,14 @@ EngineImpl::~EngineImpl() {
     std::lock_guard lock(rail->accepted_mutex);
     for (auto& connection : rail->accepted) connection->close();
   }
+  // Work requests whose completions did not come within the drain: their requests fail, so no batch that
+  // outlives the engine waits forever.
+  Error closed(Errc::ConnectionBroken, "xfer engine closed with the request in flight");
+  for (auto& rail : rails_) {
+    std::lock_guard lock(rail->ops_mutex);
+    for (auto& [id, op] : rail->ops) fail_op(*op, closed);
+    rail->ops.clear();
+  }
 }
 
 Result<std::shared_ptr<LocalRegion>> EngineImpl::register_everywhere(void* data, std::size_t size,
