@@ -6,27 +6,39 @@
 
 namespace rdmakit::xfer::detail {
 
+std::uint32_t Credits::try_take(std::uint32_t wanted) {
+  auto free = free_.load();
+  while (free > 0) {
+    auto granted = std::min(wanted, free);
+    if (free_.compare_exchange_weak(free, free - granted)) {
+      auto used = total_ - (free - granted);
+      auto peak = peak_.load(std::memory_order_relaxed);
+      while (used > peak && !peak_.compare_exchange_weak(peak, used, std::memory_order_relaxed)) {
+      }
+      return granted;
+    }
+  }
+  return 0;
+}
+
 std::uint32_t Credits::acquire(std::uint32_t wanted, std::chrono::steady_clock::time_point deadline) {
-  std::unique_lock lock(mutex_);
-  if (!freed_.wait_until(lock, deadline, [&] { return free_ > 0; })) return 0;
-  auto granted = std::min(wanted, free_);
-  free_ -= granted;
-  auto used = total_ - free_;
-  if (used > peak_.load(std::memory_order_relaxed)) peak_.store(used, std::memory_order_relaxed);
-  return granted;
+  while (true) {
+    if (auto granted = try_take(wanted); granted != 0) return granted;
+    std::unique_lock lock(mutex_);
+    // Announced before looking again (both sequentially consistent): a release either sees the waiter and
+    // notifies under the mutex, or happened before the look and is seen by it.
+    waiters_.fetch_add(1);
+    bool woke = freed_.wait_until(lock, deadline, [&] { return free_.load() > 0; });
+    waiters_.fetch_sub(1);
+    if (!woke) return 0;
+  }
 }
 
 void Credits::release(std::uint32_t n) {
-  {
-    std::lock_guard lock(mutex_);
-    free_ = std::min(total_, free_ + n);
-  }
-  freed_.notify_all();
-}
-
-std::uint32_t Credits::in_use() const {
+  free_.fetch_add(n);
+  if (waiters_.load() == 0) return;
   std::lock_guard lock(mutex_);
-  return total_ - free_;
+  freed_.notify_all();
 }
 
 BatchImpl::BatchImpl(std::size_t size, BatchCallback callback)
@@ -72,6 +84,7 @@ void BatchImpl::piece_done(std::size_t i, const Error* error) {
   if (error != nullptr) {
     std::lock_guard lock(mutex_);
     if (!slot.error) slot.error = *error;
+    slot.has_error.store(true, std::memory_order_release);
   }
   // The request finishes with its last work request: no byte of it moves after it is reported.
   if (slot.pending.fetch_sub(1, std::memory_order_acq_rel) == 1) finish(i);
@@ -79,19 +92,13 @@ void BatchImpl::piece_done(std::size_t i, const Error* error) {
 
 void BatchImpl::finish(std::size_t i) {
   auto& slot = slots_[i];
-  bool failed;
-  {
-    std::lock_guard lock(mutex_);
-    failed = slot.error.has_value();
-  }
+  bool failed = slot.has_error.load(std::memory_order_acquire);
   if (failed) failed_.fetch_add(1, std::memory_order_acq_rel);
   slot.state.store(failed ? 2 : 1, std::memory_order_release);
-  std::size_t left;
+  if (remaining_.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
   {
-    std::lock_guard lock(mutex_);
-    left = remaining_.fetch_sub(1, std::memory_order_acq_rel) - 1;
+    std::lock_guard lock(mutex_);  // a waiter between its check and its sleep holds it: no lost wake-up
   }
-  if (left != 0) return;
   finished_.notify_all();
   if (callback_) {
     if (auto self = self_.lock()) callback_(*self);

@@ -28,7 +28,8 @@ bool transient(Errc code) { return code == Errc::StaleDescriptor || code == Errc
 }  // namespace
 
 Result<std::vector<PlanItem>> EngineImpl::check(std::span<const Request> requests,
-                                                std::vector<std::shared_ptr<const SegmentEntry>>& entries) const {
+                                                std::vector<std::shared_ptr<const SegmentEntry>>& entries,
+                                                std::vector<std::shared_ptr<LocalRegion>>& regions) const {
   std::vector<PlanItem> items;
   items.reserve(requests.size());
   entries.assign(requests.size(), nullptr);
@@ -48,7 +49,12 @@ Result<std::vector<PlanItem>> EngineImpl::check(std::span<const Request> request
                                              std::to_string(r.length) + " is outside segment '" + last->name +
                                              "' (" + std::to_string(last->record.length) + " bytes)");
     }
-    auto local = find_local(reinterpret_cast<std::uint64_t>(r.local), r.length);
+    auto address = reinterpret_cast<std::uint64_t>(r.local);
+    auto known = std::ranges::find_if(regions, [&](const auto& region) {
+      return address >= region->addr && r.length <= region->size && address - region->addr <= region->size - r.length;
+    });
+    auto local = known != regions.end() ? *known : find_local(address, r.length);
+    if (local && known == regions.end()) regions.push_back(local);
     if (!local) {
       return fail(Errc::InvalidArgument, request_name(i) + ": local memory of " + std::to_string(r.length) +
                                              " bytes is not inside memory registered with the engine");
@@ -62,7 +68,8 @@ Result<std::vector<PlanItem>> EngineImpl::check(std::span<const Request> request
 
 Result<std::shared_ptr<Batch>> EngineImpl::submit(std::span<const Request> requests, BatchCallback done) {
   std::vector<std::shared_ptr<const SegmentEntry>> entries;
-  auto items = check(requests, entries);
+  std::vector<std::shared_ptr<LocalRegion>> regions;
+  auto items = check(requests, entries, regions);
   if (!items) return std::unexpected(items.error());
   auto batch = std::make_shared<BatchImpl>(requests.size(), std::move(done));
   batch->set_self(batch);
@@ -90,8 +97,8 @@ Result<std::shared_ptr<Batch>> EngineImpl::submit(std::span<const Request> reque
     for (auto r : p.requests) ++pieces[r];
     if (p.requests.size() > 1) coalesced_.fetch_add(p.requests.size(), std::memory_order_relaxed);
     for (const auto& piece : p.local) {
-      auto region = find_local(piece.addr, piece.length);
-      if (std::ranges::find(op->regions, region) == op->regions.end()) op->regions.push_back(std::move(region));
+      if (std::ranges::find(op->regions, piece.region, [](const auto& r) { return r->id; }) != op->regions.end()) continue;
+      op->regions.push_back(*std::ranges::find(regions, piece.region, [](const auto& r) { return r->id; }));
     }
     op->op = std::move(p);
     ops.push_back(std::move(op));

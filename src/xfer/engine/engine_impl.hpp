@@ -22,22 +22,26 @@
 
 namespace rdmakit::xfer::detail {
 
-// A counting semaphore with a deadline: the in-flight bounds.
+// A counting semaphore with a deadline: the in-flight bounds. Taking and returning credits is one atomic
+// operation; the mutex and condition variable are used only when a taker has to wait.
 class Credits {
  public:
   explicit Credits(std::uint32_t total) : free_(total), total_(total) {}
   // Takes between 1 and `wanted` credits, waiting until at least one is free; 0 when `deadline` passed.
   std::uint32_t acquire(std::uint32_t wanted, std::chrono::steady_clock::time_point deadline);
   void release(std::uint32_t n);
-  std::uint32_t in_use() const;
+  std::uint32_t in_use() const { return total_ - free_.load(); }
   std::uint32_t peak() const { return peak_.load(std::memory_order_relaxed); }
 
  private:
-  mutable std::mutex mutex_;
-  std::condition_variable freed_;
-  std::uint32_t free_;
+  std::uint32_t try_take(std::uint32_t wanted);
+
+  std::atomic<std::uint32_t> free_;
   std::uint32_t total_;
+  std::atomic<std::uint32_t> waiters_{0};
   std::atomic<std::uint32_t> peak_{0};
+  std::mutex mutex_;
+  std::condition_variable freed_;
 };
 
 class BatchImpl;
@@ -134,6 +138,7 @@ class BatchImpl final : public Batch {
   struct Slot {
     std::atomic<std::uint32_t> pending{0};
     std::atomic<std::uint8_t> state{0};  // 0 in flight, 1 ok, 2 failed
+    std::atomic<bool> has_error{false};  // set after `error`
     std::optional<Error> error;          // set under mutex_ before state becomes 2
   };
   void finish(std::size_t i);
@@ -188,8 +193,10 @@ class EngineImpl final : public Engine {
   std::shared_ptr<LocalRegion> find_local(std::uint64_t addr, std::uint64_t length) const;
 
   // datapath.cpp: posting, completions, retries.
+  // `entries`: each request's resolution; `regions`: the local registrations the batch uses (each once).
   Result<std::vector<PlanItem>> check(std::span<const Request> requests,
-                                      std::vector<std::shared_ptr<const SegmentEntry>>& entries) const;
+                                      std::vector<std::shared_ptr<const SegmentEntry>>& entries,
+                                      std::vector<std::shared_ptr<LocalRegion>>& regions) const;
   void post_all(std::vector<std::unique_ptr<InflightOp>> ops, std::chrono::steady_clock::time_point deadline);
   void post_round(Peer& peer, std::vector<std::unique_ptr<InflightOp>>& ops, std::size_t& next,
                   std::chrono::steady_clock::time_point deadline);
