@@ -43,6 +43,6 @@ for transport in ${TRANSPORTS:-tcp shm}; do
     e=$(printf '%s\n' "${eng[@]}" | median) d=$(printf '%s\n' "${distinct[@]}" | median)
     best=$(awk -v p="$p" -v b="$b" 'BEGIN {print (p > b ? p : b)}')
     ratio=$(awk -v e="$e" -v best="$best" 'BEGIN {printf "%.2fx", e / best}')
-    echo "| $transport | $1 | $2 | $p / $b | $e (${eng[*]}) | **$ratio** | $d (${distinct[*]}) |"
+    echo "| $transport | $1 | $2 | $p / $b | $e (${eng[*]}) | $ratio | $d (${distinct[*]}) |"
   done
 done
