@@ -1,5 +1,6 @@
 // The machinery under the backend's operations: the store adapter, the workers, Work objects, creation of
 // the group, and point-to-point messages.
+#include <algorithm>
 #include <array>
 #include <cstdlib>
 #include <thread>
@@ -150,7 +151,23 @@ ProcessGroupRdmakit::ProcessGroupRdmakit(int rank, int size, std::shared_ptr<boo
   init();
 }
 
-ProcessGroupRdmakit::~ProcessGroupRdmakit() = default;
+ProcessGroupRdmakit::~ProcessGroupRdmakit() {
+  // Closing a communicator is collective (a barrier with its peers), so every rank closes its pair
+  // channels in one global order, by (sender, receiver): the smallest pair still open then always has
+  // both its ranks at it, and no two ranks wait for each other in opposite orders. The world's
+  // communicator closes after them (members are destroyed after this body).
+  std::vector<std::pair<std::pair<int, int>, std::unique_ptr<PairChannel>>> ordered;
+  {
+    std::lock_guard lock(channels_mutex_);
+    for (auto& [key, channel] : channels_) {
+      const auto [peer, is_sender] = key;
+      ordered.emplace_back(is_sender ? std::pair{rank_, peer} : std::pair{peer, rank_}, std::move(channel));
+    }
+    channels_.clear();
+  }
+  std::sort(ordered.begin(), ordered.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (auto& entry : ordered) entry.second.reset();
+}
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRdmakit::enqueue(c10d::OpType type, std::vector<at::Tensor> outputs,
                                                             std::function<void(coll::Communicator&)> body) {
