@@ -22,6 +22,8 @@ packages=(
   liburing-dev fio
   # fuzzing (scripts/fuzz.sh): clang 16 and its libFuzzer/sanitizer runtimes
   clang-16 libclang-rt-16-dev
+  # the torch.distributed backend (python/torch): PyTorch 1.13's C++ headers and Python, pybind11, pytest
+  python3-torch libtorch-dev pybind11-dev python3-dev python3-pytest
 )
 missing=()
 for package in "${packages[@]}"; do

@@ -6,6 +6,7 @@ a test passes when every rank exits 0 and reports its checks.
 
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -22,7 +23,7 @@ def free_port():
         return s.getsockname()[1]
 
 
-def launch(nproc, scenario, extra_env=None, timeout=120):
+def launch(nproc, scenario, extra_env=None, timeout=240):
     env = dict(os.environ, OMP_NUM_THREADS="1", **(extra_env or {}))
     # --redirects 2 --tee 2: torch 1.13's launcher cannot parse its own default "0" under Python 3.11
     # (IntFlag iteration skips the zero member), so stderr is sent through its log tee instead.
@@ -53,3 +54,19 @@ def test_errors_name_their_cause():
     ranks = passed_ranks(output)
     assert sorted(ranks) == [0, 1, 2], output
     assert code == 0, output
+
+
+@pytest.mark.skipif(shutil.which("mpirun") is None, reason="Open MPI's mpirun is not installed")
+def test_mpirun_launch_needs_no_torch_variables():
+    # The script is unchanged: rdmakit.distributed fills RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT from
+    # Open MPI's variables (a port derived from the job id).
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
+    env["OMP_NUM_THREADS"] = "1"
+    command = ["mpirun", "--oversubscribe", "-np", "2", "-x", "PYTHONPATH", "-x", "OMP_NUM_THREADS"]
+    if os.geteuid() == 0:
+        command.append("--allow-run-as-root")
+    command += [sys.executable, str(WORKER), "ops"]
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=240)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output
+    assert sorted(passed_ranks(output)) == [0, 1], output

@@ -203,10 +203,37 @@ def check_point_to_point(rank, world):
     dist.barrier()
 
 
+def check_wait_releases_the_gil(rank, world):
+    # While the main thread waits for a collective that the last rank joins late, a Python thread runs.
+    import threading
+    import time
+    ticks, stop = [0], threading.Event()
+
+    def tick():
+        while not stop.is_set():
+            ticks[0] += 1
+            time.sleep(0.001)
+
+    if rank == world - 1:
+        time.sleep(0.5)
+    thread = threading.Thread(target=tick)
+    thread.start()
+    t = value(rank, 10, torch.float32)
+    work = dist.all_reduce(t, async_op=True)
+    before = ticks[0]
+    work.wait()
+    during = ticks[0] - before
+    stop.set()
+    thread.join()
+    expect(t, reference(dist.ReduceOp.SUM, world, 10, torch.float32), "all_reduce waited for with a thread running")
+    if rank != world - 1 and during < 20:
+        raise AssertionError(f"rank {rank}: a Python thread ticked only {during} times during a 0.5 s wait")
+
+
 def run_ops():
     rank, world = dist.get_rank(), dist.get_world_size()
     for check in (check_allreduce, check_coalesced, check_broadcast_and_reduce, check_gathers,
-                  check_reduce_scatter, check_all_to_all, check_point_to_point):
+                  check_reduce_scatter, check_all_to_all, check_point_to_point, check_wait_releases_the_gil):
         check(rank, world)
     # A subgroup of ranks 0 and 1 runs its own communicator next to the world's.
     group = dist.new_group([0, 1], backend="rdmakit")
@@ -252,7 +279,17 @@ def main():
     run_ops()  # the errors launch runs with an odd number of ranks: the ops there too
     if sys.argv[1] == "errors":
         run_errors()
-    print(f"rank {dist.get_rank()}: {CHECKS} checks passed", flush=True)
+    rank = dist.get_rank()
+    if sys.argv[1] == "ops":
+        # Closing is collective (a barrier per communicator): ranks that closed their send/recv channels in
+        # different orders would wait for each other until the 20 s timeout.
+        import time
+        began = time.monotonic()
+        dist.destroy_process_group()
+        took = time.monotonic() - began
+        if took > 15:
+            raise AssertionError(f"rank {rank}: closing the group took {took:.1f} s")
+    print(f"rank {rank}: {CHECKS} checks passed", flush=True)
 
 
 if __name__ == "__main__":

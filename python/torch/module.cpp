@@ -28,4 +28,23 @@ PYBIND11_MODULE(_rdmakit_torch, module) {
            "Meets the other ranks through `store` (torch's c10d Store) and connects to them.")
       .def_property_readonly("transports", &ProcessGroupRdmakit::transports,
                              "What carries this rank's traffic: 'tcp', 'shm' or 'shm+tcp'.");
+
+  module.def(
+      "detect_launch",
+      [] {
+        auto info = rdmakit::bootstrap::detect_launch();
+        if (!info) throw std::runtime_error("rdmakit: reading the launcher's environment failed: " + info.error().describe());
+        py::dict out;
+        out["rank"] = info->rank;
+        out["world_size"] = info->world_size;
+        out["local_rank"] = info->local_rank;
+        out["local_size"] = info->local_size;
+        out["store_host"] = info->store_host;
+        out["store_port"] = info->store_port;
+        out["launcher"] = info->launcher;
+        out["job_id"] = info->job_id;
+        return out;
+      },
+      "Where this process sits in the job, as rdmakit reads the launcher's environment (torchrun, mpirun, "
+      "srun): a dict of rank, world_size, local_rank, local_size, store_host, store_port, launcher, job_id.");
 }
