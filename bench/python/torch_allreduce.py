@@ -9,6 +9,7 @@ tables: per size, the median over repetitions of each backend's bus bandwidth an
 median of the per-repetition ratios rdmakit/gloo. Bus bandwidth = bytes * 2(n-1)/n / time (nccl-tests'
 definition); time per allreduce = the slowest rank's loop time / iterations (float32, SUM, in place).
 Then examples/python/ddp_mlp.py (a wider MLP, --hidden 1024) with each backend: mean step time.
+--no-allreduce / --no-ddp run one part only.
 """
 
 import argparse
@@ -136,13 +137,15 @@ def main():
     parser.add_argument("--max-bytes", type=int, default=256 << 20)
     parser.add_argument("--ddp-args", default="--hidden 1024 --steps 60")
     parser.add_argument("--json", help="write every sample here")
+    parser.add_argument("--no-allreduce", action="store_true", help="only the DDP step times")
+    parser.add_argument("--no-ddp", action="store_true", help="only the allreduce sweep")
     args = parser.parse_args()
     if args.worker:
         worker(args.worker, args.max_bytes)
         return
 
-    samples = []
-    for rep in range(args.reps):
+    samples, ddp = [], []
+    for rep in range(0 if args.no_allreduce else args.reps):
         for nproc in args.ranks:
             for backend in BACKENDS:
                 began = time.time()
@@ -150,8 +153,10 @@ def main():
                 samples += [dict(json.loads(line[len("RESULT "):]), rep=rep)
                             for line in out.splitlines() if line.startswith("RESULT ")]
                 print(f"rep {rep} {backend} {nproc} ranks: {time.time() - began:.0f} s", file=sys.stderr)
-    allreduce_tables(samples, args.ranks, args.max_bytes)
-    ddp = ddp_steps(args.ranks, args.reps, args.ddp_args.split())
+    if samples:
+        allreduce_tables(samples, args.ranks, args.max_bytes)
+    if not args.no_ddp:
+        ddp = ddp_steps(args.ranks, args.reps, args.ddp_args.split())
     if args.json:
         Path(args.json).write_text(json.dumps({"allreduce": samples, "ddp": ddp}, indent=1))
 
