@@ -16,6 +16,11 @@ import pytest
 
 WORKER = Path(__file__).with_name("torch_backend_worker.py")
 
+# Run with the rest of python/tests in a build without the backend (RDMAKIT_TORCH=OFF), this file skips;
+# its own ctest (python_torch_backend) sets RDMAKIT_TORCH_REQUIRED so that a broken import fails there.
+if not os.environ.get("RDMAKIT_TORCH_REQUIRED"):
+    pytest.importorskip("rdmakit._rdmakit_torch", reason="the torch backend is not built (RDMAKIT_TORCH=OFF)")
+
 
 def free_port():
     with socket.socket() as s:
