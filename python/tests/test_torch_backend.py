@@ -67,7 +67,8 @@ def test_mpirun_launch_needs_no_torch_variables():
     # Open MPI's variables (a port derived from the job id).
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
     env["OMP_NUM_THREADS"] = "1"
-    command = ["mpirun", "--oversubscribe", "-np", "2", "-x", "PYTHONPATH", "-x", "OMP_NUM_THREADS"]
+    # --bind-to none: a rank is several threads (Python, the backend worker, the shm progress thread).
+    command = ["mpirun", "--oversubscribe", "--bind-to", "none", "-np", "2", "-x", "PYTHONPATH", "-x", "OMP_NUM_THREADS"]
     if os.geteuid() == 0:
         command.append("--allow-run-as-root")
     command += [sys.executable, str(WORKER), "ops"]

@@ -49,6 +49,8 @@ class SerialExecutor {
   SerialExecutor(const SerialExecutor&) = delete;
   SerialExecutor& operator=(const SerialExecutor&) = delete;
   void submit(std::function<void()> task);
+  // Runs what is queued, then stops the thread. Idempotent; nothing may be submitted afterwards.
+  void join();
 
  private:
   void run();
@@ -104,7 +106,7 @@ class ProcessGroupRdmakit final : public c10d::ProcessGroup {
   ~ProcessGroupRdmakit() override;
 
   const std::string getBackendName() const override { return "rdmakit"; }
-  std::string transports() const { return communicator_->transports(); }
+  std::string transports() const { return communicator_ ? communicator_->transports() : "closed"; }
 
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
                                            const c10d::BroadcastOptions& opts) override;
@@ -148,6 +150,7 @@ class ProcessGroupRdmakit final : public c10d::ProcessGroup {
   c10::intrusive_ptr<c10d::Work> enqueue_p2p(c10d::OpType type, int peer, bool is_sender, at::Tensor tensor,
                                              std::function<void(coll::Communicator&)> body);
   PairChannel& channel(int peer, bool is_sender);
+  void close();  // the destructor's work, without the GIL
 
   std::shared_ptr<bootstrap::Store> store_;
   coll::CommOptions options_;

@@ -1,5 +1,8 @@
 // The machinery under the backend's operations: the store adapter, the workers, Work objects, creation of
 // the group, and point-to-point messages.
+// Python.h first, as it asks: the group's destructor lets go of the GIL (see ~ProcessGroupRdmakit).
+#include <Python.h>
+
 #include <algorithm>
 #include <array>
 #include <cstdlib>
@@ -57,13 +60,15 @@ Result<std::string> StoreAdapter::get(std::string_view key, std::chrono::millise
 
 SerialExecutor::SerialExecutor() : thread_([this] { run(); }) {}
 
-SerialExecutor::~SerialExecutor() {
+SerialExecutor::~SerialExecutor() { join(); }
+
+void SerialExecutor::join() {
   {
     std::lock_guard lock(mutex_);
     stopping_ = true;
   }
   ready_.notify_one();
-  thread_.join();
+  if (thread_.joinable()) thread_.join();
 }
 
 void SerialExecutor::submit(std::function<void()> task) {
@@ -152,10 +157,18 @@ ProcessGroupRdmakit::ProcessGroupRdmakit(int rank, int size, std::shared_ptr<boo
 }
 
 ProcessGroupRdmakit::~ProcessGroupRdmakit() {
+  // Python drops the group holding the GIL, while a worker may be finishing a task whose tensors need the
+  // GIL to be freed (tensors with a Python object): waiting for the worker with the GIL held deadlocks.
+  PyThreadState* saved = Py_IsInitialized() && PyGILState_Check() ? PyEval_SaveThread() : nullptr;
+  close();
+  if (saved != nullptr) PyEval_RestoreThread(saved);
+}
+
+void ProcessGroupRdmakit::close() {
   // Closing a communicator is collective (a barrier with its peers), so every rank closes its pair
   // channels in one global order, by (sender, receiver): the smallest pair still open then always has
   // both its ranks at it, and no two ranks wait for each other in opposite orders. The world's
-  // communicator closes after them (members are destroyed after this body).
+  // communicator closes after them.
   std::vector<std::pair<std::pair<int, int>, std::unique_ptr<PairChannel>>> ordered;
   {
     std::lock_guard lock(channels_mutex_);
@@ -167,6 +180,8 @@ ProcessGroupRdmakit::~ProcessGroupRdmakit() {
   }
   std::sort(ordered.begin(), ordered.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   for (auto& entry : ordered) entry.second.reset();
+  executor_.join();
+  communicator_.reset();
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRdmakit::enqueue(c10d::OpType type, std::vector<at::Tensor> outputs,
