@@ -33,6 +33,8 @@ packages=(
   # venv (setuptools + wheel drive CMake, no network), and numpy/torch, which the package and tests use
   pybind11-dev python3-dev python3-numpy python3-pytest python3-setuptools python3-wheel python3-pip
   python3-venv python3-torch
+  # the torch.distributed backend (python/torch): PyTorch 1.13's C++ headers
+  libtorch-dev
 )
 missing=()
 for package in "${packages[@]}"; do

@@ -1,0 +1,50 @@
+// rdmakit._rdmakit_torch: the backend's process group as a Python class deriving from torch's
+// ProcessGroup, so torch.distributed (and DDP's C++ reducer) use it like gloo's. rdmakit.distributed
+// registers it under the name "rdmakit".
+#include <pybind11/chrono.h>
+#include <pybind11/pybind11.h>
+#include <torch/csrc/utils/pybind.h>
+
+#include "process_group.hpp"
+
+namespace py = pybind11;
+using rdmakit::torch_backend::ProcessGroupRdmakit;
+
+PYBIND11_MODULE(_rdmakit_torch, module) {
+  module.doc() = "The rdmakit backend of torch.distributed (import rdmakit.distributed to register it).";
+  // The base class is registered by torch's own extension: it must be loaded first.
+  py::module_::import("torch.distributed");
+
+  py::class_<ProcessGroupRdmakit, c10d::ProcessGroup, c10::intrusive_ptr<ProcessGroupRdmakit>>(
+      module, "ProcessGroupRdmakit",
+      "A torch.distributed process group whose collectives and send/recv run on rdmakit's communicator.")
+      .def(py::init([](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                       std::chrono::milliseconds timeout) {
+             // Creation waits for every rank; other Python threads keep running meanwhile.
+             py::gil_scoped_release released;
+             return ProcessGroupRdmakit::create(store, rank, size, timeout);
+           }),
+           py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"),
+           "Meets the other ranks through `store` (torch's c10d Store) and connects to them.")
+      .def_property_readonly("transports", &ProcessGroupRdmakit::transports,
+                             "What carries this rank's traffic: 'tcp', 'shm' or 'shm+tcp'.");
+
+  module.def(
+      "detect_launch",
+      [] {
+        auto info = rdmakit::bootstrap::detect_launch();
+        if (!info) throw std::runtime_error("rdmakit: reading the launcher's environment failed: " + info.error().describe());
+        py::dict out;
+        out["rank"] = info->rank;
+        out["world_size"] = info->world_size;
+        out["local_rank"] = info->local_rank;
+        out["local_size"] = info->local_size;
+        out["store_host"] = info->store_host;
+        out["store_port"] = info->store_port;
+        out["launcher"] = info->launcher;
+        out["job_id"] = info->job_id;
+        return out;
+      },
+      "Where this process sits in the job, as rdmakit reads the launcher's environment (torchrun, mpirun, "
+      "srun): a dict of rank, world_size, local_rank, local_size, store_host, store_port, launcher, job_id.");
+}

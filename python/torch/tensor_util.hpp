@@ -1,0 +1,108 @@
+// Checks and conversions between torch tensors and the communicator's buffers.
+#pragma once
+
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <ATen/ATen.h>
+
+#include "rdmakit/coll/types.hpp"
+#include "rdmakit/error.hpp"
+
+namespace rdmakit::torch_backend {
+
+// Turns a communicator failure into the exception the Work carries to Python ("rdmakit allreduce failed:
+// Timeout: ..."), so the cause reaches the user with the operation named.
+inline void throw_if_failed(const Result<void>& result, std::string_view what) {
+  if (!result) throw std::runtime_error("rdmakit " + std::string(what) + " failed: " + result.error().describe());
+}
+
+// Every tensor the backend touches: defined, on the CPU, strided (dense). Non-contiguous tensors are fine:
+// they are staged through a contiguous copy.
+inline void check_tensor(const at::Tensor& tensor, std::string_view op) {
+  TORCH_CHECK(tensor.defined(), "rdmakit ", op, ": the tensor is undefined");
+  TORCH_CHECK(tensor.device().is_cpu(), "rdmakit ", op, ": only CPU tensors are supported, got one on ",
+              tensor.device());
+  TORCH_CHECK(tensor.layout() == at::kStrided, "rdmakit ", op, ": only dense (strided) tensors are supported, got ",
+              tensor.layout());
+}
+
+inline void check_single(const std::vector<at::Tensor>& tensors, std::string_view op) {
+  TORCH_CHECK(tensors.size() == 1, "rdmakit ", op, " takes exactly one tensor per call, got ", tensors.size());
+  check_tensor(tensors[0], op);
+}
+
+inline void check_same_type(const at::Tensor& a, const at::Tensor& b, std::string_view op) {
+  TORCH_CHECK(a.scalar_type() == b.scalar_type(), "rdmakit ", op, ": tensors must have one dtype, got ",
+              a.scalar_type(), " and ", b.scalar_type());
+}
+
+// The element types the communicator reduces. Moving bytes (broadcast, gathers, all-to-all, send/recv) works
+// for every dtype: those ops go as U8.
+inline std::optional<coll::DataType> reduction_type(at::ScalarType type) {
+  switch (type) {
+    case at::kFloat: return coll::DataType::F32;
+    case at::kDouble: return coll::DataType::F64;
+    case at::kHalf: return coll::DataType::F16;
+    case at::kBFloat16: return coll::DataType::BF16;
+    case at::kInt: return coll::DataType::I32;
+    case at::kLong: return coll::DataType::I64;
+    case at::kByte: return coll::DataType::U8;
+    default: return std::nullopt;
+  }
+}
+
+inline coll::DataType checked_reduction_type(const at::Tensor& tensor, std::string_view op) {
+  auto type = reduction_type(tensor.scalar_type());
+  TORCH_CHECK(type.has_value(), "rdmakit ", op, ": dtype ", tensor.scalar_type(),
+              " cannot be reduced (supported: float32, float64, float16, bfloat16, int32, int64, uint8)");
+  return *type;
+}
+
+inline coll::ReduceOp checked_reduce_op(const c10d::ReduceOp& op, std::string_view name) {
+  switch (op.op_) {
+    case c10d::ReduceOp::SUM: return coll::ReduceOp::Sum;
+    case c10d::ReduceOp::AVG: return coll::ReduceOp::Avg;
+    case c10d::ReduceOp::PRODUCT: return coll::ReduceOp::Prod;
+    case c10d::ReduceOp::MIN: return coll::ReduceOp::Min;
+    case c10d::ReduceOp::MAX: return coll::ReduceOp::Max;
+    default:
+      TORCH_CHECK(false, "rdmakit ", name, ": reduce op ", static_cast<int>(op.op_),
+                  " is not supported (supported: SUM, AVG, PRODUCT, MIN, MAX)");
+  }
+}
+
+// A contiguous tensor holding `tensor`'s values: the tensor itself when it is contiguous, else a copy.
+// After the communicator wrote into it, write_back() puts the result into a non-contiguous original.
+inline at::Tensor staged(const at::Tensor& tensor) { return tensor.contiguous(); }
+inline void write_back(at::Tensor& original, const at::Tensor& staging) {
+  if (!original.is_same(staging)) original.copy_(staging);
+}
+
+// Copies `tensors` one after another into a new flat tensor of their dtype.
+inline at::Tensor flatten(const std::vector<at::Tensor>& tensors) {
+  int64_t total = 0;
+  for (const auto& t : tensors) total += t.numel();
+  auto flat = at::empty({total}, tensors.at(0).options().memory_format(at::MemoryFormat::Contiguous));
+  int64_t offset = 0;
+  for (const auto& t : tensors) {
+    flat.narrow(0, offset, t.numel()).view(t.sizes()).copy_(t);
+    offset += t.numel();
+  }
+  return flat;
+}
+
+// The inverse: `flat`'s elements from `offset` on, one tensor after another, into `tensors`.
+inline void unflatten(const at::Tensor& flat, std::vector<at::Tensor>& tensors, int64_t offset = 0) {
+  for (auto& t : tensors) {
+    t.copy_(flat.narrow(0, offset, t.numel()).view(t.sizes()));
+    offset += t.numel();
+  }
+}
+
+inline std::byte* bytes_of(const at::Tensor& contiguous) { return static_cast<std::byte*>(contiguous.data_ptr()); }
+
+}  // namespace rdmakit::torch_backend
