@@ -62,6 +62,10 @@ struct Args {
   std::uint32_t phases = 10;
   std::uint64_t seed = 1;
   std::string transport = "tcp";
+  // A defect planted on purpose, to show that the checks catch it (tests/reliability): "corrupt" flips a
+  // byte a WRITE landed, "atomic" adds to a counter behind the initiator's back, "leak" keeps every
+  // connection it should close.
+  std::string inject{};
 };
 
 [[noreturn]] void die(const std::string& message) {
@@ -93,9 +97,12 @@ bool parse(int argc, char** argv, Args& a) {
       a.seed = std::strtoull(v, nullptr, 10);
     else if (k == "--transport")
       a.transport = v;
+    else if (k == "--inject")
+      a.inject = v;
     else
       return false;
   }
+  if (!a.inject.empty() && a.inject != "corrupt" && a.inject != "atomic" && a.inject != "leak") return false;
   return a.ops > 0 && a.connections > kChurnPerPhase && a.window > 0 && a.window <= 1024 && a.phases >= 2;
 }
 
@@ -229,6 +236,8 @@ class Soak {
   std::shared_ptr<MemoryRegion> sink_;      // target: WRITE destinations, READ sources, receive buffers
   std::shared_ptr<MemoryRegion> counters_;  // target: the shared atomic counters
   std::vector<Pair> pairs_;
+  std::vector<Pair> leaked_;  // --inject leak
+  bool corrupted_ = false;    // --inject corrupt: done
   std::vector<Slot> slots_;
   std::vector<std::uint32_t> free_big_, free_small_;
   // The next operation's kind, connection and size, drawn before a slot is free for it so that the sequence
@@ -291,8 +300,12 @@ void Soak::connect_all() {
 }
 
 void Soak::reconnect(std::uint32_t index) {
-  pairs_[index].initiator->close();
-  pairs_[index].target->close();
+  if (args_.inject == "leak") {
+    leaked_.push_back(pairs_[index]);
+  } else {
+    pairs_[index].initiator->close();
+    pairs_[index].target->close();
+  }
   pairs_[index] = {};
   // Closing flushes nothing here (the pipeline is drained), but take whatever a transport reports.
   drain_completions(false);
@@ -437,6 +450,10 @@ void Soak::verify_slot(Slot& s, std::uint32_t index) {
     case Kind::Send:
     case Kind::WriteImm:
       // The source still holds the unique pattern; the target slot must now equal it.
+      if (args_.inject == "corrupt" && !corrupted_ && s.tag >= 1000 && s.size > 0) {
+        dst(index)[s.size - 1] ^= std::byte{1};
+        corrupted_ = true;
+      }
       mismatch(dst(index), src(index));
       if (s.kind != Kind::Write) {
         if (s.recv_bytes != s.size)
@@ -519,6 +536,8 @@ void Soak::churn() {
 }
 
 void Soak::check_counters() {
+  if (args_.inject == "atomic" && completed_ == args_.ops)
+    __atomic_fetch_add(&counters()[kCounters - 1], 1, __ATOMIC_SEQ_CST);
   for (std::size_t i = 0; i < kCounters; ++i) {
     std::uint64_t add = __atomic_load_n(&counters()[i], __ATOMIC_SEQ_CST);
     std::uint64_t cas = __atomic_load_n(&counters()[kCounters + i], __ATOMIC_SEQ_CST);
@@ -601,7 +620,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr,
                  "usage: rdmakit-soak [-n ops] [-c connections] [--transport tcp|shm|verbs] [--seed s] [-w "
                  "window 1-1024] "
-                 "[--phases p>=2]\n");
+                 "[--phases p>=2] [--inject corrupt|atomic|leak]\n");
     return 2;
   }
   return Soak(args).run();
