@@ -251,6 +251,7 @@ class Soak {
   std::vector<std::uint64_t> issued_adds_;  // per fetch_add counter: sum of issued addends
   std::vector<std::uint64_t> swapped_;      // per compare_swap counter: successful swaps
   std::vector<std::uint64_t> cas_guess_;    // per compare_swap counter: the last value seen
+  std::uint64_t phase_end_ = 0;             // operations issued by the end of the current phase
   std::uint64_t issued_ = 0, completed_ = 0, next_tag_ = 1;
   std::uint64_t bytes_verified_ = 0, reconnects_ = 0;
   std::uint64_t per_kind_[6] = {};
@@ -334,7 +335,7 @@ bool Soak::take_slot(std::uint32_t size, std::uint32_t& slot) {
 }
 
 void Soak::issue() {
-  while (issued_ < args_.ops) {
+  while (issued_ < phase_end_) {
     if (!next_) {
       Next n;
       n.connection = static_cast<std::uint32_t>(rng_() % pairs_.size());
@@ -571,14 +572,11 @@ int Soak::run() {
   print("start", at_start);
   Resources warm{};
   for (std::uint32_t phase = 0; phase < args_.phases; ++phase) {
-    std::uint64_t phase_end = args_.ops * (phase + 1) / args_.phases;
-    std::uint64_t limit = args_.ops;
-    args_.ops = phase_end;
-    while (completed_ < phase_end) {
+    phase_end_ = args_.ops * (phase + 1) / args_.phases;
+    while (completed_ < phase_end_) {
       issue();
       drain_completions(true);
     }
-    args_.ops = limit;
     drain_all();
     check_counters();
     churn();
