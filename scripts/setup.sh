@@ -22,6 +22,11 @@ packages=(
   slurm-wlm munge
   # checkpoint engine: io_uring persist, and fio for its bench (bench/ckpt/run.sh)
   liburing-dev fio
+  # checkpoint bench: torch.save / numpy.save of the same tensors (bench/ckpt/save_baseline.py)
+  python3-torch python3-numpy
+  # transfer engine metadata: its tests start real Redis and etcd servers (tests/xfer/metadata); our own
+  # RESP and HTTP/JSON clients need no client library
+  redis-server etcd-server
   # fuzzing (scripts/fuzz.sh): clang 16 and its libFuzzer/sanitizer runtimes
   clang-16 libclang-rt-16-dev
   # the Python package (python/): pybind11 bindings for Debian's python3, its tests, `pip install .` into a

@@ -6,6 +6,7 @@
 //   rdmakit-ckpt export CKPT|DIR NAME OUT.npy   one tensor in numpy's format
 //   rdmakit-ckpt bench DIR [MiB] [rounds]    snapshot stall vs memcpy, persist and restore bandwidth
 //   rdmakit-ckpt bench-lazy DIR [MiB] [rounds] [compute]   lazy mode's stall at wait_snapshot()
+//   rdmakit-ckpt bench-replica DIR ADDR [MiB] [rounds]   the peer-memory replica's push bandwidth
 //   rdmakit-ckpt serve [--listen ADDR] [--budget MiB] [--persist DIR] [--keep K]
 //                                            hold engines' replicas in memory (EngineOptions::replica)
 #include <unistd.h>
@@ -15,6 +16,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -36,6 +38,7 @@ int usage() {
       "       rdmakit-ckpt export CKPT|DIR NAME OUT.npy\n"
       "       rdmakit-ckpt bench DIR [MiB=256] [rounds=3]\n"
       "       rdmakit-ckpt bench-lazy DIR [MiB=256] [rounds=3] [compute=1.5 x memcpy]\n"
+      "       rdmakit-ckpt bench-replica DIR ADDR [MiB=256] [rounds=3]\n"
       "       rdmakit-ckpt serve [--listen ADDR] [--budget MiB=1024] [--persist DIR] [--keep K=2]\n");
   return 2;
 }
@@ -111,39 +114,71 @@ double since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-// One state of `mib` MiB in 8 buffers; prints one JSON object per round.
-int bench(const std::string& dir, std::size_t mib, int rounds) {
-  std::size_t bytes = mib << 20, pieces = 8;
-  std::vector<std::vector<unsigned char>> state(pieces, std::vector<unsigned char>(bytes / pieces, 1));
-  std::vector<unsigned char> copy(bytes / pieces * pieces, 0);  // memcpy's target, touched once beforehand
-  std::vector<ckpt::Buffer> buffers;
-  for (std::size_t i = 0; i < pieces; ++i)
-    buffers.push_back({"part" + std::to_string(i), state[i].data(), state[i].size(), ckpt::DType::U8, {}});
-  auto engine = ckpt::Engine::create({.directory = dir, .keep = 2}, buffers);
-  if (!engine) return report(engine.error());
-  if (auto ok = (*engine)->snapshot(0); !ok) return report(ok.error());  // warm-up: staging pages faulted in
-  if (auto ok = (*engine)->wait_persisted(); !ok) return report(ok.error());
-  for (int round = 1; round <= rounds; ++round) {
-    for (auto& s : state) s[round] = static_cast<unsigned char>(round);
+// What every bench subcommand measures on: a state of `mib` MiB in 8 buffers (as a model's tensors), a
+// second copy of it as memcpy's target (touched once, so no page faults are timed), and an engine whose
+// staging was faulted in by one untimed checkpoint.
+struct BenchState {
+  std::size_t bytes;
+  std::vector<std::vector<unsigned char>> parts;
+  std::vector<unsigned char> copy;
+  std::unique_ptr<ckpt::Engine> engine;
+
+  static rdmakit::Result<BenchState> create(std::size_t mib, ckpt::EngineOptions options) {
+    constexpr std::size_t kParts = 8;
+    BenchState b{(mib << 20) / kParts * kParts, {}, {}, nullptr};
+    b.parts.assign(kParts, std::vector<unsigned char>(b.bytes / kParts, 1));
+    b.copy.assign(b.bytes, 0);
+    std::vector<ckpt::Buffer> buffers;
+    for (std::size_t i = 0; i < kParts; ++i)
+      buffers.push_back(
+          {"part" + std::to_string(i), b.parts[i].data(), b.parts[i].size(), ckpt::DType::U8, {}});
+    auto engine = ckpt::Engine::create(std::move(options), buffers);
+    if (!engine) return std::unexpected(engine.error());
+    b.engine = std::move(*engine);
+    if (auto ok = b.engine->snapshot(0); !ok) return std::unexpected(ok.error());
+    if (auto ok = b.engine->wait_persisted(); !ok) return std::unexpected(ok.error());
+    return b;
+  }
+  // Changes the state (as a training step would) and times a plain memcpy of all of it.
+  double touch_and_memcpy(int round) {
+    for (auto& p : parts) p[static_cast<std::size_t>(round) % p.size()] = static_cast<unsigned char>(round);
     auto start = std::chrono::steady_clock::now();
-    for (std::size_t i = 0; i < pieces; ++i)
-      std::memcpy(copy.data() + i * state[i].size(), state[i].data(), state[i].size());
-    double memcpy_s = since(start);
-    start = std::chrono::steady_clock::now();
-    if (auto ok = (*engine)->snapshot(static_cast<std::uint64_t>(round)); !ok) return report(ok.error());
+    for (std::size_t i = 0; i < parts.size(); ++i)
+      std::memcpy(copy.data() + i * parts[i].size(), parts[i].data(), parts[i].size());
+    return since(start);
+  }
+  double gb() const { return static_cast<double>(bytes) / 1e9; }
+};
+
+// Eager snapshots: the stall vs memcpy, the time until the checkpoint is durable (save), the persist
+// bandwidth, verify alone (read + checksums) and restore (verify + load). One JSON object per round.
+int bench(const std::string& dir, std::size_t mib, int rounds) {
+  auto b = BenchState::create(mib, {.directory = dir, .keep = 2});
+  if (!b) return report(b.error());
+  auto& engine = *b->engine;
+  for (int round = 1; round <= rounds; ++round) {
+    double memcpy_s = b->touch_and_memcpy(round);
+    auto start = std::chrono::steady_clock::now();
+    if (auto ok = engine.snapshot(static_cast<std::uint64_t>(round)); !ok) return report(ok.error());
     double stall_s = since(start);
-    auto persisted = (*engine)->wait_persisted();
+    auto persisted = engine.wait_persisted();
     if (!persisted) return report(persisted.error());
+    double save_s = since(start);
     start = std::chrono::steady_clock::now();
-    auto restored = (*engine)->restore_latest();
+    if (auto ok = ckpt::verify_checkpoint(persisted->path); !ok) return report(ok.error());
+    double verify_s = since(start);
+    start = std::chrono::steady_clock::now();
+    auto restored = engine.restore_latest();
     if (!restored) return report(restored.error());
     double restore_s = since(start);
-    double gb = static_cast<double>(bytes) / 1e9;
     std::printf(
         "{\"bytes\": %zu, \"memcpy_ms\": %.2f, \"snapshot_stall_ms\": %.2f, \"stall_ratio\": %.3f, "
-        "\"write_GBps\": %.3f, \"persist_GBps\": %.3f, \"restore_GBps\": %.3f, \"direct_io\": %s}\n",
-        bytes, memcpy_s * 1e3, stall_s * 1e3, stall_s / memcpy_s, gb / persisted->write_seconds,
-        gb / persisted->total_seconds, gb / restore_s, persisted->direct_io ? "true" : "false");
+        "\"save_ms\": %.1f, \"write_GBps\": %.3f, \"persist_GBps\": %.3f, \"verify_GBps\": %.3f, "
+        "\"restore_GBps\": %.3f, \"direct_io\": %s}\n",
+        b->bytes, memcpy_s * 1e3, stall_s * 1e3, stall_s / memcpy_s, save_s * 1e3,
+        b->gb() / persisted->write_seconds, b->gb() / persisted->total_seconds, b->gb() / verify_s,
+        b->gb() / restore_s, persisted->direct_io ? "true" : "false");
+    std::fflush(stdout);
   }
   return 0;
 }
@@ -151,34 +186,42 @@ int bench(const std::string& dir, std::size_t mib, int rounds) {
 // Lazy mode: snapshot(), a simulated forward/backward pass (a sleep of `compute` x the memcpy time: the
 // CPU is idle, as while a GPU computes), then wait_snapshot(), whose stall is what training pays.
 int bench_lazy(const std::string& dir, std::size_t mib, int rounds, double compute) {
-  std::size_t bytes = mib << 20, pieces = 8;
-  std::vector<std::vector<unsigned char>> state(pieces, std::vector<unsigned char>(bytes / pieces, 1));
-  std::vector<unsigned char> copy(bytes / pieces * pieces, 0);
-  std::vector<ckpt::Buffer> buffers;
-  for (std::size_t i = 0; i < pieces; ++i)
-    buffers.push_back({"part" + std::to_string(i), state[i].data(), state[i].size(), ckpt::DType::U8, {}});
-  auto engine = ckpt::Engine::create({.directory = dir, .keep = 2, .lazy = true}, buffers);
-  if (!engine) return report(engine.error());
-  if (auto ok = (*engine)->snapshot(0); !ok || !(*engine)->wait_persisted()) return 1;  // warm-up
+  auto b = BenchState::create(mib, {.directory = dir, .keep = 2, .lazy = true});
+  if (!b) return report(b.error());
+  auto& engine = *b->engine;
   for (int round = 1; round <= rounds; ++round) {
-    for (auto& s : state) s[round] = static_cast<unsigned char>(round);
+    double memcpy_s = b->touch_and_memcpy(round);
     auto start = std::chrono::steady_clock::now();
-    for (std::size_t i = 0; i < pieces; ++i)
-      std::memcpy(copy.data() + i * state[i].size(), state[i].data(), state[i].size());
-    double memcpy_s = since(start);
-    start = std::chrono::steady_clock::now();
-    if (auto ok = (*engine)->snapshot(static_cast<std::uint64_t>(round)); !ok) return report(ok.error());
+    if (auto ok = engine.snapshot(static_cast<std::uint64_t>(round)); !ok) return report(ok.error());
     double snapshot_s = since(start);
     std::this_thread::sleep_for(std::chrono::duration<double>(compute * memcpy_s));
     start = std::chrono::steady_clock::now();
-    if (auto ok = (*engine)->wait_snapshot(); !ok) return report(ok.error());
+    if (auto ok = engine.wait_snapshot(); !ok) return report(ok.error());
     double stall_s = since(start) + snapshot_s;
-    auto persisted = (*engine)->wait_persisted();
-    if (!persisted) return report(persisted.error());
+    if (auto persisted = engine.wait_persisted(); !persisted) return report(persisted.error());
     std::printf(
         "{\"mode\": \"lazy\", \"bytes\": %zu, \"memcpy_ms\": %.2f, \"compute_ms\": %.2f, "
         "\"stall_ms\": %.3f, \"stall_ratio\": %.4f}\n",
-        bytes, memcpy_s * 1e3, compute * memcpy_s * 1e3, stall_s * 1e3, stall_s / memcpy_s);
+        b->bytes, memcpy_s * 1e3, compute * memcpy_s * 1e3, stall_s * 1e3, stall_s / memcpy_s);
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
+// The peer-memory replica: each committed checkpoint is also written into `rdmakit-ckpt serve`'s memory
+// at `address` (transport: RDMAKIT_TRANSPORT); prints the push's bandwidth per round.
+int bench_replica(const std::string& dir, const std::string& address, std::size_t mib, int rounds) {
+  auto b = BenchState::create(mib, {.directory = dir, .keep = 2, .replica = address});
+  if (!b) return report(b.error());
+  for (int round = 1; round <= rounds; ++round) {
+    b->touch_and_memcpy(round);
+    if (auto ok = b->engine->snapshot(static_cast<std::uint64_t>(round)); !ok) return report(ok.error());
+    auto persisted = b->engine->wait_persisted();
+    if (!persisted) return report(persisted.error());
+    if (!persisted->replicated) return 1;
+    std::printf("{\"mode\": \"replica\", \"bytes\": %zu, \"replica_ms\": %.1f, \"replica_GBps\": %.3f}\n",
+                b->bytes, persisted->replica_seconds * 1e3, b->gb() / persisted->replica_seconds);
+    std::fflush(stdout);
   }
   return 0;
 }
@@ -227,6 +270,9 @@ int main(int argc, char** argv) {
     return bench(args[1], args.size() > 2 ? std::stoul(args[2]) : 256,
                  args.size() > 3 ? std::stoi(args[3]) : 3);
   if (command == "serve") return serve(args);
+  if (command == "bench-replica" && args.size() >= 3 && args.size() <= 5)
+    return bench_replica(args[1], args[2], args.size() > 3 ? std::stoul(args[3]) : 256,
+                         args.size() > 4 ? std::stoi(args[4]) : 3);
   if (command == "bench-lazy" && args.size() >= 2 && args.size() <= 5)
     return bench_lazy(args[1], args.size() > 2 ? std::stoul(args[2]) : 256,
                       args.size() > 3 ? std::stoi(args[3]) : 3, args.size() > 4 ? std::stod(args[4]) : 1.5);

@@ -45,7 +45,6 @@ Options options_from(const py::kwargs& kwargs) {
                                        "inline_size",
                                        "registration_cache",
                                        "log_level",
-                                       "job_secret",
                                        "shm_allowed_uids"};
   for (auto item : kwargs) {
     const auto key = item.first.cast<std::string>();
@@ -74,7 +73,6 @@ Options options_from(const py::kwargs& kwargs) {
   take(kwargs, "inline_size", options.inline_size);
   take(kwargs, "registration_cache", options.registration_cache);
   take(kwargs, "log_level", options.log_level);
-  take(kwargs, "job_secret", options.job_secret);
   take(kwargs, "shm_allowed_uids", options.shm_allowed_uids);
   return options;
 }
@@ -206,8 +204,15 @@ void bind_descriptors(py::module_& m) {
              return py::bytes(reinterpret_cast<const char*>(bytes.data()), bytes.size());
            })
       .def("to_hex", &RemoteRegion::to_hex, "Hex text of to_bytes(), for command lines and files.")
-      .def("at", &RemoteRegion::at, py::arg("offset") = 0,
-           "The RemoteAddress `offset` bytes into the region (bounds are checked by the target).")
+      .def(
+          "at",
+          [](const RemoteRegion& r, std::uint64_t offset, std::optional<std::uint64_t> length) {
+            if (!length) return r.at(offset);
+            return unwrap(r.at(offset, *length));
+          },
+          py::arg("offset") = 0, py::arg("length") = py::none(),
+          "The RemoteAddress `offset` bytes into the region. With `length`, checked here: the range must lie "
+          "inside the region (InvalidArgumentError otherwise); without, bounds are checked by the target.")
       .def_readonly("addr", &RemoteRegion::addr, "Start address at the owner.")
       .def_readonly("length", &RemoteRegion::length, "Length in bytes.")
       .def_readonly("rkey", &RemoteRegion::rkey, "Remote key.")

@@ -16,6 +16,9 @@ Result<void> StoreData::set(std::string_view key, std::string_view value) {
   if (values_.contains(key))
     return fail(Errc::InvalidArgument,
                 "key '" + std::string(key) + "' is already set (store keys are write-once)");
+  if (find(key) != nullptr)
+    return fail(Errc::InvalidArgument, "key '" + std::string(key) + "' is a leased key");
+  if (auto ok = erase_leased(key); !ok) return ok;  // an expired one not swept yet
   std::uint64_t size = key.size() + value.size();
   if (bytes_ + size > limits_.max_bytes)
     return fail(Errc::ResourceExhausted,
@@ -26,9 +29,10 @@ Result<void> StoreData::set(std::string_view key, std::string_view value) {
   return {};
 }
 
-const std::string* StoreData::find(std::string_view key) const {
-  auto it = values_.find(key);
-  return it == values_.end() ? nullptr : &it->second;
+const std::string* StoreData::find(std::string_view key) {
+  if (auto it = values_.find(key); it != values_.end()) return &it->second;
+  auto it = leased_.find(key);
+  return it == leased_.end() || it->second.expires <= Clock::now() ? nullptr : &it->second.value;
 }
 
 StoreSession::Outcome StoreSession::feed(std::string_view input, StoreData& data, std::string& out) {
@@ -97,19 +101,25 @@ StoreSession::Outcome StoreSession::on_requests(StoreData& data, std::string& ou
       break;
     }
     consumed += request.size;
-    if (request.op == wire::kSet) {
-      if (auto ok = data.set(request.key, request.value); ok)
-        wire::append_reply(out, wire::kOk, {});
-      else
-        wire::append_error(out, ok.error().code(), ok.error().message());
-    } else if (const std::string* value = data.find(request.key)) {
-      wire::append_reply(out, wire::kOk, *value);
-    } else {
-      wire::append_reply(out, wire::kNotFound, {});
-    }
+    serve_request(request, data, out);
   }
   in_.erase(0, consumed);
   return outcome;
+}
+
+void StoreSession::serve_request(const wire::Request& request, StoreData& data, std::string& out) {
+  if (request.op >= wire::kPut) {
+    serve_leased(request, data, out);
+  } else if (request.op == wire::kSet) {
+    if (auto ok = data.set(request.key, request.value); ok)
+      wire::append_reply(out, wire::kOk, {});
+    else
+      wire::append_error(out, ok.error().code(), ok.error().message());
+  } else if (const std::string* value = data.find(request.key)) {
+    wire::append_reply(out, wire::kOk, *value);
+  } else {
+    wire::append_reply(out, wire::kNotFound, {});
+  }
 }
 
 }  // namespace rdmakit::bootstrap

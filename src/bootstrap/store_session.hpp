@@ -3,8 +3,10 @@
 // server (store_server.cpp) only moves bytes; the fuzz target drives a session directly.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <map>
+#include <vector>
 #include <string>
 #include <string_view>
 
@@ -12,6 +14,9 @@
 #include "rdmakit/error.hpp"
 
 namespace rdmakit::bootstrap {
+namespace wire {
+struct Request;
+}
 
 struct StoreLimits {
   std::uint64_t max_bytes = 64u << 20;               // store_max_bytes
@@ -25,17 +30,36 @@ Result<StoreLimits> store_limits();
 
 class StoreData {
  public:
+  using Clock = std::chrono::steady_clock;
   explicit StoreData(StoreLimits limits) : limits_(limits) {}
   // Keys are write-once: a second SET of a key is refused, so no client can replace what a rank published.
   Result<void> set(std::string_view key, std::string_view value);
-  const std::string* find(std::string_view key) const;
+  // A write-once key's value, or a live leased key's.
+  const std::string* find(std::string_view key);
   const StoreLimits& limits() const noexcept { return limits_; }
   std::uint64_t bytes() const noexcept { return bytes_; }
 
+  // Leased keys (store_leases.cpp): mutable, each dropped `ttl` after its last put or renewal. They share
+  // the byte cap with the write-once keys and never shadow one.
+  Result<void> put_leased(std::string_view key, std::string_view value, std::chrono::milliseconds ttl);
+  bool renew_leased(std::string_view key, std::chrono::milliseconds ttl);  // false: gone
+  Result<void> erase_leased(std::string_view key);
+  // Every live key (both kinds) that starts with `prefix`, in order; at most `max_bytes` of key bytes.
+  Result<std::vector<std::string>> keys(std::string_view prefix, std::uint64_t max_bytes);
+
  private:
+  struct Leased {
+    std::string value;
+    Clock::time_point expires;
+  };
+  // Drops expired leased keys; a full pass at most every 100 ms (or when the store is full).
+  void expire(bool force = false);
+
   StoreLimits limits_;
   std::map<std::string, std::string, std::less<>> values_;
+  std::map<std::string, Leased, std::less<>> leased_;
   std::uint64_t bytes_ = 0;
+  Clock::time_point next_sweep_{};
 };
 
 class StoreSession {
@@ -56,12 +80,15 @@ class StoreSession {
   // Answers the hello with this error instead of a challenge (e.g. too many clients): read first, so
   // the close does not reset the connection before the client read why.
   void refuse(std::string why) { refusal_ = std::move(why); }
+  // Serves one decoded request of an authenticated client, appending its reply.
+  static void serve_request(const wire::Request& request, StoreData& data, std::string& out);
 
  private:
   enum class State { Hello, Proof, Open, Closed };
   Outcome on_hello(std::string& out);
   Outcome on_proof(std::string& out);
   Outcome on_requests(StoreData& data, std::string& out);
+  static void serve_leased(const wire::Request& request, StoreData& data, std::string& out);
 
   std::string secret_;
   auth::Nonce nonce_;

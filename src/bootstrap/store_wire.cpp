@@ -5,7 +5,7 @@ namespace rdmakit::bootstrap::wire {
 Decode decode_request(std::string_view in, std::size_t max_request, Request& out, std::string& error) {
   if (in.size() < kHeaderSize) return Decode::NeedMore;
   auto op = static_cast<std::uint8_t>(in[0]);
-  if (op != kSet && op != kGet) {
+  if (op < kSet || op > kList) {
     error = "unknown request type " + std::to_string(op);
     return Decode::Bad;
   }

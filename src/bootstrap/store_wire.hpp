@@ -10,6 +10,12 @@
 // A reply is status(1) length(4) payload: Ok (SET: empty; GET: the value), NotFound (GET), Error (an
 // Errc byte and the message; the request had no effect). GET never waits at the server: the client polls, so
 // a client that gives up leaves nothing pending behind it.
+// Leased keys (the transfer engine's metadata, src/xfer/metadata): mutable, each expiring unless renewed.
+//   PUT    key, value = ttl_ms(4) + bytes   Ok; replaces a leased key, refused on a write-once key
+//   RENEW  key, value = ttl_ms(4)           Ok, or NotFound when the key expired or was never put
+//   ERASE  key                              Ok (also when absent); refused on a write-once key
+//   LIST   key = a prefix                   Ok + (length(4) key)* of every live key with that prefix
+// GET reads both kinds. A write-once key can never be replaced or erased through the leased ops.
 #pragma once
 
 #include <cstdint>
@@ -21,7 +27,9 @@
 
 namespace rdmakit::bootstrap::wire {
 
-enum Op : std::uint8_t { kSet = 1, kGet = 2 };
+enum Op : std::uint8_t { kSet = 1, kGet = 2, kPut = 3, kRenew = 4, kErase = 5, kList = 6 };
+// Bounds of a leased key's time to live.
+constexpr std::uint32_t kMaxTtlMs = 24u * 3600 * 1000;
 enum Status : std::uint8_t { kOk = 0, kNotFound = 1, kError = 2 };
 
 constexpr std::string_view kHelloMagic = "RKS2";

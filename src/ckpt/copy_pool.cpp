@@ -66,7 +66,11 @@ void copy_part(const std::vector<Span>& spans, unsigned char* staging, std::uint
     std::uint64_t raw = total / parts * p;
     return p == parts ? total : std::min<std::uint64_t>(total, raw / 4096 * 4096);
   };
-  std::uint64_t begin = boundary(part), end = boundary(part + 1);
+  copy_range(spans, staging, boundary(part), boundary(part + 1), to_staging);
+}
+
+void copy_range(const std::vector<Span>& spans, unsigned char* staging, std::uint64_t begin,
+                std::uint64_t end, bool to_staging) {
   for (const auto& span : spans) {
     std::uint64_t from = std::max(begin, span.offset), to = std::min(end, span.offset + span.size);
     if (from >= to) continue;

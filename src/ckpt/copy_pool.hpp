@@ -46,6 +46,9 @@ struct Span {
   std::uint64_t offset;  // in staging
   std::uint64_t size;
 };
+// Copies the bytes [from, to) of the packed state between the spans and staging.
+void copy_range(const std::vector<Span>& spans, unsigned char* staging, std::uint64_t from, std::uint64_t to,
+                bool to_staging);
 void copy_part(const std::vector<Span>& spans, unsigned char* staging, std::uint64_t total, std::size_t part,
                std::size_t parts, bool to_staging);
 

@@ -51,6 +51,7 @@ struct FileRead {
   AlignedBuffer* scratch;
   std::uint64_t slot_bytes;
   const Progress& progress;
+  const Verified& verified;
   std::uint64_t& done;
   std::uint64_t total;
 };
@@ -89,6 +90,7 @@ Result<void> read_chunks(Ring& ring, const FileRead& r, const std::vector<std::s
                                      std::to_string(indices[k]) + " (offset " + std::to_string(c.offset) +
                                      ", " + std::to_string(c.size) + " bytes; tensors " + tensors_in(r.m, c) +
                                      ")");
+                   if (r.dest && r.verified) r.verified(c.offset, c.size);
                    r.done += c.size;
                    if (r.progress) r.progress(r.done, r.total);
                    return {};
@@ -116,7 +118,7 @@ Result<void> read_file(Ring& ring, const FileRead& r) {
 }  // namespace
 
 Result<void> read_verified(const std::string& path, const Manifest& m, unsigned char* dest,
-                           const Progress& progress) {
+                           const Progress& progress, const Verified& verified) {
   if (dest && m.files.size() != 1)
     return fail(Errc::InvalidArgument, "ckpt: loading needs a one-file checkpoint");
   auto ring = Ring::create(kReadDepth);
@@ -131,7 +133,7 @@ Result<void> read_verified(const std::string& path, const Manifest& m, unsigned 
   std::uint64_t total = 0, done = 0;
   for (const auto& f : m.files) total += f.size;
   for (std::uint32_t file = 0; file < m.files.size(); ++file) {
-    FileRead r{path, m, file, dest, &scratch, slot_bytes, progress, done, total};
+    FileRead r{path, m, file, dest, &scratch, slot_bytes, progress, verified, done, total};
     if (auto ok = read_file(*ring, r); !ok) return ok;
   }
   return {};

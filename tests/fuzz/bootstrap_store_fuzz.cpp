@@ -3,7 +3,7 @@
 //   * a server session (store_session.hpp) fed the input in pieces, unauthenticated: only the two
 //     setup messages are legal, and nothing may be served;
 //   * the same session after a valid proof, computed here from the input's hello, so the request path
-//     (write-once keys, caps, per-client output cap) runs on the rest of the input.
+//     (write-once and leased keys, caps, per-client output cap) runs on the rest of the input.
 // Input layout for the third part: byte 0 picks the split points, then the bytes as a client sends them.
 #include <cstddef>
 #include <cstdint>

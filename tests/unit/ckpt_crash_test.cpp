@@ -8,7 +8,6 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/mount.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -28,8 +27,6 @@
 #include "rdmakit/ckpt/engine.hpp"
 #include "rdmakit/ckpt/store.hpp"
 #include "support/test_support.hpp"
-
-extern char** environ;
 
 namespace rdmakit::ckpt {
 namespace {
@@ -118,39 +115,12 @@ const bool kIsWriter = [] {
 }();
 
 pid_t spawn_writer(const std::string& dir, int crash_point, int steps, const std::string& log) {
-  std::vector<std::string> env_strings;
-  for (char** e = environ; *e; ++e) env_strings.emplace_back(*e);
-  env_strings.push_back("CKPT_TEST_WRITER=" + dir + " " + std::to_string(crash_point) + " " +
-                        std::to_string(steps) + " " + log + " " + (g_incremental ? "1" : "0"));
-  std::vector<char*> env;
-  for (auto& s : env_strings) env.push_back(s.data());
-  env.push_back(nullptr);
-  char self[] = "/proc/self/exe";
-  char* argv[] = {self, nullptr};
-  pid_t pid = -1;
-  if (::posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, argv, env.data()) != 0) return -1;
-  return pid;
+  return ckpt::testing::spawn_self_as_writer("CKPT_TEST_WRITER", dir + " " + std::to_string(crash_point) +
+                                                                     " " + std::to_string(steps) + " " + log +
+                                                                     " " + (g_incremental ? "1" : "0"));
 }
-
-std::uint64_t last_logged(const std::string& log) {
-  std::ifstream in(log);
-  std::uint64_t step = 0, last = 0;
-  while (in >> step) last = step;
-  return last;
-}
-
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "rdmakit-ckpt-crash-XXXXXX").string();
-    path_ = ::mkdtemp(pattern.data());
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using ckpt::testing::last_logged;
+using ckpt::testing::TempDir;
 
 // After a death: the newest checkpoint restores bit-exactly and is no older than the last commit seen.
 void check_survivor(const std::string& dir, std::uint64_t last_committed, const std::string& what) {

@@ -7,7 +7,6 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -19,8 +18,6 @@
 #include "ckpt/persist.hpp"
 #include "ckpt_support.hpp"
 #include "rdmakit/ckpt/store.hpp"
-
-extern char** environ;
 
 namespace rdmakit::ckpt {
 namespace {
@@ -79,25 +76,9 @@ const bool kIsWriter = [] {
 }();
 
 pid_t spawn_writer(const std::string& args) {
-  std::vector<std::string> env_strings;
-  for (char** e = environ; *e; ++e) env_strings.emplace_back(*e);
-  env_strings.push_back("CKPT_GROUP_WRITER=" + args);
-  std::vector<char*> env;
-  for (auto& s : env_strings) env.push_back(s.data());
-  env.push_back(nullptr);
-  char self[] = "/proc/self/exe";
-  char* argv[] = {self, nullptr};
-  pid_t pid = -1;
-  if (::posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, argv, env.data()) != 0) return -1;
-  return pid;
+  return testing::spawn_self_as_writer("CKPT_GROUP_WRITER", args);
 }
-
-std::uint64_t last_logged(const std::string& log) {
-  std::ifstream in(log);
-  std::uint64_t step = 0, last = 0;
-  while (in >> step) last = step;
-  return last;
-}
+using testing::last_logged;
 
 void check_survivor(const std::string& dir, std::uint64_t last_committed, const std::string& what) {
   std::uint64_t restored[2] = {0, 0};

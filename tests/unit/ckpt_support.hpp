@@ -3,11 +3,14 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <spawn.h>
 #include <stdlib.h>
+#include <unistd.h>  // environ
 
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <string>
 #include <thread>
@@ -97,6 +100,30 @@ inline void run_ranks(int n, const std::function<void(coll::Communicator&)>& bod
       body(**comm);
     });
   for (auto& t : threads) t.join();
+}
+
+// The crash tests' writer is the test program itself, re-executed with `variable`=`args` added to its
+// environment (read before main, so gtest never starts in the child). Returns its pid, or -1.
+inline pid_t spawn_self_as_writer(const std::string& variable, const std::string& args) {
+  std::vector<std::string> env_strings;
+  for (char** e = environ; *e; ++e) env_strings.emplace_back(*e);
+  env_strings.push_back(variable + "=" + args);
+  std::vector<char*> env;
+  for (auto& s : env_strings) env.push_back(s.data());
+  env.push_back(nullptr);
+  char self[] = "/proc/self/exe";
+  char* argv[] = {self, nullptr};
+  pid_t pid = -1;
+  if (::posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, argv, env.data()) != 0) return -1;
+  return pid;
+}
+
+// The last step a crash test's writer logged as committed (0: none).
+inline std::uint64_t last_logged(const std::string& log) {
+  std::ifstream in(log);
+  std::uint64_t step = 0, last = 0;
+  while (in >> step) last = step;
+  return last;
 }
 
 }  // namespace rdmakit::ckpt::testing

@@ -25,11 +25,14 @@ std::uint16_t free_port() {
 
 std::unique_ptr<Communicator> join(int rank, int n, std::uint16_t port, const std::string& local,
                                    std::chrono::milliseconds timeout = std::chrono::milliseconds(10000)) {
-  auto store = bootstrap::TcpStore::open({.host = "127.0.0.1", .port = port, .is_server = rank == 0,
+  auto store = bootstrap::TcpStore::open({.host = "127.0.0.1",
+                                          .port = port,
+                                          .is_server = rank == 0,
                                           .timeout = std::chrono::milliseconds(20000)});
   if (!store) return nullptr;
   auto comm = Communicator::create(*store, rank, n,
-                                   CommOptions{.network_transport = "tcp", .local_transport = local,
+                                   CommOptions{.network_transport = "tcp",
+                                               .local_transport = local,
                                                .timeout = timeout,
                                                .bootstrap_timeout = std::chrono::milliseconds(20000)});
   return comm ? std::move(*comm) : nullptr;
@@ -83,10 +86,12 @@ TEST_P(CollProcess, ThreeProcessesAllreduceAndAllgather) {
       auto data = fill(DataType::F64, ReduceOp::Sum, r, count);
       if (!comm->allreduce(data.data(), data.data(), count, DataType::F64, ReduceOp::Sum)) _exit(3);
       for (std::size_t i = 0; i < count; ++i)
-        if (decode(DataType::F64, data.data() + i * 8) != expected(DataType::F64, ReduceOp::Sum, n, i)) _exit(4);
+        if (decode(DataType::F64, data.data() + i * 8) != expected(DataType::F64, ReduceOp::Sum, n, i))
+          _exit(4);
       std::vector<int> all(n);
       int mine = r * 10;
-      if (!comm->allgather(&mine, all.data(), 1, DataType::I32) || all != std::vector<int>{0, 10, 20}) _exit(5);
+      if (!comm->allgather(&mine, all.data(), 1, DataType::I32) || all != std::vector<int>{0, 10, 20})
+        _exit(5);
       comm.reset();
       _exit(0);
     }
@@ -111,7 +116,8 @@ TEST_P(CollProcess, ARankKilledMidCollectiveFailsTheOthersAndNoneHangs) {
       if (!comm) _exit(2);
       std::vector<float> data(1 << 20, 1.0f);
       for (int iteration = 0; iteration < 100000; ++iteration) {
-        if (iteration == 3 && r == kVictim) [[maybe_unused]] auto w = write(ready[1], "x", 1);
+        if (iteration == 3 && r == kVictim) [[maybe_unused]]
+          auto w = write(ready[1], "x", 1);
         auto ok = comm->allreduce(data.data(), data.data(), data.size(), DataType::F32, ReduceOp::Avg);
         if (!ok) _exit(ok.error().message().empty() ? 6 : 0);  // the failure we wanted, with a message
       }
@@ -161,7 +167,8 @@ std::set<int> blamed(const std::string& message) {
 std::string read_all(int fd) {
   std::string out;
   char buffer[512];
-  for (ssize_t n; (n = read(fd, buffer, sizeof(buffer))) > 0;) out.append(buffer, static_cast<std::size_t>(n));
+  for (ssize_t n; (n = read(fd, buffer, sizeof(buffer))) > 0;)
+    out.append(buffer, static_cast<std::size_t>(n));
   return out;
 }
 
@@ -183,11 +190,13 @@ TEST_P(CollBlame, EverySurvivorNamesTheRankThatDiedOrStopped) {
       if (!comm) _exit(2);
       std::vector<float> data(1 << 18, 1.0f);
       for (int iteration = 0; iteration < 100000; ++iteration) {
-        if (iteration == 3 && r == v.victim) [[maybe_unused]] auto w = write(ready[1], "x", 1);
+        if (iteration == 3 && r == v.victim) [[maybe_unused]]
+          auto w = write(ready[1], "x", 1);
         auto ok = comm->allreduce(data.data(), data.data(), data.size(), DataType::F32, ReduceOp::Sum);
         if (!ok) {
           std::string message = ok.error().message();
-          [[maybe_unused]] auto w = write(errors[static_cast<std::size_t>(r)][1], message.data(), message.size());
+          [[maybe_unused]] auto w =
+              write(errors[static_cast<std::size_t>(r)][1], message.data(), message.size());
           _exit(0);
         }
       }
@@ -221,16 +230,17 @@ TEST_P(CollBlame, EverySurvivorNamesTheRankThatDiedOrStopped) {
   EXPECT_LT(elapsed, kTimeout + std::chrono::milliseconds(4000));
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Victims, CollBlame,
-    ::testing::Combine(::testing::Values("tcp", "shm"),
-                       ::testing::Values(Victim{3, 2, SIGKILL}, Victim{3, 2, SIGSTOP}, Victim{4, 1, SIGKILL},
-                                         Victim{4, 1, SIGSTOP}, Victim{4, 0, SIGSTOP})),
-    [](const auto& info) {
-      const Victim& v = std::get<1>(info.param);
-      return std::get<0>(info.param) + "_" + std::to_string(v.ranks) + "ranks_" +
-             (v.signal == SIGKILL ? "kill" : "stop") + "_rank" + std::to_string(v.victim);
-    });
+INSTANTIATE_TEST_SUITE_P(Victims, CollBlame,
+                         ::testing::Combine(::testing::Values("tcp", "shm"),
+                                            ::testing::Values(Victim{3, 2, SIGKILL}, Victim{3, 2, SIGSTOP},
+                                                              Victim{4, 1, SIGKILL}, Victim{4, 1, SIGSTOP},
+                                                              Victim{4, 0, SIGSTOP})),
+                         [](const auto& info) {
+                           const Victim& v = std::get<1>(info.param);
+                           return std::get<0>(info.param) + "_" + std::to_string(v.ranks) + "ranks_" +
+                                  (v.signal == SIGKILL ? "kill" : "stop") + "_rank" +
+                                  std::to_string(v.victim);
+                         });
 
 INSTANTIATE_TEST_SUITE_P(Transports, CollProcess, ::testing::Values("tcp", "shm"),
                          [](const auto& info) { return info.param; });

@@ -14,7 +14,8 @@ constexpr std::uint64_t k4GiB = std::uint64_t{1} << 32;
 class Reserved {
  public:
   explicit Reserved(std::size_t size)
-      : size_(size), data_(mmap(nullptr, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0)) {}
+      : size_(size),
+        data_(mmap(nullptr, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0)) {}
   ~Reserved() {
     if (data_ != MAP_FAILED) munmap(data_, size_);
   }
@@ -44,7 +45,8 @@ TEST(MemoryRegion, WholeOfFourGiBOrMoreIsAnErrorNotATruncatedSegment) {
     auto whole = region->whole();
     ASSERT_FALSE(whole.has_value()) << "whole() of " << size << " bytes gave length " << whole->length;
     EXPECT_EQ(whole.error().code(), Errc::InvalidArgument);
-    EXPECT_NE(whole.error().message().find("do not fit one Segment"), std::string::npos) << whole.error().message();
+    EXPECT_NE(whole.error().message().find("do not fit one Segment"), std::string::npos)
+        << whole.error().message();
     // The largest segment there is, and the last bytes of the region, are fine.
     auto largest = region->segment(0, kMaxSegmentLength);
     ASSERT_TRUE(largest.has_value()) << largest.error().describe();
@@ -70,8 +72,11 @@ TEST(MemoryRegion, SegmentsOutsideTheRegionAreErrors) {
   EXPECT_EQ((*region)->whole()->length, 64u);
   EXPECT_EQ((*region)->segment(64, 0)->length, 0u);
   EXPECT_EQ((*region)->segment(8, 56)->addr, reinterpret_cast<std::uint64_t>((*region)->data()) + 8);
-  for (auto [offset, length] : {std::pair<std::uint64_t, std::uint64_t>{0, 65}, {60, 8}, {65, 0},
-                                {~std::uint64_t{0}, 2}, {8, ~std::uint64_t{0} - 4}}) {
+  for (auto [offset, length] : {std::pair<std::uint64_t, std::uint64_t>{0, 65},
+                                {60, 8},
+                                {65, 0},
+                                {~std::uint64_t{0}, 2},
+                                {8, ~std::uint64_t{0} - 4}}) {
     auto segment = (*region)->segment(offset, length);
     ASSERT_FALSE(segment.has_value()) << offset << " + " << length;
     EXPECT_EQ(segment.error().code(), Errc::InvalidArgument);
@@ -81,7 +86,11 @@ TEST(MemoryRegion, SegmentsOutsideTheRegionAreErrors) {
 }
 
 TEST(RemoteRegion, AtWithALengthIsBoundsChecked) {
-  RemoteRegion region{.addr = 0x10000, .length = 4096, .rkey = 7, .access = Access::RemoteWrite, .owner_id = 1,
+  RemoteRegion region{.addr = 0x10000,
+                      .length = 4096,
+                      .rkey = 7,
+                      .access = Access::RemoteWrite,
+                      .owner_id = 1,
                       .owner_epoch = 9};
   auto inside = region.at(4000, 96);
   ASSERT_TRUE(inside.has_value()) << inside.error().describe();
@@ -90,8 +99,11 @@ TEST(RemoteRegion, AtWithALengthIsBoundsChecked) {
   EXPECT_EQ(inside->owner_epoch, 9u);
   EXPECT_TRUE(region.at(4096, 0).has_value());
   EXPECT_TRUE(region.at(0, 4096).has_value());
-  for (auto [offset, length] : {std::pair<std::uint64_t, std::uint64_t>{4000, 97}, {4097, 0}, {0, 4097},
-                                {~std::uint64_t{0}, 1}, {1, ~std::uint64_t{0}}}) {
+  for (auto [offset, length] : {std::pair<std::uint64_t, std::uint64_t>{4000, 97},
+                                {4097, 0},
+                                {0, 4097},
+                                {~std::uint64_t{0}, 1},
+                                {1, ~std::uint64_t{0}}}) {
     auto at = region.at(offset, length);
     ASSERT_FALSE(at.has_value()) << offset << " + " << length;
     EXPECT_EQ(at.error().code(), Errc::InvalidArgument);

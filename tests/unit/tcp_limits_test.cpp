@@ -336,6 +336,33 @@ TEST_F(Limits, ConnectionNumbersSkipLiveOnesAfterWrap) {
   EXPECT_EQ(done->status, Status::Success);
 }
 
+// The max_sge option caps the scatter-gather entries tcp takes, as it caps a verbs QP's: reported by
+// capabilities() and enforced at post and post_recv.
+TEST_F(Limits, MaxSgeOptionIsHonoured) {
+  open_victim({});
+  auto client = Context::open({.transport = "tcp", .name = "client", .max_sge = 2}).value();
+  EXPECT_EQ(client->capabilities().max_sge, 2u);
+  std::shared_ptr<Connection> served;
+  std::thread acceptor([&] { served = listener_->accept(5s).value_or(nullptr); });
+  auto connection = client->connect(listener_->address()).value();
+  acceptor.join();
+  accepted_.push_back(served);
+  auto target = victim_->allocate(64, Access::LocalWrite | Access::RemoteWrite).value();
+  auto source = client->allocate(64, Access::LocalWrite).value();
+  std::vector<Segment> two{source->slice(0, 8), source->slice(8, 8)};
+  std::vector<Segment> three{source->slice(0, 8), source->slice(8, 8), source->slice(16, 8)};
+  auto ok = connection->write(std::span<const Segment>(two), target->descriptor().at(0)).value();
+  EXPECT_EQ(connection->wait(ok, 3s)->status, Status::Success);
+  auto refused = connection->write(std::span<const Segment>(three), target->descriptor().at(0));
+  ASSERT_FALSE(refused.has_value());
+  EXPECT_EQ(refused.error().code(), Errc::InvalidArgument);
+  EXPECT_NE(refused.error().message().find("max_sge is 2"), std::string::npos) << refused.error().message();
+  auto recv = connection->post_recv(std::span<const Segment>(three));
+  ASSERT_FALSE(recv.has_value());
+  EXPECT_EQ(recv.error().code(), Errc::InvalidArgument);
+  EXPECT_TRUE(connection->health().has_value()) << "a refused post must not break the connection";
+}
+
 // Finding 9: a peer's name reaches log lines and error messages escaped (no line breaks, no terminal
 // control sequences from the network).
 TEST_F(Limits, PeerNamesAreEscapedInMessages) {

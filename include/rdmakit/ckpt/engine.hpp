@@ -67,11 +67,17 @@ struct EngineOptions {
   // Test hook for crash tests: the persist thread raises SIGKILL on its own process when it reaches this
   // numbered point of the commit (see CrashPoint in src/ckpt/persist.hpp). 0 = never.
   int crash_point = 0;
+  // The CUDA runtime that buffers of MemoryKind::Cuda are copied with, loaded with dlopen (nothing links
+  // CUDA): a file name or path. Empty: libcudart.so.13, .12, .11.0, then libcudart.so (the loader's
+  // search path). Untested on a GPU (docs/ckpt.md).
+  std::string cuda_runtime{};
 };
 
 class Engine {
  public:
-  // Checks the buffers (unique non-empty names, sizes matching shapes, host memory) and allocates staging.
+  // Checks the buffers (unique non-empty names, sizes matching shapes) and allocates staging; with CUDA
+  // buffers, also loads the CUDA runtime and checks that they are device memory (Unavailable when no
+  // usable runtime or device is there, the message says which).
   static Result<std::unique_ptr<Engine>> create(EngineOptions options, std::vector<Buffer> buffers);
   // Waits for the checkpoint being persisted (it is committed or fails) and stops the background thread.
   ~Engine();
@@ -90,7 +96,10 @@ class Engine {
   Result<PersistReport> wait_persisted();
   // Loads the newest checkpoint whose manifest and every chunk checksum verify into the buffers, and
   // returns its step. A torn or corrupted checkpoint is reported (a warning naming the file and chunk) and
-  // skipped for the previous one. NotFound when no good checkpoint exists; the buffers are then untouched.
+  // skipped for the previous one. NotFound when no good checkpoint exists and the buffers are untouched.
+  // Host buffers are loaded chunk by chunk as each one verifies (overlapped with the reads), so a damaged
+  // checkpoint may have overwritten part of them before its bad chunk was found: when no good checkpoint
+  // follows, the error is then ProtocolError (not NotFound), saying so.
   Result<std::uint64_t> restore_latest();
 
   const EngineOptions& options() const noexcept;

@@ -17,7 +17,9 @@ std::string_view to_string(DType dtype) noexcept;  // "f32", "bf16", ...
 std::optional<DType> parse_dtype(std::string_view text) noexcept;
 std::size_t dtype_size(DType dtype) noexcept;
 
-// Where a buffer lives. Only Host is implemented; Cuda is refused with NotSupported (docs/ckpt.md).
+// Where a buffer lives. Cuda: device memory, copied with cudaMemcpyAsync on the engine's own stream into
+// pinned staging, the CUDA runtime loaded at run time (EngineOptions::cuda_runtime). The CUDA path is
+// unit-tested against a fake runtime only: UNTESTED ON A GPU (docs/ckpt.md).
 enum class MemoryKind : std::uint8_t { Host, Cuda };
 
 // One named piece of application state. The engine reads `data` during snapshot() and writes it during
@@ -43,6 +45,7 @@ struct PersistReport {
   double write_seconds = 0;  // data written and checksummed, before fsync
   double total_seconds = 0;  // snapshot handed over -> committed (fsyncs and rename included)
   std::vector<std::string> deleted{};  // older checkpoints removed after this one was committed (keep-last-K)
+  double replica_seconds = 0;        // pushing it into the peer's memory (EngineOptions::replica), if any
 };
 
 }  // namespace rdmakit::ckpt

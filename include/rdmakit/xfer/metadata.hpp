@@ -55,6 +55,23 @@ class MetadataStore {
 
 // Opens a store by URL (see above). The builtin backend needs a server: `serve_builtin_metadata` starts one
 // in this process (or any rdmakit bootstrap store server works).
+// open_metadata reaches the server before it returns (an unreachable one is an error naming the URL within
+// options.timeout). Every call is bounded by options.timeout; a broken connection is reopened by the next
+// call. The builtin backend proves the job secret (RDMAKIT_JOB_SECRET) like the bootstrap store.
 Result<std::unique_ptr<MetadataStore>> open_metadata(std::string_view url, const MetadataOptions& options = {});
+
+// A builtin metadata server running in this process (a thread) for as long as the object lives.
+class MetadataServer {
+ public:
+  virtual ~MetadataServer() = default;
+  virtual std::uint16_t port() const noexcept = 0;
+  // "builtin://host:port", for open_metadata.
+  virtual std::string url() const = 0;
+};
+
+// Serves the builtin backend on `address` ("host:port"; port 0 picks a free one). The rendezvous store's
+// rules apply: the job secret (RDMAKIT_JOB_SECRET) when set, else loopback-only hosts; its caps
+// (RDMAKIT_STORE_MAX_*). `rdmakit-metadata serve host:port` runs one standalone.
+Result<std::unique_ptr<MetadataServer>> serve_builtin_metadata(std::string_view address = "127.0.0.1:0");
 
 }  // namespace rdmakit::xfer

@@ -1,0 +1,228 @@
+// Disaggregated serving: a prefill process moves paged KV-cache blocks into a decode process's pool.
+//
+//   xfer_kvcache decode  --metadata DIR [--transport shm|tcp|verbs] [--slots 64]
+//   xfer_kvcache prefill --metadata DIR [--transport ...] [--blocks 16] [--layout block|layer] [--seed 1]
+//
+// A block is 16 tokens x 32 layers x (K, V) x 8 heads x 128 dims of bf16 = 2 MiB. The decode process
+// publishes its pool ("kv-pool", `slots` blocks) and a control segment ("kv-ctl"); prefill picks a random
+// free slot for each of its blocks (the block table), WRITEs the blocks, and only after that batch has
+// completed (the bytes are in decode's memory) WRITEs the block table with a checksum per block, then a
+// sequence word. Decode waits for the word and checks every block on arrival: the pattern of its logical
+// block and the checksum.
+//   --layout block: prefill holds each block contiguously: one 2 MiB request per block.
+//   --layout layer: prefill holds the cache layer-major (per layer, K/V and 4-head group: 16 KiB pieces of
+//     every block side by side), as many inference engines do; a block is 128 requests of 16 KiB, adjacent
+//     in the destination slot, which the engine coalesces into scatter-gather WRITEs.
+// The metadata store: a directory shared by both processes (a test double of the metadata contract, from
+// tests/xfer/file_metadata.hpp); with RDMAKIT_XFER_OPEN_METADATA defined, --metadata-url uses the real
+// backends (builtin://, redis://, etcd://) through open_metadata().
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <numeric>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "rdmakit/xfer/engine.hpp"
+#include "xfer/file_metadata.hpp"
+
+namespace {
+
+using namespace std::chrono_literals;
+using namespace rdmakit::xfer;
+
+constexpr std::size_t kTokens = 16, kLayers = 32, kHeads = 8, kDims = 128, kElement = 2;  // bf16
+constexpr std::size_t kBlock = kTokens * kLayers * 2 * kHeads * kDims * kElement;       // 2 MiB
+constexpr std::size_t kPiece = 16 << 10;                                                  // 16 tokens x 4 heads
+constexpr std::size_t kPieces = kBlock / kPiece;                                          // 128 per block
+constexpr std::uint64_t kMagic = 0x6b7663616368654bull;
+
+// The control segment: a sequence word, then one entry per block.
+struct TableEntry {
+  std::uint64_t slot, block, checksum;
+};
+constexpr std::size_t kTableOffset = 64;
+
+struct Args {
+  std::string role, metadata = "/tmp/rdmakit-xfer-kvcache", url, transport = "shm", layout = "block";
+  std::size_t blocks = 16, slots = 64;
+  std::uint32_t seed = 1;
+};
+
+std::uint8_t value(std::uint64_t block, std::uint64_t byte) {  // the bytes of logical block `block`
+  return static_cast<std::uint8_t>(((block + 1) * 0x9e3779b97f4a7c15ull + byte * 0xbf58476d1ce4e5b9ull) >> 56);
+}
+
+std::uint64_t checksum(const std::byte* data, std::size_t size) {
+  std::uint64_t h = 1469598103934665603ull;
+  for (std::size_t i = 0; i < size; ++i) h = (h ^ std::to_integer<std::uint8_t>(data[i])) * 1099511628211ull;
+  return h;
+}
+
+std::unique_ptr<MetadataStore> open_store(const Args& args) {
+#ifdef RDMAKIT_XFER_OPEN_METADATA
+  if (!args.url.empty()) {
+    auto store = open_metadata(args.url);
+    if (!store) throw std::runtime_error(store.error().describe());
+    return std::move(*store);
+  }
+#endif
+  return std::make_unique<testing::FileMetadataStore>(args.metadata, "kvcache");
+}
+
+std::unique_ptr<Engine> open_engine(MetadataStore& metadata, const Args& args, const std::string& name) {
+  auto engine = Engine::create(metadata, {.name = name, .transports = {args.transport}});
+  if (!engine) throw std::runtime_error(engine.error().describe());
+  return std::move(*engine);
+}
+
+template <typename T>
+T must(rdmakit::Result<T> result, const char* what) {
+  if (!result) throw std::runtime_error(std::string(what) + ": " + result.error().describe());
+  return std::move(*result);
+}
+void must(rdmakit::Result<void> result, const char* what) {
+  if (!result) throw std::runtime_error(std::string(what) + ": " + result.error().describe());
+}
+
+int decode(const Args& args) {
+  auto metadata = open_store(args);
+  auto engine = open_engine(*metadata, args, "decode");
+  auto pool = must(engine->allocate_segment("kv-pool", args.slots * kBlock), "allocate kv-pool");
+  auto ctl = must(engine->allocate_segment("kv-ctl", kTableOffset + args.slots * sizeof(TableEntry)), "allocate kv-ctl");
+  std::cout << "ready" << std::endl;
+  auto* sequence = reinterpret_cast<std::uint64_t*>(ctl.data());
+  auto deadline = std::chrono::steady_clock::now() + 60s;
+  while (std::atomic_ref(*sequence).load(std::memory_order_acquire) != kMagic) {
+    if (std::chrono::steady_clock::now() > deadline) return std::fprintf(stderr, "decode: no blocks in 60 s\n"), 1;
+    std::this_thread::sleep_for(1ms);
+  }
+  auto count = std::atomic_ref(sequence[1]).load(std::memory_order_acquire);
+  const auto* table = reinterpret_cast<const TableEntry*>(ctl.data() + kTableOffset);
+  std::size_t bad = 0;
+  for (std::size_t i = 0; i < count; ++i) {
+    const auto& e = table[i];
+    const auto* block = pool.data() + e.slot * kBlock;
+    std::size_t wrong = 0;
+    for (std::size_t j = 0; j < kBlock; ++j) wrong += std::to_integer<std::uint8_t>(block[j]) != value(e.block, j);
+    bool sum_ok = checksum(block, kBlock) == e.checksum;
+    if (wrong != 0 || !sum_ok) {
+      ++bad;
+      std::fprintf(stderr, "decode: block %llu in slot %llu: %zu bytes wrong, checksum %s\n",
+                   (unsigned long long)e.block, (unsigned long long)e.slot, wrong, sum_ok ? "ok" : "WRONG");
+    }
+  }
+  std::printf("decode: %llu blocks checked (pattern + checksum), %zu bad\n", (unsigned long long)count, bad);
+  return bad == 0 && count > 0 ? 0 : 1;
+}
+
+// Where byte range [piece * 16 KiB, +16 KiB) of block b lies in prefill's memory.
+std::size_t source_offset(const Args& args, std::size_t b, std::size_t piece) {
+  if (args.layout == "block") return b * kBlock + piece * kPiece;
+  return piece * args.blocks * kPiece + b * kPiece;  // layer-major
+}
+
+int prefill(const Args& args) {
+  auto metadata = open_store(args);
+  auto engine = open_engine(*metadata, args, "prefill");
+  std::vector<std::byte> cache(args.blocks * kBlock);
+  std::vector<std::uint64_t> sums(args.blocks);
+  std::vector<std::byte> logical(kBlock);
+  for (std::size_t b = 0; b < args.blocks; ++b) {
+    for (std::size_t j = 0; j < kBlock; ++j) logical[j] = std::byte{value(b, j)};
+    sums[b] = checksum(logical.data(), kBlock);
+    for (std::size_t p = 0; p < kPieces; ++p) std::memcpy(&cache[source_offset(args, b, p)], &logical[p * kPiece], kPiece);
+  }
+  must(engine->register_local(cache.data(), cache.size()), "register the cache");
+  auto deadline = std::chrono::steady_clock::now() + 30s;
+  rdmakit::Result<SegmentHandle> pool = rdmakit::fail(rdmakit::Errc::NotFound, "");
+  while (!(pool = engine->open_segment("kv-pool")) && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(10ms);
+  auto ctl = must(engine->open_segment("kv-ctl"), "open kv-ctl");
+  auto pool_handle = must(std::move(pool), "open kv-pool");
+  auto slots = must(engine->segment_info(pool_handle), "kv-pool info").length / kBlock;
+  if (slots < args.blocks) throw std::runtime_error("the decode pool has fewer slots than blocks");
+
+  // The block table: a random free slot per block.
+  std::vector<std::uint64_t> slot(slots);
+  std::iota(slot.begin(), slot.end(), 0);
+  std::shuffle(slot.begin(), slot.end(), std::mt19937_64(args.seed));
+  std::vector<Request> requests;
+  for (std::size_t b = 0; b < args.blocks; ++b) {
+    if (args.layout == "block") {
+      requests.push_back({Op::Write, &cache[source_offset(args, b, 0)], pool_handle, slot[b] * kBlock, kBlock});
+      continue;
+    }
+    for (std::size_t p = 0; p < kPieces; ++p) {
+      requests.push_back({Op::Write, &cache[source_offset(args, b, p)], pool_handle, slot[b] * kBlock + p * kPiece, kPiece});
+    }
+  }
+  auto start = std::chrono::steady_clock::now();
+  auto batch = must(engine->submit(requests), "submit the blocks");
+  must(batch->wait(60s), "wait for the blocks");
+  auto seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (batch->failed() != 0) {
+    for (std::size_t i = 0; i < requests.size(); ++i) {
+      if (auto s = batch->status(i); s && !*s) std::fprintf(stderr, "request %zu: %s\n", i, s->error().describe().c_str());
+    }
+    return 1;
+  }
+  // The table, then (after it completed) the sequence word: decode reads nothing before the blocks landed.
+  std::vector<std::byte> control(kTableOffset + args.blocks * sizeof(TableEntry));
+  auto* entries = reinterpret_cast<TableEntry*>(control.data() + kTableOffset);
+  for (std::size_t b = 0; b < args.blocks; ++b) entries[b] = {slot[b], b, sums[b]};
+  std::uint64_t header[2] = {kMagic, args.blocks};
+  std::memcpy(control.data(), header, sizeof header);
+  must(engine->register_local(control.data(), control.size()), "register the table");
+  // The count (at byte 8) travels with the table; the word (bytes 0-7) alone, last: one WRITE's bytes may
+  // land in any order, two WRITEs' are ordered by the first one's completion.
+  auto table = must(engine->submit(std::vector<Request>{{Op::Write, control.data() + 8, ctl, 8, control.size() - 8}}),
+                    "submit the table");
+  must(table->wait(10s), "wait for the table");
+  auto word = must(engine->submit(std::vector<Request>{{Op::Write, control.data(), ctl, 0, 8}}), "submit the word");
+  must(word->wait(10s), "wait for the word");
+  if (table->failed() + word->failed() != 0) return std::fprintf(stderr, "prefill: the table did not land\n"), 1;
+  auto stats = engine->stats();
+  std::printf("prefill: %zu blocks (%s layout, %zu requests -> %llu work requests) over %s in %.1f ms: %.2f GB/s\n",
+              args.blocks, args.layout.c_str(), requests.size(), (unsigned long long)stats.work_requests,
+              must(engine->segment_info(pool_handle), "info").transport.c_str(), seconds * 1e3,
+              args.blocks * kBlock / seconds / 1e9);
+  return 0;
+}
+
+Args parse(int argc, char** argv) {
+  Args args;
+  if (argc < 2) throw std::runtime_error("usage: xfer_kvcache decode|prefill [--metadata DIR] [--transport T] ...");
+  args.role = argv[1];
+  for (int i = 2; i + 1 < argc; i += 2) {
+    std::string flag = argv[i], v = argv[i + 1];
+    if (flag == "--metadata") args.metadata = v;
+    else if (flag == "--metadata-url") args.url = v;
+    else if (flag == "--transport") args.transport = v;
+    else if (flag == "--layout") args.layout = v;
+    else if (flag == "--blocks") args.blocks = std::stoul(v);
+    else if (flag == "--slots") args.slots = std::stoul(v);
+    else if (flag == "--seed") args.seed = static_cast<std::uint32_t>(std::stoul(v));
+    else throw std::runtime_error("unknown option " + flag);
+  }
+  if (args.layout != "block" && args.layout != "layer") throw std::runtime_error("--layout is block or layer");
+  return args;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    auto args = parse(argc, argv);
+    if (args.role == "decode") return decode(args);
+    if (args.role == "prefill") return prefill(args);
+    throw std::runtime_error("the role is decode or prefill");
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "xfer_kvcache: %s\n", e.what());
+    return 1;
+  }
+}

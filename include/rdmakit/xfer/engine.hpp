@@ -1,0 +1,139 @@
+// The transfer engine: named memory segments and batches of one-sided transfers between processes.
+//
+// A process publishes named segments (a KV-cache pool, a weights buffer); its peers open a segment by name
+// (one metadata lookup, then cached) and submit batches of READs and WRITEs between their own registered
+// memory and any range of the segment. Each request of a batch gets its own status. Large requests are split
+// into stripes spread over several connections (and over several devices where there are several: a "rail"
+// is one context, i.e. one transport on one device); small requests that are adjacent in the segment are
+// coalesced into one scatter-gather WRITE/READ. The transport is chosen per peer: shm when the owner is on
+// this host (same boot and network namespace), verbs when both have it, tcp otherwise; `transport` forces one.
+//
+// Back-pressure: at most `max_inflight_per_peer` work requests are in flight to one peer (and at most
+// `max_inflight_per_rail` over all peers of a rail, which sizes its completion queue). submit() BLOCKS while
+// the bound is reached, until completions free room or `submit_timeout` passes (then Errc::ResourceExhausted
+// for the requests it could not post; those already posted complete normally). Nothing is queued unbounded.
+//
+// A request succeeds only when every work request carrying its bytes completed successfully (RC semantics:
+// a WRITE's completion at the initiator means the bytes are in the target's memory, on every transport of
+// rdmakit; a READ's means they are in ours). A request that fails with a transient error (connection broken,
+// peer unreachable, stale descriptor after the owner restarted) is retried at most `max_retries` times after
+// re-resolving its segment; a segment whose name vanished fails its requests with Errc::NotFound.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "rdmakit/error.hpp"
+#include "rdmakit/xfer/metadata.hpp"
+
+namespace rdmakit::xfer {
+
+struct EngineOptions {
+  std::string name;                              // unique among the peers; empty: "xfer-<pid>-<random>"
+  // The transports this engine offers and can use, one rail each (verbs: one rail per device below).
+  std::vector<std::string> transports = {"shm", "tcp"};
+  std::vector<std::string> verbs_devices;        // verbs rails; empty: the first active device
+  std::string listen_address = "127.0.0.1:0";    // tcp/verbs listeners
+  std::string transport;                         // force this transport for every peer; empty: choose
+  std::uint32_t connections_per_rail = 2;        // connections to one peer per rail
+  std::uint64_t stripe_bytes = 1 << 20;          // requests longer than this are split into stripes
+  std::uint64_t coalesce_bytes = 64 << 10;       // adjacent requests are merged up to this many bytes
+  std::uint32_t max_inflight_per_peer = 128;     // work requests in flight to one peer
+  std::uint32_t max_inflight_per_rail = 1024;    // over every peer of one rail (its CQ depth)
+  std::uint32_t max_retries = 2;                 // re-resolve + reconnect attempts per work request
+  std::chrono::milliseconds peer_timeout{2000};  // a silent peer fails its requests after this
+  std::chrono::milliseconds connect_timeout{2000};
+  std::chrono::milliseconds submit_timeout{30000};  // longest submit() blocks on back-pressure
+};
+
+enum class Op : std::uint8_t { Read, Write };
+
+// An opened segment, from Engine::open_segment. Valid for the engine's life (0 is never a handle).
+struct SegmentHandle {
+  std::uint32_t value = 0;
+  explicit operator bool() const noexcept { return value != 0; }
+};
+
+struct Request {
+  Op op = Op::Write;
+  void* local = nullptr;       // inside memory from register_local() or allocate_segment()/publish()
+  SegmentHandle segment;
+  std::uint64_t offset = 0;    // into the segment
+  std::uint64_t length = 0;
+};
+
+// The requests of one submit(). Thread-safe.
+class Batch {
+ public:
+  virtual ~Batch() = default;
+  virtual std::size_t size() const noexcept = 0;
+  // Polling: whether every request has finished (succeeded or failed).
+  virtual bool done() const noexcept = 0;
+  // Waits until done(); Errc::Timeout if not done in time (the requests go on). It reaps completions itself
+  // (no hand-off from the progress thread), spinning briefly and then sleeping in slices.
+  virtual Result<void> wait(std::chrono::nanoseconds timeout) = 0;
+  // Request i's outcome: nullopt while it is in flight.
+  virtual std::optional<Result<void>> status(std::size_t i) const = 0;
+  // Requests finished with an error so far.
+  virtual std::size_t failed() const noexcept = 0;
+};
+// Called once when every request of the batch has finished, on the thread that reaped the last completion
+// (the engine's progress thread, or one inside Batch::wait): keep it short, and do not wait in it.
+using BatchCallback = std::function<void(Batch&)>;
+
+struct EngineStats {
+  std::uint64_t requests = 0;           // submitted
+  std::uint64_t work_requests = 0;      // posted (stripes, coalesced runs, retries)
+  std::uint64_t coalesced = 0;          // requests that shared a work request with another
+  std::uint64_t retries = 0;            // work requests posted again after a failure
+  std::uint64_t resolves = 0;           // metadata lookups made (open_segment and re-resolves)
+  std::uint32_t peak_inflight_per_peer = 0;  // the most work requests ever in flight to one peer
+};
+
+struct SegmentInfo {
+  std::string name;
+  std::string owner;       // the owner engine's name
+  std::uint64_t length = 0;
+  std::string transport;   // chosen for this peer
+};
+
+class Engine {
+ public:
+  // Opens a rail per transport (and device), listens on each, and keeps `metadata` for publishing and
+  // resolving names. The store must outlive the engine.
+  static Result<std::unique_ptr<Engine>> create(MetadataStore& metadata, const EngineOptions& options = {});
+  virtual ~Engine() = default;
+
+  // Segments this process owns. allocate_segment() takes memory that every rail can reach fast (shm's
+  // shared arena); publish() registers caller memory, which must stay allocated until unpublish() or the
+  // engine's end. Both publish the name; a name this engine already published is refused.
+  virtual Result<std::span<std::byte>> allocate_segment(std::string_view name, std::size_t size) = 0;
+  virtual Result<void> publish(std::string_view name, void* data, std::size_t size) = 0;
+  virtual Result<void> unpublish(std::string_view name) = 0;
+
+  // Local memory that requests may READ into or WRITE from. Must stay allocated until unregister_local().
+  virtual Result<void> register_local(void* data, std::size_t size) = 0;
+  virtual Result<void> unregister_local(void* data) = 0;
+
+  // Resolves `name` (one metadata lookup; later calls with the same name are answered from the cache).
+  virtual Result<SegmentHandle> open_segment(std::string_view name) = 0;
+  virtual Result<SegmentInfo> segment_info(SegmentHandle segment) const = 0;
+
+  // Checks every request (handle, local memory, offset + length inside the segment, nonzero length) and
+  // refuses the whole batch with Errc::InvalidArgument naming the first bad request; then posts it.
+  virtual Result<std::shared_ptr<Batch>> submit(std::span<const Request> requests, BatchCallback done = {}) = 0;
+
+  virtual EngineStats stats() const = 0;
+  virtual const EngineOptions& options() const noexcept = 0;
+  virtual MetadataStore& metadata() const noexcept = 0;
+};
+
+}  // namespace rdmakit::xfer

@@ -1,0 +1,353 @@
+// The engine's control path: rails, publishing segments, resolving names and connecting to their owners.
+#include <unistd.h>
+
+#include <algorithm>
+#include <random>
+
+#include "xfer/engine/engine_impl.hpp"
+
+namespace rdmakit::xfer {
+
+Result<std::unique_ptr<Engine>> Engine::create(MetadataStore& metadata, const EngineOptions& options) {
+  if (options.transports.empty()) return fail(Errc::InvalidArgument, "xfer engine: no transport");
+  if (options.connections_per_rail == 0 || options.max_inflight_per_peer == 0 ||
+      options.max_inflight_per_rail == 0 || options.stripe_bytes == 0) {
+    return fail(Errc::InvalidArgument,
+                "xfer engine: connections_per_rail, max_inflight_per_peer, max_inflight_per_rail and "
+                "stripe_bytes must be positive");
+  }
+  auto engine = std::make_unique<detail::EngineImpl>(metadata, options);
+  if (auto started = engine->start(); !started) return std::unexpected(started.error());
+  return std::unique_ptr<Engine>(std::move(engine));
+}
+
+namespace detail {
+namespace {
+
+std::string default_name() {
+  std::random_device random;
+  return "xfer-" + std::to_string(::getpid()) + "-" + std::to_string(random());
+}
+
+constexpr Access kSegmentAccess = Access::LocalWrite | Access::RemoteWrite | Access::RemoteRead;
+
+}  // namespace
+
+bool Peer::healthy() const {
+  return std::ranges::all_of(links, [](const auto& link) { return link->connection->health().has_value(); });
+}
+
+void Peer::close() {
+  for (auto& link : links) link->connection->close();
+}
+
+EngineImpl::EngineImpl(MetadataStore& metadata, EngineOptions options)
+    : metadata_(metadata), options_(std::move(options)), host_(host_id()) {
+  if (options_.name.empty()) options_.name = default_name();
+}
+
+Result<void> EngineImpl::start() {
+  for (const auto& transport : options_.transports) {
+    if (std::ranges::find(transports_, transport) != transports_.end()) continue;
+    std::vector<std::string> devices{""};
+    if (transport == "verbs" && !options_.verbs_devices.empty()) devices = options_.verbs_devices;
+    for (const auto& device : devices) {
+      if (auto opened = open_rail(transport, device); !opened) return opened;
+    }
+    transports_.push_back(transport);
+  }
+  for (auto& rail : rails_) {
+    rail->progress = std::thread([this, r = rail.get()] { progress_loop(*r); });
+    rail->acceptor = std::thread([this, r = rail.get()] { accept_loop(*r); });
+  }
+  retry_thread_ = std::thread([this] { retry_loop(); });
+  progress_handle_->engine = this;
+  return {};
+}
+
+Result<void> EngineImpl::open_rail(const std::string& transport, const std::string& device) {
+  Options context_options{.transport = transport, .name = options_.name, .timeout = options_.peer_timeout,
+                          .connect_timeout = options_.connect_timeout};
+  if (!device.empty()) context_options.device = device;
+  auto context = Context::open(context_options);
+  if (!context) return std::unexpected(context.error());
+  auto rail = std::make_unique<Rail>();
+  rail->index = rails_.size();
+  rail->transport = transport;
+  rail->context = *context;
+  rail->caps = rail->context->capabilities();
+  auto listener = rail->context->listen(transport == "shm" ? std::string_view{} : options_.listen_address);
+  if (!listener) return std::unexpected(listener.error());
+  rail->listener = *listener;
+  auto cq = rail->context->create_cq(options_.max_inflight_per_rail);
+  if (!cq) return std::unexpected(cq.error());
+  rail->cq = *cq;
+  rail->credits = std::make_unique<Credits>(options_.max_inflight_per_rail);
+  rails_.push_back(std::move(rail));
+  return {};
+}
+
+// Peers connect to us to reach our segments; their operations need nothing from us but an open connection.
+void EngineImpl::accept_loop(Rail& rail) {
+  while (!stop_.load(std::memory_order_acquire)) {
+    auto connection = rail.listener->accept(std::chrono::milliseconds(100));
+    std::lock_guard lock(rail.accepted_mutex);
+    std::erase_if(rail.accepted, [](const auto& c) { return !c->health().has_value(); });
+    if (connection) rail.accepted.push_back(std::move(*connection));
+  }
+}
+
+EngineImpl::~EngineImpl() {
+  {
+    std::unique_lock lock(progress_handle_->mutex);
+    progress_handle_->engine = nullptr;
+  }
+  {
+    std::lock_guard lock(control_);
+    for (auto& [name, region] : published_) (void)metadata_.unpublish(segment_key(name));
+    for (auto& [key, peer] : peers_) peer->close();
+  }
+  {
+    std::shared_lock lock(table_);
+    for (const auto& entry : entries_) {
+      if (entry && entry->peer) entry->peer->close();
+    }
+  }
+  stop_.store(true, std::memory_order_release);
+  retry_ready_.notify_all();
+  if (retry_thread_.joinable()) retry_thread_.join();
+  for (auto& rail : rails_) {
+    if (rail->acceptor.joinable()) rail->acceptor.join();
+    if (rail->progress.joinable()) rail->progress.join();
+    std::lock_guard lock(rail->accepted_mutex);
+    for (auto& connection : rail->accepted) connection->close();
+  }
+  // Work requests whose completions did not come within the drain: their requests fail, so no batch that
+  // outlives the engine waits forever.
+  Error closed(Errc::ConnectionBroken, "xfer engine closed with the request in flight");
+  for (auto& rail : rails_) {
+    std::lock_guard lock(rail->ops_mutex);
+    for (auto& [id, op] : rail->ops) fail_op(*op, closed);
+    rail->ops.clear();
+  }
+}
+
+Result<std::shared_ptr<LocalRegion>> EngineImpl::register_everywhere(void* data, std::size_t size,
+                                                                     std::shared_ptr<MemoryRegion> first) {
+  auto region = std::make_shared<LocalRegion>();
+  region->addr = reinterpret_cast<std::uint64_t>(data);
+  region->size = size;
+  for (auto& rail : rails_) {
+    if (first && rail->index == 0) {
+      region->by_rail.push_back(first);
+      continue;
+    }
+    auto registered = rail->context->register_memory(data, size, kSegmentAccess);
+    if (!registered) return std::unexpected(registered.error());
+    region->by_rail.push_back(*registered);
+  }
+  std::unique_lock lock(table_);
+  auto overlap = locals_.lower_bound(region->addr + size);
+  if (overlap != locals_.begin() && std::prev(overlap)->second->addr + std::prev(overlap)->second->size >
+                                        region->addr) {
+    return fail(Errc::InvalidArgument, "xfer: memory at " + std::to_string(region->addr) +
+                                           " overlaps memory registered before");
+  }
+  region->id = next_local_id_++;
+  locals_[region->addr] = region;
+  locals_by_id_[region->id] = region;
+  return region;
+}
+
+Result<void> EngineImpl::register_local(void* data, std::size_t size) {
+  if (data == nullptr || size == 0) return fail(Errc::InvalidArgument, "register_local: empty memory");
+  auto region = register_everywhere(data, size, nullptr);
+  if (!region) return std::unexpected(region.error());
+  return {};
+}
+
+Result<void> EngineImpl::unregister_local(void* data) {
+  std::unique_lock lock(table_);
+  auto it = locals_.find(reinterpret_cast<std::uint64_t>(data));
+  if (it == locals_.end()) return fail(Errc::NotFound, "unregister_local: no memory registered at that address");
+  // Work requests in flight keep their region (and its registrations) alive until they complete.
+  locals_by_id_.erase(it->second->id);
+  locals_.erase(it);
+  return {};
+}
+
+Result<std::span<std::byte>> EngineImpl::allocate_segment(std::string_view name, std::size_t size) {
+  if (size == 0) return fail(Errc::InvalidArgument, "allocate_segment '" + std::string(name) + "': size 0");
+  auto first = rails_.front()->context->allocate(size, kSegmentAccess);
+  if (!first) return std::unexpected(first.error());
+  auto region = register_everywhere((*first)->data(), size, *first);
+  if (!region) return std::unexpected(region.error());
+  if (auto published = publish_region(name, *region); !published) {
+    (void)unregister_local((*first)->data());
+    return std::unexpected(published.error());
+  }
+  return std::span<std::byte>(static_cast<std::byte*>((*first)->data()), size);
+}
+
+Result<void> EngineImpl::publish(std::string_view name, void* data, std::size_t size) {
+  if (data == nullptr || size == 0) return fail(Errc::InvalidArgument, "publish '" + std::string(name) + "': empty");
+  auto region = find_local(reinterpret_cast<std::uint64_t>(data), size);
+  if (!region || region->addr != reinterpret_cast<std::uint64_t>(data) || region->size != size) {
+    auto registered = register_everywhere(data, size, nullptr);
+    if (!registered) return std::unexpected(registered.error());
+    region = *registered;
+  }
+  return publish_region(name, region);
+}
+
+Result<void> EngineImpl::publish_region(std::string_view name, std::shared_ptr<LocalRegion> region) {
+  if (name.empty()) return fail(Errc::InvalidArgument, "publish: empty segment name");
+  std::lock_guard lock(control_);
+  if (published_.contains(name)) {
+    return fail(Errc::InvalidArgument, "publish: segment '" + std::string(name) + "' is already published");
+  }
+  SegmentRecord record{options_.name, host_, region->size, {}};
+  for (auto& rail : rails_) {
+    record.rails.push_back({rail->transport, rail->listener->address(), region->by_rail[rail->index]->descriptor()});
+  }
+  if (auto put = metadata_.publish(segment_key(name), encode(record)); !put) return put;
+  published_.emplace(std::string(name), std::move(region));
+  return {};
+}
+
+Result<void> EngineImpl::unpublish(std::string_view name) {
+  std::lock_guard lock(control_);
+  auto it = published_.find(name);
+  if (it == published_.end()) return fail(Errc::NotFound, "unpublish: '" + std::string(name) + "' is not ours");
+  auto removed = metadata_.unpublish(segment_key(name));
+  published_.erase(it);
+  return removed;
+}
+
+Result<std::shared_ptr<Peer>> EngineImpl::connect_peer(const SegmentRecord& record, const std::string& transport) {
+  auto remote = rails_of(record, transport);
+  std::vector<Rail*> local;
+  for (auto& rail : rails_) {
+    if (rail->transport == transport) local.push_back(rail.get());
+  }
+  auto peer = std::make_shared<Peer>(options_.max_inflight_per_peer);
+  peer->owner = record.owner;
+  // Rail i of ours pairs with rail i of theirs (devices striped pairwise), connections_per_rail each.
+  auto pairs = std::min(local.size(), remote.size());
+  for (std::uint32_t c = 0; c < options_.connections_per_rail; ++c) {
+    for (std::size_t i = 0; i < pairs; ++i) {
+      auto connection = local[i]->context->connect(remote[i]->address, ConnectOptions{.send_cq = local[i]->cq});
+      if (!connection) {
+        peer->close();
+        return std::unexpected(connection.error());
+      }
+      peer->links.push_back(std::make_unique<Link>(Link{local[i], i, std::move(*connection)}));
+    }
+  }
+  return peer;
+}
+
+Result<std::shared_ptr<Peer>> EngineImpl::peer_for(const SegmentRecord& record, const std::string& transport) {
+  auto key = record.owner + "/" + transport + "/" + std::to_string(rails_of(record, transport).front()->region.owner_epoch);
+  if (auto it = peers_.find(key); it != peers_.end()) {
+    if (it->second->healthy()) return it->second;
+    it->second->close();
+    peers_.erase(it);
+  }
+  auto peer = connect_peer(record, transport);
+  if (!peer) return peer;
+  (*peer)->key = key;
+  peers_[key] = *peer;
+  return peer;
+}
+
+// Looks `name` up and connects to its owner. With `previous` (a re-resolve), an unchanged record reuses the
+// peer when it is healthy and reconnects when it is not.
+Result<std::shared_ptr<const SegmentEntry>> EngineImpl::resolve(std::string_view name, std::uint64_t generation,
+                                                                const SegmentEntry* previous) {
+  resolves_.fetch_add(1, std::memory_order_relaxed);
+  auto entry = std::make_shared<SegmentEntry>();
+  entry->name = std::string(name);
+  entry->generation = generation;
+  auto value = metadata_.lookup(segment_key(name));
+  if (!value) return std::unexpected(value.error());
+  if (!*value) {
+    entry->gone = true;
+    if (previous != nullptr && previous->peer) entry->record = previous->record;
+    return entry;
+  }
+  auto record = decode(**value);
+  if (!record) return fail(Errc::ProtocolError, "segment '" + entry->name + "': " + record.error().message());
+  auto transport = choose_transport(transports_, host_, *record, options_.transport);
+  if (!transport) return std::unexpected(transport.error());
+  auto peer = peer_for(*record, *transport);
+  if (!peer) return std::unexpected(peer.error());
+  entry->record = std::move(*record);
+  entry->transport = *transport;
+  entry->peer = *peer;
+  for (const auto* rail : rails_of(entry->record, entry->transport)) entry->remote.push_back(rail->region);
+  return entry;
+}
+
+Result<SegmentHandle> EngineImpl::open_segment(std::string_view name) {
+  std::lock_guard lock(control_);
+  auto known = handles_.find(name);
+  if (known != handles_.end()) {
+    auto current = entry(known->second);
+    if (!current->gone) return SegmentHandle{known->second};
+  }
+  auto resolved = resolve(name, next_generation_++, nullptr);
+  if (!resolved) return std::unexpected(resolved.error());
+  if ((*resolved)->gone) return fail(Errc::NotFound, "segment '" + std::string(name) + "' is not published");
+  if (known != handles_.end()) {
+    install(known->second, *resolved);
+    return SegmentHandle{known->second};
+  }
+  std::uint32_t handle;
+  {
+    std::unique_lock table(table_);
+    entries_.push_back(*resolved);
+    handle = static_cast<std::uint32_t>(entries_.size());
+  }
+  handles_.emplace(std::string(name), handle);
+  return SegmentHandle{handle};
+}
+
+Result<SegmentInfo> EngineImpl::segment_info(SegmentHandle segment) const {
+  auto current = entry(segment.value);
+  if (!current) return fail(Errc::InvalidArgument, "segment_info: no segment handle " + std::to_string(segment.value));
+  if (current->gone) return fail(Errc::NotFound, "segment '" + current->name + "' is gone");
+  return SegmentInfo{current->name, current->record.owner, current->record.length, current->transport};
+}
+
+std::shared_ptr<const SegmentEntry> EngineImpl::entry(std::uint32_t handle) const {
+  std::shared_lock lock(table_);
+  if (handle == 0 || handle > entries_.size()) return nullptr;
+  return entries_[handle - 1];
+}
+
+void EngineImpl::install(std::uint32_t handle, std::shared_ptr<const SegmentEntry> fresh) {
+  std::unique_lock lock(table_);
+  entries_[handle - 1] = std::move(fresh);
+}
+
+std::shared_ptr<LocalRegion> EngineImpl::find_local(std::uint64_t addr, std::uint64_t length) const {
+  std::shared_lock lock(table_);
+  auto it = locals_.upper_bound(addr);
+  if (it == locals_.begin()) return nullptr;
+  const auto& region = std::prev(it)->second;
+  if (addr - region->addr > region->size || length > region->size - (addr - region->addr)) return nullptr;
+  return region;
+}
+
+EngineStats EngineImpl::stats() const {
+  EngineStats s{requests_.load(), work_requests_.load(), coalesced_.load(), retries_.load(), resolves_.load(), 0};
+  std::shared_lock lock(table_);
+  for (const auto& e : entries_) {
+    if (e && e->peer) s.peak_inflight_per_peer = std::max(s.peak_inflight_per_peer, e->peer->credits.peak());
+  }
+  return s;
+}
+
+}  // namespace detail
+}  // namespace rdmakit::xfer

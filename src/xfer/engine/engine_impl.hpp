@@ -1,0 +1,240 @@
+// The engine's internal pieces: rails (one context each), peers (connections to one owner), segment
+// entries (a resolved name), batches and the work requests in flight. engine.cpp holds the control path
+// (rails, segments, resolving, connecting), datapath.cpp the posting and completion path.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <shared_mutex>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "rdmakit/context.hpp"
+#include "rdmakit/xfer/engine.hpp"
+#include "xfer/engine/plan.hpp"
+#include "xfer/engine/record.hpp"
+
+namespace rdmakit::xfer::detail {
+
+// A counting semaphore with a deadline: the in-flight bounds. Taking and returning credits is one atomic
+// operation; the mutex and condition variable are used only when a taker has to wait.
+class Credits {
+ public:
+  explicit Credits(std::uint32_t total) : free_(total), total_(total) {}
+  // Takes between 1 and `wanted` credits, waiting until at least one is free; 0 when `deadline` passed.
+  std::uint32_t acquire(std::uint32_t wanted, std::chrono::steady_clock::time_point deadline);
+  void release(std::uint32_t n);
+  std::uint32_t in_use() const { return total_ - free_.load(); }
+  std::uint32_t peak() const { return peak_.load(std::memory_order_relaxed); }
+
+ private:
+  std::uint32_t try_take(std::uint32_t wanted);
+
+  std::atomic<std::uint32_t> free_;
+  std::uint32_t total_;
+  std::atomic<std::uint32_t> waiters_{0};
+  std::atomic<std::uint32_t> peak_{0};
+  std::mutex mutex_;
+  std::condition_variable freed_;
+};
+
+class BatchImpl;
+struct Peer;
+struct SegmentEntry;
+struct LocalRegion;
+
+// One work request in flight (or waiting to be posted again).
+struct InflightOp {
+  std::shared_ptr<BatchImpl> batch;
+  std::shared_ptr<const SegmentEntry> entry;  // the resolution it was posted against
+  std::uint32_t handle = 0;
+  PlannedOp op;
+  std::vector<std::shared_ptr<LocalRegion>> regions;  // the local memory its pieces lie in, kept alive
+  std::uint32_t attempts = 0;
+  struct Link* link = nullptr;                // where it is posted
+};
+
+struct Rail {
+  std::size_t index = 0;
+  std::string transport;
+  std::shared_ptr<Context> context;
+  std::shared_ptr<Listener> listener;
+  std::shared_ptr<CompletionQueue> cq;
+  Capabilities caps;
+  std::unique_ptr<Credits> credits;  // max_inflight_per_rail: the CQ can never overflow
+  // Work requests in flight by id; completions that arrive before post() returned wait in `early`.
+  std::mutex ops_mutex;
+  std::unordered_map<std::uint64_t, std::unique_ptr<InflightOp>> ops;
+  std::unordered_map<std::uint64_t, Completion> early;
+  // Connections peers made to us (we are a segment owner): kept open until they fail or we close.
+  std::mutex accepted_mutex;
+  std::vector<std::shared_ptr<Connection>> accepted;
+  std::thread progress;
+  std::thread acceptor;
+};
+
+struct Link {
+  Rail* rail = nullptr;
+  std::size_t remote_rail = 0;  // index among the owner's rails of the chosen transport
+  std::shared_ptr<Connection> connection;
+};
+
+// The connections to one life of one owner over one transport.
+struct Peer {
+  explicit Peer(std::uint32_t bound) : credits(bound) {}
+  std::string key;  // owner / transport / epoch
+  std::string owner;
+  std::vector<std::unique_ptr<Link>> links;
+  Credits credits;  // max_inflight_per_peer
+  std::atomic<std::uint32_t> next_link{0};
+  bool healthy() const;
+  void close();
+};
+
+// A resolved name; immutable once made (a re-resolve makes a new one), so the data path reads it unlocked.
+struct SegmentEntry {
+  std::string name;
+  std::uint64_t generation = 0;
+  bool gone = false;
+  SegmentRecord record;
+  std::string transport;
+  std::shared_ptr<Peer> peer;
+  std::vector<RemoteRegion> remote;  // by Link::remote_rail
+};
+
+// Memory of ours that requests use: registered in every rail.
+struct LocalRegion {
+  std::uint32_t id = 0;
+  std::uint64_t addr = 0;
+  std::uint64_t size = 0;
+  std::vector<std::shared_ptr<MemoryRegion>> by_rail;
+};
+
+class BatchImpl final : public Batch {
+ public:
+  BatchImpl(std::size_t size, BatchCallback callback);
+  std::size_t size() const noexcept override { return slots_.size(); }
+  bool done() const noexcept override { return remaining_.load(std::memory_order_acquire) == 0; }
+  Result<void> wait(std::chrono::nanoseconds timeout) override;
+  std::optional<Result<void>> status(std::size_t i) const override;
+  std::size_t failed() const noexcept override { return failed_.load(std::memory_order_acquire); }
+
+  // Request i is carried by `pieces` work requests.
+  void expect(std::size_t i, std::uint32_t pieces) { slots_[i].pending = pieces; }
+  // One work request of request i finished (with `error` when it failed).
+  void piece_done(std::size_t i, const Error* error);
+  void set_self(std::weak_ptr<BatchImpl> self) { self_ = std::move(self); }
+  // What wait() runs while it waits: reaps completions itself (true when it found some), so a waiting
+  // thread completes its own batch without a hand-off from the progress thread.
+  void set_progress(std::function<bool()> progress) { progress_ = std::move(progress); }
+
+ private:
+  struct Slot {
+    std::atomic<std::uint32_t> pending{0};
+    std::atomic<std::uint8_t> state{0};  // 0 in flight, 1 ok, 2 failed
+    std::atomic<bool> has_error{false};  // set after `error`
+    std::optional<Error> error;          // set under mutex_ before state becomes 2
+  };
+  void finish(std::size_t i);
+
+  std::vector<Slot> slots_;
+  std::atomic<std::size_t> remaining_;
+  std::atomic<std::size_t> failed_{0};
+  mutable std::mutex mutex_;
+  std::condition_variable finished_;
+  BatchCallback callback_;
+  std::weak_ptr<BatchImpl> self_;
+  std::function<bool()> progress_;
+};
+
+// Lets a batch that outlives the engine wait without touching it: the engine clears `engine` on its way out.
+struct ProgressHandle {
+  std::shared_mutex mutex;
+  class EngineImpl* engine = nullptr;
+};
+
+class EngineImpl final : public Engine {
+ public:
+  EngineImpl(MetadataStore& metadata, EngineOptions options);
+  ~EngineImpl() override;
+  Result<void> start();
+
+  Result<std::span<std::byte>> allocate_segment(std::string_view name, std::size_t size) override;
+  Result<void> publish(std::string_view name, void* data, std::size_t size) override;
+  Result<void> unpublish(std::string_view name) override;
+  Result<void> register_local(void* data, std::size_t size) override;
+  Result<void> unregister_local(void* data) override;
+  Result<SegmentHandle> open_segment(std::string_view name) override;
+  Result<SegmentInfo> segment_info(SegmentHandle segment) const override;
+  Result<std::shared_ptr<Batch>> submit(std::span<const Request> requests, BatchCallback done) override;
+  EngineStats stats() const override;
+  const EngineOptions& options() const noexcept override { return options_; }
+  MetadataStore& metadata() const noexcept override { return metadata_; }
+
+ private:
+  // engine.cpp: control path.
+  Result<void> open_rail(const std::string& transport, const std::string& device);
+  void accept_loop(Rail& rail);
+  Result<std::shared_ptr<LocalRegion>> register_everywhere(void* data, std::size_t size,
+                                                           std::shared_ptr<MemoryRegion> first);
+  Result<void> publish_region(std::string_view name, std::shared_ptr<LocalRegion> region);
+  Result<std::shared_ptr<const SegmentEntry>> resolve(std::string_view name, std::uint64_t generation,
+                                                      const SegmentEntry* previous);
+  Result<std::shared_ptr<Peer>> peer_for(const SegmentRecord& record, const std::string& transport);
+  Result<std::shared_ptr<Peer>> connect_peer(const SegmentRecord& record, const std::string& transport);
+  std::shared_ptr<const SegmentEntry> entry(std::uint32_t handle) const;
+  void install(std::uint32_t handle, std::shared_ptr<const SegmentEntry> entry);
+  std::shared_ptr<LocalRegion> find_local(std::uint64_t addr, std::uint64_t length) const;
+
+  // datapath.cpp: posting, completions, retries.
+  // `entries`: each request's resolution; `regions`: the local registrations the batch uses (each once).
+  Result<std::vector<PlanItem>> check(std::span<const Request> requests,
+                                      std::vector<std::shared_ptr<const SegmentEntry>>& entries,
+                                      std::vector<std::shared_ptr<LocalRegion>>& regions) const;
+  void post_all(std::vector<std::unique_ptr<InflightOp>> ops, std::chrono::steady_clock::time_point deadline);
+  void post_round(Peer& peer, std::vector<std::unique_ptr<InflightOp>>& ops, std::size_t& next,
+                  std::chrono::steady_clock::time_point deadline);
+  void post_chain(Link& link, std::vector<std::unique_ptr<InflightOp>> chain);
+  void progress_loop(Rail& rail);
+  bool poll_rails();
+  void on_completion(Rail& rail, const Completion& completion);
+  void complete(std::unique_ptr<InflightOp> op, const Error* error, bool retryable);
+  void retry_loop();
+  void retry_one(std::unique_ptr<InflightOp> op);
+  void fail_op(InflightOp& op, const Error& error);
+
+  MetadataStore& metadata_;
+  EngineOptions options_;
+  std::string host_;
+  std::vector<std::unique_ptr<Rail>> rails_;
+  std::vector<std::string> transports_;  // offered, one per kind
+
+  std::mutex control_;  // serializes resolving, connecting and publishing (control path only)
+  std::map<std::string, std::shared_ptr<Peer>> peers_;
+  std::map<std::string, std::uint32_t, std::less<>> handles_;
+  std::map<std::string, std::shared_ptr<LocalRegion>, std::less<>> published_;
+
+  mutable std::shared_mutex table_;  // entries_ and locals_, read by every submit
+  std::vector<std::shared_ptr<const SegmentEntry>> entries_;  // handle - 1
+  std::map<std::uint64_t, std::shared_ptr<LocalRegion>> locals_;  // by address
+  std::unordered_map<std::uint32_t, std::shared_ptr<LocalRegion>> locals_by_id_;
+  std::uint32_t next_local_id_ = 1;
+  std::uint64_t next_generation_ = 1;
+
+  std::mutex retry_mutex_;
+  std::condition_variable retry_ready_;
+  std::deque<std::unique_ptr<InflightOp>> retry_queue_;
+  std::thread retry_thread_;
+
+  std::shared_ptr<ProgressHandle> progress_handle_ = std::make_shared<ProgressHandle>();
+  std::atomic<bool> stop_{false};
+  std::atomic<std::uint64_t> requests_{0}, work_requests_{0}, coalesced_{0}, retries_{0}, resolves_{0};
+};
+
+}  // namespace rdmakit::xfer::detail

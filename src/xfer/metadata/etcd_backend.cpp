@@ -1,0 +1,175 @@
+// The etcd backend: etcd v3 through its HTTP/JSON gateway (etcd 3.4: /v3/...; keys and values base64),
+// with our own HTTP/1.1 client over one kept-alive connection. This store's keys hang off one lease:
+// renewal is one keepalive; when the lease is gone (the server restarted empty, or we were cut off past
+// the TTL) a new lease is granted and every owned key put again. Closing revokes the lease, which deletes
+// the keys in one request.
+#include "xfer/metadata/backend.hpp"
+#include "xfer/metadata/http.hpp"
+
+namespace rdmakit::xfer::metadata {
+namespace {
+
+using json::Value;
+
+// The first key after every key that starts with `prefix` (etcd's range_end for a prefix).
+std::string prefix_end(std::string prefix) {
+  while (!prefix.empty() && static_cast<unsigned char>(prefix.back()) == 0xff) prefix.pop_back();
+  if (!prefix.empty()) prefix.back() = static_cast<char>(prefix.back() + 1);
+  return prefix.empty() ? std::string(1, '\0') : prefix;
+}
+
+std::string field(std::string_view name, std::string_view json_value) {
+  return json::quote(name) + ":" + std::string(json_value);
+}
+
+class EtcdBackend final : public Backend {
+ public:
+  EtcdBackend(const Endpoint& endpoint, const MetadataOptions& options)
+      : ttl_s_(std::max<std::int64_t>(1, (options.ttl.count() + 999) / 1000)),
+        host_(endpoint.host + ":" + std::to_string(endpoint.port)),
+        connection_(endpoint.host, endpoint.port, endpoint.url) {}
+
+  std::string_view name() const noexcept override { return "etcd"; }
+
+  Result<void> start(Deadline deadline) override { return grant(deadline); }
+
+  Result<void> put(const std::string& key, const std::string& value, const Owned& owned,
+                   Deadline deadline) override {
+    auto ok = put_one(key, value, deadline);
+    if (ok || !lease_lost(ok.error())) return ok;
+    return regrant_and_put(owned, deadline);  // the lease expired under us: every key went with it
+  }
+
+  // A store that owns nothing lets its lease lapse (no traffic from pure readers); a later put finds it
+  // gone and grants a new one.
+  Result<void> renew(const Owned& owned, Deadline deadline) override {
+    if (owned.empty()) return {};
+    auto reply = call("/v3/lease/keepalive", "{" + field("ID", json::quote(lease_)) + "}", deadline);
+    if (!reply) return std::unexpected(reply.error());
+    const Value* result = reply->find("result");
+    const Value* ttl = result ? result->find("TTL") : nullptr;
+    // A lease that is gone comes back without a TTL (zero is left out of the JSON).
+    if (!ttl || ttl->text == "0") return regrant_and_put(owned, deadline);
+    return unsettled_ ? put_all(owned, deadline) : Result<void>();
+  }
+
+  Result<void> erase(const std::string& key, Deadline deadline) override {
+    return outcome(
+        call("/v3/kv/deleterange", "{" + field("key", json::quote(base64::encode(key))) + "}", deadline));
+  }
+
+  Result<void> erase_all(const Owned&, Deadline deadline) override {
+    return outcome(call("/v3/lease/revoke", "{" + field("ID", json::quote(lease_)) + "}", deadline));
+  }
+
+  Result<std::optional<std::string>> get(const std::string& key, Deadline deadline) override {
+    auto reply = call("/v3/kv/range", "{" + field("key", json::quote(base64::encode(key))) + "}", deadline);
+    if (!reply) return std::unexpected(reply.error());
+    const Value* kvs = reply->find("kvs");
+    if (!kvs || kvs->elements.empty()) return std::optional<std::string>();
+    if (kvs->kind != Value::Kind::Array) return malformed("kvs is not an array");
+    const Value* value = kvs->elements[0].find("value");  // an empty value is left out of the JSON
+    if (!value) return std::optional<std::string>(std::string());
+    auto decoded = value->kind == Value::Kind::String ? base64::decode(value->text) : std::nullopt;
+    if (!decoded) return malformed("a value that is not base64");
+    return std::optional(std::move(*decoded));
+  }
+
+  Result<std::vector<std::string>> keys(const std::string& prefix, Deadline deadline) override {
+    auto reply = call("/v3/kv/range",
+                      "{" + field("key", json::quote(base64::encode(prefix))) + "," +
+                          field("range_end", json::quote(base64::encode(prefix_end(prefix)))) + "," +
+                          field("keys_only", "true") + "}",
+                      deadline);
+    if (!reply) return std::unexpected(reply.error());
+    std::vector<std::string> keys;
+    const Value* kvs = reply->find("kvs");
+    if (!kvs) return keys;
+    if (kvs->kind != Value::Kind::Array) return malformed("kvs is not an array");
+    for (const auto& kv : kvs->elements) {
+      const Value* key = kv.find("key");
+      auto decoded = key && key->kind == Value::Kind::String ? base64::decode(key->text) : std::nullopt;
+      if (!decoded) return malformed("a key that is not base64");
+      keys.push_back(std::move(*decoded));
+    }
+    return keys;
+  }
+
+ private:
+  std::unexpected<Error> malformed(std::string_view why) const {
+    return fail(Errc::ProtocolError,
+                connection_.where() + ": an unexpected etcd reply (" + std::string(why) + ")");
+  }
+
+  static bool lease_lost(const Error& error) {
+    return error.code() == Errc::NotFound && error.message().find("lease not found") != std::string::npos;
+  }
+
+  // One POST, one round trip: the reply's JSON, or the gateway's error (404 is gRPC's NotFound).
+  Result<Value> call(std::string_view path, const std::string& body, Deadline deadline) {
+    count_round_trip();
+    auto response = connection_.exchange<http::Response>(
+        http::post(host_, path, body), deadline,
+        [](std::string_view in, std::size_t& consumed) { return http::parse_response(in, consumed); });
+    if (!response) return std::unexpected(response.error());
+    auto parsed = json::parse(response->body);
+    if (!parsed || parsed->kind != Value::Kind::Object) {
+      connection_.close();  // whatever this is, the next call starts clean
+      return malformed(parsed ? "not a JSON object" : parsed.error().message());
+    }
+    if (response->status == 200) return parsed;
+    const Value* message = parsed->find("error");
+    std::string text =
+        message && message->kind == Value::Kind::String ? message->text.substr(0, 200) : "no message";
+    return fail(response->status == 404 ? Errc::NotFound : Errc::ProtocolError,
+                connection_.where() + ": etcd refused " + std::string(path) + " (HTTP " +
+                    std::to_string(response->status) + "): " + text);
+  }
+
+  Result<void> grant(Deadline deadline) {
+    auto reply = call("/v3/lease/grant", "{" + field("TTL", std::to_string(ttl_s_)) + "}", deadline);
+    if (!reply) return std::unexpected(reply.error());
+    const Value* id = reply->find("ID");
+    if (!id || id->kind != Value::Kind::String || id->text.empty() ||
+        id->text.find_first_not_of("0123456789") != std::string::npos)
+      return malformed("no lease ID");
+    lease_ = id->text;
+    return {};
+  }
+
+  Result<void> put_one(const std::string& key, const std::string& value, Deadline deadline) {
+    return outcome(call("/v3/kv/put",
+                        "{" + field("key", json::quote(base64::encode(key))) + "," +
+                            field("value", json::quote(base64::encode(value))) + "," +
+                            field("lease", json::quote(lease_)) + "}",
+                        deadline));
+  }
+
+  Result<void> regrant_and_put(const Owned& owned, Deadline deadline) {
+    if (auto ok = grant(deadline); !ok) return ok;
+    return put_all(owned, deadline);
+  }
+
+  // Puts every owned key on the current lease; until all went through, each renewal tries again.
+  Result<void> put_all(const Owned& owned, Deadline deadline) {
+    unsettled_ = true;
+    for (const auto& [key, value] : owned)
+      if (auto ok = put_one(key, value, deadline); !ok) return ok;
+    unsettled_ = false;
+    return {};
+  }
+
+  std::int64_t ttl_s_;  // etcd leases count whole seconds
+  std::string host_;    // the Host header
+  Connection connection_;
+  std::string lease_;       // the lease ID, decimal as the gateway writes it
+  bool unsettled_ = false;  // a new lease whose keys are not all put yet
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_etcd_backend(const Endpoint& endpoint, const MetadataOptions& options) {
+  return std::make_unique<EtcdBackend>(endpoint, options);
+}
+
+}  // namespace rdmakit::xfer::metadata

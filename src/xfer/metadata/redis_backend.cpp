@@ -1,0 +1,151 @@
+// The Redis backend: our own RESP client (resp.hpp) over one connection, no client library. Every key is a
+// plain Redis string with a PX expiry; renewal is a pipeline of PEXPIRE (one round trip), and a key the
+// server lost (PEXPIRE answers 0) is SET again. list() walks SCAN with a MATCH on the namespace.
+#include <set>
+
+#include "xfer/metadata/backend.hpp"
+#include "xfer/metadata/resp.hpp"
+
+namespace rdmakit::xfer::metadata {
+namespace {
+
+using resp::Value;
+
+// A SCAN MATCH pattern for "starts with `prefix`": glob characters escaped.
+std::string match_prefix(std::string_view prefix) {
+  std::string pattern;
+  for (char c : prefix) {
+    if (c == '*' || c == '?' || c == '[' || c == ']' || c == '\\') pattern.push_back('\\');
+    pattern.push_back(c);
+  }
+  return pattern + "*";
+}
+
+class RedisBackend final : public Backend {
+ public:
+  RedisBackend(const Endpoint& endpoint, const MetadataOptions& options)
+      : ttl_ms_(std::to_string(options.ttl.count())),
+        connection_(endpoint.host, endpoint.port, endpoint.url) {}
+
+  std::string_view name() const noexcept override { return "redis"; }
+
+  Result<void> start(Deadline deadline) override {
+    auto pong = ask({command({"PING"})}, deadline);
+    if (!pong) return std::unexpected(pong.error());
+    return expect_simple(pong->front(), "PONG");
+  }
+
+  Result<void> put(const std::string& key, const std::string& value, const Owned&,
+                   Deadline deadline) override {
+    auto reply = ask({set_command(key, value)}, deadline);
+    if (!reply) return std::unexpected(reply.error());
+    return expect_simple(reply->front(), "OK");
+  }
+
+  Result<void> renew(const Owned& owned, Deadline deadline) override {
+    if (owned.empty()) return {};
+    std::vector<std::string> commands;
+    for (const auto& entry : owned) commands.push_back(command({"PEXPIRE", entry.first, ttl_ms_}));
+    auto replies = ask(commands, deadline);
+    if (!replies) return std::unexpected(replies.error());
+    commands.clear();
+    std::size_t i = 0;
+    for (const auto& [key, value] : owned) {
+      const Value& reply = (*replies)[i++];
+      if (reply.kind != Value::Kind::Integer) return unexpected_reply(reply);
+      if (reply.integer == 0) commands.push_back(set_command(key, value));  // lost: the server restarted
+    }
+    if (commands.empty()) return {};
+    auto puts = ask(commands, deadline);
+    if (!puts) return std::unexpected(puts.error());
+    for (const auto& reply : *puts)
+      if (auto ok = expect_simple(reply, "OK"); !ok) return ok;
+    return {};
+  }
+
+  Result<void> erase(const std::string& key, Deadline deadline) override {
+    return integer_reply(ask({command({"DEL", key})}, deadline));
+  }
+
+  Result<void> erase_all(const Owned& owned, Deadline deadline) override {
+    std::vector<std::string_view> args{"DEL"};
+    for (const auto& entry : owned) args.push_back(entry.first);
+    return integer_reply(ask({resp::command(args)}, deadline));
+  }
+
+  Result<std::optional<std::string>> get(const std::string& key, Deadline deadline) override {
+    auto reply = ask({command({"GET", key})}, deadline);
+    if (!reply) return std::unexpected(reply.error());
+    Value& value = reply->front();
+    if (value.kind == Value::Kind::Nil) return std::optional<std::string>();
+    if (value.kind != Value::Kind::Bulk) return unexpected_reply(value);
+    return std::optional(std::move(value.text));
+  }
+
+  // SCAN may return a key twice and walks in pages: one round trip per page.
+  Result<std::vector<std::string>> keys(const std::string& prefix, Deadline deadline) override {
+    std::set<std::string> found;
+    std::string cursor = "0";
+    auto pattern = match_prefix(prefix);
+    do {
+      auto reply = ask({command({"SCAN", cursor, "MATCH", pattern, "COUNT", "1000"})}, deadline);
+      if (!reply) return std::unexpected(reply.error());
+      Value& page = reply->front();
+      if (page.kind != Value::Kind::Array || page.elements.size() != 2 ||
+          page.elements[0].kind != Value::Kind::Bulk || page.elements[1].kind != Value::Kind::Array)
+        return unexpected_reply(page);
+      cursor = page.elements[0].text;
+      for (auto& key : page.elements[1].elements) {
+        if (key.kind != Value::Kind::Bulk) return unexpected_reply(key);
+        found.insert(std::move(key.text));
+      }
+    } while (cursor != "0");
+    return std::vector<std::string>(found.begin(), found.end());
+  }
+
+ private:
+  static std::string command(std::initializer_list<std::string_view> args) { return resp::command(args); }
+  std::string set_command(const std::string& key, const std::string& value) const {
+    return command({"SET", key, value, "PX", ttl_ms_});
+  }
+
+  // Sends the commands in one write and reads their replies: one round trip.
+  Result<std::vector<Value>> ask(const std::vector<std::string>& commands, Deadline deadline) {
+    std::string requests;
+    for (const auto& c : commands) requests += c;
+    count_round_trip();
+    auto count = commands.size();
+    return connection_.exchange<std::vector<Value>>(requests, deadline,
+                                                    [count](std::string_view in, std::size_t& consumed) {
+                                                      return resp::parse_many(in, count, consumed);
+                                                    });
+  }
+
+  std::unexpected<Error> unexpected_reply(const Value& reply) const {
+    if (reply.kind == Value::Kind::Error)
+      return fail(Errc::ProtocolError, connection_.where() + ": redis refused: " + reply.text.substr(0, 200));
+    return fail(Errc::ProtocolError, connection_.where() + ": an unexpected redis reply");
+  }
+
+  Result<void> expect_simple(const Value& reply, std::string_view text) const {
+    if (reply.kind == Value::Kind::Simple && reply.text == text) return {};
+    return unexpected_reply(reply);
+  }
+
+  Result<void> integer_reply(Result<std::vector<Value>> replies) const {
+    if (!replies) return std::unexpected(replies.error());
+    if (replies->front().kind != Value::Kind::Integer) return unexpected_reply(replies->front());
+    return {};
+  }
+
+  std::string ttl_ms_;
+  Connection connection_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_redis_backend(const Endpoint& endpoint, const MetadataOptions& options) {
+  return std::make_unique<RedisBackend>(endpoint, options);
+}
+
+}  // namespace rdmakit::xfer::metadata

@@ -1,0 +1,225 @@
+// Batches between two engines: bytes exact, per-request statuses, striping, coalescing, bounds, the
+// in-flight bound and re-resolving a segment whose owner restarted. Over shm and tcp.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstring>
+#include <thread>
+
+#include "support/test_support.hpp"
+#include "xfer/engine/record.hpp"
+#include "xfer/xfer_test_support.hpp"
+
+namespace rdmakit::xfer::testing {
+namespace {
+
+using namespace std::chrono_literals;
+using rdmakit::testing::fill_pattern;
+using rdmakit::testing::find_pattern_mismatch;
+
+constexpr std::size_t kSegment = 8 << 20;
+
+class XferEngine : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    metadata_ = std::make_unique<FileMetadataStore>(dir_.path());
+    owner_ = make_engine(*metadata_, options("owner"));
+    client_ = make_engine(*metadata_, options("client"));
+    ASSERT_TRUE(owner_ && client_);
+    auto segment = owner_->allocate_segment("kv", kSegment);
+    ASSERT_TRUE(segment.has_value()) << segment.error().describe();
+    remote_ = segment->data();
+    local_ = make_buffer(kSegment);
+    back_ = make_buffer(kSegment);
+    ASSERT_TRUE(client_->register_local(local_.get(), kSegment).has_value());
+    ASSERT_TRUE(client_->register_local(back_.get(), kSegment).has_value());
+    fill_pattern(local_.get(), kSegment, 17);
+    std::memset(back_.get(), 0, kSegment);
+    auto handle = client_->open_segment("kv");
+    ASSERT_TRUE(handle.has_value()) << handle.error().describe();
+    kv_ = *handle;
+  }
+  EngineOptions options(std::string name) {
+    return EngineOptions{.name = name + "-" + GetParam(), .transports = {GetParam()}, .connections_per_rail = 3};
+  }
+  Request write(std::uint64_t offset, std::uint64_t length) {
+    return Request{Op::Write, local_.get() + offset, kv_, offset, length};
+  }
+  Request read(std::uint64_t offset, std::uint64_t length) {
+    return Request{Op::Read, back_.get() + offset, kv_, offset, length};
+  }
+
+  TempDir dir_;
+  std::unique_ptr<FileMetadataStore> metadata_;
+  std::unique_ptr<Engine> owner_, client_;
+  std::byte* remote_ = nullptr;
+  Buffer local_, back_;
+  SegmentHandle kv_;
+};
+
+TEST_P(XferEngine, BatchMovesExactBytesWithAStatusPerRequest) {
+  // A striped 3 MiB request, a run of adjacent 4 KiB pieces (coalesced), and scattered odd sizes.
+  std::vector<Request> writes{write(0, 3 << 20)};
+  for (std::uint64_t k = 0; k < 32; ++k) writes.push_back(write((4 << 20) + k * 4096, 4096));
+  for (std::uint64_t k = 0; k < 16; ++k) writes.push_back(write((6 << 20) + k * 8191, 1 + k * 97));
+  auto batch = client_->submit(writes);
+  ASSERT_TRUE(batch.has_value()) << batch.error().describe();
+  ASSERT_TRUE((*batch)->wait(10s).has_value());
+  EXPECT_EQ((*batch)->failed(), 0u);
+  for (std::size_t i = 0; i < writes.size(); ++i) {
+    auto status = (*batch)->status(i);
+    ASSERT_TRUE(status.has_value()) << i;
+    EXPECT_TRUE(status->has_value()) << i << ": " << status->error().describe();
+    const auto& w = writes[i];
+    EXPECT_EQ(std::memcmp(remote_ + w.offset, local_.get() + w.offset, w.length), 0) << "request " << i;
+  }
+  auto stats = client_->stats();
+  EXPECT_GE(stats.coalesced, 32u);
+  EXPECT_LT(stats.work_requests, writes.size() + 3);  // 3 MiB striped into 3, the 32 pieces into 2
+
+  // READ it all back with a callback; the bytes the owner holds arrive exactly.
+  std::vector<Request> reads;
+  for (const auto& w : writes) reads.push_back(read(w.offset, w.length));
+  std::atomic<int> called{0};
+  auto back = client_->submit(reads, [&](Batch& b) { called += b.done() ? 1 : 100; });
+  ASSERT_TRUE(back.has_value());
+  ASSERT_TRUE((*back)->wait(10s).has_value());
+  for (int spin = 0; spin < 1000 && called == 0; ++spin) std::this_thread::sleep_for(1ms);
+  EXPECT_EQ(called.load(), 1);
+  for (const auto& w : writes) {
+    EXPECT_EQ(std::memcmp(back_.get() + w.offset, local_.get() + w.offset, w.length), 0) << w.offset;
+  }
+}
+
+TEST_P(XferEngine, PollingSeesEveryRequestFinish) {
+  std::vector<Request> writes;
+  for (std::uint64_t k = 0; k < 64; ++k) writes.push_back(write(k * 65536, 65536 - k));
+  auto batch = client_->submit(writes);
+  ASSERT_TRUE(batch.has_value());
+  auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (!(*batch)->done() && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+  ASSERT_TRUE((*batch)->done());
+  for (std::size_t i = 0; i < writes.size(); ++i) {
+    EXPECT_TRUE((*batch)->status(i)->has_value());
+    EXPECT_EQ(std::memcmp(remote_ + writes[i].offset, local_.get() + writes[i].offset, writes[i].length), 0);
+    if (i > 0) {
+      EXPECT_EQ(remote_[writes[i].offset + writes[i].length], std::byte{0}) << "past request " << i;
+    }
+  }
+}
+
+TEST_P(XferEngine, OutOfBoundsRequestRefusesTheBatchNamingIt) {
+  auto before = client_->stats().work_requests;
+  // The local side of each bad request is valid: only the segment's bounds can refuse it.
+  std::vector<Request> requests{write(0, 4096), write(4096, 4096), Request{Op::Write, local_.get(), kv_, kSegment - 100, 101},
+                                write(0, 1)};
+  auto batch = client_->submit(requests);
+  ASSERT_FALSE(batch.has_value());
+  EXPECT_EQ(batch.error().code(), Errc::InvalidArgument);
+  EXPECT_NE(batch.error().message().find("request 2: offset"), std::string::npos) << batch.error().message();
+  EXPECT_NE(batch.error().message().find("outside segment 'kv'"), std::string::npos) << batch.error().message();
+  requests[2] = Request{Op::Write, local_.get(), kv_, UINT64_MAX - 10, 20};  // the sum overflows
+  EXPECT_NE(client_->submit(requests).error().message().find("outside segment"), std::string::npos);
+  requests[2] = Request{Op::Write, remote_, kv_, 0, 16};  // local memory not registered with the client
+  EXPECT_NE(client_->submit(requests).error().message().find("request 2"), std::string::npos);
+  requests[2] = write(0, 0);
+  EXPECT_EQ(client_->submit(requests).error().code(), Errc::InvalidArgument);
+  requests[2] = Request{Op::Write, local_.get(), SegmentHandle{99}, 0, 16};
+  EXPECT_EQ(client_->submit(requests).error().code(), Errc::InvalidArgument);
+  EXPECT_EQ(client_->stats().work_requests, before);  // nothing of a refused batch was posted
+  for (std::size_t i = 0; i < kSegment; i += 4096) ASSERT_EQ(remote_[i], std::byte{0}) << i;
+}
+
+TEST_P(XferEngine, InFlightBoundIsRespected) {
+  auto metadata = FileMetadataStore(dir_.path());
+  auto opts = options("bounded");
+  opts.max_inflight_per_peer = 4;
+  opts.coalesce_bytes = 0;  // every request its own work request
+  auto bounded = make_engine(metadata, opts);
+  ASSERT_TRUE(bounded);
+  ASSERT_TRUE(bounded->register_local(local_.get(), kSegment).has_value());
+  auto kv = bounded->open_segment("kv");
+  ASSERT_TRUE(kv.has_value());
+  std::vector<Request> writes;
+  for (std::uint64_t k = 0; k < 300; ++k) writes.push_back(Request{Op::Write, local_.get() + k * 4096, *kv, k * 4096, 4096});
+  auto batch = bounded->submit(writes);
+  ASSERT_TRUE(batch.has_value());
+  ASSERT_TRUE((*batch)->wait(20s).has_value());
+  EXPECT_EQ((*batch)->failed(), 0u);
+  auto stats = bounded->stats();
+  EXPECT_EQ(stats.work_requests, 300u);
+  EXPECT_LE(stats.peak_inflight_per_peer, 4u);
+  EXPECT_GE(stats.peak_inflight_per_peer, 1u);
+  EXPECT_EQ(std::memcmp(remote_, local_.get(), 300 * 4096), 0);
+}
+
+TEST_P(XferEngine, CachedNamesCostNoMetadataRoundTrip) {
+  auto before = metadata_->round_trips();
+  auto again = client_->open_segment("kv");
+  ASSERT_TRUE(again.has_value());
+  EXPECT_EQ(again->value, kv_.value);
+  std::vector<Request> writes{write(0, 1 << 20), write(1 << 20, 4096)};
+  for (int round = 0; round < 5; ++round) {
+    auto batch = client_->submit(writes);
+    ASSERT_TRUE(batch.has_value() && (*batch)->wait(10s).has_value());
+  }
+  EXPECT_EQ(metadata_->round_trips(), before);
+}
+
+// The owner restarts: the cached resolution's connections break, the engine re-resolves and the retry lands
+// in the new life's memory. While the metadata still names the dead life (its entry not yet expired), a
+// connection to the new life at the old address is refused at post (StaleDescriptor), never posted.
+TEST_P(XferEngine, RestartedOwnerIsReResolvedAndAStaleDescriptorNeverLands) {
+  auto old_record = metadata_->lookup(detail::segment_key("kv"));
+  ASSERT_TRUE(old_record.has_value() && old_record->has_value());
+  auto address = detail::decode(**old_record)->rails.front().address;
+  owner_.reset();
+  auto opts = options("owner");
+  opts.listen_address = address;  // the new life listens where the old one did (tcp)
+  owner_ = make_engine(*metadata_, opts);
+  ASSERT_TRUE(owner_);
+  auto segment = owner_->allocate_segment("kv", kSegment);
+  ASSERT_TRUE(segment.has_value());
+  auto fresh = metadata_->lookup(detail::segment_key("kv"));
+  ASSERT_TRUE(fresh.has_value() && fresh->has_value());
+
+  if (GetParam() == "tcp") {
+    metadata_->inject(detail::segment_key("kv"), **old_record, ::getpid());  // the dead life's entry lingers
+    auto batch = client_->submit(std::vector{write(0, 65536)});
+    ASSERT_TRUE(batch.has_value());
+    ASSERT_TRUE((*batch)->wait(10s).has_value());
+    auto status = *(*batch)->status(0);
+    ASSERT_FALSE(status.has_value());
+    EXPECT_EQ(status.error().code(), Errc::StaleDescriptor) << status.error().describe();
+    for (std::size_t i = 0; i < 65536; ++i) ASSERT_EQ(segment->data()[i], std::byte{0});
+    metadata_->inject(detail::segment_key("kv"), **fresh, ::getpid());
+  }
+  auto retries = client_->stats().retries;
+  auto batch = client_->submit(std::vector{write(0, 65536), write(1 << 20, 3 << 20)});
+  ASSERT_TRUE(batch.has_value()) << batch.error().describe();
+  ASSERT_TRUE((*batch)->wait(10s).has_value());
+  EXPECT_EQ((*batch)->failed(), 0u) << (*(*batch)->status(0)).error().describe();
+  EXPECT_GT(client_->stats().retries, retries);
+  EXPECT_EQ(std::memcmp(segment->data(), local_.get(), 65536), 0);
+  EXPECT_EQ(std::memcmp(segment->data() + (1 << 20), local_.get() + (1 << 20), 3 << 20), 0);
+}
+
+TEST_P(XferEngine, VanishedSegmentFailsCleanlyWithNotFound) {
+  ASSERT_TRUE(owner_->unpublish("kv").has_value());
+  owner_.reset();
+  auto batch = client_->submit(std::vector{write(0, 4096)});
+  ASSERT_TRUE(batch.has_value());
+  ASSERT_TRUE((*batch)->wait(10s).has_value());
+  auto status = *(*batch)->status(0);
+  ASSERT_FALSE(status.has_value());
+  EXPECT_EQ(status.error().code(), Errc::NotFound) << status.error().describe();
+  // The cache now knows: the next submit is refused at once, and open_segment looks again.
+  EXPECT_EQ(client_->submit(std::vector{write(0, 4096)}).error().code(), Errc::NotFound);
+  EXPECT_EQ(client_->open_segment("kv").error().code(), Errc::NotFound);
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, XferEngine, ::testing::Values("shm", "tcp"),
+                         [](const auto& info) { return info.param; });
+
+}  // namespace
+}  // namespace rdmakit::xfer::testing

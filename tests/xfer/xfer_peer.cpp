@@ -1,0 +1,33 @@
+// A segment owner in a process of its own, for the tests that kill one:
+//   xfer_peer <metadata dir> <segment name> <bytes> <transport>
+// publishes a zeroed segment, prints "ready" and serves until stdin closes (or it is killed).
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <string>
+
+#include "rdmakit/xfer/engine.hpp"
+#include "xfer/file_metadata.hpp"
+
+int main(int argc, char** argv) {
+  if (argc != 5) {
+    std::fprintf(stderr, "usage: xfer_peer <metadata dir> <segment> <bytes> <transport>\n");
+    return 2;
+  }
+  rdmakit::xfer::testing::FileMetadataStore metadata(argv[1]);
+  auto engine = rdmakit::xfer::Engine::create(metadata, {.transports = {argv[4]}});
+  if (!engine) {
+    std::fprintf(stderr, "xfer_peer: %s\n", engine.error().describe().c_str());
+    return 1;
+  }
+  auto segment = (*engine)->allocate_segment(argv[2], std::strtoull(argv[3], nullptr, 10));
+  if (!segment) {
+    std::fprintf(stderr, "xfer_peer: %s\n", segment.error().describe().c_str());
+    return 1;
+  }
+  std::cout << "ready" << std::endl;
+  std::string line;
+  while (std::getline(std::cin, line)) {
+  }
+  return 0;
+}

@@ -1,0 +1,332 @@
+// rdmakit-xfer-bench: the transfer engine's throughput and latency, name resolution, and the broadcast chain.
+//
+//   rdmakit-xfer-bench [--transport shm|tcp|verbs] [--op write|read] [--block 64K] [--batch 16] [--threads 1]
+//                      [--connections 2] [--duration 3] [--segment 256M] [--inflight 256]
+//   rdmakit-xfer-bench --broadcast 1,2,3 [--transport tcp] [--bcast-size 256M] [--chunk 4M]
+//
+// The segment owner runs in a second process (this program with --serve, started and stopped here). Each
+// thread submits batches of `batch` requests of `block` bytes at rotating offsets and waits for each; a
+// batch's latency is submit to done. Progress every second, then a summary table. The bytes are verified
+// after the timed run (a pattern WRITten and READ back). The metadata store is the test double of
+// tests/xfer/file_metadata.hpp (a directory) until the real backends are merged here.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "rdmakit/rdmakit.hpp"
+#include "rdmakit/xfer/broadcast.hpp"
+#include "rdmakit/xfer/engine.hpp"
+#include "xfer/file_metadata.hpp"
+
+namespace {
+
+using namespace std::chrono_literals;
+using namespace rdmakit::xfer;
+using Clock = std::chrono::steady_clock;
+
+struct Args {
+  std::string transport = "tcp", op = "write", metadata, broadcast;
+  std::uint64_t block = 64 << 10, segment = 256 << 20, bcast_size = 256 << 20, chunk = 4 << 20;
+  std::uint32_t batch = 16, threads = 1, connections = 2, inflight = 256;
+  double duration = 3;
+  bool serve = false;
+};
+
+std::uint64_t parse_size(const std::string& text) {
+  std::size_t end = 0;
+  auto value = std::stoull(text, &end);
+  switch (end < text.size() ? text[end] : ' ') {
+    case 'K': case 'k': return value << 10;
+    case 'M': case 'm': return value << 20;
+    case 'G': case 'g': return value << 30;
+    default: return value;
+  }
+}
+
+Args parse(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    std::string flag = argv[i];
+    if (flag == "--serve") { a.serve = true; continue; }
+    if (i + 1 >= argc) throw std::runtime_error("missing value of " + flag);
+    std::string v = argv[++i];
+    if (flag == "--transport") a.transport = v;
+    else if (flag == "--op") a.op = v;
+    else if (flag == "--block") a.block = parse_size(v);
+    else if (flag == "--batch") a.batch = static_cast<std::uint32_t>(std::stoul(v));
+    else if (flag == "--threads") a.threads = static_cast<std::uint32_t>(std::stoul(v));
+    else if (flag == "--connections") a.connections = static_cast<std::uint32_t>(std::stoul(v));
+    else if (flag == "--inflight") a.inflight = static_cast<std::uint32_t>(std::stoul(v));
+    else if (flag == "--duration") a.duration = std::stod(v);
+    else if (flag == "--segment") a.segment = parse_size(v);
+    else if (flag == "--metadata") a.metadata = v;
+    else if (flag == "--broadcast") a.broadcast = v;
+    else if (flag == "--bcast-size") a.bcast_size = parse_size(v);
+    else if (flag == "--chunk") a.chunk = parse_size(v);
+    else throw std::runtime_error("unknown option " + flag);
+  }
+  if (a.op != "write" && a.op != "read") throw std::runtime_error("--op is write or read");
+  if (a.block == 0 || a.batch == 0 || a.threads == 0) throw std::runtime_error("--block, --batch, --threads > 0");
+  // Requests go to slots of `block` bytes in turn: a segment of one block makes every request hit the same
+  // bytes (the footprint of rdmakit-perf's reused buffer).
+  a.segment = std::max(a.segment, a.block);
+  return a;
+}
+
+template <typename T>
+T must(rdmakit::Result<T> r, const char* what) {
+  if (!r) throw std::runtime_error(std::string(what) + ": " + r.error().describe());
+  return std::move(*r);
+}
+void must(rdmakit::Result<void> r, const char* what) {
+  if (!r) throw std::runtime_error(std::string(what) + ": " + r.error().describe());
+}
+
+int serve(const Args& a) {
+  testing::FileMetadataStore metadata(a.metadata, "bench");
+  auto engine = must(Engine::create(metadata, {.name = "bench-owner", .transports = {a.transport}}), "engine");
+  must(engine->allocate_segment("bench", a.segment), "allocate the segment");
+  std::cout << "ready" << std::endl;
+  std::string line;
+  while (std::getline(std::cin, line)) {
+  }
+  return 0;
+}
+
+// The owner process: this program with --serve.
+class Owner {
+ public:
+  Owner(const Args& a) {
+    int in[2], out[2];
+    if (::pipe(in) != 0 || ::pipe(out) != 0) throw std::runtime_error("pipe");
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      ::dup2(in[0], 0);
+      ::dup2(out[1], 1);
+      ::close(in[1]);  // else stdin never reaches its end
+      ::close(out[0]);
+      auto segment = std::to_string(a.segment);
+      ::execl("/proc/self/exe", "rdmakit-xfer-bench", "--serve", "--transport", a.transport.c_str(), "--metadata",
+              a.metadata.c_str(), "--segment", segment.c_str(), nullptr);
+      ::_exit(127);
+    }
+    ::close(in[0]);
+    ::close(out[1]);
+    stdin_ = in[1];
+    char line[6] = {};
+    if (::read(out[0], line, 6) != 6) throw std::runtime_error("the owner process did not start");
+    ::close(out[0]);
+  }
+  ~Owner() {
+    ::close(stdin_);
+    ::waitpid(pid_, nullptr, 0);
+  }
+
+ private:
+  pid_t pid_ = -1;
+  int stdin_ = -1;
+};
+
+double percentile(std::vector<double>& v, double p) {
+  if (v.empty()) return 0;
+  auto k = std::min(v.size() - 1, static_cast<std::size_t>(p * v.size()));
+  std::nth_element(v.begin(), v.begin() + k, v.end());
+  return v[k];
+}
+
+struct Shared {
+  std::atomic<std::uint64_t> bytes{0};
+  std::atomic<bool> measuring{false}, stop{false};
+  std::mutex mutex;
+  std::vector<double> latencies_us;
+  std::atomic<std::uint64_t> failed{0};
+};
+
+void worker(Engine& engine, SegmentHandle kv, std::byte* local, const Args& a, std::uint32_t t, Shared& shared) {
+  std::vector<Request> requests(a.batch);
+  std::vector<double> mine;
+  auto slots = a.segment / a.block;
+  std::uint64_t next = t * a.batch;
+  while (!shared.stop.load()) {
+    for (auto& r : requests) {
+      auto slot = next++ % slots;
+      r = Request{a.op == "write" ? Op::Write : Op::Read, local + slot * a.block, kv, slot * a.block, a.block};
+    }
+    next += (a.threads - 1) * a.batch;  // threads take turns over the slots
+    auto start = Clock::now();
+    auto batch = must(engine.submit(requests), "submit");
+    must(batch->wait(60s), "wait");
+    auto us = std::chrono::duration<double, std::micro>(Clock::now() - start).count();
+    if (batch->failed() != 0) shared.failed += batch->failed();
+    if (shared.measuring.load()) {
+      shared.bytes += std::uint64_t{a.batch} * a.block;
+      mine.push_back(us);
+    }
+  }
+  std::lock_guard lock(shared.mutex);
+  shared.latencies_us.insert(shared.latencies_us.end(), mine.begin(), mine.end());
+}
+
+// WRITEs a pattern over the first batch * block bytes and READs it back into another buffer.
+bool verify(Engine& engine, SegmentHandle kv, std::byte* local, std::byte* back, const Args& a) {
+  auto size = std::min<std::uint64_t>(a.segment / a.block, a.batch) * a.block;
+  for (std::uint64_t i = 0; i < size; ++i) local[i] = std::byte(static_cast<std::uint8_t>(i * 7 + 3));
+  std::memset(back, 0, size);
+  std::vector<Request> writes, reads;
+  for (std::uint64_t off = 0; off < size; off += a.block) {
+    writes.push_back({Op::Write, local + off, kv, off, a.block});
+    reads.push_back({Op::Read, back + off, kv, off, a.block});
+  }
+  auto w = must(engine.submit(writes), "verify write");
+  must(w->wait(60s), "verify write");
+  auto r = must(engine.submit(reads), "verify read");
+  must(r->wait(60s), "verify read");
+  return w->failed() + r->failed() == 0 && std::memcmp(local, back, size) == 0;
+}
+
+int run(Args a) {
+  Owner owner(a);
+  testing::FileMetadataStore metadata(a.metadata, "bench");
+  auto engine = must(Engine::create(metadata, {.name = "bench-client", .transports = {a.transport},
+                                               .connections_per_rail = a.connections,
+                                               .max_inflight_per_peer = a.inflight,
+                                               .max_inflight_per_rail = std::max(1024u, a.inflight)}),
+                     "engine");
+  std::vector<std::byte> local(a.segment), back(a.segment);
+  must(engine->register_local(local.data(), local.size()), "register");
+  must(engine->register_local(back.data(), back.size()), "register");
+
+  auto t0 = Clock::now();
+  auto kv = must(engine->open_segment("bench"), "open_segment");
+  auto first_us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+  auto t1 = Clock::now();
+  constexpr int kCached = 10000;
+  for (int i = 0; i < kCached; ++i) must(engine->open_segment("bench"), "open_segment");
+  auto cached_ns = std::chrono::duration<double, std::nano>(Clock::now() - t1).count() / kCached;
+  auto transport = must(engine->segment_info(kv), "info").transport;
+
+  Shared shared;
+  std::vector<std::thread> threads;
+  for (std::uint32_t t = 0; t < a.threads; ++t) {
+    threads.emplace_back(worker, std::ref(*engine), kv, local.data(), std::cref(a), t, std::ref(shared));
+  }
+  std::this_thread::sleep_for(500ms);  // warm-up: connections, pages, caches
+  auto trips_before = metadata.round_trips();
+  auto wrs_before = engine->stats().work_requests;
+  auto requests_before = engine->stats().requests;
+  shared.measuring = true;
+  auto start = Clock::now();
+  std::uint64_t last = 0;
+  for (int s = 1; s <= static_cast<int>(a.duration); ++s) {
+    std::this_thread::sleep_until(start + std::chrono::seconds(s));
+    auto now = shared.bytes.load();
+    std::fprintf(stderr, "  %2d s  %8.3f GB/s\n", s, (now - last) / 1e9);
+    last = now;
+  }
+  std::this_thread::sleep_until(start + std::chrono::duration<double>(a.duration));
+  shared.measuring = false;
+  auto seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  shared.stop = true;
+  for (auto& t : threads) t.join();
+  auto trips = metadata.round_trips() - trips_before;
+  auto stats = engine->stats();
+  double wr_per_request = double(stats.work_requests - wrs_before) / std::max<double>(1, stats.requests - requests_before);
+  bool ok = verify(*engine, kv, local.data(), back.data(), a) && shared.failed == 0;
+
+  auto& lat = shared.latencies_us;
+  std::printf("| transport | op | block | batch | threads | conns | GB/s | batches/s | p50 us | p99 us | p999 us | WR/req "
+              "| metadata trips (data path) | verified |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+  std::printf("| %s | %s | %llu | %u | %u | %u | %.3f | %.0f | %.1f | %.1f | %.1f | %.3f | %llu | %s |\n", transport.c_str(),
+              a.op.c_str(), (unsigned long long)a.block, a.batch, a.threads, a.connections, shared.bytes / seconds / 1e9,
+              lat.size() / seconds, percentile(lat, 0.5), percentile(lat, 0.99), percentile(lat, 0.999), wr_per_request,
+              (unsigned long long)trips, ok ? "yes" : "NO");
+  std::printf("name resolution: first %.1f us (lookup + connect), cached %.1f ns; metadata round trips in the timed "
+              "run: %llu\n", first_us, cached_ns, (unsigned long long)trips);
+  return ok ? 0 : 1;
+}
+
+// One broadcast to n receivers, every node a thread with its own context; end to end: from the sender's
+// chain being connected to the last receiver done.
+double broadcast_once(const Args& a, std::uint32_t n, int round) {
+  BroadcastOptions options{.session = "b" + std::to_string(n) + "-" + std::to_string(round), .receivers = n,
+                           .size = a.bcast_size, .chunk_bytes = a.chunk};
+  testing::FileMetadataStore metadata(a.metadata, "bench-bcast");
+  std::vector<Clock::time_point> finished(n + 1);
+  std::vector<std::thread> nodes;
+  std::atomic<int> failures{0};
+  Clock::time_point sender_start;
+  for (std::uint32_t r = 0; r <= n; ++r) {
+    nodes.emplace_back([&, r] {
+      auto ctx = must(rdmakit::Context::open({.transport = a.transport, .name = "bcast-" + std::to_string(r)}), "open");
+      auto region = must(ctx->allocate(a.bcast_size, rdmakit::Access::LocalWrite | rdmakit::Access::RemoteWrite), "alloc");
+      std::memset(region->data(), r == 0 ? 0x5a : 0, a.bcast_size);
+      auto result = r == 0 ? broadcast_send(*ctx, metadata, *region, options)
+                           : broadcast_receive(*ctx, metadata, *region, r, options);
+      finished[r] = Clock::now();
+      if (!result) {
+        std::fprintf(stderr, "node %u: %s\n", r, result.error().describe().c_str());
+        ++failures;
+        return;
+      }
+      if (r == 0) sender_start = finished[0] - result->elapsed;
+      auto* bytes = static_cast<const unsigned char*>(region->data());
+      if (r != 0 && (bytes[0] != 0x5a || bytes[a.bcast_size - 1] != 0x5a ||
+                     std::memcmp(bytes, bytes + 1, a.bcast_size - 1) != 0)) {
+        ++failures;
+      }
+    });
+  }
+  for (auto& t : nodes) t.join();
+  if (failures != 0) throw std::runtime_error("broadcast failed or delivered wrong bytes");
+  auto last = *std::max_element(finished.begin() + 1, finished.end());
+  return std::chrono::duration<double, std::milli>(last - sender_start).count();
+}
+
+int broadcast(const Args& a) {
+  std::vector<std::uint32_t> counts;
+  std::stringstream list(a.broadcast);
+  for (std::string item; std::getline(list, item, ',');) counts.push_back(static_cast<std::uint32_t>(std::stoul(item)));
+  std::printf("| receivers | runs (ms) | median ms | GB/s per receiver | vs 1 receiver |\n|---|---|---|---|---|\n");
+  double base = 0;
+  for (int round = 0; auto n : counts) {
+    std::vector<double> ms;
+    for (int rep = 0; rep < 3; ++rep) ms.push_back(broadcast_once(a, n, round++));
+    auto runs = std::to_string(ms[0]).substr(0, 6) + ", " + std::to_string(ms[1]).substr(0, 6) + ", " +
+                std::to_string(ms[2]).substr(0, 6);
+    std::sort(ms.begin(), ms.end());
+    if (base == 0) base = ms[1];
+    std::printf("| %u | %s | %.1f | %.2f | %.2fx |\n", n, runs.c_str(), ms[1], a.bcast_size / ms[1] / 1e6, ms[1] / base);
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    auto a = parse(argc, argv);
+    bool own_dir = a.metadata.empty();
+    if (own_dir) {
+      char tmpl[] = "/tmp/rdmakit-xfer-bench-XXXXXX";
+      a.metadata = ::mkdtemp(tmpl);
+    }
+    int status = a.serve ? serve(a) : !a.broadcast.empty() ? broadcast(a) : run(a);
+    if (own_dir) std::filesystem::remove_all(a.metadata);
+    return status;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "rdmakit-xfer-bench: %s\n", e.what());
+    return 1;
+  }
+}
