@@ -1,6 +1,7 @@
 #include "transport/shm/socket.hpp"
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -16,6 +17,14 @@
 
 namespace rdmakit::shm {
 namespace {
+
+// Whether one more descriptor could be opened now (false at RLIMIT_NOFILE).
+bool has_free_fd() {
+  int probe = ::fcntl(STDERR_FILENO, F_DUPFD_CLOEXEC, 0);
+  if (probe < 0) return errno != EMFILE;
+  ::close(probe);
+  return true;
+}
 
 constexpr std::size_t kMaxFds = 8;
 
@@ -146,6 +155,13 @@ Result<std::size_t> receive_message(int socket, std::span<std::byte> bytes, std:
   if (msg.msg_flags & MSG_TRUNC)
     return fail(Errc::ProtocolError,
                 "shm: handshake message longer than " + std::to_string(bytes.size()) + " bytes");
+  // The kernel also truncates the descriptors it cannot install for want of a free fd number.
+  if ((msg.msg_flags & MSG_CTRUNC) && !has_free_fd())
+    return std::unexpected(
+        Error(Errc::ResourceExhausted,
+              "shm: the peer's descriptors could not be received: " + std::string(std::strerror(EMFILE)) +
+                  " (this process's file-descriptor limit, RLIMIT_NOFILE)",
+              EMFILE));
   if (msg.msg_flags & MSG_CTRUNC)
     return fail(Errc::ProtocolError,
                 "shm: handshake message with more than " + std::to_string(kMaxFds) + " descriptors");

@@ -1,10 +1,12 @@
 #include "transport/tcp/listener.hpp"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/socket.h>
 
 #include <cerrno>
 #include <cstring>
+#include <utility>
 
 #include "core/clock.hpp"
 #include "core/log.hpp"
@@ -26,6 +28,15 @@ Result<std::shared_ptr<Acceptor>> Acceptor::start(Engine& engine, Fd listen_sock
   acceptor->started_ = true;
   return acceptor;
 }
+
+namespace {
+
+bool hung_up(int socket) {
+  pollfd p{socket, POLLRDHUP, 0};
+  return ::poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
+}
+
+}  // namespace
 
 Acceptor::Acceptor(Engine& engine, Fd listen_socket, PeerInfo self, std::int64_t handshake_timeout_ns)
     : engine_(engine),
@@ -52,8 +63,14 @@ bool Acceptor::on_readable() {
       continue;
     }
     if (errno == EINTR || errno == ECONNABORTED) continue;
-    if (errno != EAGAIN && errno != EWOULDBLOCK)
-      log::warn("tcp", std::string("accept on the listening socket failed: ") + std::strerror(errno));
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return false;
+    log::warn("tcp", std::string("accept on the listening socket failed: ") + std::strerror(errno));
+    // Out of descriptors or memory, a peer waits in the backlog that accept() would otherwise only time
+    // out on: it reports this instead, naming the limit (the peer sees its handshake time out).
+    if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+      accept_errno_ = errno;
+      greeted_ready_.notify_all();
+    }
     return false;
   }
 }
@@ -137,14 +154,26 @@ void Acceptor::on_tick(std::int64_t now_ns) {
 Result<Greeted> Acceptor::take(Deadline deadline) {
   std::unique_lock lock(mutex_);
   for (;;) {
-    if (!greeted_ready_.wait_until(lock, deadline, [&] { return !greeted_.empty(); }))
+    if (!greeted_ready_.wait_until(lock, deadline, [&] { return !greeted_.empty() || accept_errno_ != 0; }))
       return fail(Errc::Timeout, "accept: no peer completed a handshake in time");
+    if (greeted_.empty()) {
+      int error = std::exchange(accept_errno_, 0);
+      const char* limit = error == EMFILE   ? " (this process's file-descriptor limit, RLIMIT_NOFILE)"
+                          : error == ENFILE ? " (the system's file limit, fs.file-max)"
+                                            : "";
+      return std::unexpected(
+          Error(Errc::ResourceExhausted,
+                std::string("accept: a waiting peer could not be accepted: ") + std::strerror(error) + limit,
+                error));
+    }
     Greeted next = std::move(greeted_.front());
     greeted_.pop_front();
     // A fresh socket's send buffer holds far more than a hello: it goes out whole, or the peer is gone
-    // (it gave up waiting) and the next one is taken.
-    if (::send(next.socket.get(), &mine_, sizeof(mine_), MSG_NOSIGNAL | MSG_DONTWAIT) ==
-        static_cast<ssize_t>(sizeof(mine_)))
+    // (it gave up waiting) and the next one is taken. A peer that hung up after its hello (it waited in
+    // the backlog while this process was out of descriptors, say) is gone too, though a send would pass.
+    if (!hung_up(next.socket.get()) &&
+        ::send(next.socket.get(), &mine_, sizeof(mine_), MSG_NOSIGNAL | MSG_DONTWAIT) ==
+            static_cast<ssize_t>(sizeof(mine_)))
       return next;
     log::info("tcp", "peer " + log::printable(next.peer.name) + " at " + next.peer.address +
                          " left before it was accepted");

@@ -83,6 +83,7 @@ class Acceptor final : public Pollable, public std::enable_shared_from_this<Acce
   std::condition_variable greeted_ready_;
   std::map<std::uint64_t, std::shared_ptr<Pending>> pending_;  // by key: the oldest first
   std::deque<Greeted> greeted_;
+  int accept_errno_ = 0;  // accept4() failed for want of a resource (EMFILE...); take() reports it once
   bool started_ = false;
 };
 
