@@ -1,7 +1,7 @@
 // Disaggregated serving: a prefill process moves paged KV-cache blocks into a decode process's pool.
 //
-//   xfer_kvcache decode  --metadata DIR [--transport shm|tcp|verbs] [--slots 64]
-//   xfer_kvcache prefill --metadata DIR [--transport ...] [--blocks 16] [--layout block|layer] [--seed 1]
+//   xfer_kvcache decode  [--metadata URL] [--transport shm|tcp|verbs] [--slots 64]
+//   xfer_kvcache prefill --metadata URL [--transport ...] [--blocks 16] [--layout block|layer] [--seed 1]
 //
 // A block is 16 tokens x 32 layers x (K, V) x 8 heads x 128 dims of bf16 = 2 MiB. The decode process
 // publishes its pool ("kv-pool", `slots` blocks) and a control segment ("kv-ctl"); prefill picks a random
@@ -13,9 +13,9 @@
 //   --layout layer: prefill holds the cache layer-major (per layer, K/V and 4-head group: 16 KiB pieces of
 //     every block side by side), as many inference engines do; a block is 128 requests of 16 KiB, adjacent
 //     in the destination slot, which the engine coalesces into scatter-gather WRITEs.
-// The metadata store: a directory shared by both processes (a test double of the metadata contract, from
-// tests/xfer/file_metadata.hpp); with RDMAKIT_XFER_OPEN_METADATA defined, --metadata-url uses the real
-// backends (builtin://, redis://, etcd://) through open_metadata().
+// The metadata store: --metadata URL (builtin://, redis:// or etcd://host:port, see open_metadata). Without
+// it, decode serves a builtin store itself (serve_builtin_metadata on a free loopback port) for as long as
+// it runs, and prints its URL on its "ready" line for prefill's --metadata.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -29,7 +29,7 @@
 #include <vector>
 
 #include "rdmakit/xfer/engine.hpp"
-#include "xfer/file_metadata.hpp"
+#include "rdmakit/xfer/metadata.hpp"
 
 namespace {
 
@@ -49,7 +49,7 @@ struct TableEntry {
 constexpr std::size_t kTableOffset = 64;
 
 struct Args {
-  std::string role, metadata = "/tmp/rdmakit-xfer-kvcache", url, transport = "shm", layout = "block";
+  std::string role, metadata, transport = "shm", layout = "block";
   std::size_t blocks = 16, slots = 64;
   std::uint32_t seed = 1;
 };
@@ -64,15 +64,10 @@ std::uint64_t checksum(const std::byte* data, std::size_t size) {
   return h;
 }
 
-std::unique_ptr<MetadataStore> open_store(const Args& args) {
-#ifdef RDMAKIT_XFER_OPEN_METADATA
-  if (!args.url.empty()) {
-    auto store = open_metadata(args.url);
-    if (!store) throw std::runtime_error(store.error().describe());
-    return std::move(*store);
-  }
-#endif
-  return std::make_unique<testing::FileMetadataStore>(args.metadata, "kvcache");
+std::unique_ptr<MetadataStore> open_store(const std::string& url) {
+  auto store = open_metadata(url, {.name_space = "kvcache"});
+  if (!store) throw std::runtime_error("metadata " + url + ": " + store.error().describe());
+  return std::move(*store);
 }
 
 std::unique_ptr<Engine> open_engine(MetadataStore& metadata, const Args& args, const std::string& name) {
@@ -91,11 +86,18 @@ void must(rdmakit::Result<void> result, const char* what) {
 }
 
 int decode(const Args& args) {
-  auto metadata = open_store(args);
+  // No store given: this process serves one (declared first, so it outlives the engine and the store).
+  std::unique_ptr<MetadataServer> server;
+  std::string url = args.metadata;
+  if (url.empty()) {
+    server = must(serve_builtin_metadata("127.0.0.1:0"), "serve the builtin metadata");
+    url = server->url();
+  }
+  auto metadata = open_store(url);
   auto engine = open_engine(*metadata, args, "decode");
   auto pool = must(engine->allocate_segment("kv-pool", args.slots * kBlock), "allocate kv-pool");
   auto ctl = must(engine->allocate_segment("kv-ctl", kTableOffset + args.slots * sizeof(TableEntry)), "allocate kv-ctl");
-  std::cout << "ready" << std::endl;
+  std::cout << "ready " << url << std::endl;
   auto* sequence = reinterpret_cast<std::uint64_t*>(ctl.data());
   auto deadline = std::chrono::steady_clock::now() + 60s;
   while (std::atomic_ref(*sequence).load(std::memory_order_acquire) != kMagic) {
@@ -128,7 +130,8 @@ std::size_t source_offset(const Args& args, std::size_t b, std::size_t piece) {
 }
 
 int prefill(const Args& args) {
-  auto metadata = open_store(args);
+  if (args.metadata.empty()) throw std::runtime_error("prefill needs --metadata URL (decode prints it when it serves)");
+  auto metadata = open_store(args.metadata);
   auto engine = open_engine(*metadata, args, "prefill");
   std::vector<std::byte> cache(args.blocks * kBlock);
   std::vector<std::uint64_t> sums(args.blocks);
@@ -196,12 +199,11 @@ int prefill(const Args& args) {
 
 Args parse(int argc, char** argv) {
   Args args;
-  if (argc < 2) throw std::runtime_error("usage: xfer_kvcache decode|prefill [--metadata DIR] [--transport T] ...");
+  if (argc < 2) throw std::runtime_error("usage: xfer_kvcache decode|prefill [--metadata URL] [--transport T] ...");
   args.role = argv[1];
   for (int i = 2; i + 1 < argc; i += 2) {
     std::string flag = argv[i], v = argv[i + 1];
     if (flag == "--metadata") args.metadata = v;
-    else if (flag == "--metadata-url") args.url = v;
     else if (flag == "--transport") args.transport = v;
     else if (flag == "--layout") args.layout = v;
     else if (flag == "--blocks") args.blocks = std::stoul(v);

@@ -7,8 +7,8 @@
 // The segment owner runs in a second process (this program with --serve, started and stopped here). Each
 // thread submits batches of `batch` requests of `block` bytes at rotating offsets and waits for each; a
 // batch's latency is submit to done. Progress every second, then a summary table. The bytes are verified
-// after the timed run (a pattern WRITten and READ back). The metadata store is the test double of
-// tests/xfer/file_metadata.hpp (a directory) until the real backends are merged here.
+// after the timed run (a pattern WRITten and READ back). The metadata store: --metadata URL (builtin://,
+// redis://, etcd://host:port, see open_metadata), or by default a builtin server this process runs itself.
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -27,7 +27,7 @@
 #include "rdmakit/rdmakit.hpp"
 #include "rdmakit/xfer/broadcast.hpp"
 #include "rdmakit/xfer/engine.hpp"
-#include "xfer/file_metadata.hpp"
+#include "rdmakit/xfer/metadata.hpp"
 
 namespace {
 
@@ -93,9 +93,13 @@ void must(rdmakit::Result<void> r, const char* what) {
   if (!r) throw std::runtime_error(std::string(what) + ": " + r.error().describe());
 }
 
+std::unique_ptr<MetadataStore> open_store(const Args& a, const char* name_space) {
+  return must(open_metadata(a.metadata, {.name_space = name_space}), ("metadata " + a.metadata).c_str());
+}
+
 int serve(const Args& a) {
-  testing::FileMetadataStore metadata(a.metadata, "bench");
-  auto engine = must(Engine::create(metadata, {.name = "bench-owner", .transports = {a.transport}}), "engine");
+  auto metadata = open_store(a, "bench");
+  auto engine = must(Engine::create(*metadata, {.name = "bench-owner", .transports = {a.transport}}), "engine");
   must(engine->allocate_segment("bench", a.segment), "allocate the segment");
   std::cout << "ready" << std::endl;
   std::string line;
@@ -197,8 +201,8 @@ bool verify(Engine& engine, SegmentHandle kv, std::byte* local, std::byte* back,
 
 int run(Args a) {
   Owner owner(a);
-  testing::FileMetadataStore metadata(a.metadata, "bench");
-  auto engine = must(Engine::create(metadata, {.name = "bench-client", .transports = {a.transport},
+  auto metadata = open_store(a, "bench");
+  auto engine = must(Engine::create(*metadata, {.name = "bench-client", .transports = {a.transport},
                                                .connections_per_rail = a.connections,
                                                .max_inflight_per_peer = a.inflight,
                                                .max_inflight_per_rail = std::max(1024u, a.inflight)}),
@@ -222,7 +226,7 @@ int run(Args a) {
     threads.emplace_back(worker, std::ref(*engine), kv, local.data(), std::cref(a), t, std::ref(shared));
   }
   std::this_thread::sleep_for(500ms);  // warm-up: connections, pages, caches
-  auto trips_before = metadata.round_trips();
+  auto trips_before = metadata->round_trips();
   auto wrs_before = engine->stats().work_requests;
   auto requests_before = engine->stats().requests;
   shared.measuring = true;
@@ -239,7 +243,7 @@ int run(Args a) {
   auto seconds = std::chrono::duration<double>(Clock::now() - start).count();
   shared.stop = true;
   for (auto& t : threads) t.join();
-  auto trips = metadata.round_trips() - trips_before;
+  auto trips = metadata->round_trips() - trips_before;
   auto stats = engine->stats();
   double wr_per_request = double(stats.work_requests - wrs_before) / std::max<double>(1, stats.requests - requests_before);
   bool ok = verify(*engine, kv, local.data(), back.data(), a) && shared.failed == 0;
@@ -261,7 +265,8 @@ int run(Args a) {
 double broadcast_once(const Args& a, std::uint32_t n, int round) {
   BroadcastOptions options{.session = "b" + std::to_string(n) + "-" + std::to_string(round), .receivers = n,
                            .size = a.bcast_size, .chunk_bytes = a.chunk};
-  testing::FileMetadataStore metadata(a.metadata, "bench-bcast");
+  auto store = open_store(a, "bench-bcast");
+  auto& metadata = *store;
   std::vector<Clock::time_point> finished(n + 1);
   std::vector<std::thread> nodes;
   std::atomic<int> failures{0};
@@ -317,14 +322,14 @@ int broadcast(const Args& a) {
 int main(int argc, char** argv) {
   try {
     auto a = parse(argc, argv);
-    bool own_dir = a.metadata.empty();
-    if (own_dir) {
-      char tmpl[] = "/tmp/rdmakit-xfer-bench-XXXXXX";
-      a.metadata = ::mkdtemp(tmpl);
+    // No store given: this process serves a builtin one (the --serve child gets its URL).
+    std::unique_ptr<MetadataServer> server;
+    if (a.metadata.empty()) {
+      if (a.serve) throw std::runtime_error("--serve needs --metadata URL");
+      server = must(serve_builtin_metadata("127.0.0.1:0"), "serve the builtin metadata");
+      a.metadata = server->url();
     }
-    int status = a.serve ? serve(a) : !a.broadcast.empty() ? broadcast(a) : run(a);
-    if (own_dir) std::filesystem::remove_all(a.metadata);
-    return status;
+    return a.serve ? serve(a) : !a.broadcast.empty() ? broadcast(a) : run(a);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "rdmakit-xfer-bench: %s\n", e.what());
     return 1;

@@ -1,5 +1,6 @@
 // Batches between two engines: bytes exact, per-request statuses, striping, coalescing, bounds, the
-// in-flight bound and re-resolving a segment whose owner restarted. Over shm and tcp.
+// in-flight bound and re-resolving a segment whose owner restarted. Over shm and tcp, with the metadata in
+// the test double (file_metadata.hpp) and in the real builtin backend (a server in this process).
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -19,10 +20,21 @@ using rdmakit::testing::find_pattern_mismatch;
 
 constexpr std::size_t kSegment = 8 << 20;
 
-class XferEngine : public ::testing::TestWithParam<std::string> {
+struct Setup {
+  const char* transport;
+  const char* metadata;  // "file" (the test double) or "builtin"
+};
+
+class XferEngine : public ::testing::TestWithParam<Setup> {
  protected:
   void SetUp() override {
-    metadata_ = std::make_unique<FileMetadataStore>(dir_.path());
+    if (std::string(GetParam().metadata) == "builtin") {
+      auto server = serve_builtin_metadata("127.0.0.1:0");
+      ASSERT_TRUE(server.has_value()) << server.error().describe();
+      server_ = std::move(*server);
+    }
+    metadata_ = open_store();
+    ASSERT_TRUE(metadata_);
     owner_ = make_engine(*metadata_, options("owner"));
     client_ = make_engine(*metadata_, options("client"));
     ASSERT_TRUE(owner_ && client_);
@@ -39,8 +51,16 @@ class XferEngine : public ::testing::TestWithParam<std::string> {
     ASSERT_TRUE(handle.has_value()) << handle.error().describe();
     kv_ = *handle;
   }
+  // Another client of the same store (the builtin server's, or the double's directory).
+  std::unique_ptr<MetadataStore> open_store() {
+    if (!server_) return std::make_unique<FileMetadataStore>(dir_.path());
+    auto store = open_metadata(server_->url());
+    if (!store) ADD_FAILURE() << store.error().describe();
+    return store ? std::move(*store) : nullptr;
+  }
+  std::string transport() const { return GetParam().transport; }
   EngineOptions options(std::string name) {
-    return EngineOptions{.name = name + "-" + GetParam(), .transports = {GetParam()}, .connections_per_rail = 3};
+    return EngineOptions{.name = name + "-" + transport(), .transports = {transport()}, .connections_per_rail = 3};
   }
   Request write(std::uint64_t offset, std::uint64_t length) {
     return Request{Op::Write, local_.get() + offset, kv_, offset, length};
@@ -50,7 +70,8 @@ class XferEngine : public ::testing::TestWithParam<std::string> {
   }
 
   TempDir dir_;
-  std::unique_ptr<FileMetadataStore> metadata_;
+  std::unique_ptr<MetadataServer> server_;  // before the stores and engines: it outlives them
+  std::unique_ptr<MetadataStore> metadata_;
   std::unique_ptr<Engine> owner_, client_;
   std::byte* remote_ = nullptr;
   Buffer local_, back_;
@@ -131,11 +152,12 @@ TEST_P(XferEngine, OutOfBoundsRequestRefusesTheBatchNamingIt) {
 }
 
 TEST_P(XferEngine, InFlightBoundIsRespected) {
-  auto metadata = FileMetadataStore(dir_.path());
+  auto metadata = open_store();
+  ASSERT_TRUE(metadata);
   auto opts = options("bounded");
   opts.max_inflight_per_peer = 4;
   opts.coalesce_bytes = 0;  // every request its own work request
-  auto bounded = make_engine(metadata, opts);
+  auto bounded = make_engine(*metadata, opts);
   ASSERT_TRUE(bounded);
   ASSERT_TRUE(bounded->register_local(local_.get(), kSegment).has_value());
   auto kv = bounded->open_segment("kv");
@@ -183,8 +205,9 @@ TEST_P(XferEngine, RestartedOwnerIsReResolvedAndAStaleDescriptorNeverLands) {
   auto fresh = metadata_->lookup(detail::segment_key("kv"));
   ASSERT_TRUE(fresh.has_value() && fresh->has_value());
 
-  if (GetParam() == "tcp") {
-    metadata_->inject(detail::segment_key("kv"), **old_record, ::getpid());  // the dead life's entry lingers
+  if (transport() == "tcp") {
+    // The dead life's entry lingers (re-published through the store both engines share).
+    ASSERT_TRUE(metadata_->publish(detail::segment_key("kv"), **old_record).has_value());
     auto batch = client_->submit(std::vector{write(0, 65536)});
     ASSERT_TRUE(batch.has_value());
     ASSERT_TRUE((*batch)->wait(10s).has_value());
@@ -192,7 +215,7 @@ TEST_P(XferEngine, RestartedOwnerIsReResolvedAndAStaleDescriptorNeverLands) {
     ASSERT_FALSE(status.has_value());
     EXPECT_EQ(status.error().code(), Errc::StaleDescriptor) << status.error().describe();
     for (std::size_t i = 0; i < 65536; ++i) ASSERT_EQ(segment->data()[i], std::byte{0});
-    metadata_->inject(detail::segment_key("kv"), **fresh, ::getpid());
+    ASSERT_TRUE(metadata_->publish(detail::segment_key("kv"), **fresh).has_value());
   }
   auto retries = client_->stats().retries;
   auto batch = client_->submit(std::vector{write(0, 65536), write(1 << 20, 3 << 20)});
@@ -218,8 +241,10 @@ TEST_P(XferEngine, VanishedSegmentFailsCleanlyWithNotFound) {
   EXPECT_EQ(client_->open_segment("kv").error().code(), Errc::NotFound);
 }
 
-INSTANTIATE_TEST_SUITE_P(Transports, XferEngine, ::testing::Values("shm", "tcp"),
-                         [](const auto& info) { return info.param; });
+INSTANTIATE_TEST_SUITE_P(TransportsAndMetadata, XferEngine,
+                         ::testing::Values(Setup{"shm", "file"}, Setup{"tcp", "file"}, Setup{"shm", "builtin"},
+                                           Setup{"tcp", "builtin"}),
+                         [](const auto& info) { return std::string(info.param.transport) + "_" + info.param.metadata; });
 
 }  // namespace
 }  // namespace rdmakit::xfer::testing
