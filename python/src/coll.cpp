@@ -290,8 +290,8 @@ coll::CommOptions comm_options(const std::string& key_prefix, std::optional<std:
   coll::CommOptions options;
   options.key_prefix = key_prefix;
   if (timeout_ms) options.timeout = std::chrono::milliseconds(*timeout_ms);
-  options.network_transport = network_transport;
-  options.local_transport = local_transport;
+  if (!network_transport.empty()) options.network_transport = network_transport;  // else the option's value
+  if (!local_transport.empty()) options.local_transport = local_transport;
   return options;
 }
 

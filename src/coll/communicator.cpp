@@ -6,6 +6,7 @@
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <initializer_list>
 #include <mutex>
 #include <thread>
 
@@ -60,7 +61,8 @@ struct Communicator::Impl {
   std::thread worker;  // last: started lazily, joined by the destructor
 
   Impl(detail::CommConfig o, std::shared_ptr<bootstrap::Store> s, int rank, int size)
-      : options(std::move(o)), store(std::move(s)),
+      : options(std::move(o)),
+        store(std::move(s)),
         exchange(rank, size, options.chunk_bytes, options.slots, options.timeout, options.spin) {}
 
   ~Impl() {
@@ -74,6 +76,10 @@ struct Communicator::Impl {
     // still reads the last chunks from. Skipped after a failure: then closing fast is the point.
     if (!exchange.failure()) (void)detail::barrier_dissemination(exchange);
   }
+
+  // The two forms of every collective, given its arguments' checks and its op.
+  Result<void> blocking(Result<void> checked, Op op);
+  Work nonblocking(Result<void> checked, Op op);
 
   Result<void> execute(const Op& op) {
     if (exchange.failure()) return std::unexpected(*exchange.failure());
@@ -134,9 +140,11 @@ Result<void> check(const void* send, const void* recv, std::size_t count, DataTy
   if (static_cast<unsigned>(type) > static_cast<unsigned>(DataType::U8))
     return fail(Errc::InvalidArgument, std::string(what) + ": unknown data type");
   if (count > (std::size_t{1} << 40) / size_of(type) / factor)
-    return fail(Errc::InvalidArgument, std::string(what) + ": count " + std::to_string(count) + " is too large");
+    return fail(Errc::InvalidArgument,
+                std::string(what) + ": count " + std::to_string(count) + " is too large");
   if (count > 0 && (send == nullptr || recv == nullptr))
-    return fail(Errc::InvalidArgument, std::string(what) + ": a null buffer with count " + std::to_string(count));
+    return fail(Errc::InvalidArgument,
+                std::string(what) + ": a null buffer with count " + std::to_string(count));
   return {};
 }
 
@@ -211,62 +219,195 @@ int Communicator::local_size() const noexcept { return impl_->mesh.local_size; }
 std::string Communicator::transports() const { return impl_->mesh.transports; }
 
 namespace {
-detail::Buffers buffers(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op = ReduceOp::Sum) {
+detail::Buffers buffers(const void* send, void* recv, std::size_t count, DataType type,
+                        ReduceOp op = ReduceOp::Sum) {
   return detail::Buffers{static_cast<const std::byte*>(send), static_cast<std::byte*>(recv), count, type, op};
 }
 }  // namespace
 
-// Each collective: check the arguments, then an Op that the queue runs in order.
-#define RDMAKIT_COLL_ENTRY(name, params, args, checks, body)                    \
-  Work Communicator::name##_async params {                                     \
-    if (auto ok = [&]() -> Result<void> { checks; return {}; }(); !ok)         \
-      return failed_work(ok.error());                                          \
-    return impl_->submit([=, this]() -> Result<void> { body; });               \
-  }                                                                            \
-  Result<void> Communicator::name params {                                     \
-    if (auto ok = [&]() -> Result<void> { checks; return {}; }(); !ok) return ok; \
-    return impl_->run([=, this]() -> Result<void> { body; });                  \
-  }
+// Each collective checks its arguments on the calling thread (a bad argument fails at once, on this
+// rank only, and leaves the communicator usable), then runs as an Op in issue order.
+Result<void> Communicator::Impl::blocking(Result<void> checked, Op op) {
+  if (!checked) return checked;
+  return run(std::move(op));
+}
 
-#define RDMAKIT_TRY(expr) \
-  if (auto ok = (expr); !ok) return ok
+Work Communicator::Impl::nonblocking(Result<void> checked, Op op) {
+  if (!checked) return failed_work(checked.error());
+  return submit(std::move(op));
+}
 
-RDMAKIT_COLL_ENTRY(allreduce, (const void* send, void* recv, std::size_t count, DataType type, ReduceOp op), _,
-                   RDMAKIT_TRY(check(send, recv, count, type, 1, "allreduce")); RDMAKIT_TRY(check_op(op, "allreduce")),
-                   {
-                     auto b = buffers(send, recv, count, type, op);
-                     Algorithm a = impl_->options.algorithm;
-                     if (a == Algorithm::Auto)
-                       a = detail::choose_allreduce(count * size_of(type), size(), impl_->options.small_bytes);
-                     if (a == Algorithm::RecursiveDoubling) return detail::allreduce_doubling(impl_->exchange, b);
-                     if (a == Algorithm::HalvingDoubling) return detail::allreduce_halving(impl_->exchange, b);
-                     return detail::allreduce_ring(impl_->exchange, b);
-                   })
+namespace {
 
-RDMAKIT_COLL_ENTRY(reduce, (const void* send, void* recv, std::size_t count, DataType type, ReduceOp op, int root), _,
-                   RDMAKIT_TRY(check(send, rank() == root ? recv : send, count, type, 1, "reduce"));
-                   RDMAKIT_TRY(check_op(op, "reduce")); RDMAKIT_TRY(check_root(root, size(), "reduce")),
-                   return detail::reduce_tree(impl_->exchange, buffers(send, recv, count, type, op), root))
+// The first failed check, in the order given (each check is cheap and has no effect).
+Result<void> first_failure(std::initializer_list<Result<void>> checks) {
+  for (const Result<void>& checked : checks)
+    if (!checked) return checked;
+  return {};
+}
 
-RDMAKIT_COLL_ENTRY(broadcast, (const void* send, void* recv, std::size_t count, DataType type, int root), _,
-                   RDMAKIT_TRY(check(rank() == root ? send : recv, recv, count, type, 1, "broadcast"));
-                   RDMAKIT_TRY(check_root(root, size(), "broadcast")),
-                   return detail::broadcast_tree(impl_->exchange, buffers(send, recv, count, type), root))
+Result<void> check_allreduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op) {
+  return first_failure({check(send, recv, count, type, 1, "allreduce"), check_op(op, "allreduce")});
+}
 
-RDMAKIT_COLL_ENTRY(allgather, (const void* send, void* recv, std::size_t count, DataType type), _,
-                   RDMAKIT_TRY(check(send, recv, count, type, static_cast<std::size_t>(size()), "allgather")),
-                   return detail::allgather_ring(impl_->exchange, buffers(send, recv, count, type)))
+Result<void> check_reduce(const Communicator& comm, const void* send, void* recv, std::size_t count,
+                          DataType type, ReduceOp op, int root) {
+  return first_failure({check(send, comm.rank() == root ? recv : send, count, type, 1, "reduce"),
+                        check_op(op, "reduce"), check_root(root, comm.size(), "reduce")});
+}
 
-RDMAKIT_COLL_ENTRY(reduce_scatter, (const void* send, void* recv, std::size_t count, DataType type, ReduceOp op), _,
-                   RDMAKIT_TRY(check(send, recv, count, type, static_cast<std::size_t>(size()), "reduce_scatter"));
-                   RDMAKIT_TRY(check_op(op, "reduce_scatter")),
-                   return detail::reduce_scatter_ring(impl_->exchange, buffers(send, recv, count, type, op)))
+Result<void> check_broadcast(const Communicator& comm, const void* send, void* recv, std::size_t count,
+                             DataType type, int root) {
+  return first_failure({check(comm.rank() == root ? send : recv, recv, count, type, 1, "broadcast"),
+                        check_root(root, comm.size(), "broadcast")});
+}
 
-RDMAKIT_COLL_ENTRY(all_to_all, (const void* send, void* recv, std::size_t count, DataType type), _,
-                   RDMAKIT_TRY(check(send, recv, count, type, static_cast<std::size_t>(size()), "all_to_all")),
-                   return detail::all_to_all_pairwise(impl_->exchange, buffers(send, recv, count, type)))
+Result<void> check_per_rank(const Communicator& comm, const void* send, void* recv, std::size_t count,
+                            DataType type, const char* what) {
+  return check(send, recv, count, type, static_cast<std::size_t>(comm.size()), what);
+}
 
-RDMAKIT_COLL_ENTRY(barrier, (), _, (void)0, return detail::barrier_dissemination(impl_->exchange))
+Result<void> check_reduce_scatter(const Communicator& comm, const void* send, void* recv, std::size_t count,
+                                  DataType type, ReduceOp op) {
+  return first_failure(
+      {check_per_rank(comm, send, recv, count, type, "reduce_scatter"), check_op(op, "reduce_scatter")});
+}
+
+Result<void> allreduce_with(Communicator::Impl* impl, const detail::Buffers& b) {
+  Algorithm a = impl->options.algorithm;
+  if (a == Algorithm::Auto)
+    a = detail::choose_allreduce(b.count * size_of(b.type), impl->exchange.size(), impl->options.small_bytes);
+  if (a == Algorithm::RecursiveDoubling) return detail::allreduce_doubling(impl->exchange, b);
+  if (a == Algorithm::HalvingDoubling) return detail::allreduce_halving(impl->exchange, b);
+  return detail::allreduce_ring(impl->exchange, b);
+}
+
+// The ops the queue runs: the algorithm for the arguments, on the executing thread. Avg over 16-bit
+// floats runs over f32 copies and rounds once (average16()).
+Op allreduce_op(Communicator::Impl* impl, const void* send, void* recv, std::size_t count, DataType type,
+                ReduceOp op) {
+  return [=]() -> Result<void> {
+    auto b = buffers(send, recv, count, type, op);
+    if (!detail::averages_in_f32(type, op)) return allreduce_with(impl, b);
+    return detail::average16(b, count, count, impl->exchange.size(),
+                             [&](const detail::Buffers& wide) { return allreduce_with(impl, wide); });
+  };
+}
+
+Op reduce_op(Communicator::Impl* impl, const void* send, void* recv, std::size_t count, DataType type,
+             ReduceOp op, int root) {
+  return [=]() -> Result<void> {
+    auto b = buffers(send, recv, count, type, op);
+    if (!detail::averages_in_f32(type, op)) return detail::reduce_tree(impl->exchange, b, root);
+    std::size_t out = impl->exchange.rank() == root ? count : 0;
+    return detail::average16(b, count, out, impl->exchange.size(), [&](const detail::Buffers& wide) {
+      return detail::reduce_tree(impl->exchange, wide, root);
+    });
+  };
+}
+
+Op broadcast_op(Communicator::Impl* impl, const void* send, void* recv, std::size_t count, DataType type,
+                int root) {
+  return [=] { return detail::broadcast_tree(impl->exchange, buffers(send, recv, count, type), root); };
+}
+
+Op allgather_op(Communicator::Impl* impl, const void* send, void* recv, std::size_t count, DataType type) {
+  return [=] { return detail::allgather_ring(impl->exchange, buffers(send, recv, count, type)); };
+}
+
+Op reduce_scatter_op(Communicator::Impl* impl, const void* send, void* recv, std::size_t count, DataType type,
+                     ReduceOp op) {
+  return [=]() -> Result<void> {
+    auto b = buffers(send, recv, count, type, op);
+    if (!detail::averages_in_f32(type, op)) return detail::reduce_scatter_ring(impl->exchange, b);
+    auto n = static_cast<std::size_t>(impl->exchange.size());
+    return detail::average16(b, count * n, count, impl->exchange.size(), [&](const detail::Buffers& wide) {
+      return detail::reduce_scatter_ring(impl->exchange, wide);
+    });
+  };
+}
+
+Op all_to_all_op(Communicator::Impl* impl, const void* send, void* recv, std::size_t count, DataType type) {
+  return [=] { return detail::all_to_all_pairwise(impl->exchange, buffers(send, recv, count, type)); };
+}
+
+}  // namespace
+
+Result<void> Communicator::allreduce(const void* send, void* recv, std::size_t count, DataType type,
+                                     ReduceOp op) {
+  return impl_->blocking(check_allreduce(send, recv, count, type, op),
+                         allreduce_op(impl_.get(), send, recv, count, type, op));
+}
+
+Work Communicator::allreduce_async(const void* send, void* recv, std::size_t count, DataType type,
+                                   ReduceOp op) {
+  return impl_->nonblocking(check_allreduce(send, recv, count, type, op),
+                            allreduce_op(impl_.get(), send, recv, count, type, op));
+}
+
+Result<void> Communicator::reduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op,
+                                  int root) {
+  return impl_->blocking(check_reduce(*this, send, recv, count, type, op, root),
+                         reduce_op(impl_.get(), send, recv, count, type, op, root));
+}
+
+Work Communicator::reduce_async(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op,
+                                int root) {
+  return impl_->nonblocking(check_reduce(*this, send, recv, count, type, op, root),
+                            reduce_op(impl_.get(), send, recv, count, type, op, root));
+}
+
+Result<void> Communicator::broadcast(const void* send, void* recv, std::size_t count, DataType type,
+                                     int root) {
+  return impl_->blocking(check_broadcast(*this, send, recv, count, type, root),
+                         broadcast_op(impl_.get(), send, recv, count, type, root));
+}
+
+Work Communicator::broadcast_async(const void* send, void* recv, std::size_t count, DataType type, int root) {
+  return impl_->nonblocking(check_broadcast(*this, send, recv, count, type, root),
+                            broadcast_op(impl_.get(), send, recv, count, type, root));
+}
+
+Result<void> Communicator::allgather(const void* send, void* recv, std::size_t count, DataType type) {
+  return impl_->blocking(check_per_rank(*this, send, recv, count, type, "allgather"),
+                         allgather_op(impl_.get(), send, recv, count, type));
+}
+
+Work Communicator::allgather_async(const void* send, void* recv, std::size_t count, DataType type) {
+  return impl_->nonblocking(check_per_rank(*this, send, recv, count, type, "allgather"),
+                            allgather_op(impl_.get(), send, recv, count, type));
+}
+
+Result<void> Communicator::reduce_scatter(const void* send, void* recv, std::size_t count, DataType type,
+                                          ReduceOp op) {
+  return impl_->blocking(check_reduce_scatter(*this, send, recv, count, type, op),
+                         reduce_scatter_op(impl_.get(), send, recv, count, type, op));
+}
+
+Work Communicator::reduce_scatter_async(const void* send, void* recv, std::size_t count, DataType type,
+                                        ReduceOp op) {
+  return impl_->nonblocking(check_reduce_scatter(*this, send, recv, count, type, op),
+                            reduce_scatter_op(impl_.get(), send, recv, count, type, op));
+}
+
+Result<void> Communicator::all_to_all(const void* send, void* recv, std::size_t count, DataType type) {
+  return impl_->blocking(check_per_rank(*this, send, recv, count, type, "all_to_all"),
+                         all_to_all_op(impl_.get(), send, recv, count, type));
+}
+
+Work Communicator::all_to_all_async(const void* send, void* recv, std::size_t count, DataType type) {
+  return impl_->nonblocking(check_per_rank(*this, send, recv, count, type, "all_to_all"),
+                            all_to_all_op(impl_.get(), send, recv, count, type));
+}
+
+Result<void> Communicator::barrier() {
+  return impl_->blocking({}, [impl = impl_.get()] { return detail::barrier_dissemination(impl->exchange); });
+}
+
+Work Communicator::barrier_async() {
+  return impl_->nonblocking({},
+                            [impl = impl_.get()] { return detail::barrier_dissemination(impl->exchange); });
+}
 
 std::string_view to_string(DataType type) noexcept {
   static constexpr std::string_view names[] = {"f32", "f64", "f16", "bf16", "i32", "i64", "u8"};

@@ -129,7 +129,8 @@ TEST_P(Conformance, DeadPeersPendingOperationsCompleteWithOneFailureThenFlushed)
   Peer peer;
   ASSERT_TRUE(peer.start(GetParam())) << "could not start " << RDMAKIT_CONFORMANCE_PEER;
   // The peer posts no receive: the SEND waits (receiver not ready) and holds everything behind it.
-  client_.context = open_context(false, Options{.timeout = 2000ms, .rnr_timeout = 20000ms});
+  // rnr_timeout must stay below timeout (an option rule); both far beyond the kill at 100 ms.
+  client_.context = open_context(false, Options{.timeout = 4000ms, .rnr_timeout = 3000ms});
   ASSERT_TRUE(client_.context);
   auto connection = RDMAKIT_ASSERT_OK(client_.context->connect(peer.address()));
   auto source = region(*client_.context, 4096, Access::LocalWrite);

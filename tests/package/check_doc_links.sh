@@ -7,8 +7,10 @@ root=$(cd "$1" && pwd)
 status=0
 while IFS= read -r file; do
   dir=$(dirname "$file")
-  # Markdown links [text](target) and `../...` paths in code spans.
-  targets=$(grep -oE '\]\([^)#[:space:]]+|`\.\./[^`[:space:]]+' "$file" | sed -E 's/^\]\(//; s/^`//')
+  # Markdown links [text](target) and `../...` paths in code spans, outside fenced code blocks (where
+  # "](x)" is code, e.g. a C++ lambda "[](Batch& b)").
+  targets=$(awk '/^[[:space:]]*```/ { fenced = !fenced; next } !fenced' "$file" |
+            grep -oE '\]\([^)#[:space:]]+|`\.\./[^`[:space:]]+' | sed -E 's/^\]\(//; s/^`//')
   for target in $targets; do
     case "$target" in http://* | https://* | mailto:*) continue ;; esac
     if [[ "$target" == /* ]]; then

@@ -10,8 +10,13 @@
 //
 // Data moves as one-sided WRITE-with-immediate into staging memory each rank registers once, at
 // creation: ranks on one host over shm, others over the network transport (RDMAKIT_TRANSPORT, tcp by
-// default). A failure (a peer died, a timeout) fails the collective with an Error naming the peer, fails
-// every later collective too, and closes the connections so the other ranks learn of it at once.
+// default). A failure (a peer died, a timeout) fails the collective with an Error naming the rank to blame,
+// fails every later collective too, and closes the connections so the other ranks learn of it at once.
+// Every survivor names the same rank: the one that died ("rank 2 died or closed its connections") or
+// stopped ("rank 2 stopped responding"), not the neighbour it was waiting for. A rank that times out asks
+// the others what they wait for and follows that chain to the rank that does not answer (which takes up to
+// a quarter of the timeout, within 0.25-2 s, more); a failing rank tells the others whom it blames before
+// it closes its connections.
 //
 // Trust: each pair of ranks proves the job secret (RDMAKIT_JOB_SECRET) in a handshake over the new
 // connection, and only then swaps staging descriptors; a peer's rank is the one it proved. A connection
