@@ -79,7 +79,8 @@ int serve(int port) {
   std::vector<char> buffer(std::max<std::size_t>(hello.size, 1 << 20));
   if (hello.mode == 0) {
     std::uint64_t total = 0;
-    for (ssize_t got; (got = ::recv(fd, buffer.data(), buffer.size(), 0)) > 0;) total += static_cast<std::uint64_t>(got);
+    for (ssize_t got; (got = ::recv(fd, buffer.data(), buffer.size(), 0)) > 0;)
+      total += static_cast<std::uint64_t>(got);
     std::fprintf(stderr, "received %llu bytes\n", static_cast<unsigned long long>(total));
   } else {
     while (read_full(fd, buffer.data(), hello.size) && write_full(fd, buffer.data(), hello.size)) {
@@ -145,7 +146,8 @@ int pingpong(const char* host, int port, std::uint32_t size, int rounds) {
 int copy(std::size_t size, double seconds) {
   // Rotate over enough buffers to leave the caches (>= 64 MiB in all) unless one pair is already larger.
   std::size_t pairs = std::max<std::size_t>(1, (64u << 20) / size);
-  std::vector<std::vector<char>> from(pairs, std::vector<char>(size, 'a')), to(pairs, std::vector<char>(size, 'b'));
+  std::vector<std::vector<char>> from(pairs, std::vector<char>(size, 'a')),
+      to(pairs, std::vector<char>(size, 'b'));
   std::uint64_t total = 0;
   auto start = Clock::now();
   auto until = start + std::chrono::duration<double>(seconds);
@@ -164,10 +166,13 @@ int main(int argc, char** argv) {
   std::string mode = argc > 1 ? argv[1] : "";
   if (mode == "tcp-server" && argc == 3) return serve(std::atoi(argv[2]));
   if (mode == "tcp-stream" && argc == 6)
-    return stream(argv[2], std::atoi(argv[3]), static_cast<std::uint32_t>(std::atol(argv[4])), std::atof(argv[5]));
+    return stream(argv[2], std::atoi(argv[3]), static_cast<std::uint32_t>(std::atol(argv[4])),
+                  std::atof(argv[5]));
   if (mode == "tcp-pingpong" && argc == 6)
-    return pingpong(argv[2], std::atoi(argv[3]), static_cast<std::uint32_t>(std::atol(argv[4])), std::atoi(argv[5]));
-  if (mode == "memcpy" && argc == 4) return copy(static_cast<std::size_t>(std::atol(argv[2])), std::atof(argv[3]));
+    return pingpong(argv[2], std::atoi(argv[3]), static_cast<std::uint32_t>(std::atol(argv[4])),
+                    std::atoi(argv[5]));
+  if (mode == "memcpy" && argc == 4)
+    return copy(static_cast<std::size_t>(std::atol(argv[2])), std::atof(argv[3]));
   std::fprintf(stderr, "usage: see the comment at the top of bench/baseline.cpp\n");
   return 2;
 }

@@ -45,7 +45,8 @@ Data make_data() {
 }
 
 // Mean loss over samples [begin, end) and its gradient (kFeatures weights + bias) into grad.
-float loss_and_gradient(const Data& d, const std::vector<float>& w, int begin, int end, std::vector<float>& grad) {
+float loss_and_gradient(const Data& d, const std::vector<float>& w, int begin, int end,
+                        std::vector<float>& grad) {
   std::fill(grad.begin(), grad.end(), 0.0f);
   double loss = 0;
   for (int i = begin; i < end; ++i) {
@@ -93,7 +94,8 @@ int main() {
   for (int s = 0; s < kSteps; ++s) {
     message[0] = loss_and_gradient(data, w, begin, begin + shard, grad);
     std::copy(grad.begin(), grad.end(), message.begin() + 1);
-    if (auto ok = c.allreduce(message.data(), message.data(), message.size(), DataType::F32, ReduceOp::Avg); !ok) {
+    if (auto ok = c.allreduce(message.data(), message.data(), message.size(), DataType::F32, ReduceOp::Avg);
+        !ok) {
       std::fprintf(stderr, "rank %d: allreduce: %s\n", c.rank(), ok.error().describe().c_str());
       return 2;
     }

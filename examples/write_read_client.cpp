@@ -46,9 +46,11 @@ int main(int argc, char** argv) {
   for (auto id : {*written, *read}) {
     auto done = (*connection)->wait(id, 30s);
     if (!done) return fail("wait", done.error());
-    if (!done->ok()) return std::fprintf(stderr, "client: operation failed: %s\n", to_string(done->status).data()), 1;
+    if (!done->ok())
+      return std::fprintf(stderr, "client: operation failed: %s\n", to_string(done->status).data()), 1;
   }
-  if (std::memcmp(bytes, bytes + kBytes, kBytes) != 0) return std::fprintf(stderr, "client: bytes differ!\n"), 1;
+  if (std::memcmp(bytes, bytes + kBytes, kBytes) != 0)
+    return std::fprintf(stderr, "client: bytes differ!\n"), 1;
   std::printf("client: %u bytes written and read back intact\n", kBytes);
 
   // Fetch-and-add on the counter in the server's first 8 bytes; the old value lands in our memory.

@@ -25,8 +25,8 @@ int main(int argc, char** argv) {
   auto context = rdmakit::Context::open();
   if (!context) return fail("open", context.error());
   // 1 MiB that peers may write, read and update atomically; the first 8 bytes are a counter.
-  auto memory = (*context)->allocate(1 << 20, Access::LocalWrite | Access::RemoteWrite | Access::RemoteRead |
-                                                  Access::RemoteAtomic);
+  auto memory = (*context)->allocate(
+      1 << 20, Access::LocalWrite | Access::RemoteWrite | Access::RemoteRead | Access::RemoteAtomic);
   if (!memory) return fail("allocate", memory.error());
   auto listener = (*context)->listen(argc > 2 ? argv[2] : "");
   if (!listener) return fail("listen", listener.error());

@@ -37,9 +37,9 @@ using namespace std::chrono_literals;
 using namespace rdmakit::xfer;
 
 constexpr std::size_t kTokens = 16, kLayers = 32, kHeads = 8, kDims = 128, kElement = 2;  // bf16
-constexpr std::size_t kBlock = kTokens * kLayers * 2 * kHeads * kDims * kElement;       // 2 MiB
-constexpr std::size_t kPiece = 16 << 10;                                                  // 16 tokens x 4 heads
-constexpr std::size_t kPieces = kBlock / kPiece;                                          // 128 per block
+constexpr std::size_t kBlock = kTokens * kLayers * 2 * kHeads * kDims * kElement;         // 2 MiB
+constexpr std::size_t kPiece = 16 << 10;          // 16 tokens x 4 heads
+constexpr std::size_t kPieces = kBlock / kPiece;  // 128 per block
 constexpr std::uint64_t kMagic = 0x6b7663616368654bull;
 
 // The control segment: a sequence word, then one entry per block.
@@ -55,7 +55,8 @@ struct Args {
 };
 
 std::uint8_t value(std::uint64_t block, std::uint64_t byte) {  // the bytes of logical block `block`
-  return static_cast<std::uint8_t>(((block + 1) * 0x9e3779b97f4a7c15ull + byte * 0xbf58476d1ce4e5b9ull) >> 56);
+  return static_cast<std::uint8_t>(((block + 1) * 0x9e3779b97f4a7c15ull + byte * 0xbf58476d1ce4e5b9ull) >>
+                                   56);
 }
 
 std::uint64_t checksum(const std::byte* data, std::size_t size) {
@@ -96,12 +97,14 @@ int decode(const Args& args) {
   auto metadata = open_store(url);
   auto engine = open_engine(*metadata, args, "decode");
   auto pool = must(engine->allocate_segment("kv-pool", args.slots * kBlock), "allocate kv-pool");
-  auto ctl = must(engine->allocate_segment("kv-ctl", kTableOffset + args.slots * sizeof(TableEntry)), "allocate kv-ctl");
+  auto ctl = must(engine->allocate_segment("kv-ctl", kTableOffset + args.slots * sizeof(TableEntry)),
+                  "allocate kv-ctl");
   std::cout << "ready " << url << std::endl;
   auto* sequence = reinterpret_cast<std::uint64_t*>(ctl.data());
   auto deadline = std::chrono::steady_clock::now() + 60s;
   while (std::atomic_ref(*sequence).load(std::memory_order_acquire) != kMagic) {
-    if (std::chrono::steady_clock::now() > deadline) return std::fprintf(stderr, "decode: no blocks in 60 s\n"), 1;
+    if (std::chrono::steady_clock::now() > deadline)
+      return std::fprintf(stderr, "decode: no blocks in 60 s\n"), 1;
     std::this_thread::sleep_for(1ms);
   }
   auto count = std::atomic_ref(sequence[1]).load(std::memory_order_acquire);
@@ -111,7 +114,8 @@ int decode(const Args& args) {
     const auto& e = table[i];
     const auto* block = pool.data() + e.slot * kBlock;
     std::size_t wrong = 0;
-    for (std::size_t j = 0; j < kBlock; ++j) wrong += std::to_integer<std::uint8_t>(block[j]) != value(e.block, j);
+    for (std::size_t j = 0; j < kBlock; ++j)
+      wrong += std::to_integer<std::uint8_t>(block[j]) != value(e.block, j);
     bool sum_ok = checksum(block, kBlock) == e.checksum;
     if (wrong != 0 || !sum_ok) {
       ++bad;
@@ -130,7 +134,8 @@ std::size_t source_offset(const Args& args, std::size_t b, std::size_t piece) {
 }
 
 int prefill(const Args& args) {
-  if (args.metadata.empty()) throw std::runtime_error("prefill needs --metadata URL (decode prints it when it serves)");
+  if (args.metadata.empty())
+    throw std::runtime_error("prefill needs --metadata URL (decode prints it when it serves)");
   auto metadata = open_store(args.metadata);
   auto engine = open_engine(*metadata, args, "prefill");
   std::vector<std::byte> cache(args.blocks * kBlock);
@@ -139,12 +144,14 @@ int prefill(const Args& args) {
   for (std::size_t b = 0; b < args.blocks; ++b) {
     for (std::size_t j = 0; j < kBlock; ++j) logical[j] = std::byte{value(b, j)};
     sums[b] = checksum(logical.data(), kBlock);
-    for (std::size_t p = 0; p < kPieces; ++p) std::memcpy(&cache[source_offset(args, b, p)], &logical[p * kPiece], kPiece);
+    for (std::size_t p = 0; p < kPieces; ++p)
+      std::memcpy(&cache[source_offset(args, b, p)], &logical[p * kPiece], kPiece);
   }
   must(engine->register_local(cache.data(), cache.size()), "register the cache");
   auto deadline = std::chrono::steady_clock::now() + 30s;
   rdmakit::Result<SegmentHandle> pool = rdmakit::fail(rdmakit::Errc::NotFound, "");
-  while (!(pool = engine->open_segment("kv-pool")) && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(10ms);
+  while (!(pool = engine->open_segment("kv-pool")) && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(10ms);
   auto ctl = must(engine->open_segment("kv-ctl"), "open kv-ctl");
   auto pool_handle = must(std::move(pool), "open kv-pool");
   auto slots = must(engine->segment_info(pool_handle), "kv-pool info").length / kBlock;
@@ -157,11 +164,13 @@ int prefill(const Args& args) {
   std::vector<Request> requests;
   for (std::size_t b = 0; b < args.blocks; ++b) {
     if (args.layout == "block") {
-      requests.push_back({Op::Write, &cache[source_offset(args, b, 0)], pool_handle, slot[b] * kBlock, kBlock});
+      requests.push_back(
+          {Op::Write, &cache[source_offset(args, b, 0)], pool_handle, slot[b] * kBlock, kBlock});
       continue;
     }
     for (std::size_t p = 0; p < kPieces; ++p) {
-      requests.push_back({Op::Write, &cache[source_offset(args, b, p)], pool_handle, slot[b] * kBlock + p * kPiece, kPiece});
+      requests.push_back(
+          {Op::Write, &cache[source_offset(args, b, p)], pool_handle, slot[b] * kBlock + p * kPiece, kPiece});
     }
   }
   auto start = std::chrono::steady_clock::now();
@@ -170,7 +179,8 @@ int prefill(const Args& args) {
   auto seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (batch->failed() != 0) {
     for (std::size_t i = 0; i < requests.size(); ++i) {
-      if (auto s = batch->status(i); s && !*s) std::fprintf(stderr, "request %zu: %s\n", i, s->error().describe().c_str());
+      if (auto s = batch->status(i); s && !*s)
+        std::fprintf(stderr, "request %zu: %s\n", i, s->error().describe().c_str());
     }
     return 1;
   }
@@ -183,35 +193,48 @@ int prefill(const Args& args) {
   must(engine->register_local(control.data(), control.size()), "register the table");
   // The count (at byte 8) travels with the table; the word (bytes 0-7) alone, last: one WRITE's bytes may
   // land in any order, two WRITEs' are ordered by the first one's completion.
-  auto table = must(engine->submit(std::vector<Request>{{Op::Write, control.data() + 8, ctl, 8, control.size() - 8}}),
-                    "submit the table");
+  auto table =
+      must(engine->submit(std::vector<Request>{{Op::Write, control.data() + 8, ctl, 8, control.size() - 8}}),
+           "submit the table");
   must(table->wait(10s), "wait for the table");
-  auto word = must(engine->submit(std::vector<Request>{{Op::Write, control.data(), ctl, 0, 8}}), "submit the word");
+  auto word =
+      must(engine->submit(std::vector<Request>{{Op::Write, control.data(), ctl, 0, 8}}), "submit the word");
   must(word->wait(10s), "wait for the word");
-  if (table->failed() + word->failed() != 0) return std::fprintf(stderr, "prefill: the table did not land\n"), 1;
+  if (table->failed() + word->failed() != 0)
+    return std::fprintf(stderr, "prefill: the table did not land\n"), 1;
   auto stats = engine->stats();
-  std::printf("prefill: %zu blocks (%s layout, %zu requests -> %llu work requests) over %s in %.1f ms: %.2f GB/s\n",
-              args.blocks, args.layout.c_str(), requests.size(), (unsigned long long)stats.work_requests,
-              must(engine->segment_info(pool_handle), "info").transport.c_str(), seconds * 1e3,
-              args.blocks * kBlock / seconds / 1e9);
+  std::printf(
+      "prefill: %zu blocks (%s layout, %zu requests -> %llu work requests) over %s in %.1f ms: %.2f GB/s\n",
+      args.blocks, args.layout.c_str(), requests.size(), (unsigned long long)stats.work_requests,
+      must(engine->segment_info(pool_handle), "info").transport.c_str(), seconds * 1e3,
+      args.blocks * kBlock / seconds / 1e9);
   return 0;
 }
 
 Args parse(int argc, char** argv) {
   Args args;
-  if (argc < 2) throw std::runtime_error("usage: xfer_kvcache decode|prefill [--metadata URL] [--transport T] ...");
+  if (argc < 2)
+    throw std::runtime_error("usage: xfer_kvcache decode|prefill [--metadata URL] [--transport T] ...");
   args.role = argv[1];
   for (int i = 2; i + 1 < argc; i += 2) {
     std::string flag = argv[i], v = argv[i + 1];
-    if (flag == "--metadata") args.metadata = v;
-    else if (flag == "--transport") args.transport = v;
-    else if (flag == "--layout") args.layout = v;
-    else if (flag == "--blocks") args.blocks = std::stoul(v);
-    else if (flag == "--slots") args.slots = std::stoul(v);
-    else if (flag == "--seed") args.seed = static_cast<std::uint32_t>(std::stoul(v));
-    else throw std::runtime_error("unknown option " + flag);
+    if (flag == "--metadata")
+      args.metadata = v;
+    else if (flag == "--transport")
+      args.transport = v;
+    else if (flag == "--layout")
+      args.layout = v;
+    else if (flag == "--blocks")
+      args.blocks = std::stoul(v);
+    else if (flag == "--slots")
+      args.slots = std::stoul(v);
+    else if (flag == "--seed")
+      args.seed = static_cast<std::uint32_t>(std::stoul(v));
+    else
+      throw std::runtime_error("unknown option " + flag);
   }
-  if (args.layout != "block" && args.layout != "layer") throw std::runtime_error("--layout is block or layer");
+  if (args.layout != "block" && args.layout != "layer")
+    throw std::runtime_error("--layout is block or layer");
   return args;
 }
 

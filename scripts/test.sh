@@ -19,6 +19,9 @@ run_suite() {
   ctest --test-dir "$dir" --output-on-failure -j 1
 }
 
+echo "== format (.clang-format, clang-format 16)"
+scripts/format.sh --check
+
 echo "== build/ (RelWithDebInfo)"
 run_suite build -DCMAKE_BUILD_TYPE=RelWithDebInfo
 RDMAKIT_TRANSPORT=tcp scripts/run-example.sh build

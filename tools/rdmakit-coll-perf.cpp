@@ -47,21 +47,30 @@ bool parse(int argc, char** argv, Args& a) {
   for (int i = 1; i < argc; ++i) {
     std::string k = argv[i];
     const char* v = i + 1 < argc ? argv[i + 1] : "";
-    if (k == "-b") a.min_bytes = parse_size(v), ++i;
-    else if (k == "-e") a.max_bytes = parse_size(v), ++i;
-    else if (k == "-f") a.factor = std::max<std::size_t>(2, std::strtoul(v, nullptr, 10)), ++i;
-    else if (k == "-n") a.iters = std::atoi(v), ++i;
-    else if (k == "-w") a.warmup = std::atoi(v), ++i;
-    else if (k == "-o") a.op = v, ++i;
-    else if (k == "-c") a.check = std::atoi(v) != 0, ++i;
-    else if (k == "-i") a.in_place = true;
-    else if (k == "-J") a.json = true;
+    if (k == "-b")
+      a.min_bytes = parse_size(v), ++i;
+    else if (k == "-e")
+      a.max_bytes = parse_size(v), ++i;
+    else if (k == "-f")
+      a.factor = std::max<std::size_t>(2, std::strtoul(v, nullptr, 10)), ++i;
+    else if (k == "-n")
+      a.iters = std::atoi(v), ++i;
+    else if (k == "-w")
+      a.warmup = std::atoi(v), ++i;
+    else if (k == "-o")
+      a.op = v, ++i;
+    else if (k == "-c")
+      a.check = std::atoi(v) != 0, ++i;
+    else if (k == "-i")
+      a.in_place = true;
+    else if (k == "-J")
+      a.json = true;
     else if (k == "-d") {
       std::string t = v;
       ++i;
-      const std::pair<const char*, DataType> types[] = {{"f32", DataType::F32}, {"f64", DataType::F64}, {"f16", DataType::F16},
-                                                        {"bf16", DataType::BF16}, {"i32", DataType::I32}, {"i64", DataType::I64},
-                                                        {"u8", DataType::U8}};
+      const std::pair<const char*, DataType> types[] = {
+          {"f32", DataType::F32}, {"f64", DataType::F64}, {"f16", DataType::F16}, {"bf16", DataType::BF16},
+          {"i32", DataType::I32}, {"i64", DataType::I64}, {"u8", DataType::U8}};
       bool found = false;
       for (auto& [name, type] : types)
         if (t == name) a.type = type, found = true;
@@ -69,8 +78,11 @@ bool parse(int argc, char** argv, Args& a) {
     } else if (k == "-r") {
       std::string r = v;
       ++i;
-      a.reduce = r == "prod" ? ReduceOp::Prod : r == "min" ? ReduceOp::Min : r == "max" ? ReduceOp::Max
-                 : r == "avg" ? ReduceOp::Avg : ReduceOp::Sum;
+      a.reduce = r == "prod"  ? ReduceOp::Prod
+                 : r == "min" ? ReduceOp::Min
+                 : r == "max" ? ReduceOp::Max
+                 : r == "avg" ? ReduceOp::Avg
+                              : ReduceOp::Sum;
     } else {
       return false;
     }
@@ -82,7 +94,7 @@ bool parse(int argc, char** argv, Args& a) {
 float input(int rank, std::size_t i) { return static_cast<float>((static_cast<std::size_t>(rank) + i) % 7); }
 
 struct Case {
-  std::size_t count;            // elements per rank as the collective takes them
+  std::size_t count;  // elements per rank as the collective takes them
   std::size_t send_elems, recv_elems;
   double bus_factor;
 };
@@ -99,7 +111,8 @@ Case shape(const std::string& op, std::size_t bytes, int n) {
   return {per, per * un, per * un, ring};  // all_to_all
 }
 
-rdmakit::Result<void> run(Communicator& c, const std::string& op, const float* send, float* recv, std::size_t count) {
+rdmakit::Result<void> run(Communicator& c, const std::string& op, const float* send, float* recv,
+                          std::size_t count) {
   if (op == "allreduce") return c.allreduce(send, recv, count, DataType::F32, ReduceOp::Sum);
   if (op == "broadcast") return c.broadcast(send, recv, count, DataType::F32, 0);
   if (op == "reduce") return c.reduce(send, recv, count, DataType::F32, ReduceOp::Sum, 0);
@@ -109,7 +122,8 @@ rdmakit::Result<void> run(Communicator& c, const std::string& op, const float* s
 }
 
 // Wrong elements of the result on this rank.
-std::size_t verify(const std::string& op, int rank, int n, const std::vector<float>& recv, std::size_t count) {
+std::size_t verify(const std::string& op, int rank, int n, const std::vector<float>& recv,
+                   std::size_t count) {
   std::size_t wrong = 0;
   auto sum = [&](std::size_t i) {
     float s = 0;
@@ -118,12 +132,19 @@ std::size_t verify(const std::string& op, int rank, int n, const std::vector<flo
   };
   for (std::size_t i = 0; i < recv.size(); ++i) {
     float want;
-    if (op == "allreduce") want = sum(i);
-    else if (op == "reduce") { if (rank != 0) return 0; want = sum(i); }
-    else if (op == "broadcast") want = input(0, i);
-    else if (op == "allgather") want = input(static_cast<int>(i / count), i % count);
-    else if (op == "reduce_scatter") want = sum(static_cast<std::size_t>(rank) * count + i);
-    else want = input(static_cast<int>(i / count), static_cast<std::size_t>(rank) * count + i % count);
+    if (op == "allreduce")
+      want = sum(i);
+    else if (op == "reduce") {
+      if (rank != 0) return 0;
+      want = sum(i);
+    } else if (op == "broadcast")
+      want = input(0, i);
+    else if (op == "allgather")
+      want = input(static_cast<int>(i / count), i % count);
+    else if (op == "reduce_scatter")
+      want = sum(static_cast<std::size_t>(rank) * count + i);
+    else
+      want = input(static_cast<int>(i / count), static_cast<std::size_t>(rank) * count + i % count);
     wrong += recv[i] != want;
   }
   return wrong;
@@ -134,8 +155,10 @@ std::size_t verify(const std::string& op, int rank, int n, const std::vector<flo
 int main(int argc, char** argv) {
   Args a;
   if (!parse(argc, argv, a)) {
-    std::fprintf(stderr, "usage: %s [-b min] [-e max] [-f factor] [-n iters] [-w warmup] [-c 0|1] [-i] [-J]\n"
-                         "          [-o allreduce|broadcast|reduce|allgather|reduce_scatter|all_to_all]\n", argv[0]);
+    std::fprintf(stderr,
+                 "usage: %s [-b min] [-e max] [-f factor] [-n iters] [-w warmup] [-c 0|1] [-i] [-J]\n"
+                 "          [-o allreduce|broadcast|reduce|allgather|reduce_scatter|all_to_all]\n",
+                 argv[0]);
     return 2;
   }
   auto comm = Communicator::from_environment();
@@ -146,9 +169,10 @@ int main(int argc, char** argv) {
   Communicator& c = **comm;
   int n = c.size();
   if (c.rank() == 0 && !a.json)
-    std::printf("# rdmakit-coll-perf %s ranks %d transports %s (f32, sum, %s)\n#%12s %12s %12s %10s %10s %8s\n",
-                a.op.c_str(), n, c.transports().c_str(), a.in_place ? "in-place" : "out-of-place", "size(B)",
-                "count", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong");
+    std::printf(
+        "# rdmakit-coll-perf %s ranks %d transports %s (f32, sum, %s)\n#%12s %12s %12s %10s %10s %8s\n",
+        a.op.c_str(), n, c.transports().c_str(), a.in_place ? "in-place" : "out-of-place", "size(B)", "count",
+        "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong");
   int failures = 0;
   for (std::size_t bytes = a.min_bytes; bytes <= a.max_bytes; bytes *= a.factor) {
     Case k = shape(a.op, bytes, n);
@@ -162,8 +186,11 @@ int main(int argc, char** argv) {
     std::vector<float> result(out, out + k.recv_elems);
     std::int64_t wrong = a.check ? static_cast<std::int64_t>(verify(a.op, c.rank(), n, result, k.count)) : 0;
     c.allreduce(&wrong, &wrong, 1, DataType::I64, ReduceOp::Sum);
-    if (a.in_place) for (std::size_t i = 0; i < send.size(); ++i) send[i] = input(c.rank(), i);
-    int iters = a.iters > 0 ? a.iters : static_cast<int>(std::clamp<std::size_t>((std::size_t{1} << 28) / bytes, 3, 200));
+    if (a.in_place)
+      for (std::size_t i = 0; i < send.size(); ++i) send[i] = input(c.rank(), i);
+    int iters = a.iters > 0
+                    ? a.iters
+                    : static_cast<int>(std::clamp<std::size_t>((std::size_t{1} << 28) / bytes, 3, 200));
     for (int w = 0; w < a.warmup; ++w) (void)run(c, a.op, send.data(), out, k.count);
     c.barrier();
     auto start = Clock::now();
@@ -179,9 +206,11 @@ int main(int argc, char** argv) {
     failures += wrong > 0;
     if (c.rank() == 0) {
       if (a.json)
-        std::printf("{\"op\":\"%s\",\"ranks\":%d,\"transports\":\"%s\",\"bytes\":%.0f,\"iters\":%d,\"time_us\":%.2f,"
-                    "\"algbw_gbs\":%.4f,\"busbw_gbs\":%.4f,\"wrong\":%lld}\n",
-                    a.op.c_str(), n, c.transports().c_str(), size, iters, us, algbw, busbw, static_cast<long long>(wrong));
+        std::printf(
+            "{\"op\":\"%s\",\"ranks\":%d,\"transports\":\"%s\",\"bytes\":%.0f,\"iters\":%d,\"time_us\":%.2f,"
+            "\"algbw_gbs\":%.4f,\"busbw_gbs\":%.4f,\"wrong\":%lld}\n",
+            a.op.c_str(), n, c.transports().c_str(), size, iters, us, algbw, busbw,
+            static_cast<long long>(wrong));
       else
         std::printf(" %12.0f %12zu %12.2f %10.3f %10.3f %8lld\n", size, k.count, us, algbw, busbw,
                     static_cast<long long>(wrong));

@@ -36,12 +36,13 @@ std::vector<std::pair<const char*, std::string>> capability_rows(const rdmakit::
 void print_cache(const rdmakit::Context& context) {
   auto stats = rdmakit::verbs::registration_cache_stats(context);
   if (!stats) return;  // not a verbs context
-  std::printf("  registration cache: %s; hits %llu, misses %llu, entries %llu, pinned %llu bytes, %llu "
-              "registrations in %.3f ms\n",
-              stats->enabled ? "on" : "off", static_cast<unsigned long long>(stats->hits),
-              static_cast<unsigned long long>(stats->misses), static_cast<unsigned long long>(stats->entries),
-              static_cast<unsigned long long>(stats->pinned_bytes),
-              static_cast<unsigned long long>(stats->registrations), stats->registration_time.count() / 1e6);
+  std::printf(
+      "  registration cache: %s; hits %llu, misses %llu, entries %llu, pinned %llu bytes, %llu "
+      "registrations in %.3f ms\n",
+      stats->enabled ? "on" : "off", static_cast<unsigned long long>(stats->hits),
+      static_cast<unsigned long long>(stats->misses), static_cast<unsigned long long>(stats->entries),
+      static_cast<unsigned long long>(stats->pinned_bytes),
+      static_cast<unsigned long long>(stats->registrations), stats->registration_time.count() / 1e6);
 }
 
 // Opens the transport with the configuration of the environment and prints what it can do.
@@ -64,9 +65,11 @@ void print_transport(const rdmakit::TransportInfo& info) {
 
 void print_port(const rdmakit::verbs::PortInfo& port) {
   std::printf("  port %u: %s, %s, active MTU %u (max %u), lid %u, max message %u bytes\n", port.number,
-              port.state.c_str(), port.link_layer.c_str(), port.active_mtu, port.max_mtu, port.lid, port.max_msg_size);
+              port.state.c_str(), port.link_layer.c_str(), port.active_mtu, port.max_mtu, port.lid,
+              port.max_msg_size);
   for (const auto& gid : port.gids)
-    std::printf("    gid %3u  %s  %-8s %s%s\n", gid.index, gid.gid.c_str(), gid.type.c_str(), gid.ipv4.c_str(),
+    std::printf("    gid %3u  %s  %-8s %s%s\n", gid.index, gid.gid.c_str(), gid.type.c_str(),
+                gid.ipv4.c_str(),
                 static_cast<std::int32_t>(gid.index) == port.default_gid_index ? "  <- default" : "");
   if (port.gids.empty()) std::printf("    no GIDs (on RoCE: give the netdev an IP address)\n");
 }
@@ -74,8 +77,9 @@ void print_port(const rdmakit::verbs::PortInfo& port) {
 void print_device(const rdmakit::verbs::DeviceInfo& d) {
   std::printf("device %s (vendor 0x%x part %u, firmware %s)\n", d.name.c_str(), d.vendor_id, d.vendor_part_id,
               d.firmware.c_str());
-  std::printf("  max_qp %u, max_qp_wr %u, max_sge %u, max_cq %u, max_cqe %u, max_mr %u, max_mr_size %llu\n", d.max_qp,
-              d.max_qp_wr, d.max_sge, d.max_cq, d.max_cqe, d.max_mr, static_cast<unsigned long long>(d.max_mr_size));
+  std::printf("  max_qp %u, max_qp_wr %u, max_sge %u, max_cq %u, max_cqe %u, max_mr %u, max_mr_size %llu\n",
+              d.max_qp, d.max_qp_wr, d.max_sge, d.max_cq, d.max_cqe, d.max_mr,
+              static_cast<unsigned long long>(d.max_mr_size));
   std::printf("  atomics: %s, max_qp_rd_atom %u\n", d.atomic_cap.c_str(), d.max_qp_rd_atom);
   for (const auto& port : d.ports) print_port(port);
 }
@@ -126,8 +130,9 @@ int main(int argc, char** argv) {
   if (!devices) {
     std::printf("RDMA devices: none listed: %s\n", devices.error().message().c_str());
   } else if (devices->empty()) {
-    std::printf("RDMA devices: none (rdma-core is installed; load the NIC's driver, or for Soft-RoCE: "
-                "rdma link add rxe0 type rxe netdev <interface>)\n");
+    std::printf(
+        "RDMA devices: none (rdma-core is installed; load the NIC's driver, or for Soft-RoCE: "
+        "rdma link add rxe0 type rxe netdev <interface>)\n");
   } else {
     for (const auto& device : *devices) print_device(device);
   }

@@ -47,10 +47,17 @@ std::uint64_t parse_size(const std::string& text) {
   std::size_t end = 0;
   auto value = std::stoull(text, &end);
   switch (end < text.size() ? text[end] : ' ') {
-    case 'K': case 'k': return value << 10;
-    case 'M': case 'm': return value << 20;
-    case 'G': case 'g': return value << 30;
-    default: return value;
+    case 'K':
+    case 'k':
+      return value << 10;
+    case 'M':
+    case 'm':
+      return value << 20;
+    case 'G':
+    case 'g':
+      return value << 30;
+    default:
+      return value;
   }
 }
 
@@ -58,26 +65,44 @@ Args parse(int argc, char** argv) {
   Args a;
   for (int i = 1; i < argc; ++i) {
     std::string flag = argv[i];
-    if (flag == "--serve") { a.serve = true; continue; }
+    if (flag == "--serve") {
+      a.serve = true;
+      continue;
+    }
     if (i + 1 >= argc) throw std::runtime_error("missing value of " + flag);
     std::string v = argv[++i];
-    if (flag == "--transport") a.transport = v;
-    else if (flag == "--op") a.op = v;
-    else if (flag == "--block") a.block = parse_size(v);
-    else if (flag == "--batch") a.batch = static_cast<std::uint32_t>(std::stoul(v));
-    else if (flag == "--threads") a.threads = static_cast<std::uint32_t>(std::stoul(v));
-    else if (flag == "--connections") a.connections = static_cast<std::uint32_t>(std::stoul(v));
-    else if (flag == "--inflight") a.inflight = static_cast<std::uint32_t>(std::stoul(v));
-    else if (flag == "--duration") a.duration = std::stod(v);
-    else if (flag == "--segment") a.segment = parse_size(v);
-    else if (flag == "--metadata") a.metadata = v;
-    else if (flag == "--broadcast") a.broadcast = v;
-    else if (flag == "--bcast-size") a.bcast_size = parse_size(v);
-    else if (flag == "--chunk") a.chunk = parse_size(v);
-    else throw std::runtime_error("unknown option " + flag);
+    if (flag == "--transport")
+      a.transport = v;
+    else if (flag == "--op")
+      a.op = v;
+    else if (flag == "--block")
+      a.block = parse_size(v);
+    else if (flag == "--batch")
+      a.batch = static_cast<std::uint32_t>(std::stoul(v));
+    else if (flag == "--threads")
+      a.threads = static_cast<std::uint32_t>(std::stoul(v));
+    else if (flag == "--connections")
+      a.connections = static_cast<std::uint32_t>(std::stoul(v));
+    else if (flag == "--inflight")
+      a.inflight = static_cast<std::uint32_t>(std::stoul(v));
+    else if (flag == "--duration")
+      a.duration = std::stod(v);
+    else if (flag == "--segment")
+      a.segment = parse_size(v);
+    else if (flag == "--metadata")
+      a.metadata = v;
+    else if (flag == "--broadcast")
+      a.broadcast = v;
+    else if (flag == "--bcast-size")
+      a.bcast_size = parse_size(v);
+    else if (flag == "--chunk")
+      a.chunk = parse_size(v);
+    else
+      throw std::runtime_error("unknown option " + flag);
   }
   if (a.op != "write" && a.op != "read") throw std::runtime_error("--op is write or read");
-  if (a.block == 0 || a.batch == 0 || a.threads == 0) throw std::runtime_error("--block, --batch, --threads > 0");
+  if (a.block == 0 || a.batch == 0 || a.threads == 0)
+    throw std::runtime_error("--block, --batch, --threads > 0");
   // Requests go to slots of `block` bytes in turn: a segment of one block makes every request hit the same
   // bytes (the footprint of rdmakit-perf's reused buffer).
   a.segment = std::max(a.segment, a.block);
@@ -99,7 +124,8 @@ std::unique_ptr<MetadataStore> open_store(const Args& a, const char* name_space)
 
 int serve(const Args& a) {
   auto metadata = open_store(a, "bench");
-  auto engine = must(Engine::create(*metadata, {.name = "bench-owner", .transports = {a.transport}}), "engine");
+  auto engine =
+      must(Engine::create(*metadata, {.name = "bench-owner", .transports = {a.transport}}), "engine");
   must(engine->allocate_segment("bench", a.segment), "allocate the segment");
   std::cout << "ready" << std::endl;
   std::string line;
@@ -121,8 +147,8 @@ class Owner {
       ::close(in[1]);  // else stdin never reaches its end
       ::close(out[0]);
       auto segment = std::to_string(a.segment);
-      ::execl("/proc/self/exe", "rdmakit-xfer-bench", "--serve", "--transport", a.transport.c_str(), "--metadata",
-              a.metadata.c_str(), "--segment", segment.c_str(), nullptr);
+      ::execl("/proc/self/exe", "rdmakit-xfer-bench", "--serve", "--transport", a.transport.c_str(),
+              "--metadata", a.metadata.c_str(), "--segment", segment.c_str(), nullptr);
       ::_exit(127);
     }
     ::close(in[0]);
@@ -157,7 +183,8 @@ struct Shared {
   std::atomic<std::uint64_t> failed{0};
 };
 
-void worker(Engine& engine, SegmentHandle kv, std::byte* local, const Args& a, std::uint32_t t, Shared& shared) {
+void worker(Engine& engine, SegmentHandle kv, std::byte* local, const Args& a, std::uint32_t t,
+            Shared& shared) {
   std::vector<Request> requests(a.batch);
   std::vector<double> mine;
   auto slots = a.segment / a.block;
@@ -165,7 +192,8 @@ void worker(Engine& engine, SegmentHandle kv, std::byte* local, const Args& a, s
   while (!shared.stop.load()) {
     for (auto& r : requests) {
       auto slot = next++ % slots;
-      r = Request{a.op == "write" ? Op::Write : Op::Read, local + slot * a.block, kv, slot * a.block, a.block};
+      r = Request{a.op == "write" ? Op::Write : Op::Read, local + slot * a.block, kv, slot * a.block,
+                  a.block};
     }
     next += (a.threads - 1) * a.batch;  // threads take turns over the slots
     auto start = Clock::now();
@@ -202,10 +230,11 @@ bool verify(Engine& engine, SegmentHandle kv, std::byte* local, std::byte* back,
 int run(Args a) {
   Owner owner(a);
   auto metadata = open_store(a, "bench");
-  auto engine = must(Engine::create(*metadata, {.name = "bench-client", .transports = {a.transport},
-                                               .connections_per_rail = a.connections,
-                                               .max_inflight_per_peer = a.inflight,
-                                               .max_inflight_per_rail = std::max(1024u, a.inflight)}),
+  auto engine = must(Engine::create(*metadata, {.name = "bench-client",
+                                                .transports = {a.transport},
+                                                .connections_per_rail = a.connections,
+                                                .max_inflight_per_peer = a.inflight,
+                                                .max_inflight_per_rail = std::max(1024u, a.inflight)}),
                      "engine");
   std::vector<std::byte> local(a.segment), back(a.segment);
   must(engine->register_local(local.data(), local.size()), "register");
@@ -245,26 +274,34 @@ int run(Args a) {
   for (auto& t : threads) t.join();
   auto trips = metadata->round_trips() - trips_before;
   auto stats = engine->stats();
-  double wr_per_request = double(stats.work_requests - wrs_before) / std::max<double>(1, stats.requests - requests_before);
+  double wr_per_request =
+      double(stats.work_requests - wrs_before) / std::max<double>(1, stats.requests - requests_before);
   bool ok = verify(*engine, kv, local.data(), back.data(), a) && shared.failed == 0;
 
   auto& lat = shared.latencies_us;
-  std::printf("| transport | op | block | batch | threads | conns | GB/s | batches/s | p50 us | p99 us | p999 us | WR/req "
-              "| metadata trips (data path) | verified |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
-  std::printf("| %s | %s | %llu | %u | %u | %u | %.3f | %.0f | %.1f | %.1f | %.1f | %.3f | %llu | %s |\n", transport.c_str(),
-              a.op.c_str(), (unsigned long long)a.block, a.batch, a.threads, a.connections, shared.bytes / seconds / 1e9,
-              lat.size() / seconds, percentile(lat, 0.5), percentile(lat, 0.99), percentile(lat, 0.999), wr_per_request,
-              (unsigned long long)trips, ok ? "yes" : "NO");
-  std::printf("name resolution: first %.1f us (lookup + connect), cached %.1f ns; metadata round trips in the timed "
-              "run: %llu\n", first_us, cached_ns, (unsigned long long)trips);
+  std::printf(
+      "| transport | op | block | batch | threads | conns | GB/s | batches/s | p50 us | p99 us | p999 us | "
+      "WR/req "
+      "| metadata trips (data path) | verified "
+      "|\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+  std::printf("| %s | %s | %llu | %u | %u | %u | %.3f | %.0f | %.1f | %.1f | %.1f | %.3f | %llu | %s |\n",
+              transport.c_str(), a.op.c_str(), (unsigned long long)a.block, a.batch, a.threads, a.connections,
+              shared.bytes / seconds / 1e9, lat.size() / seconds, percentile(lat, 0.5), percentile(lat, 0.99),
+              percentile(lat, 0.999), wr_per_request, (unsigned long long)trips, ok ? "yes" : "NO");
+  std::printf(
+      "name resolution: first %.1f us (lookup + connect), cached %.1f ns; metadata round trips in the timed "
+      "run: %llu\n",
+      first_us, cached_ns, (unsigned long long)trips);
   return ok ? 0 : 1;
 }
 
 // One broadcast to n receivers, every node a thread with its own context; end to end: from the sender's
 // chain being connected to the last receiver done.
 double broadcast_once(const Args& a, std::uint32_t n, int round) {
-  BroadcastOptions options{.session = "b" + std::to_string(n) + "-" + std::to_string(round), .receivers = n,
-                           .size = a.bcast_size, .chunk_bytes = a.chunk};
+  BroadcastOptions options{.session = "b" + std::to_string(n) + "-" + std::to_string(round),
+                           .receivers = n,
+                           .size = a.bcast_size,
+                           .chunk_bytes = a.chunk};
   auto store = open_store(a, "bench-bcast");
   auto& metadata = *store;
   std::vector<Clock::time_point> finished(n + 1);
@@ -273,8 +310,10 @@ double broadcast_once(const Args& a, std::uint32_t n, int round) {
   Clock::time_point sender_start;
   for (std::uint32_t r = 0; r <= n; ++r) {
     nodes.emplace_back([&, r] {
-      auto ctx = must(rdmakit::Context::open({.transport = a.transport, .name = "bcast-" + std::to_string(r)}), "open");
-      auto region = must(ctx->allocate(a.bcast_size, rdmakit::Access::LocalWrite | rdmakit::Access::RemoteWrite), "alloc");
+      auto ctx = must(
+          rdmakit::Context::open({.transport = a.transport, .name = "bcast-" + std::to_string(r)}), "open");
+      auto region = must(
+          ctx->allocate(a.bcast_size, rdmakit::Access::LocalWrite | rdmakit::Access::RemoteWrite), "alloc");
       std::memset(region->data(), r == 0 ? 0x5a : 0, a.bcast_size);
       auto result = r == 0 ? broadcast_send(*ctx, metadata, *region, options)
                            : broadcast_receive(*ctx, metadata, *region, r, options);
@@ -301,8 +340,10 @@ double broadcast_once(const Args& a, std::uint32_t n, int round) {
 int broadcast(const Args& a) {
   std::vector<std::uint32_t> counts;
   std::stringstream list(a.broadcast);
-  for (std::string item; std::getline(list, item, ',');) counts.push_back(static_cast<std::uint32_t>(std::stoul(item)));
-  std::printf("| receivers | runs (ms) | median ms | GB/s per receiver | vs 1 receiver |\n|---|---|---|---|---|\n");
+  for (std::string item; std::getline(list, item, ',');)
+    counts.push_back(static_cast<std::uint32_t>(std::stoul(item)));
+  std::printf(
+      "| receivers | runs (ms) | median ms | GB/s per receiver | vs 1 receiver |\n|---|---|---|---|---|\n");
   double base = 0;
   for (int round = 0; auto n : counts) {
     std::vector<double> ms;
@@ -311,7 +352,8 @@ int broadcast(const Args& a) {
                 std::to_string(ms[2]).substr(0, 6);
     std::sort(ms.begin(), ms.end());
     if (base == 0) base = ms[1];
-    std::printf("| %u | %s | %.1f | %.2f | %.2fx |\n", n, runs.c_str(), ms[1], a.bcast_size / ms[1] / 1e6, ms[1] / base);
+    std::printf("| %u | %s | %.1f | %.2f | %.2fx |\n", n, runs.c_str(), ms[1], a.bcast_size / ms[1] / 1e6,
+                ms[1] / base);
     std::fflush(stdout);
   }
   return 0;

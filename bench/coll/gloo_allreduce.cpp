@@ -16,7 +16,8 @@
 int main(int argc, char** argv) {
   int rank = std::atoi(std::getenv("OMPI_COMM_WORLD_RANK"));
   int n = std::atoi(std::getenv("OMPI_COMM_WORLD_SIZE"));
-  std::size_t min_bytes = std::strtoull(argv[1], nullptr, 10), max_bytes = std::strtoull(argv[2], nullptr, 10);
+  std::size_t min_bytes = std::strtoull(argv[1], nullptr, 10),
+              max_bytes = std::strtoull(argv[2], nullptr, 10);
   std::size_t factor = std::strtoull(argv[3], nullptr, 10);
   gloo::transport::tcp::attr attr;
   attr.hostname = argc > 5 ? argv[5] : "127.0.0.1";
@@ -35,7 +36,8 @@ int main(int argc, char** argv) {
   for (std::size_t bytes = min_bytes; bytes <= max_bytes; bytes *= factor) {
     std::size_t count = bytes / 4;
     std::vector<float> send(count), recv(count);
-    for (std::size_t i = 0; i < count; ++i) send[i] = static_cast<float>((static_cast<std::size_t>(rank) + i) % 7);
+    for (std::size_t i = 0; i < count; ++i)
+      send[i] = static_cast<float>((static_cast<std::size_t>(rank) + i) % 7);
     allreduce(send.data(), recv.data(), count);
     long wrong = 0;
     for (std::size_t i = 0; i < count; ++i) {
@@ -47,7 +49,8 @@ int main(int argc, char** argv) {
     for (int w = 0; w < 2; ++w) allreduce(send.data(), recv.data(), count);
     auto start = std::chrono::steady_clock::now();
     for (int it = 0; it < iters; ++it) allreduce(send.data(), recv.data(), count);
-    double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count() / iters;
+    double us =
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count() / iters;
     // Maximum over ranks, through gloo itself (outside the timed loop).
     std::vector<float> t{static_cast<float>(us)}, worst(1);
     gloo::AllreduceOptions opts(context);
@@ -57,9 +60,10 @@ int main(int argc, char** argv) {
     gloo::allreduce(opts);
     if (rank == 0) {
       double algbw = static_cast<double>(bytes) / worst[0] / 1e3;
-      std::printf("{\"op\":\"allreduce\",\"impl\":\"gloo\",\"ranks\":%d,\"bytes\":%zu,\"iters\":%d,\"time_us\":%.2f,"
-                  "\"algbw_gbs\":%.4f,\"busbw_gbs\":%.4f,\"wrong\":%ld}\n",
-                  n, bytes, iters, static_cast<double>(worst[0]), algbw, algbw * 2.0 * (n - 1) / n, wrong);
+      std::printf(
+          "{\"op\":\"allreduce\",\"impl\":\"gloo\",\"ranks\":%d,\"bytes\":%zu,\"iters\":%d,\"time_us\":%.2f,"
+          "\"algbw_gbs\":%.4f,\"busbw_gbs\":%.4f,\"wrong\":%ld}\n",
+          n, bytes, iters, static_cast<double>(worst[0]), algbw, algbw * 2.0 * (n - 1) / n, wrong);
       std::fflush(stdout);
     }
   }

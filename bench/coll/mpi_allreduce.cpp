@@ -19,7 +19,8 @@ int main(int argc, char** argv) {
   for (std::size_t bytes = min_bytes; bytes <= max_bytes; bytes *= factor) {
     std::size_t count = bytes / 4;
     std::vector<float> send(count), recv(count);
-    for (std::size_t i = 0; i < count; ++i) send[i] = static_cast<float>((static_cast<std::size_t>(rank) + i) % 7);
+    for (std::size_t i = 0; i < count; ++i)
+      send[i] = static_cast<float>((static_cast<std::size_t>(rank) + i) % 7);
     MPI_Allreduce(send.data(), recv.data(), static_cast<int>(count), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
     long wrong = 0;
     for (std::size_t i = 0; i < count; ++i) {
@@ -38,9 +39,11 @@ int main(int argc, char** argv) {
     MPI_Reduce(&us, &worst, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
     if (rank == 0) {
       double algbw = static_cast<double>(bytes) / worst / 1e3;
-      std::printf("{\"op\":\"allreduce\",\"impl\":\"openmpi\",\"ranks\":%d,\"bytes\":%zu,\"iters\":%d,\"time_us\":%.2f,"
-                  "\"algbw_gbs\":%.4f,\"busbw_gbs\":%.4f,\"wrong\":%ld}\n",
-                  n, bytes, iters, worst, algbw, algbw * 2.0 * (n - 1) / n, wrong);
+      std::printf(
+          "{\"op\":\"allreduce\",\"impl\":\"openmpi\",\"ranks\":%d,\"bytes\":%zu,\"iters\":%d,\"time_us\":%."
+          "2f,"
+          "\"algbw_gbs\":%.4f,\"busbw_gbs\":%.4f,\"wrong\":%ld}\n",
+          n, bytes, iters, worst, algbw, algbw * 2.0 * (n - 1) / n, wrong);
       std::fflush(stdout);
     }
   }

@@ -24,12 +24,12 @@ namespace rdmakit::bootstrap {
 struct LaunchInfo {
   int rank = 0;
   int world_size = 1;
-  int local_rank = 0;          // index among the ranks of this host, as the launcher numbers them
-  std::string store_host{};    // where rank 0 hosts the rendezvous store
+  int local_rank = 0;        // index among the ranks of this host, as the launcher numbers them
+  std::string store_host{};  // where rank 0 hosts the rendezvous store
   std::uint16_t store_port = 0;
-  std::string launcher{};      // "torchrun", "mpirun", "srun" or "single" (no launcher found)
-  std::string job_id{};        // the launcher's job id when it has one (names shared resources)
-  int local_size = 0;          // ranks on this host as the launcher says (LOCAL_WORLD_SIZE, ...); 0: not said
+  std::string launcher{};  // "torchrun", "mpirun", "srun" or "single" (no launcher found)
+  std::string job_id{};    // the launcher's job id when it has one (names shared resources)
+  int local_size = 0;      // ranks on this host as the launcher says (LOCAL_WORLD_SIZE, ...); 0: not said
 
   // Whether ranks may run on other hosts than the store's: the launcher says so, or (when it does not)
   // the store address is not a loopback address.
@@ -46,9 +46,8 @@ using EnvLookup = std::function<std::optional<std::string>(std::string_view name
 //    SLURM_JOB_NODELIST (or SLURM_NODELIST), compressed lists like "node[01-04,07]" expanded.
 // The store address, for every launcher: RDMAKIT_STORE_ADDR ("host:port") if set, else MASTER_ADDR and
 // MASTER_PORT if set, else (mpirun: 127.0.0.1, srun: the first node) and a port derived from the job
-// id (OMPI_MCA_ess_base_jobid / SLURM_JOB_ID) so that two jobs on one host do not meet: 20000 + hash % 12768 (below the
-// kernel's ephemeral port range).
-// No launcher variables at all: a single rank (rank 0 of 1).
+// id (OMPI_MCA_ess_base_jobid / SLURM_JOB_ID) so that two jobs on one host do not meet: 20000 + hash % 12768
+// (below the kernel's ephemeral port range). No launcher variables at all: a single rank (rank 0 of 1).
 Result<LaunchInfo> detect_launch();
 Result<LaunchInfo> detect_launch(const EnvLookup& env);
 
@@ -74,10 +73,10 @@ std::shared_ptr<Store> make_memory_store();
 struct StoreOptions {
   std::string host = "127.0.0.1";
   std::uint16_t port = 0;
-  bool is_server = false;                         // rank 0: host the store (and use it)
-  std::chrono::milliseconds timeout{30000};       // clients: retry connecting this long
-  std::optional<std::string> secret{};            // the job secret; nullopt: option job_secret
-                                                  // (RDMAKIT_JOB_SECRET); empty: none
+  bool is_server = false;                    // rank 0: host the store (and use it)
+  std::chrono::milliseconds timeout{30000};  // clients: retry connecting this long
+  std::optional<std::string> secret{};       // the job secret; nullopt: option job_secret
+                                             // (RDMAKIT_JOB_SECRET); empty: none
 };
 
 // Rank 0 (is_server) listens on host:port and serves the store from a thread for as long as the

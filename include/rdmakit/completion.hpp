@@ -34,7 +34,7 @@ enum class Opcode : std::uint8_t {
 std::string_view to_string(Opcode opcode) noexcept;
 
 struct Completion {
-  std::uint64_t id = 0;          // the id that post() / post_recv() returned
+  std::uint64_t id = 0;  // the id that post() / post_recv() returned
   Status status = Status::Success;
   Opcode opcode = Opcode::Write;
   bool has_imm = false;

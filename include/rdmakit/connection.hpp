@@ -24,20 +24,20 @@ class RcState;  // src/core/rc_state.hpp: the RC rules every transport shares
 struct WorkRequest {
   Opcode opcode = Opcode::Write;
   std::span<const Segment> local{};
-  RemoteAddress remote{};          // one-sided operations
-  std::uint64_t compare_add = 0;   // CompareSwap: expected value; FetchAdd: addend
-  std::uint64_t swap = 0;          // CompareSwap: new value
-  std::uint32_t imm = 0;           // WriteImm, and Send when with_imm
-  bool with_imm = false;           // Send carries imm
-  bool signaled = true;            // false: no completion on success (failures always complete)
+  RemoteAddress remote{};         // one-sided operations
+  std::uint64_t compare_add = 0;  // CompareSwap: expected value; FetchAdd: addend
+  std::uint64_t swap = 0;         // CompareSwap: new value
+  std::uint32_t imm = 0;          // WriteImm, and Send when with_imm
+  bool with_imm = false;          // Send carries imm
+  bool signaled = true;           // false: no completion on success (failures always complete)
 };
 
 // Who is at the other end.
 struct PeerInfo {
-  std::string name{};      // Config::name of the peer's context
-  std::uint64_t id = 0;    // hash of the name
-  std::uint64_t epoch = 0; // unique per life of the peer's context
-  std::string address{};   // transport address, e.g. "127.0.0.1:40000"
+  std::string name{};       // Config::name of the peer's context
+  std::uint64_t id = 0;     // hash of the name
+  std::uint64_t epoch = 0;  // unique per life of the peer's context
+  std::string address{};    // transport address, e.g. "127.0.0.1:40000"
 };
 
 // Diagnostics: "who is stuck" has an answer.
@@ -46,10 +46,10 @@ struct ConnectionStats {
   std::string peer{};
   std::uint64_t posted = 0;
   std::uint64_t completed = 0;
-  std::uint64_t outstanding = 0;  // posted and not completed, receives included
+  std::uint64_t outstanding = 0;                            // posted and not completed, receives included
   std::chrono::system_clock::time_point last_completion{};  // epoch 0 when nothing completed yet
-  bool failed = false;            // the connection is in the error state
-  std::string failure{};          // why, when failed
+  bool failed = false;                                      // the connection is in the error state
+  std::string failure{};                                    // why, when failed
   // Responder side (software transports): responses to the peer's requests waiting for room in the socket,
   // and how often input was paused because they reached the responder depth (send_queue_depth), as a verbs
   // responder limits outstanding READs and atomics.
@@ -106,13 +106,15 @@ class Connection {
   // Ids carry the connection number and whether they are receive ids.
   static constexpr std::uint64_t kRecvBit = std::uint64_t{1} << 39;
   static bool is_recv_id(std::uint64_t id) noexcept { return (id & kRecvBit) != 0; }
-  static std::uint32_t connection_of(std::uint64_t id) noexcept { return static_cast<std::uint32_t>(id >> 40); }
+  static std::uint32_t connection_of(std::uint64_t id) noexcept {
+    return static_cast<std::uint32_t>(id >> 40);
+  }
 
  protected:
   // `state` keeps this connection's RC state (rc_state.hpp); the queues learn of it so that they can tell it
   // which completions the application took.
-  Connection(std::uint32_t number, std::shared_ptr<CompletionQueue> send_cq, std::shared_ptr<CompletionQueue> recv_cq,
-             std::shared_ptr<detail::RcState> state);
+  Connection(std::uint32_t number, std::shared_ptr<CompletionQueue> send_cq,
+             std::shared_ptr<CompletionQueue> recv_cq, std::shared_ptr<detail::RcState> state);
   std::uint64_t make_id(std::uint64_t sequence, bool recv) const noexcept {
     return (std::uint64_t{number_} << 40) | (recv ? kRecvBit : 0) | (sequence & (kRecvBit - 1));
   }

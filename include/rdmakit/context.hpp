@@ -67,7 +67,8 @@ class Context : public std::enable_shared_from_this<Context> {
   virtual Capabilities capabilities() const = 0;
 
   // Registers caller memory. The memory must stay allocated until the region is destroyed.
-  virtual Result<std::shared_ptr<MemoryRegion>> register_memory(void* data, std::size_t size, Access access) = 0;
+  virtual Result<std::shared_ptr<MemoryRegion>> register_memory(void* data, std::size_t size,
+                                                                Access access) = 0;
   // Memory that rdmakit allocates, registered and (where the transport can) shareable in one call: the
   // fast path for shm, where peers map it directly. Page-aligned and zeroed; freed with the region.
   virtual Result<std::shared_ptr<MemoryRegion>> allocate(std::size_t size, Access access);

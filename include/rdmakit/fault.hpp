@@ -37,13 +37,13 @@ namespace rdmakit::fault {
 struct Rule {
   enum class Action : std::uint8_t { Fail, Delay, Drop, Disconnect };
   Action action = Action::Fail;
-  std::optional<Opcode> opcode{};          // match only this operation (any send-side op when empty)
+  std::optional<Opcode> opcode{};             // match only this operation (any send-side op when empty)
   std::optional<std::uint32_t> connection{};  // match only this Connection::number()
-  bool connect = false;                    // match connect() instead of operations
-  Status status = Status::GeneralError;    // Fail: the status the operation completes with
-  std::chrono::milliseconds delay{};       // Delay: how long
-  std::uint32_t skip = 0;                  // let this many matching operations pass first
-  std::uint32_t count = 1;                 // fire this many times; 0 = on every match
+  bool connect = false;                       // match connect() instead of operations
+  Status status = Status::GeneralError;       // Fail: the status the operation completes with
+  std::chrono::milliseconds delay{};          // Delay: how long
+  std::uint32_t skip = 0;                     // let this many matching operations pass first
+  std::uint32_t count = 1;                    // fire this many times; 0 = on every match
 };
 
 std::string_view to_string(Rule::Action action) noexcept;

@@ -11,7 +11,8 @@
 
 namespace rdmakit {
 
-// Access rights, with the bit values of ibv_access_flags so the verbs transport passes them through unchanged.
+// Access rights, with the bit values of ibv_access_flags so the verbs transport passes them through
+// unchanged.
 enum class Access : std::uint32_t {
   None = 0,
   LocalWrite = 1,    // IBV_ACCESS_LOCAL_WRITE: READ results, atomic results and receives may land here
@@ -109,7 +110,11 @@ class MemoryRegion {
  protected:
   MemoryRegion(void* data, std::size_t size, Access access, std::uint32_t lkey, std::uint32_t rkey,
                std::uint64_t owner_id, std::uint64_t owner_epoch) noexcept
-      : data_(data), size_(size), access_(access), lkey_(lkey), rkey_(rkey),
+      : data_(data),
+        size_(size),
+        access_(access),
+        lkey_(lkey),
+        rkey_(rkey),
         descriptor_{reinterpret_cast<std::uint64_t>(data), size, rkey, access, owner_id, owner_epoch} {}
 
  private:

@@ -19,27 +19,28 @@ namespace rdmakit {
 
 // The resolved configuration of a context.
 struct Config {
-  std::string transport{};                     // tcp | shm | verbs | fault:<inner>
-  std::string name{};                          // this context's name, sent to peers
-  std::string listen_address{};                // default address of listen()
-  std::string device{};                        // verbs: device name, empty = first active
+  std::string transport{};                   // tcp | shm | verbs | fault:<inner>
+  std::string name{};                        // this context's name, sent to peers
+  std::string listen_address{};              // default address of listen()
+  std::string device{};                      // verbs: device name, empty = first active
   std::uint32_t port = 1;                    // verbs: port number
-  std::optional<std::uint32_t> gid_index{};    // verbs: unset = choose a RoCEv2 GID automatically
-  std::optional<std::uint32_t> mtu{};          // verbs: path MTU in bytes; unset = the port's active MTU (or the peer's)
-  std::chrono::milliseconds timeout{};       // a silent peer fails pending operations after this
-  std::chrono::milliseconds rnr_timeout{};   // a SEND with no posted receive fails after this
+  std::optional<std::uint32_t> gid_index{};  // verbs: unset = choose a RoCEv2 GID automatically
+  std::optional<std::uint32_t>
+      mtu{};  // verbs: path MTU in bytes; unset = the port's active MTU (or the peer's)
+  std::chrono::milliseconds timeout{};      // a silent peer fails pending operations after this
+  std::chrono::milliseconds rnr_timeout{};  // a SEND with no posted receive fails after this
   std::chrono::milliseconds connect_timeout{};
   std::chrono::milliseconds handshake_timeout{};  // tcp: an accepted peer must say hello within this
   WaitMode wait_mode = WaitMode::Hybrid;
-  std::chrono::microseconds spin{};          // Hybrid: spin this long before sleeping
+  std::chrono::microseconds spin{};  // Hybrid: spin this long before sleeping
   std::uint32_t cq_depth = 0;
   std::uint32_t send_queue_depth = 0;
   std::uint32_t recv_queue_depth = 0;
   std::uint32_t max_sge = 0;
-  std::uint32_t inline_size = 0;             // verbs: WRITE/SEND payloads up to this go inline
-  bool registration_cache = true;            // verbs: reuse registrations of the same range
-  std::string log_level{};                     // error | warn | info | debug
-  std::string shm_allowed_uids{};              // shm: uids besides ours that may connect, "1000,1001"
+  std::uint32_t inline_size = 0;   // verbs: WRITE/SEND payloads up to this go inline
+  bool registration_cache = true;  // verbs: reuse registrations of the same range
+  std::string log_level{};         // error | warn | info | debug
+  std::string shm_allowed_uids{};  // shm: uids besides ours that may connect, "1000,1001"
 };
 
 // What the caller sets in code; anything left empty comes from the environment or the default.
@@ -70,12 +71,12 @@ struct Options {
 Result<Config> resolve_config(const Options& options);
 
 struct OptionInfo {
-  std::string name{};        // e.g. "timeout_ms"
-  std::string env{};         // e.g. "RDMAKIT_TIMEOUT_MS"
-  std::string value{};       // effective value in `config`
+  std::string name{};   // e.g. "timeout_ms"
+  std::string env{};    // e.g. "RDMAKIT_TIMEOUT_MS"
+  std::string value{};  // effective value in `config`
   std::string default_value{};
   std::string doc{};
-  std::string layer{};       // whose option: "core", "bootstrap", "coll", ...
+  std::string layer{};  // whose option: "core", "bootstrap", "coll", ...
 };
 // The core's options with their values in `config`.
 std::vector<OptionInfo> describe_options(const Config& config);

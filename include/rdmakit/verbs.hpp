@@ -30,15 +30,15 @@ Result<RegistrationCacheStats> registration_cache_stats(const Context& context);
 
 struct GidInfo {
   std::uint32_t index = 0;
-  std::string gid{};  // "0000:0000:0000:0000:0000:ffff:a9fe:0701"
+  std::string gid{};   // "0000:0000:0000:0000:0000:ffff:a9fe:0701"
   std::string type{};  // "IB", "RoCE v1", "RoCE v2"
   std::string ipv4{};  // for IPv4-mapped GIDs
 };
 
 struct PortInfo {
   std::uint32_t number = 0;
-  std::string state{};     // "ACTIVE", "DOWN", ...
-  std::string link_layer{};  // "Ethernet" or "InfiniBand"
+  std::string state{};           // "ACTIVE", "DOWN", ...
+  std::string link_layer{};      // "Ethernet" or "InfiniBand"
   std::uint32_t active_mtu = 0;  // bytes
   std::uint32_t max_mtu = 0;
   std::uint16_t lid = 0;

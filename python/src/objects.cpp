@@ -25,7 +25,8 @@ void add_segment(LocalSide& side, py::handle item) {
   if (py::isinstance<PyRegion>(item)) {
     const auto& region = item.cast<PyRegion&>().get();
     auto whole = region->whole();  // a region of 4 GiB or more is not one segment: an error naming it
-    if (!whole) raise(whole.error().code(), whole.error().message() + " (pass region[offset:offset + length])");
+    if (!whole)
+      raise(whole.error().code(), whole.error().message() + " (pass region[offset:offset + length])");
     side.segments.push_back(*whole);
     side.regions.push_back(py::reinterpret_borrow<py::object>(item));
     return;

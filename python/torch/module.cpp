@@ -33,7 +33,9 @@ PYBIND11_MODULE(_rdmakit_torch, module) {
       "detect_launch",
       [] {
         auto info = rdmakit::bootstrap::detect_launch();
-        if (!info) throw std::runtime_error("rdmakit: reading the launcher's environment failed: " + info.error().describe());
+        if (!info)
+          throw std::runtime_error("rdmakit: reading the launcher's environment failed: " +
+                                   info.error().describe());
         py::dict out;
         out["rank"] = info->rank;
         out["world_size"] = info->world_size;

@@ -1,10 +1,11 @@
 // The collectives of the backend. Each checks its arguments at the call (an error there is raised by the
 // torch.distributed call itself), then queues the communication on the group's worker. Tensors are kept
 // alive by the queued task until it ran.
+#include "process_group.hpp"
+
 #include <algorithm>
 #include <cstring>
 
-#include "process_group.hpp"
 #include "tensor_util.hpp"
 
 namespace rdmakit::torch_backend {
@@ -15,7 +16,8 @@ using coll::Communicator;
 using coll::DataType;
 
 int64_t root_of(int64_t root, int size, std::string_view op) {
-  TORCH_CHECK(root >= 0 && root < size, "rdmakit ", op, ": root rank ", root, " is outside the group of ", size);
+  TORCH_CHECK(root >= 0 && root < size, "rdmakit ", op, ": root rank ", root, " is outside the group of ",
+              size);
   return root;
 }
 
@@ -27,8 +29,8 @@ void check_pieces(const std::vector<at::Tensor>& list, const at::Tensor& model, 
   for (const auto& t : list) {
     check_tensor(t, op);
     check_same_type(t, model, op);
-    TORCH_CHECK(t.numel() == model.numel(), "rdmakit ", op, ": every tensor of the list must have ", model.numel(),
-                " elements, got one with ", t.numel());
+    TORCH_CHECK(t.numel() == model.numel(), "rdmakit ", op, ": every tensor of the list must have ",
+                model.numel(), " elements, got one with ", t.numel());
   }
 }
 
@@ -41,7 +43,8 @@ void padded_all_to_all(Communicator& comm, const std::byte* send, const Pieces& 
   std::int64_t widest = 0;
   for (const auto& piece : pieces_out) widest = std::max<std::int64_t>(widest, piece.second);
   for (const auto& piece : pieces_in) widest = std::max<std::int64_t>(widest, piece.second);
-  throw_if_failed(comm.allreduce(&widest, &widest, 1, DataType::I64, coll::ReduceOp::Max), "all_to_all (sizes)");
+  throw_if_failed(comm.allreduce(&widest, &widest, 1, DataType::I64, coll::ReduceOp::Max),
+                  "all_to_all (sizes)");
   if (widest == 0) return;
   const auto slot = static_cast<std::size_t>(widest);
   std::vector<std::byte> out(slot * pieces_out.size()), in(slot * pieces_in.size());
@@ -55,7 +58,8 @@ void padded_all_to_all(Communicator& comm, const std::byte* send, const Pieces& 
 }
 
 // (offset, bytes) of each piece when a tensor's rows are split by `splits` (empty: equally in `size`).
-Pieces split_rows(const at::Tensor& tensor, const std::vector<int64_t>& splits, int size, std::string_view side) {
+Pieces split_rows(const at::Tensor& tensor, const std::vector<int64_t>& splits, int size,
+                  std::string_view side) {
   TORCH_CHECK(tensor.dim() >= 1, "rdmakit alltoall_base: the ", side, " tensor needs at least one dimension");
   const int64_t rows = tensor.size(0);
   const std::size_t row_bytes = rows == 0 ? 0 : tensor.nbytes() / static_cast<std::size_t>(rows);
@@ -65,17 +69,18 @@ Pieces split_rows(const at::Tensor& tensor, const std::vector<int64_t>& splits, 
                 " rows do not split equally in ", size);
     counts.assign(static_cast<std::size_t>(size), rows / size);
   }
-  TORCH_CHECK(counts.size() == static_cast<std::size_t>(size), "rdmakit alltoall_base: ", side, " split sizes have ",
-              counts.size(), " entries for a group of ", size);
+  TORCH_CHECK(counts.size() == static_cast<std::size_t>(size), "rdmakit alltoall_base: ", side,
+              " split sizes have ", counts.size(), " entries for a group of ", size);
   Pieces pieces;
   int64_t offset = 0;
   for (int64_t count : counts) {
     TORCH_CHECK(count >= 0, "rdmakit alltoall_base: negative ", side, " split size ", count);
-    pieces.emplace_back(static_cast<std::size_t>(offset) * row_bytes, static_cast<std::size_t>(count) * row_bytes);
+    pieces.emplace_back(static_cast<std::size_t>(offset) * row_bytes,
+                        static_cast<std::size_t>(count) * row_bytes);
     offset += count;
   }
-  TORCH_CHECK(offset == rows, "rdmakit alltoall_base: ", side, " split sizes add up to ", offset, " rows, the tensor has ",
-              rows);
+  TORCH_CHECK(offset == rows, "rdmakit alltoall_base: ", side, " split sizes add up to ", offset,
+              " rows, the tensor has ", rows);
   return pieces;
 }
 
@@ -105,13 +110,14 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmakit::allreduce(std::vector<at::Te
   return enqueue(c10d::OpType::ALLREDUCE, tensors, [tensor, type, op](Communicator& comm) mutable {
     at::Tensor buffer = staged(tensor);
     if (buffer.numel() == 0) return;
-    throw_if_failed(comm.allreduce(buffer.data_ptr(), buffer.data_ptr(), buffer.numel(), type, op), "allreduce");
+    throw_if_failed(comm.allreduce(buffer.data_ptr(), buffer.data_ptr(), buffer.numel(), type, op),
+                    "allreduce");
     write_back(tensor, buffer);
   });
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupRdmakit::allreduce_coalesced(std::vector<at::Tensor>& tensors,
-                                                                        const c10d::AllreduceCoalescedOptions& opts) {
+c10::intrusive_ptr<c10d::Work> ProcessGroupRdmakit::allreduce_coalesced(
+    std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) {
   TORCH_CHECK(!tensors.empty(), "rdmakit allreduce_coalesced: no tensors");
   for (const auto& t : tensors) {
     check_tensor(t, "allreduce_coalesced");
@@ -122,7 +128,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmakit::allreduce_coalesced(std::vec
   return enqueue(c10d::OpType::ALLREDUCE_COALESCED, tensors, [tensors, type, op](Communicator& comm) mutable {
     at::Tensor flat = flatten(tensors);
     if (flat.numel() == 0) return;
-    throw_if_failed(comm.allreduce(flat.data_ptr(), flat.data_ptr(), flat.numel(), type, op), "allreduce_coalesced");
+    throw_if_failed(comm.allreduce(flat.data_ptr(), flat.data_ptr(), flat.numel(), type, op),
+                    "allreduce_coalesced");
     unflatten(flat, tensors);
   });
 }
@@ -137,7 +144,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmakit::reduce(std::vector<at::Tenso
   return enqueue(c10d::OpType::REDUCE, tensors, [tensor, type, op, root](Communicator& comm) mutable {
     at::Tensor buffer = staged(tensor);
     if (buffer.numel() == 0) return;
-    throw_if_failed(comm.reduce(buffer.data_ptr(), buffer.data_ptr(), buffer.numel(), type, op, root), "reduce");
+    throw_if_failed(comm.reduce(buffer.data_ptr(), buffer.data_ptr(), buffer.numel(), type, op, root),
+                    "reduce");
     write_back(tensor, buffer);
   });
 }
@@ -154,7 +162,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmakit::allgather(std::vector<std::v
     at::Tensor send = staged(input);
     if (send.nbytes() == 0) return;
     at::Tensor gathered = at::empty({static_cast<int64_t>(pieces.size()) * send.numel()}, send.options());
-    throw_if_failed(comm.allgather(bytes_of(send), bytes_of(gathered), send.nbytes(), DataType::U8), "allgather");
+    throw_if_failed(comm.allgather(bytes_of(send), bytes_of(gathered), send.nbytes(), DataType::U8),
+                    "allgather");
     unflatten(gathered, pieces);
   });
 }
@@ -164,42 +173,47 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmakit::_allgather_base(at::Tensor& 
   check_tensor(output, "_allgather_base");
   check_tensor(input, "_allgather_base");
   check_same_type(output, input, "_allgather_base");
-  TORCH_CHECK(output.numel() == input.numel() * size_, "rdmakit _allgather_base: the output has ", output.numel(),
-              " elements, expected ", input.numel() * size_, " (world size times the input's)");
+  TORCH_CHECK(output.numel() == input.numel() * size_, "rdmakit _allgather_base: the output has ",
+              output.numel(), " elements, expected ", input.numel() * size_,
+              " (world size times the input's)");
   return enqueue(c10d::OpType::_ALLGATHER_BASE, {output}, [output, input](Communicator& comm) mutable {
     at::Tensor send = staged(input);
     at::Tensor recv = staged(output);
     if (send.nbytes() == 0) return;
-    throw_if_failed(comm.allgather(bytes_of(send), bytes_of(recv), send.nbytes(), DataType::U8), "_allgather_base");
+    throw_if_failed(comm.allgather(bytes_of(send), bytes_of(recv), send.nbytes(), DataType::U8),
+                    "_allgather_base");
     write_back(output, recv);
   });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRdmakit::allgather_coalesced(
-    std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs, const c10d::AllgatherOptions&) {
+    std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::AllgatherOptions&) {
   TORCH_CHECK(!inputs.empty(), "rdmakit allgather_coalesced: no input tensors");
   for (const auto& t : inputs) {
     check_tensor(t, "allgather_coalesced");
     check_same_type(t, inputs[0], "allgather_coalesced");
   }
-  TORCH_CHECK(outputs.size() == static_cast<std::size_t>(size_), "rdmakit allgather_coalesced: expected ", size_,
-              " output lists (one per rank), got ", outputs.size());
+  TORCH_CHECK(outputs.size() == static_cast<std::size_t>(size_), "rdmakit allgather_coalesced: expected ",
+              size_, " output lists (one per rank), got ", outputs.size());
   for (const auto& list : outputs) {
     TORCH_CHECK(list.size() == inputs.size(), "rdmakit allgather_coalesced: every output list must have ",
                 inputs.size(), " tensors, got one with ", list.size());
-    for (std::size_t i = 0; i < list.size(); ++i) check_pieces({list[i]}, inputs[i], 1, "allgather_coalesced");
+    for (std::size_t i = 0; i < list.size(); ++i)
+      check_pieces({list[i]}, inputs[i], 1, "allgather_coalesced");
   }
   std::vector<at::Tensor> all_outputs;
   for (const auto& list : outputs) all_outputs.insert(all_outputs.end(), list.begin(), list.end());
-  return enqueue(c10d::OpType::ALLGATHER_COALESCED, all_outputs, [inputs, all_outputs](Communicator& comm) mutable {
-    at::Tensor send = flatten(inputs);
-    if (send.nbytes() == 0) return;
-    at::Tensor gathered = at::empty({static_cast<int64_t>(all_outputs.size() / inputs.size()) * send.numel()},
-                                    send.options());
-    throw_if_failed(comm.allgather(bytes_of(send), bytes_of(gathered), send.nbytes(), DataType::U8),
-                    "allgather_coalesced");
-    unflatten(gathered, all_outputs);
-  });
+  return enqueue(
+      c10d::OpType::ALLGATHER_COALESCED, all_outputs, [inputs, all_outputs](Communicator& comm) mutable {
+        at::Tensor send = flatten(inputs);
+        if (send.nbytes() == 0) return;
+        at::Tensor gathered = at::empty(
+            {static_cast<int64_t>(all_outputs.size() / inputs.size()) * send.numel()}, send.options());
+        throw_if_failed(comm.allgather(bytes_of(send), bytes_of(gathered), send.nbytes(), DataType::U8),
+                        "allgather_coalesced");
+        unflatten(gathered, all_outputs);
+      });
 }
 
 // gather and scatter move world-size times more than they need to (they run on allgather and broadcast,
@@ -223,7 +237,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmakit::gather(std::vector<std::vect
     at::Tensor send = staged(input);
     if (send.nbytes() == 0) return;
     at::Tensor gathered = at::empty({size * send.numel()}, send.options());
-    throw_if_failed(comm.allgather(bytes_of(send), bytes_of(gathered), send.nbytes(), DataType::U8), "gather");
+    throw_if_failed(comm.allgather(bytes_of(send), bytes_of(gathered), send.nbytes(), DataType::U8),
+                    "gather");
     if (!pieces.empty()) unflatten(gathered, pieces);
   });
 }
@@ -243,17 +258,20 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmakit::scatter(std::vector<at::Tens
   }
   at::Tensor output = outputs[0];
   const int size = size_, rank = rank_;
-  return enqueue(c10d::OpType::SCATTER, outputs, [output, pieces, size, rank, root](Communicator& comm) mutable {
-    at::Tensor all = pieces.empty() ? at::empty({size * output.numel()}, output.options()) : flatten(pieces);
-    if (all.nbytes() == 0) return;
-    throw_if_failed(comm.broadcast(bytes_of(all), bytes_of(all), all.nbytes(), DataType::U8, root), "scatter");
-    output.copy_(all.narrow(0, rank * output.numel(), output.numel()).view(output.sizes()));
-  });
+  return enqueue(
+      c10d::OpType::SCATTER, outputs, [output, pieces, size, rank, root](Communicator& comm) mutable {
+        at::Tensor all =
+            pieces.empty() ? at::empty({size * output.numel()}, output.options()) : flatten(pieces);
+        if (all.nbytes() == 0) return;
+        throw_if_failed(comm.broadcast(bytes_of(all), bytes_of(all), all.nbytes(), DataType::U8, root),
+                        "scatter");
+        output.copy_(all.narrow(0, rank * output.numel(), output.numel()).view(output.sizes()));
+      });
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupRdmakit::reduce_scatter(std::vector<at::Tensor>& outputs,
-                                                                   std::vector<std::vector<at::Tensor>>& inputs,
-                                                                   const c10d::ReduceScatterOptions& opts) {
+c10::intrusive_ptr<c10d::Work> ProcessGroupRdmakit::reduce_scatter(
+    std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
+    const c10d::ReduceScatterOptions& opts) {
   check_single(outputs, "reduce_scatter");
   TORCH_CHECK(inputs.size() == 1, "rdmakit reduce_scatter takes one input list, got ", inputs.size());
   check_pieces(inputs[0], outputs[0], static_cast<std::size_t>(size_), "reduce_scatter");
@@ -261,32 +279,36 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmakit::reduce_scatter(std::vector<a
   const auto op = checked_reduce_op(opts.reduceOp, "reduce_scatter");
   at::Tensor output = outputs[0];
   std::vector<at::Tensor> pieces = inputs[0];
-  return enqueue(c10d::OpType::REDUCE_SCATTER, outputs, [output, pieces, type, op](Communicator& comm) mutable {
-    at::Tensor send = flatten(pieces);
-    at::Tensor recv = staged(output);
-    if (recv.numel() == 0) return;
-    throw_if_failed(comm.reduce_scatter(send.data_ptr(), recv.data_ptr(), recv.numel(), type, op), "reduce_scatter");
-    write_back(output, recv);
-  });
+  return enqueue(
+      c10d::OpType::REDUCE_SCATTER, outputs, [output, pieces, type, op](Communicator& comm) mutable {
+        at::Tensor send = flatten(pieces);
+        at::Tensor recv = staged(output);
+        if (recv.numel() == 0) return;
+        throw_if_failed(comm.reduce_scatter(send.data_ptr(), recv.data_ptr(), recv.numel(), type, op),
+                        "reduce_scatter");
+        write_back(output, recv);
+      });
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupRdmakit::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
-                                                                         const c10d::ReduceScatterOptions& opts) {
+c10::intrusive_ptr<c10d::Work> ProcessGroupRdmakit::_reduce_scatter_base(
+    at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) {
   check_tensor(output, "_reduce_scatter_base");
   check_tensor(input, "_reduce_scatter_base");
   check_same_type(output, input, "_reduce_scatter_base");
-  TORCH_CHECK(input.numel() == output.numel() * size_, "rdmakit _reduce_scatter_base: the input has ", input.numel(),
-              " elements, expected ", output.numel() * size_, " (world size times the output's)");
+  TORCH_CHECK(input.numel() == output.numel() * size_, "rdmakit _reduce_scatter_base: the input has ",
+              input.numel(), " elements, expected ", output.numel() * size_,
+              " (world size times the output's)");
   const auto type = checked_reduction_type(output, "_reduce_scatter_base");
   const auto op = checked_reduce_op(opts.reduceOp, "_reduce_scatter_base");
-  return enqueue(c10d::OpType::_REDUCE_SCATTER_BASE, {output}, [output, input, type, op](Communicator& comm) mutable {
-    at::Tensor send = staged(input);
-    at::Tensor recv = staged(output);
-    if (recv.numel() == 0) return;
-    throw_if_failed(comm.reduce_scatter(send.data_ptr(), recv.data_ptr(), recv.numel(), type, op),
-                    "_reduce_scatter_base");
-    write_back(output, recv);
-  });
+  return enqueue(
+      c10d::OpType::_REDUCE_SCATTER_BASE, {output}, [output, input, type, op](Communicator& comm) mutable {
+        at::Tensor send = staged(input);
+        at::Tensor recv = staged(output);
+        if (recv.numel() == 0) return;
+        throw_if_failed(comm.reduce_scatter(send.data_ptr(), recv.data_ptr(), recv.numel(), type, op),
+                        "_reduce_scatter_base");
+        write_back(output, recv);
+      });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRdmakit::alltoall_base(at::Tensor& output, at::Tensor& input,
@@ -299,20 +321,23 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmakit::alltoall_base(at::Tensor& ou
   Pieces out = split_rows(input, input_splits, size_, "input");
   Pieces in = split_rows(output, output_splits, size_, "output");
   const bool equal = input_splits.empty() && output_splits.empty();
-  TORCH_CHECK(!equal || input.numel() == output.numel(), "rdmakit alltoall_base: without split sizes the input (",
-              input.numel(), " elements) and the output (", output.numel(), ") must be of one size");
-  return enqueue(c10d::OpType::ALLTOALL_BASE, {output}, [output, input, out, in, equal](Communicator& comm) mutable {
-    at::Tensor send = staged(input);
-    at::Tensor recv = staged(output);
-    if (equal) {
-      if (send.nbytes() == 0) return;
-      throw_if_failed(comm.all_to_all(bytes_of(send), bytes_of(recv), send.nbytes() / out.size(), DataType::U8),
-                      "alltoall_base");
-    } else {
-      padded_all_to_all(comm, bytes_of(send), out, bytes_of(recv), in);
-    }
-    write_back(output, recv);
-  });
+  TORCH_CHECK(!equal || input.numel() == output.numel(),
+              "rdmakit alltoall_base: without split sizes the input (", input.numel(),
+              " elements) and the output (", output.numel(), ") must be of one size");
+  return enqueue(
+      c10d::OpType::ALLTOALL_BASE, {output}, [output, input, out, in, equal](Communicator& comm) mutable {
+        at::Tensor send = staged(input);
+        at::Tensor recv = staged(output);
+        if (equal) {
+          if (send.nbytes() == 0) return;
+          throw_if_failed(
+              comm.all_to_all(bytes_of(send), bytes_of(recv), send.nbytes() / out.size(), DataType::U8),
+              "alltoall_base");
+        } else {
+          padded_all_to_all(comm, bytes_of(send), out, bytes_of(recv), in);
+        }
+        write_back(output, recv);
+      });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRdmakit::alltoall(std::vector<at::Tensor>& outputs,

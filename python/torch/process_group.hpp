@@ -16,10 +16,9 @@
 #include <mutex>
 #include <string>
 #include <thread>
-#include <utility>
-
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
+#include <utility>
 
 #include "rdmakit/bootstrap.hpp"
 #include "rdmakit/coll/communicator.hpp"
@@ -99,8 +98,9 @@ class ProcessGroupRdmakit final : public c10d::ProcessGroup {
  public:
   // Meets the other ranks through `store` (blocking until all arrived or the bootstrap timeout).
   // `timeout` bounds each collective unless RDMAKIT_COLL_TIMEOUT_MS is set.
-  static c10::intrusive_ptr<ProcessGroupRdmakit> create(const c10::intrusive_ptr<c10d::Store>& store, int rank,
-                                                        int size, std::chrono::milliseconds timeout);
+  static c10::intrusive_ptr<ProcessGroupRdmakit> create(const c10::intrusive_ptr<c10d::Store>& store,
+                                                        int rank, int size,
+                                                        std::chrono::milliseconds timeout);
   ProcessGroupRdmakit(int rank, int size, std::shared_ptr<bootstrap::Store> store, coll::CommOptions options,
                       std::unique_ptr<coll::Communicator> communicator);
   ~ProcessGroupRdmakit() override;
@@ -114,7 +114,8 @@ class ProcessGroupRdmakit final : public c10d::ProcessGroup {
                                            const c10d::AllreduceOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> allreduce_coalesced(std::vector<at::Tensor>& tensors,
                                                      const c10d::AllreduceCoalescedOptions& opts) override;
-  c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors, const c10d::ReduceOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors,
+                                        const c10d::ReduceOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs,
                                            std::vector<at::Tensor>& inputs,
                                            const c10d::AllgatherOptions& opts) override;
@@ -124,7 +125,8 @@ class ProcessGroupRdmakit final : public c10d::ProcessGroup {
                                                      std::vector<at::Tensor>& inputs,
                                                      const c10d::AllgatherOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs,
-                                        std::vector<at::Tensor>& inputs, const c10d::GatherOptions& opts) override;
+                                        std::vector<at::Tensor>& inputs,
+                                        const c10d::GatherOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outputs,
                                          std::vector<std::vector<at::Tensor>>& inputs,
                                          const c10d::ScatterOptions& opts) override;

@@ -1,15 +1,14 @@
 // The machinery under the backend's operations: the store adapter, the workers, Work objects, creation of
 // the group, and point-to-point messages.
 // Python.h first, as it asks: the group's destructor lets go of the GIL (see ~ProcessGroupRdmakit).
+#include <ATen/core/ivalue.h>
 #include <Python.h>
+#include <c10/core/GradMode.h>
 
 #include <algorithm>
 #include <array>
 #include <cstdlib>
 #include <thread>
-
-#include <ATen/core/ivalue.h>
-#include <c10/core/GradMode.h>
 
 #include "process_group.hpp"
 #include "tensor_util.hpp"
@@ -99,7 +98,8 @@ void SerialExecutor::run() {
 // ---- RdmakitWork -------------------------------------------------------------------------------------
 
 RdmakitWork::RdmakitWork(int rank, c10d::OpType type, std::vector<at::Tensor> outputs)
-    : c10d::Work(rank, type), outputs_(std::move(outputs)),
+    : c10d::Work(rank, type),
+      outputs_(std::move(outputs)),
       future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {}
 
 void RdmakitWork::complete(std::exception_ptr error) {
@@ -133,9 +133,8 @@ void run_and_complete(RdmakitWork& work, const std::function<void()>& body) {
 
 // ---- The group ---------------------------------------------------------------------------------------
 
-c10::intrusive_ptr<ProcessGroupRdmakit> ProcessGroupRdmakit::create(const c10::intrusive_ptr<c10d::Store>& store,
-                                                                    int rank, int size,
-                                                                    std::chrono::milliseconds timeout) {
+c10::intrusive_ptr<ProcessGroupRdmakit> ProcessGroupRdmakit::create(
+    const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, std::chrono::milliseconds timeout) {
   TORCH_CHECK(store, "rdmakit: torch passed no store");
   coll::CommOptions options;
   options.key_prefix = "rdmakit/coll/";
@@ -151,7 +150,9 @@ c10::intrusive_ptr<ProcessGroupRdmakit> ProcessGroupRdmakit::create(const c10::i
 ProcessGroupRdmakit::ProcessGroupRdmakit(int rank, int size, std::shared_ptr<bootstrap::Store> store,
                                          coll::CommOptions options,
                                          std::unique_ptr<coll::Communicator> communicator)
-    : c10d::ProcessGroup(rank, size), store_(std::move(store)), options_(std::move(options)),
+    : c10d::ProcessGroup(rank, size),
+      store_(std::move(store)),
+      options_(std::move(options)),
       communicator_(std::move(communicator)) {
   init();
 }
@@ -184,7 +185,8 @@ void ProcessGroupRdmakit::close() {
   communicator_.reset();
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupRdmakit::enqueue(c10d::OpType type, std::vector<at::Tensor> outputs,
+c10::intrusive_ptr<c10d::Work> ProcessGroupRdmakit::enqueue(c10d::OpType type,
+                                                            std::vector<at::Tensor> outputs,
                                                             std::function<void(coll::Communicator&)> body) {
   auto work = c10::make_intrusive<RdmakitWork>(rank_, type, std::move(outputs));
   coll::Communicator* communicator = communicator_.get();
@@ -195,7 +197,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmakit::enqueue(c10d::OpType type, s
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRdmakit::barrier(const c10d::BarrierOptions&) {
-  return enqueue(c10d::OpType::BARRIER, {}, [](coll::Communicator& comm) { throw_if_failed(comm.barrier(), "barrier"); });
+  return enqueue(c10d::OpType::BARRIER, {},
+                 [](coll::Communicator& comm) { throw_if_failed(comm.barrier(), "barrier"); });
 }
 
 // ---- Point to point ----------------------------------------------------------------------------------
@@ -232,11 +235,11 @@ PairChannel& ProcessGroupRdmakit::channel(int peer, bool is_sender) {
   return *slot;
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupRdmakit::enqueue_p2p(c10d::OpType type, int peer, bool is_sender,
-                                                                at::Tensor tensor,
-                                                                std::function<void(coll::Communicator&)> body) {
-  TORCH_CHECK(peer >= 0 && peer < size_ && peer != rank_, "rdmakit ", is_sender ? "send" : "recv", ": rank ", peer,
-              " is not another rank of this group of ", size_);
+c10::intrusive_ptr<c10d::Work> ProcessGroupRdmakit::enqueue_p2p(
+    c10d::OpType type, int peer, bool is_sender, at::Tensor tensor,
+    std::function<void(coll::Communicator&)> body) {
+  TORCH_CHECK(peer >= 0 && peer < size_ && peer != rank_, "rdmakit ", is_sender ? "send" : "recv", ": rank ",
+              peer, " is not another rank of this group of ", size_);
   auto work = c10::make_intrusive<RdmakitWork>(rank_, type, std::vector<at::Tensor>{tensor});
   PairChannel& pair = channel(peer, is_sender);
   std::string what = std::string(is_sender ? "send to" : "recv from") + " rank " + std::to_string(peer);
@@ -253,7 +256,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmakit::enqueue_p2p(c10d::OpType typ
 namespace {
 
 constexpr std::int64_t kMessageMagic = 0x72646d616b697470;  // "rdmakitp"
-using Header = std::array<std::int64_t, 3>;                   // magic, tag, payload bytes
+using Header = std::array<std::int64_t, 3>;                 // magic, tag, payload bytes
 
 }  // namespace
 
@@ -262,37 +265,45 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmakit::send(std::vector<at::Tensor>
   at::Tensor payload = staged(tensors[0]);
   return enqueue_p2p(c10d::OpType::SEND, dst, true, tensors[0], [payload, tag](coll::Communicator& comm) {
     Header header{kMessageMagic, tag, static_cast<std::int64_t>(payload.nbytes())};
-    throw_if_failed(comm.broadcast(header.data(), header.data(), header.size(), coll::DataType::I64, 0), "send");
-    if (payload.nbytes() == 0) return;
-    throw_if_failed(comm.broadcast(bytes_of(payload), bytes_of(payload), payload.nbytes(), coll::DataType::U8, 0),
+    throw_if_failed(comm.broadcast(header.data(), header.data(), header.size(), coll::DataType::I64, 0),
                     "send");
+    if (payload.nbytes() == 0) return;
+    throw_if_failed(
+        comm.broadcast(bytes_of(payload), bytes_of(payload), payload.nbytes(), coll::DataType::U8, 0),
+        "send");
   });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRdmakit::recv(std::vector<at::Tensor>& tensors, int src, int tag) {
   check_single(tensors, "recv");
   at::Tensor target = tensors[0];
-  return enqueue_p2p(c10d::OpType::RECV, src, false, target, [target, src, tag](coll::Communicator& comm) mutable {
-    Header header{};
-    throw_if_failed(comm.broadcast(header.data(), header.data(), header.size(), coll::DataType::I64, 0), "recv");
-    TORCH_CHECK(header[0] == kMessageMagic, "rdmakit recv from rank ", src, ": the message header is corrupt");
-    const auto expected = static_cast<std::int64_t>(target.nbytes());
-    if (header[1] != tag || header[2] != expected) {
-      // Take the payload anyway, so the next message of this direction still lines up.
-      std::vector<std::byte> discard(static_cast<std::size_t>(std::max<std::int64_t>(header[2], 0)));
-      if (!discard.empty()) {
-        throw_if_failed(comm.broadcast(discard.data(), discard.data(), discard.size(), coll::DataType::U8, 0), "recv");
-      }
-      TORCH_CHECK(false, "rdmakit recv from rank ", src, ": expected tag ", tag, " and ", expected,
-                  " bytes, but the next message from that rank has tag ", header[1], " and ", header[2],
-                  " bytes (messages between two ranks match in issue order)");
-    }
-    if (expected == 0) return;
-    at::Tensor landing = staged(target);
-    throw_if_failed(comm.broadcast(bytes_of(landing), bytes_of(landing), landing.nbytes(), coll::DataType::U8, 0),
-                    "recv");
-    write_back(target, landing);
-  });
+  return enqueue_p2p(
+      c10d::OpType::RECV, src, false, target, [target, src, tag](coll::Communicator& comm) mutable {
+        Header header{};
+        throw_if_failed(comm.broadcast(header.data(), header.data(), header.size(), coll::DataType::I64, 0),
+                        "recv");
+        TORCH_CHECK(header[0] == kMessageMagic, "rdmakit recv from rank ", src,
+                    ": the message header is corrupt");
+        const auto expected = static_cast<std::int64_t>(target.nbytes());
+        if (header[1] != tag || header[2] != expected) {
+          // Take the payload anyway, so the next message of this direction still lines up.
+          std::vector<std::byte> discard(static_cast<std::size_t>(std::max<std::int64_t>(header[2], 0)));
+          if (!discard.empty()) {
+            throw_if_failed(
+                comm.broadcast(discard.data(), discard.data(), discard.size(), coll::DataType::U8, 0),
+                "recv");
+          }
+          TORCH_CHECK(false, "rdmakit recv from rank ", src, ": expected tag ", tag, " and ", expected,
+                      " bytes, but the next message from that rank has tag ", header[1], " and ", header[2],
+                      " bytes (messages between two ranks match in issue order)");
+        }
+        if (expected == 0) return;
+        at::Tensor landing = staged(target);
+        throw_if_failed(
+            comm.broadcast(bytes_of(landing), bytes_of(landing), landing.nbytes(), coll::DataType::U8, 0),
+            "recv");
+        write_back(target, landing);
+      });
 }
 
 }  // namespace rdmakit::torch_backend

@@ -1,13 +1,13 @@
 // Checks and conversions between torch tensors and the communicator's buffers.
 #pragma once
 
+#include <ATen/ATen.h>
+
 #include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <ATen/ATen.h>
 
 #include "rdmakit/coll/types.hpp"
 #include "rdmakit/error.hpp"
@@ -17,7 +17,8 @@ namespace rdmakit::torch_backend {
 // Turns a communicator failure into the exception the Work carries to Python ("rdmakit allreduce failed:
 // Timeout: ..."), so the cause reaches the user with the operation named.
 inline void throw_if_failed(const Result<void>& result, std::string_view what) {
-  if (!result) throw std::runtime_error("rdmakit " + std::string(what) + " failed: " + result.error().describe());
+  if (!result)
+    throw std::runtime_error("rdmakit " + std::string(what) + " failed: " + result.error().describe());
 }
 
 // Every tensor the backend touches: defined, on the CPU, strided (dense). Non-contiguous tensors are fine:
@@ -26,12 +27,13 @@ inline void check_tensor(const at::Tensor& tensor, std::string_view op) {
   TORCH_CHECK(tensor.defined(), "rdmakit ", op, ": the tensor is undefined");
   TORCH_CHECK(tensor.device().is_cpu(), "rdmakit ", op, ": only CPU tensors are supported, got one on ",
               tensor.device());
-  TORCH_CHECK(tensor.layout() == at::kStrided, "rdmakit ", op, ": only dense (strided) tensors are supported, got ",
-              tensor.layout());
+  TORCH_CHECK(tensor.layout() == at::kStrided, "rdmakit ", op,
+              ": only dense (strided) tensors are supported, got ", tensor.layout());
 }
 
 inline void check_single(const std::vector<at::Tensor>& tensors, std::string_view op) {
-  TORCH_CHECK(tensors.size() == 1, "rdmakit ", op, " takes exactly one tensor per call, got ", tensors.size());
+  TORCH_CHECK(tensors.size() == 1, "rdmakit ", op, " takes exactly one tensor per call, got ",
+              tensors.size());
   check_tensor(tensors[0], op);
 }
 
@@ -44,14 +46,22 @@ inline void check_same_type(const at::Tensor& a, const at::Tensor& b, std::strin
 // for every dtype: those ops go as U8.
 inline std::optional<coll::DataType> reduction_type(at::ScalarType type) {
   switch (type) {
-    case at::kFloat: return coll::DataType::F32;
-    case at::kDouble: return coll::DataType::F64;
-    case at::kHalf: return coll::DataType::F16;
-    case at::kBFloat16: return coll::DataType::BF16;
-    case at::kInt: return coll::DataType::I32;
-    case at::kLong: return coll::DataType::I64;
-    case at::kByte: return coll::DataType::U8;
-    default: return std::nullopt;
+    case at::kFloat:
+      return coll::DataType::F32;
+    case at::kDouble:
+      return coll::DataType::F64;
+    case at::kHalf:
+      return coll::DataType::F16;
+    case at::kBFloat16:
+      return coll::DataType::BF16;
+    case at::kInt:
+      return coll::DataType::I32;
+    case at::kLong:
+      return coll::DataType::I64;
+    case at::kByte:
+      return coll::DataType::U8;
+    default:
+      return std::nullopt;
   }
 }
 
@@ -64,11 +74,16 @@ inline coll::DataType checked_reduction_type(const at::Tensor& tensor, std::stri
 
 inline coll::ReduceOp checked_reduce_op(const c10d::ReduceOp& op, std::string_view name) {
   switch (op.op_) {
-    case c10d::ReduceOp::SUM: return coll::ReduceOp::Sum;
-    case c10d::ReduceOp::AVG: return coll::ReduceOp::Avg;
-    case c10d::ReduceOp::PRODUCT: return coll::ReduceOp::Prod;
-    case c10d::ReduceOp::MIN: return coll::ReduceOp::Min;
-    case c10d::ReduceOp::MAX: return coll::ReduceOp::Max;
+    case c10d::ReduceOp::SUM:
+      return coll::ReduceOp::Sum;
+    case c10d::ReduceOp::AVG:
+      return coll::ReduceOp::Avg;
+    case c10d::ReduceOp::PRODUCT:
+      return coll::ReduceOp::Prod;
+    case c10d::ReduceOp::MIN:
+      return coll::ReduceOp::Min;
+    case c10d::ReduceOp::MAX:
+      return coll::ReduceOp::Max;
     default:
       TORCH_CHECK(false, "rdmakit ", name, ": reduce op ", static_cast<int>(op.op_),
                   " is not supported (supported: SUM, AVG, PRODUCT, MIN, MAX)");
@@ -103,6 +118,8 @@ inline void unflatten(const at::Tensor& flat, std::vector<at::Tensor>& tensors, 
   }
 }
 
-inline std::byte* bytes_of(const at::Tensor& contiguous) { return static_cast<std::byte*>(contiguous.data_ptr()); }
+inline std::byte* bytes_of(const at::Tensor& contiguous) {
+  return static_cast<std::byte*>(contiguous.data_ptr());
+}
 
 }  // namespace rdmakit::torch_backend

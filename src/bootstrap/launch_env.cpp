@@ -27,10 +27,10 @@ Result<void> parse_host_port(std::string_view text, std::string_view what, Launc
   std::size_t colon = text.rfind(':');
   int port = 0;
   if (colon == std::string_view::npos || colon == 0 ||
-      std::from_chars(text.data() + colon + 1, text.data() + text.size(), port).ec != std::errc() || port <= 0 ||
-      port > 65535)
-    return fail(Errc::InvalidArgument, "bootstrap: " + std::string(what) + "='" + std::string(text) +
-                                           "' is not host:port");
+      std::from_chars(text.data() + colon + 1, text.data() + text.size(), port).ec != std::errc() ||
+      port <= 0 || port > 65535)
+    return fail(Errc::InvalidArgument,
+                "bootstrap: " + std::string(what) + "='" + std::string(text) + "' is not host:port");
   info.store_host = std::string(text.substr(0, colon));
   info.store_port = static_cast<std::uint16_t>(port);
   return {};
@@ -42,7 +42,8 @@ Result<void> resolve_store(const EnvLookup& env, LaunchInfo& info, std::string d
   auto master = env("MASTER_ADDR");
   auto port = env("MASTER_PORT");
   if (master && port) return parse_host_port(*master + ":" + *port, "MASTER_ADDR:MASTER_PORT", info);
-  if (port && !master) return fail(Errc::InvalidArgument, "bootstrap: MASTER_PORT is set but MASTER_ADDR is not");
+  if (port && !master)
+    return fail(Errc::InvalidArgument, "bootstrap: MASTER_PORT is set but MASTER_ADDR is not");
   info.store_host = master ? *master : std::move(default_host);
   info.store_port = default_store_port(info.job_id);
   return {};
@@ -62,8 +63,9 @@ Result<LaunchInfo> from_torchrun(const EnvLookup& env) {
   info.local_size = *local_size;
   if (!env("MASTER_ADDR") || !env("MASTER_PORT"))
     if (!env("RDMAKIT_STORE_ADDR"))
-      return fail(Errc::InvalidArgument, "bootstrap: torchrun-style launch (RANK set) needs MASTER_ADDR and "
-                                         "MASTER_PORT (or RDMAKIT_STORE_ADDR)");
+      return fail(Errc::InvalidArgument,
+                  "bootstrap: torchrun-style launch (RANK set) needs MASTER_ADDR and "
+                  "MASTER_PORT (or RDMAKIT_STORE_ADDR)");
   if (auto ok = resolve_store(env, info, "127.0.0.1"); !ok) return std::unexpected(ok.error());
   return info;
 }
@@ -93,8 +95,8 @@ Result<LaunchInfo> from_srun(const EnvLookup& env) {
   auto local = read_int(env, "SLURM_LOCALID", *rank, false);
   if (!local) return std::unexpected(local.error());
   info.rank = *rank, info.world_size = *size, info.local_rank = *local;
-  info.job_id = env("SLURM_JOB_ID").value_or(env("SLURM_JOBID").value_or("")) + "." +
-                env("SLURM_STEP_ID").value_or("");
+  info.job_id =
+      env("SLURM_JOB_ID").value_or(env("SLURM_JOBID").value_or("")) + "." + env("SLURM_STEP_ID").value_or("");
   auto nodes = read_int(env, "SLURM_JOB_NUM_NODES", 0, false);
   if (!nodes) return std::unexpected(nodes.error());
   if (*nodes == 1) info.local_size = info.world_size;
@@ -103,8 +105,9 @@ Result<LaunchInfo> from_srun(const EnvLookup& env) {
   if (!list) list = env("SLURM_NODELIST");
   if (list) {
     auto hosts = expand_nodelist(*list);
-    if (!hosts) return std::unexpected(Error(Errc::InvalidArgument, "bootstrap: SLURM_JOB_NODELIST: " +
-                                                                        hosts.error().message()));
+    if (!hosts)
+      return std::unexpected(
+          Error(Errc::InvalidArgument, "bootstrap: SLURM_JOB_NODELIST: " + hosts.error().message()));
     first = hosts->front();
   }
   if (auto ok = resolve_store(env, info, first); !ok) return std::unexpected(ok.error());
@@ -133,16 +136,21 @@ bool LaunchInfo::spans_hosts() const noexcept {
 
 Result<LaunchInfo> detect_launch(const EnvLookup& env) {
   Result<LaunchInfo> info = LaunchInfo{.launcher = "single"};
-  if (env("RANK") && env("WORLD_SIZE")) info = from_torchrun(env);
-  else if (env("OMPI_COMM_WORLD_RANK")) info = from_mpirun(env);
-  else if (env("SLURM_PROCID")) info = from_srun(env);
-  else if (auto ok = resolve_store(env, *info, "127.0.0.1"); !ok) return std::unexpected(ok.error());
+  if (env("RANK") && env("WORLD_SIZE"))
+    info = from_torchrun(env);
+  else if (env("OMPI_COMM_WORLD_RANK"))
+    info = from_mpirun(env);
+  else if (env("SLURM_PROCID"))
+    info = from_srun(env);
+  else if (auto ok = resolve_store(env, *info, "127.0.0.1"); !ok)
+    return std::unexpected(ok.error());
   if (info && info->launcher == "single") info->local_size = 1;
   if (!info) return info;
   if (info->world_size < 1) return fail(Errc::InvalidArgument, "bootstrap: world size must be at least 1");
   if (info->rank >= info->world_size)
     return fail(Errc::InvalidArgument, "bootstrap: rank " + std::to_string(info->rank) +
-                                           " is not below the world size " + std::to_string(info->world_size));
+                                           " is not below the world size " +
+                                           std::to_string(info->world_size));
   return info;
 }
 

@@ -14,8 +14,9 @@ class MemoryStore final : public Store {
     {
       std::lock_guard lock(mutex_);
       if (!values_.emplace(std::string(key), std::string(value)).second)
-        return fail(Errc::InvalidArgument, "store: key '" + std::string(key) + "' is already set (store keys are "
-                                           "write-once)");
+        return fail(Errc::InvalidArgument, "store: key '" + std::string(key) +
+                                               "' is already set (store keys are "
+                                               "write-once)");
     }
     changed_.notify_all();
     return {};

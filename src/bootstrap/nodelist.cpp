@@ -81,7 +81,8 @@ Result<std::vector<std::string>> expand_nodelist(std::string_view list) {
   if (!parts) return std::unexpected(parts.error());
   std::vector<std::string> hosts;
   for (std::string_view part : *parts) {
-    if (part.empty()) return fail(Errc::InvalidArgument, "host list: empty name in '" + std::string(list) + "'");
+    if (part.empty())
+      return fail(Errc::InvalidArgument, "host list: empty name in '" + std::string(list) + "'");
     auto names = expand_name(part);
     if (!names) return std::unexpected(names.error());
     hosts.insert(hosts.end(), names->begin(), names->end());

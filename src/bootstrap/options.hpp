@@ -13,9 +13,9 @@
 namespace rdmakit::bootstrap {
 
 struct BootstrapConfig {
-  std::chrono::milliseconds timeout{};          // bootstrap_timeout_ms: how long to wait for a missing rank
-  std::optional<std::string> store_addr;        // store_addr: "host:port" of the store (read by detect_launch)
-  std::string job_secret;                       // job_secret: never logged or printed
+  std::chrono::milliseconds timeout{};    // bootstrap_timeout_ms: how long to wait for a missing rank
+  std::optional<std::string> store_addr;  // store_addr: "host:port" of the store (read by detect_launch)
+  std::string job_secret;                 // job_secret: never logged or printed
   std::uint64_t store_max_bytes = 0;
   std::uint64_t store_max_request_bytes = 0;
   std::uint64_t store_max_client_buffer_bytes = 0;

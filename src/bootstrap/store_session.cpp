@@ -1,7 +1,7 @@
 #include "bootstrap/store_session.hpp"
 
-#include "bootstrap/store_wire.hpp"
 #include "bootstrap/options.hpp"
+#include "bootstrap/store_wire.hpp"
 
 namespace rdmakit::bootstrap {
 

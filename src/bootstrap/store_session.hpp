@@ -6,9 +6,9 @@
 #include <chrono>
 #include <cstdint>
 #include <map>
-#include <vector>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "bootstrap/auth.hpp"
 #include "rdmakit/error.hpp"

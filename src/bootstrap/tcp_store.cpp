@@ -29,12 +29,12 @@ using Clock = std::chrono::steady_clock;
 // is made blocking again: the client's protocol waits with poll() where it needs a bound.
 Result<Fd> try_connect(const std::string& host, std::uint16_t port, Clock::time_point deadline) {
   auto address = net::resolve(host, port, AF_INET);
-  if (!address)
-    return fail(Errc::InvalidArgument, "store: " + address.error().message());
+  if (!address) return fail(Errc::InvalidArgument, "store: " + address.error().message());
   auto fd = net::connect(*address, deadline);
   if (!fd) return std::unexpected(Error(fd.error().code(), "store: " + fd.error().message()));
   int flags = fcntl(fd->get(), F_GETFL);
-  if (flags < 0 || fcntl(fd->get(), F_SETFL, flags & ~O_NONBLOCK) != 0) return fail_errno("store: fcntl", errno);
+  if (flags < 0 || fcntl(fd->get(), F_SETFL, flags & ~O_NONBLOCK) != 0)
+    return fail_errno("store: fcntl", errno);
   int one = 1;
   setsockopt(fd->get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
   return fd;

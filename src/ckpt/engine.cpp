@@ -11,9 +11,9 @@
 #include "ckpt/io.hpp"
 #include "ckpt/manifest.hpp"
 #include "ckpt/memory_kind.hpp"
+#include "ckpt/options.hpp"
 #include "ckpt/persist.hpp"
 #include "ckpt/replica.hpp"
-#include "ckpt/options.hpp"
 #include "ckpt/restore.hpp"
 #include "core/clock.hpp"
 #include "core/log.hpp"
@@ -363,7 +363,8 @@ struct Engine::Impl {
 
 Result<std::unique_ptr<Engine>> Engine::create(EngineOptions given, std::vector<Buffer> buffers) {
   auto resolved = detail::resolve_engine_options(std::move(given));  // the tunables, each checked
-  if (!resolved) return std::unexpected(Error(resolved.error().code(), "ckpt: " + resolved.error().message()));
+  if (!resolved)
+    return std::unexpected(Error(resolved.error().code(), "ckpt: " + resolved.error().message()));
   EngineOptions options = std::move(*resolved);
   if (auto ok = check_options(options); !ok) return std::unexpected(ok.error());
   if (auto ok = check_buffers(buffers); !ok) return std::unexpected(ok.error());

@@ -22,25 +22,34 @@ using O = EngineOptions;
 
 std::vector<options::Spec<C, O>> specs() {
   return {
-      option("ckpt_keep", "3", "checkpoints: committed checkpoints kept (>= 1); older ones are deleted after a commit",
+      option("ckpt_keep", "3",
+             "checkpoints: committed checkpoints kept (>= 1); older ones are deleted after a commit",
              "an integer", &C::keep, &O::keep),
-      option("ckpt_chunk_bytes", "4194304", "checkpoints: write and checksum unit (a multiple of 4096, up to 1 GiB)",
-             "an integer", &C::chunk_bytes, &O::chunk_bytes),
-      option("ckpt_io_depth", "4", "checkpoints: writes in flight (1..256)", "an integer", &C::io_depth, &O::io_depth),
-      option("ckpt_copy_threads", nullptr, "checkpoints: threads splitting the snapshot copy; unset = min(4, cores)",
-             "an integer", &C::copy_threads, &O::copy_threads),
-      option("ckpt_direct_io", "yes", "checkpoints: write with O_DIRECT (falls back to buffered I/O, with a warning, "
-             "where refused)", "yes or no", &C::direct_io, &O::direct_io),
+      option("ckpt_chunk_bytes", "4194304",
+             "checkpoints: write and checksum unit (a multiple of 4096, up to 1 GiB)", "an integer",
+             &C::chunk_bytes, &O::chunk_bytes),
+      option("ckpt_io_depth", "4", "checkpoints: writes in flight (1..256)", "an integer", &C::io_depth,
+             &O::io_depth),
+      option("ckpt_copy_threads", nullptr,
+             "checkpoints: threads splitting the snapshot copy; unset = min(4, cores)", "an integer",
+             &C::copy_threads, &O::copy_threads),
+      option("ckpt_direct_io", "yes",
+             "checkpoints: write with O_DIRECT (falls back to buffered I/O, with a warning, "
+             "where refused)",
+             "yes or no", &C::direct_io, &O::direct_io),
   };
 }
 
 Result<void> check(C& c, const options::SetOptions&) {
-  auto bad = [](const char* name, const std::string& why) { return std::unexpected(options::bad_option(name, why)); };
+  auto bad = [](const char* name, const std::string& why) {
+    return std::unexpected(options::bad_option(name, why));
+  };
   if (c.keep == 0) return bad("ckpt_keep", "EngineOptions::keep must be at least 1");
   if (c.chunk_bytes == 0 || c.chunk_bytes % kIoAlignment != 0 || c.chunk_bytes > kMaxChunkBytes)
     return bad("ckpt_chunk_bytes", "EngineOptions::chunk_bytes must be a multiple of 4096 up to 1 GiB, got " +
                                        std::to_string(c.chunk_bytes));
-  if (c.io_depth == 0 || c.io_depth > 256) return bad("ckpt_io_depth", "EngineOptions::io_depth must be 1..256");
+  if (c.io_depth == 0 || c.io_depth > 256)
+    return bad("ckpt_io_depth", "EngineOptions::io_depth must be 1..256");
   if (c.copy_threads && *c.copy_threads == 0) return bad("ckpt_copy_threads", "must be at least 1 when set");
   return {};
 }
@@ -58,7 +67,8 @@ Result<EngineOptions> resolve_engine_options(EngineOptions given) {
   given.keep = config->keep;
   given.chunk_bytes = config->chunk_bytes;
   given.io_depth = config->io_depth;
-  given.copy_threads = config->copy_threads.value_or(std::min(4u, std::max(1u, std::thread::hardware_concurrency())));
+  given.copy_threads =
+      config->copy_threads.value_or(std::min(4u, std::max(1u, std::thread::hardware_concurrency())));
   given.direct_io = config->direct_io;
   return given;
 }

@@ -8,9 +8,9 @@
 #include "ckpt/checksum.hpp"
 #include "ckpt/io.hpp"
 #include "ckpt/manifest.hpp"
+#include "ckpt/options.hpp"
 #include "ckpt/persist.hpp"
 #include "ckpt/replica.hpp"
-#include "ckpt/options.hpp"
 #include "ckpt/replica_channel.hpp"
 #include "core/log.hpp"
 #include "rdmakit/ckpt/serve.hpp"
@@ -221,7 +221,8 @@ Result<std::unique_ptr<ReplicaServer>> ReplicaServer::create(const ServeOptions&
     auto ring = Ring::create(4);
     if (!ring) return std::unexpected(ring.error());
     impl->ring.emplace(std::move(*ring));
-    auto persist = resolve_engine_options(EngineOptions{.directory = options.persist_directory, .keep = options.keep});
+    auto persist =
+        resolve_engine_options(EngineOptions{.directory = options.persist_directory, .keep = options.keep});
     if (!persist) return std::unexpected(persist.error());
     impl->persist_options = std::move(*persist);
   }

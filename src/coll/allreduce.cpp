@@ -90,7 +90,8 @@ Result<void> allreduce_doubling(Exchange& ex, const Buffers& b) {
   std::size_t e = size_of(b.type), bytes = b.count * e;
   if (auto ok = fold_in(ex, b, plan); !ok) return ok;
   for (int partner : plan.partners)
-    if (auto ok = stream(ex, partner, b.recv, bytes, partner, bytes, e, reduce_into(b.recv, b)); !ok) return ok;
+    if (auto ok = stream(ex, partner, b.recv, bytes, partner, bytes, e, reduce_into(b.recv, b)); !ok)
+      return ok;
   if (plan.role != DoublingPlan::FoldSender) finish(b, 0, b.count, ex.size());
   return fold_out(ex, b, plan);
 }
@@ -104,8 +105,8 @@ Result<void> allreduce_halving(Exchange& ex, const Buffers& b) {
   if (auto ok = fold_in(ex, b, plan); !ok) return ok;
   for (const HalvingStep& st : steps) {
     Block send = span_of(b.count, p, st.send), keep = span_of(b.count, p, st.keep);
-    if (auto ok = stream(ex, st.partner, b.recv + send.offset * e, send.count * e, st.partner, keep.count * e, e,
-                         reduce_into(b.recv + keep.offset * e, b));
+    if (auto ok = stream(ex, st.partner, b.recv + send.offset * e, send.count * e, st.partner, keep.count * e,
+                         e, reduce_into(b.recv + keep.offset * e, b));
         !ok)
       return ok;
   }
@@ -117,8 +118,8 @@ Result<void> allreduce_halving(Exchange& ex, const Buffers& b) {
   }
   for (auto st = steps.rbegin(); st != steps.rend(); ++st) {
     Block have = span_of(b.count, p, st->keep), get = span_of(b.count, p, st->send);
-    if (auto ok = stream(ex, st->partner, b.recv + have.offset * e, have.count * e, st->partner, get.count * e, e,
-                         copy_into(b.recv + get.offset * e));
+    if (auto ok = stream(ex, st->partner, b.recv + have.offset * e, have.count * e, st->partner,
+                         get.count * e, e, copy_into(b.recv + get.offset * e));
         !ok)
       return ok;
   }

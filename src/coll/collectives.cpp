@@ -17,8 +17,8 @@ Result<void> reduce_tree(Exchange& ex, const Buffers& b, int root) {
       auto data = ex.recv(child);
       if (!data) return std::unexpected(data.error());
       if (data->size() != c.count)
-        return std::unexpected(ex.fail_all(Error(Errc::ProtocolError, "reduce: rank " + std::to_string(child) +
-                                                                          " sent a chunk of another size")));
+        return std::unexpected(ex.fail_all(Error(
+            Errc::ProtocolError, "reduce: rank " + std::to_string(child) + " sent a chunk of another size")));
       reduce(acc.data(), acc.data(), data->data(), c.count / e, b.type, b.op);
       if (auto ok = ex.release(child); !ok) return ok;
     }
@@ -41,9 +41,9 @@ Result<void> broadcast_tree(Exchange& ex, const Buffers& b, int root) {
       auto data = ex.recv(node.parent);
       if (!data) return std::unexpected(data.error());
       if (data->size() != c.count)
-        return std::unexpected(ex.fail_all(Error(Errc::ProtocolError, "broadcast: rank " +
-                                                                          std::to_string(node.parent) +
-                                                                          " sent a chunk of another size")));
+        return std::unexpected(
+            ex.fail_all(Error(Errc::ProtocolError, "broadcast: rank " + std::to_string(node.parent) +
+                                                       " sent a chunk of another size")));
       if (c.count > 0) std::memcpy(b.recv + c.offset, data->data(), c.count);
       if (auto ok = ex.release(node.parent); !ok) return ok;
     }
@@ -85,7 +85,8 @@ Result<void> reduce_scatter_ring(Exchange& ex, const Buffers& b) {
     std::byte* target = s == n - 2 ? b.recv : acc.data();
     if (auto ok = stream(ex, (r + 1) % n, source, block, (r - 1 + n) % n, block, e,
                          [&](std::size_t offset, std::span<const std::byte> data) {
-                           reduce(target + offset, input + offset, data.data(), data.size() / e, b.type, b.op);
+                           reduce(target + offset, input + offset, data.data(), data.size() / e, b.type,
+                                  b.op);
                          });
         !ok)
       return ok;
@@ -104,11 +105,12 @@ Result<void> all_to_all_pairwise(Exchange& ex, const Buffers& b) {
     send = copy.data();
   }
   if (send != b.recv && block > 0)
-    std::memmove(b.recv + static_cast<std::size_t>(r) * block, send + static_cast<std::size_t>(r) * block, block);
+    std::memmove(b.recv + static_cast<std::size_t>(r) * block, send + static_cast<std::size_t>(r) * block,
+                 block);
   for (int k = 1; k < n; ++k) {
     int to = (r + k) % n, from = (r - k + n) % n;
-    if (auto ok = stream(ex, to, send + static_cast<std::size_t>(to) * block, block, from, block, size_of(b.type),
-                         copy_into(b.recv + static_cast<std::size_t>(from) * block));
+    if (auto ok = stream(ex, to, send + static_cast<std::size_t>(to) * block, block, from, block,
+                         size_of(b.type), copy_into(b.recv + static_cast<std::size_t>(from) * block));
         !ok)
       return ok;
   }
@@ -118,7 +120,8 @@ Result<void> all_to_all_pairwise(Exchange& ex, const Buffers& b) {
 Result<void> barrier_dissemination(Exchange& ex) {
   int n = ex.size(), r = ex.rank();
   for (int k = 1; k < n; k <<= 1)
-    if (auto ok = stream(ex, (r + k) % n, nullptr, 0, (r - k + n) % n, 0, 1, copy_into(nullptr)); !ok) return ok;
+    if (auto ok = stream(ex, (r + k) % n, nullptr, 0, (r - k + n) % n, 0, 1, copy_into(nullptr)); !ok)
+      return ok;
   return {};
 }
 

@@ -53,31 +53,46 @@ using O = CommOptions;
 
 std::vector<options::Spec<C, O>> specs() {
   return {
-      option("coll_local_transport", nullptr, "collectives: transport between ranks of one host; unset = shm "
-             "(the network transport when shm is not built)", "a transport name", &C::local_transport,
-             &O::local_transport),
+      option("coll_local_transport", nullptr,
+             "collectives: transport between ranks of one host; unset = shm "
+             "(the network transport when shm is not built)",
+             "a transport name", &C::local_transport, &O::local_transport),
       option("coll_timeout_ms", "60000", "collectives: one collective fails after this", "milliseconds",
              &C::timeout, &O::timeout),
-      option("coll_spin_us", "5000", "collectives: a waiting rank polls (yielding its core) this long before it "
-             "sleeps; 0 sleeps at once", "microseconds", &C::spin, &O::spin),
-      option("coll_chunk_bytes", "524288", "collectives: pipeline unit and staging slot size (a multiple of 64, "
-             "up to 1 GiB)", "an integer", &C::chunk_bytes, &O::chunk_bytes),
-      option("coll_slots", "4", "collectives: chunks in flight per peer (1..256)", "an integer", &C::slots, &O::slots),
-      option("coll_small_bytes", "65536", "collectives: allreduce uses recursive doubling up to this many bytes",
-             "an integer", &C::small_bytes, &O::small_bytes),
-      option("coll_algo", "auto", "collectives: allreduce algorithm: auto, ring, rd (recursive doubling) or hd "
-             "(halving-doubling)", "auto, ring, rd or hd", &C::algorithm, &O::algorithm),
-      option("coll_host_id", nullptr, "collectives: this rank's host as peers compare it; unset = hostname + "
-             "network namespace", "text", &C::host_id, &O::host_id),
+      option("coll_spin_us", "5000",
+             "collectives: a waiting rank polls (yielding its core) this long before it "
+             "sleeps; 0 sleeps at once",
+             "microseconds", &C::spin, &O::spin),
+      option("coll_chunk_bytes", "524288",
+             "collectives: pipeline unit and staging slot size (a multiple of 64, "
+             "up to 1 GiB)",
+             "an integer", &C::chunk_bytes, &O::chunk_bytes),
+      option("coll_slots", "4", "collectives: chunks in flight per peer (1..256)", "an integer", &C::slots,
+             &O::slots),
+      option("coll_small_bytes", "65536",
+             "collectives: allreduce uses recursive doubling up to this many bytes", "an integer",
+             &C::small_bytes, &O::small_bytes),
+      option("coll_algo", "auto",
+             "collectives: allreduce algorithm: auto, ring, rd (recursive doubling) or hd "
+             "(halving-doubling)",
+             "auto, ring, rd or hd", &C::algorithm, &O::algorithm),
+      option("coll_host_id", nullptr,
+             "collectives: this rank's host as peers compare it; unset = hostname + "
+             "network namespace",
+             "text", &C::host_id, &O::host_id),
   };
 }
 
 Result<void> check(C& c, const options::SetOptions&) {
-  auto bad = [](const char* name, const std::string& why) { return std::unexpected(options::bad_option(name, why)); };
+  auto bad = [](const char* name, const std::string& why) {
+    return std::unexpected(options::bad_option(name, why));
+  };
   if (c.timeout.count() == 0) return bad("coll_timeout_ms", "must be at least 1");
   if (c.chunk_bytes < 64 || c.chunk_bytes % 64 != 0 || c.chunk_bytes > (1u << 30))
-    return bad("coll_chunk_bytes", "must be a multiple of 64 up to 1 GiB, got " + std::to_string(c.chunk_bytes));
-  if (c.slots == 0 || c.slots > 256) return bad("coll_slots", "must be 1..256, got " + std::to_string(c.slots));
+    return bad("coll_chunk_bytes",
+               "must be a multiple of 64 up to 1 GiB, got " + std::to_string(c.chunk_bytes));
+  if (c.slots == 0 || c.slots > 256)
+    return bad("coll_slots", "must be 1..256, got " + std::to_string(c.slots));
   if (c.small_bytes == 0) return bad("coll_small_bytes", "must be at least 1");
   return {};
 }
@@ -91,7 +106,8 @@ const options::OptionTable<C, O>& table() {
 std::string default_local_transport(const std::string& network) {
   auto probe = Context::open(Options{.transport = "shm"});
   if (probe) return "shm";
-  log::info("coll", "shm transport unavailable (" + probe.error().message() + "); same-host peers use " + network);
+  log::info("coll",
+            "shm transport unavailable (" + probe.error().message() + "); same-host peers use " + network);
   return network;
 }
 
@@ -102,8 +118,12 @@ const options::Table& coll_option_table() { return table(); }
 Result<CommConfig> resolve_options(const CommOptions& given) {
   auto coll = table().resolve(given);
   if (!coll) return std::unexpected(coll.error());
-  CommConfig o{.timeout = coll->timeout, .spin = coll->spin, .chunk_bytes = coll->chunk_bytes,
-               .slots = coll->slots, .small_bytes = coll->small_bytes, .algorithm = coll->algorithm,
+  CommConfig o{.timeout = coll->timeout,
+               .spin = coll->spin,
+               .chunk_bytes = coll->chunk_bytes,
+               .slots = coll->slots,
+               .small_bytes = coll->small_bytes,
+               .algorithm = coll->algorithm,
                .key_prefix = given.key_prefix};
   if (given.network_transport) {
     o.network_transport = *given.network_transport;
@@ -122,7 +142,8 @@ Result<CommConfig> resolve_options(const CommOptions& given) {
     if (!timeout) return std::unexpected(timeout.error());
     o.bootstrap_timeout = *timeout;
   }
-  o.local_transport = coll->local_transport ? *coll->local_transport : default_local_transport(o.network_transport);
+  o.local_transport =
+      coll->local_transport ? *coll->local_transport : default_local_transport(o.network_transport);
   o.host_id = coll->host_id ? *coll->host_id : default_host_id();
   auto secret = bootstrap::auth::job_secret(given.job_secret.value_or(""));
   if (!secret) return std::unexpected(secret.error());

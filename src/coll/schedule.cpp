@@ -13,7 +13,8 @@ Block partition(std::size_t count, int parts, int index) noexcept {
 std::vector<Block> chunks(std::size_t bytes, std::size_t chunk, std::size_t element) {
   std::size_t step = std::max<std::size_t>(element, chunk / element * element);
   std::vector<Block> out;
-  for (std::size_t offset = 0; offset < bytes; offset += step) out.push_back({offset, std::min(step, bytes - offset)});
+  for (std::size_t offset = 0; offset < bytes; offset += step)
+    out.push_back({offset, std::min(step, bytes - offset)});
   if (out.empty()) out.push_back({0, 0});
   return out;
 }

@@ -34,17 +34,17 @@ RingStep ring_allgather_step(int rank, int n, int step) noexcept;
 // at distance 1, 2, 4, ... (in their renumbering); at the end each folded rank gets the result back.
 struct DoublingPlan {
   enum Role { Core, FoldSender, FoldReceiver } role = Core;
-  int fold_partner = -1;       // FoldSender/FoldReceiver: the other rank of the pair
-  std::vector<int> partners;   // Core and FoldReceiver: real rank of the partner at each step
+  int fold_partner = -1;      // FoldSender/FoldReceiver: the other rank of the pair
+  std::vector<int> partners;  // Core and FoldReceiver: real rank of the partner at each step
 };
 DoublingPlan recursive_doubling(int rank, int n);
 
 // Halving-doubling (Rabenseifner) over a power-of-two group of the same renumbered ranks: the
 // reduce-scatter halves the block it keeps at each step, the allgather doubles it back in reverse.
 struct HalvingStep {
-  int partner = 0;      // real rank
-  Block send;           // block range in units of 1/p of the buffer: [offset, offset+count) of p parts
-  Block keep;           // the half this rank keeps and reduces into
+  int partner = 0;  // real rank
+  Block send;       // block range in units of 1/p of the buffer: [offset, offset+count) of p parts
+  Block keep;       // the half this rank keeps and reduces into
 };
 std::vector<HalvingStep> halving_doubling(int rank, int n);
 

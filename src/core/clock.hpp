@@ -16,15 +16,17 @@ namespace rdmakit {
 // CLOCK_MONOTONIC (std::chrono::steady_clock) in nanoseconds: deadlines and leases. One clock for every
 // process on the host, so a value written into shared memory means the same to a peer.
 inline std::int64_t steady_ns() noexcept {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
       .count();
 }
 
 inline std::chrono::system_clock::time_point coarse_wall_clock() noexcept {
   timespec now{};
   clock_gettime(CLOCK_REALTIME_COARSE, &now);
-  return std::chrono::system_clock::time_point(std::chrono::duration_cast<std::chrono::system_clock::duration>(
-      std::chrono::seconds(now.tv_sec) + std::chrono::nanoseconds(now.tv_nsec)));
+  return std::chrono::system_clock::time_point(
+      std::chrono::duration_cast<std::chrono::system_clock::duration>(std::chrono::seconds(now.tv_sec) +
+                                                                      std::chrono::nanoseconds(now.tv_nsec)));
 }
 
 }  // namespace rdmakit

@@ -11,14 +11,22 @@ namespace rdmakit {
 
 std::string_view to_string(Opcode opcode) noexcept {
   switch (opcode) {
-    case Opcode::Write: return "write";
-    case Opcode::WriteImm: return "write_imm";
-    case Opcode::Read: return "read";
-    case Opcode::CompareSwap: return "compare_swap";
-    case Opcode::FetchAdd: return "fetch_add";
-    case Opcode::Send: return "send";
-    case Opcode::Recv: return "recv";
-    case Opcode::RecvWriteImm: return "recv_write_imm";
+    case Opcode::Write:
+      return "write";
+    case Opcode::WriteImm:
+      return "write_imm";
+    case Opcode::Read:
+      return "read";
+    case Opcode::CompareSwap:
+      return "compare_swap";
+    case Opcode::FetchAdd:
+      return "fetch_add";
+    case Opcode::Send:
+      return "send";
+    case Opcode::Recv:
+      return "recv";
+    case Opcode::RecvWriteImm:
+      return "recv_write_imm";
   }
   return "unknown";
 }
@@ -58,7 +66,8 @@ void CompletionQueue::note_taken(std::span<const Completion> taken) {
   detail::RcState* last = nullptr;
   for (const Completion& c : taken) {
     if (!last || last->number() != c.connection) {
-      auto it = std::find_if(states_.begin(), states_.end(), [&](const auto& s) { return s->number() == c.connection; });
+      auto it = std::find_if(states_.begin(), states_.end(),
+                             [&](const auto& s) { return s->number() == c.connection; });
       last = it == states_.end() ? nullptr : it->get();
     }
     if (last) last->taken(c.id);
@@ -134,9 +143,11 @@ Result<Completion> CompletionQueue::wait_for(std::uint64_t id, std::chrono::nano
     }
     if (auto ok = health(); !ok) return std::unexpected(ok.error());
     auto now = std::chrono::steady_clock::now();
-    if (now >= deadline) return fail(Errc::Timeout, "operation " + std::to_string(id) + " did not complete in time");
+    if (now >= deadline)
+      return fail(Errc::Timeout, "operation " + std::to_string(id) + " did not complete in time");
     if (now < spin_until) continue;
-    if (auto slept = sleep_until(std::min(deadline, now + kSlice)); !slept) return std::unexpected(slept.error());
+    if (auto slept = sleep_until(std::min(deadline, now + kSlice)); !slept)
+      return std::unexpected(slept.error());
   }
 }
 

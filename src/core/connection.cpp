@@ -25,13 +25,16 @@ Result<std::uint64_t> post_one(Connection& connection, const WorkRequest& reques
 }  // namespace
 
 Result<std::uint64_t> Connection::write(std::span<const Segment> local, RemoteAddress remote, bool signaled) {
-  return post_one(*this, WorkRequest{.opcode = Opcode::Write, .local = local, .remote = remote, .signaled = signaled});
+  return post_one(
+      *this, WorkRequest{.opcode = Opcode::Write, .local = local, .remote = remote, .signaled = signaled});
 }
 Result<std::uint64_t> Connection::write(Segment local, RemoteAddress remote, bool signaled) {
   return write(std::span(&local, 1), remote, signaled);
 }
-Result<std::uint64_t> Connection::write_imm(std::span<const Segment> local, RemoteAddress remote, std::uint32_t imm) {
-  return post_one(*this, WorkRequest{.opcode = Opcode::WriteImm, .local = local, .remote = remote, .imm = imm});
+Result<std::uint64_t> Connection::write_imm(std::span<const Segment> local, RemoteAddress remote,
+                                            std::uint32_t imm) {
+  return post_one(*this,
+                  WorkRequest{.opcode = Opcode::WriteImm, .local = local, .remote = remote, .imm = imm});
 }
 Result<std::uint64_t> Connection::write_imm(Segment local, RemoteAddress remote, std::uint32_t imm) {
   return write_imm(std::span(&local, 1), remote, imm);
@@ -42,22 +45,28 @@ Result<std::uint64_t> Connection::read(std::span<const Segment> local, RemoteAdd
 Result<std::uint64_t> Connection::read(Segment local, RemoteAddress remote) {
   return read(std::span(&local, 1), remote);
 }
-Result<std::uint64_t> Connection::compare_swap(Segment old_value, RemoteAddress remote, std::uint64_t expected,
-                                               std::uint64_t desired) {
-  return post_one(*this, WorkRequest{.opcode = Opcode::CompareSwap, .local = std::span(&old_value, 1),
-                                     .remote = remote, .compare_add = expected, .swap = desired});
+Result<std::uint64_t> Connection::compare_swap(Segment old_value, RemoteAddress remote,
+                                               std::uint64_t expected, std::uint64_t desired) {
+  return post_one(*this, WorkRequest{.opcode = Opcode::CompareSwap,
+                                     .local = std::span(&old_value, 1),
+                                     .remote = remote,
+                                     .compare_add = expected,
+                                     .swap = desired});
 }
 Result<std::uint64_t> Connection::fetch_add(Segment old_value, RemoteAddress remote, std::uint64_t add) {
-  return post_one(*this, WorkRequest{.opcode = Opcode::FetchAdd, .local = std::span(&old_value, 1),
-                                     .remote = remote, .compare_add = add});
+  return post_one(*this, WorkRequest{.opcode = Opcode::FetchAdd,
+                                     .local = std::span(&old_value, 1),
+                                     .remote = remote,
+                                     .compare_add = add});
 }
 Result<std::uint64_t> Connection::send(std::span<const Segment> local) {
   return post_one(*this, WorkRequest{.opcode = Opcode::Send, .local = local});
 }
 Result<std::uint64_t> Connection::send(Segment local) { return send(std::span(&local, 1)); }
 Result<std::uint64_t> Connection::send_imm(Segment local, std::uint32_t imm) {
-  return post_one(*this,
-                  WorkRequest{.opcode = Opcode::Send, .local = std::span(&local, 1), .imm = imm, .with_imm = true});
+  return post_one(
+      *this,
+      WorkRequest{.opcode = Opcode::Send, .local = std::span(&local, 1), .imm = imm, .with_imm = true});
 }
 Result<std::uint64_t> Connection::post_recv(Segment sgl) { return post_recv(std::span(&sgl, 1)); }
 

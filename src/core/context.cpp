@@ -19,7 +19,9 @@ class OwnedRegion final : public MemoryRegion {
       : MemoryRegion(registration->data(), registration->size(), registration->access(), registration->lkey(),
                      registration->rkey(), registration->descriptor().owner_id,
                      registration->descriptor().owner_epoch),
-        memory_(memory), mapped_(mapped), registration_(std::move(registration)) {}
+        memory_(memory),
+        mapped_(mapped),
+        registration_(std::move(registration)) {}
   ~OwnedRegion() override {
     registration_.reset();  // deregister before the memory goes
     munmap(memory_, mapped_);

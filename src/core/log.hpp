@@ -12,8 +12,12 @@ namespace rdmakit::log {
 bool enabled(LogLevel level) noexcept;
 void write(LogLevel level, std::string_view subsystem, std::string_view message);
 
-inline void error(std::string_view subsystem, std::string_view message) { write(LogLevel::Error, subsystem, message); }
-inline void warn(std::string_view subsystem, std::string_view message) { write(LogLevel::Warn, subsystem, message); }
+inline void error(std::string_view subsystem, std::string_view message) {
+  write(LogLevel::Error, subsystem, message);
+}
+inline void warn(std::string_view subsystem, std::string_view message) {
+  write(LogLevel::Warn, subsystem, message);
+}
 inline void info(std::string_view subsystem, std::string_view message) {
   if (enabled(LogLevel::Info)) write(LogLevel::Info, subsystem, message);
 }

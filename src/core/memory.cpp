@@ -58,9 +58,11 @@ Result<RemoteRegion> RemoteRegion::deserialize(std::span<const std::byte> bytes)
     return fail(Errc::InvalidArgument, "remote descriptor must be " + std::to_string(kSerializedSize) +
                                            " bytes, got " + std::to_string(bytes.size()));
   const std::byte* in = bytes.data();
-  if (get<std::uint32_t>(in) != kMagic) return fail(Errc::InvalidArgument, "not a remote descriptor (bad magic)");
+  if (get<std::uint32_t>(in) != kMagic)
+    return fail(Errc::InvalidArgument, "not a remote descriptor (bad magic)");
   if (auto version = get<std::uint16_t>(in); version != kVersion)
-    return fail(Errc::InvalidArgument, "remote descriptor version " + std::to_string(version) + " not supported");
+    return fail(Errc::InvalidArgument,
+                "remote descriptor version " + std::to_string(version) + " not supported");
   RemoteRegion region;
   auto access_bits = get<std::uint16_t>(in);
   if (access_bits & ~static_cast<std::uint16_t>(Access::All))
@@ -68,7 +70,8 @@ Result<RemoteRegion> RemoteRegion::deserialize(std::span<const std::byte> bytes)
   region.access = static_cast<Access>(access_bits);
   region.rkey = get<std::uint32_t>(in);
   // Reserved for a later version: a nonzero value is a field this version would silently drop.
-  if (get<std::uint32_t>(in) != 0) return fail(Errc::InvalidArgument, "remote descriptor has nonzero reserved bits");
+  if (get<std::uint32_t>(in) != 0)
+    return fail(Errc::InvalidArgument, "remote descriptor has nonzero reserved bits");
   region.addr = get<std::uint64_t>(in);
   region.length = get<std::uint64_t>(in);
   region.owner_id = get<std::uint64_t>(in);
@@ -88,8 +91,9 @@ std::string RemoteRegion::to_hex() const {
 
 Result<RemoteRegion> RemoteRegion::from_hex(std::string_view hex) {
   if (hex.size() != 2 * kSerializedSize)
-    return fail(Errc::InvalidArgument, "remote descriptor hex must be " + std::to_string(2 * kSerializedSize) +
-                                           " characters, got " + std::to_string(hex.size()));
+    return fail(Errc::InvalidArgument, "remote descriptor hex must be " +
+                                           std::to_string(2 * kSerializedSize) + " characters, got " +
+                                           std::to_string(hex.size()));
   auto nibble = [](char c) -> int {
     if (c >= '0' && c <= '9') return c - '0';
     if (c >= 'a' && c <= 'f') return c - 'a' + 10;
@@ -99,7 +103,8 @@ Result<RemoteRegion> RemoteRegion::from_hex(std::string_view hex) {
   Bytes bytes{};
   for (std::size_t i = 0; i < kSerializedSize; ++i) {
     int high = nibble(hex[2 * i]), low = nibble(hex[2 * i + 1]);
-    if (high < 0 || low < 0) return fail(Errc::InvalidArgument, "remote descriptor hex has a non-hex character");
+    if (high < 0 || low < 0)
+      return fail(Errc::InvalidArgument, "remote descriptor hex has a non-hex character");
     bytes[i] = static_cast<std::byte>(high * 16 + low);
   }
   return deserialize(bytes);
@@ -110,7 +115,8 @@ Result<RemoteAddress> RemoteRegion::at(std::uint64_t offset, std::uint64_t size)
   if (offset > length || size > length - offset)
     return fail(Errc::InvalidArgument, "RemoteRegion::at: bytes [" + std::to_string(offset) + ", " +
                                            std::to_string(offset) + " + " + std::to_string(size) +
-                                           ") are outside the region of " + std::to_string(length) + " bytes");
+                                           ") are outside the region of " + std::to_string(length) +
+                                           " bytes");
   return at(offset);
 }
 

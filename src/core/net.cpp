@@ -53,13 +53,15 @@ Result<Address> resolve(const std::string& host, std::uint16_t port, int family,
 Result<Address> resolve(std::string_view text, std::string_view default_host, int family, bool passive) {
   auto parsed = parse_host_port(text);
   if (!parsed) return std::unexpected(parsed.error());
-  return resolve(parsed->host.empty() ? std::string(default_host) : parsed->host, parsed->port, family, passive);
+  return resolve(parsed->host.empty() ? std::string(default_host) : parsed->host, parsed->port, family,
+                 passive);
 }
 
 namespace {
 
 int milliseconds_left(Deadline deadline) {
-  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+  auto left =
+      std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
   return static_cast<int>(std::clamp<std::int64_t>(left.count(), 0, 1 << 30));
 }
 

@@ -32,7 +32,8 @@ struct Address {
 };
 // The first address of `host` (numeric or a name) in `family` (AF_UNSPEC: IPv4 or IPv6) with `port`.
 // `passive` with an empty host: the wildcard address, for binding.
-Result<Address> resolve(const std::string& host, std::uint16_t port, int family = AF_UNSPEC, bool passive = false);
+Result<Address> resolve(const std::string& host, std::uint16_t port, int family = AF_UNSPEC,
+                        bool passive = false);
 // parse_host_port() then resolve(); an empty host is `default_host`.
 Result<Address> resolve(std::string_view text, std::string_view default_host, int family = AF_UNSPEC,
                         bool passive = false);

@@ -86,7 +86,7 @@ struct Spec {
   const char* name;
   const char* default_value;  // nullptr: none (the field is a std::optional left empty)
   const char* doc;
-  const char* expected;       // what a valid value looks like, for error messages
+  const char* expected;  // what a valid value looks like, for error messages
   std::function<bool(Config&, std::string_view)> parse;
   std::function<bool(Config&, const Given&)> from_code;  // true when set in code
   std::function<std::string(const Config&)> print;
@@ -97,7 +97,10 @@ template <typename Config, typename Given, typename Field, typename Value>
 Spec<Config, Given> option(const char* name, const char* default_value, const char* doc, const char* expected,
                            Field Config::*field, std::optional<Value> Given::*given) {
   return Spec<Config, Given>{
-      name, default_value, doc, expected,
+      name,
+      default_value,
+      doc,
+      expected,
       [field](Config& c, std::string_view text) { return parse_value(text, c.*field); },
       [given, field](Config& c, const Given& g) {
         if (given == nullptr || !(g.*given)) return false;

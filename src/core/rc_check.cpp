@@ -9,10 +9,12 @@ bool is_atomic(Opcode opcode) noexcept { return opcode == Opcode::CompareSwap ||
 
 Result<void> check_segments(std::string_view what, std::size_t index, std::span<const Segment> segments,
                             const Capabilities& caps) {
-  const std::string where = std::string(what) + (index == SIZE_MAX ? "" : " request " + std::to_string(index));
+  const std::string where =
+      std::string(what) + (index == SIZE_MAX ? "" : " request " + std::to_string(index));
   if (segments.size() > caps.max_sge)
     return fail(Errc::InvalidArgument, where + ": " + std::to_string(segments.size()) +
-                                           " scatter-gather entries, max_sge is " + std::to_string(caps.max_sge));
+                                           " scatter-gather entries, max_sge is " +
+                                           std::to_string(caps.max_sge));
   std::uint64_t total = 0;
   for (const Segment& segment : segments) total += segment.length;
   if (caps.max_message_size != 0 && total > caps.max_message_size)
@@ -35,8 +37,8 @@ Result<void> check_request(const WorkRequest& request, std::size_t index, const 
       break;
     case Opcode::Recv:
     case Opcode::RecvWriteImm:
-      return fail(Errc::InvalidArgument,
-                  where + ": opcode " + std::string(to_string(request.opcode)) + " is posted with post_recv()");
+      return fail(Errc::InvalidArgument, where + ": opcode " + std::string(to_string(request.opcode)) +
+                                             " is posted with post_recv()");
     default:
       return fail(Errc::InvalidArgument,
                   where + ": unknown opcode " + std::to_string(static_cast<int>(request.opcode)));
@@ -44,23 +46,26 @@ Result<void> check_request(const WorkRequest& request, std::size_t index, const 
   if (auto ok = check_segments("post", index, request.local, caps); !ok) return ok;
   if (is_atomic(request.opcode)) {
     if (request.local.size() != 1 || request.local[0].length != 8)
-      return fail(Errc::InvalidArgument, where + ": an atomic needs exactly one 8-byte local segment for the old value");
+      return fail(Errc::InvalidArgument,
+                  where + ": an atomic needs exactly one 8-byte local segment for the old value");
     if (caps.misaligned_atomic_refused_at_post && request.remote.addr % 8 != 0)
-      return fail(Errc::InvalidArgument, where + ": atomic on remote address " + std::to_string(request.remote.addr) +
+      return fail(Errc::InvalidArgument, where + ": atomic on remote address " +
+                                             std::to_string(request.remote.addr) +
                                              ", which is not 8-byte aligned");
   }
   const bool one_sided = request.opcode != Opcode::Send;
   if (one_sided && request.remote.owner_epoch != 0 && request.remote.owner_epoch != peer_epoch)
     return fail(Errc::StaleDescriptor, where + ": the remote address comes from a descriptor of epoch " +
-                                           std::to_string(request.remote.owner_epoch) + ", but the peer is at epoch " +
-                                           std::to_string(peer_epoch) +
+                                           std::to_string(request.remote.owner_epoch) +
+                                           ", but the peer is at epoch " + std::to_string(peer_epoch) +
                                            " (another process, or an earlier life of this one)");
   return {};
 }
 
 }  // namespace
 
-Result<void> check_chain(std::span<const WorkRequest> chain, const Capabilities& caps, std::uint64_t peer_epoch) {
+Result<void> check_chain(std::span<const WorkRequest> chain, const Capabilities& caps,
+                         std::uint64_t peer_epoch) {
   if (chain.empty()) return fail(Errc::InvalidArgument, "post: empty chain");
   for (std::size_t i = 0; i < chain.size(); ++i)
     if (auto ok = check_request(chain[i], i, caps, peer_epoch); !ok) return ok;

@@ -16,7 +16,8 @@ namespace rdmakit {
 // caps.max_message_size bytes per request, one 8-byte result segment per atomic (8-byte aligned remote
 // address where caps.misaligned_atomic_refused_at_post), and remote addresses of the peer's current life
 // (`peer_epoch`; a descriptor without an epoch, 0, is taken as current).
-Result<void> check_chain(std::span<const WorkRequest> chain, const Capabilities& caps, std::uint64_t peer_epoch);
+Result<void> check_chain(std::span<const WorkRequest> chain, const Capabilities& caps,
+                         std::uint64_t peer_epoch);
 // Checks a scatter-gather list for post_recv().
 Result<void> check_recv(std::span<const Segment> sgl, const Capabilities& caps);
 

@@ -9,7 +9,9 @@
 namespace rdmakit::detail {
 namespace {
 
-std::uint64_t ring_mask(std::uint64_t entries) { return std::bit_ceil(std::max<std::uint64_t>(entries, 1)) - 1; }
+std::uint64_t ring_mask(std::uint64_t entries) {
+  return std::bit_ceil(std::max<std::uint64_t>(entries, 1)) - 1;
+}
 
 }  // namespace
 
@@ -60,14 +62,15 @@ Result<void> RcState::health() const {
 
 std::unexpected<Error> RcState::refuse_closed(std::string_view what) const {
   return rdmakit::fail(Errc::ConnectionBroken, std::string(what) + ": connection " + std::to_string(number_) +
-                                          " was closed by this side");
+                                                   " was closed by this side");
 }
 
 std::uint64_t RcState::outstanding() const noexcept {
   auto sends = send_posted.load(std::memory_order_relaxed) - send_done.load(std::memory_order_relaxed);
   auto recvs = recv_posted.load(std::memory_order_relaxed) - recv_done.load(std::memory_order_relaxed);
   // Racing posts may briefly see done ahead of posted.
-  return (static_cast<std::int64_t>(sends) > 0 ? sends : 0) + (static_cast<std::int64_t>(recvs) > 0 ? recvs : 0);
+  return (static_cast<std::int64_t>(sends) > 0 ? sends : 0) +
+         (static_cast<std::int64_t>(recvs) > 0 ? recvs : 0);
 }
 
 ConnectionStats RcState::stats(const PeerInfo& peer) const {
@@ -90,19 +93,20 @@ ConnectionStats RcState::stats(const PeerInfo& peer) const {
 Result<void> RcState::check_waitable(std::uint64_t id) const {
   if (Connection::connection_of(id) != number_)
     return rdmakit::fail(Errc::InvalidArgument, "wait: id " + std::to_string(id) + " belongs to connection " +
-                                           std::to_string(Connection::connection_of(id)) + ", not to connection " +
-                                           std::to_string(number_));
+                                                    std::to_string(Connection::connection_of(id)) +
+                                                    ", not to connection " + std::to_string(number_));
   const bool recv = Connection::is_recv_id(id);
   const std::uint64_t sequence = sequence_of(id);
   const std::uint64_t issued = (recv ? recv_posted : send_posted).load(std::memory_order_acquire);
   if (sequence >= issued)
-    return rdmakit::fail(Errc::InvalidArgument, "wait: id " + std::to_string(id) + " was never issued by connection " +
-                                           std::to_string(number_) + " (" + std::to_string(issued) + " " +
-                                           (recv ? "receives" : "sends") + " posted)");
+    return rdmakit::fail(Errc::InvalidArgument, "wait: id " + std::to_string(id) +
+                                                    " was never issued by connection " +
+                                                    std::to_string(number_) + " (" + std::to_string(issued) +
+                                                    " " + (recv ? "receives" : "sends") + " posted)");
   const auto& ring = recv ? taken_recv_ : taken_send_;
   if (ring[sequence & taken_mask_].load(std::memory_order_acquire) == sequence + 1)
-    return rdmakit::fail(Errc::InvalidArgument,
-                "wait: the completion of id " + std::to_string(id) + " was already taken (by poll or wait)");
+    return rdmakit::fail(Errc::InvalidArgument, "wait: the completion of id " + std::to_string(id) +
+                                                    " was already taken (by poll or wait)");
   return {};
 }
 

@@ -35,8 +35,12 @@ class RcState {
 
   // Sequences of the sends / receives issued so far; the next post takes the next ones (take_*), a post
   // that the transport then refuses gives them back (give_back_*; only for the last ones taken).
-  std::uint64_t take_sends(std::uint64_t count) noexcept { return send_posted.fetch_add(count, std::memory_order_relaxed); }
-  void give_back_sends(std::uint64_t count) noexcept { send_posted.fetch_sub(count, std::memory_order_relaxed); }
+  std::uint64_t take_sends(std::uint64_t count) noexcept {
+    return send_posted.fetch_add(count, std::memory_order_relaxed);
+  }
+  void give_back_sends(std::uint64_t count) noexcept {
+    send_posted.fetch_sub(count, std::memory_order_relaxed);
+  }
   std::uint64_t take_recv() noexcept { return recv_posted.fetch_add(1, std::memory_order_relaxed); }
   void give_back_recv() noexcept { recv_posted.fetch_sub(1, std::memory_order_relaxed); }
 
@@ -104,7 +108,8 @@ class RcState {
 
  private:
   std::uint64_t id_of(std::uint64_t sequence, bool recv) const noexcept {
-    return (std::uint64_t{number_} << 40) | (recv ? Connection::kRecvBit : 0) | (sequence & (Connection::kRecvBit - 1));
+    return (std::uint64_t{number_} << 40) | (recv ? Connection::kRecvBit : 0) |
+           (sequence & (Connection::kRecvBit - 1));
   }
 
   template <typename Push>

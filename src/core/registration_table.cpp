@@ -17,7 +17,8 @@ constexpr std::chrono::seconds kPinWarning{30};
 
 // Keys are random and never reused within the table's life (KeySource); a key from an earlier life of the
 // process may match by chance (1 in 2^32), and the owner epoch in descriptors catches that.
-Result<RegistrationTable::Keys> RegistrationTable::add(std::uint64_t addr, std::uint64_t length, Access access) {
+Result<RegistrationTable::Keys> RegistrationTable::add(std::uint64_t addr, std::uint64_t length,
+                                                       Access access) {
   std::unique_lock lock(mutex_);
   auto lkey = keys_.next();
   if (!lkey) return std::unexpected(lkey.error());

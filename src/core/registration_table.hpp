@@ -67,13 +67,15 @@ class RegistrationTable {
   // A remote peer's access: key known, [addr, addr+length) inside the region, `needed` granted.
   // Success: *pin holds the region until the access ends. Otherwise the status to report
   // (RemoteAccess for all three failures, as verbs reports them).
-  Status check_remote(std::uint32_t rkey, std::uint64_t addr, std::uint64_t length, Access needed, Pin* pin) const;
+  Status check_remote(std::uint32_t rkey, std::uint64_t addr, std::uint64_t length, Access needed,
+                      Pin* pin) const;
   // A local segment: key known and the segment inside the region; `write` needs LocalWrite.
   Status check_local(const Segment& segment, bool write) const;
 
  private:
   template <typename Map>
-  static const Entry* find_covering(const Map& map, std::uint32_t key, std::uint64_t addr, std::uint64_t length);
+  static const Entry* find_covering(const Map& map, std::uint32_t key, std::uint64_t addr,
+                                    std::uint64_t length);
 
   mutable std::shared_mutex mutex_;
   std::unordered_map<std::uint32_t, std::unique_ptr<Entry>> entries_;  // by lkey

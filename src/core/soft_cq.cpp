@@ -45,7 +45,8 @@ std::size_t SoftCompletionQueue::poll_transport(std::span<Completion> out) {
 Result<void> SoftCompletionQueue::sleep_until(std::chrono::steady_clock::time_point deadline) {
   std::unique_lock lock(mutex_);
   ++sleepers_;
-  ready_.wait_until(lock, deadline, [&] { return !queue_.empty() || overflowed_.load(std::memory_order_relaxed); });
+  ready_.wait_until(lock, deadline,
+                    [&] { return !queue_.empty() || overflowed_.load(std::memory_order_relaxed); });
   --sleepers_;
   return {};
 }

@@ -8,7 +8,8 @@ class SoftRegion final : public MemoryRegion {
   SoftRegion(std::shared_ptr<RegistrationTable> table, std::shared_ptr<const Context> owner, void* data,
              std::size_t size, Access access, RegistrationTable::Keys keys)
       : MemoryRegion(data, size, access, keys.lkey, keys.rkey, owner->identity().id, owner->identity().epoch),
-        table_(std::move(table)), owner_(std::move(owner)) {}
+        table_(std::move(table)),
+        owner_(std::move(owner)) {}
   ~SoftRegion() override { table_->remove(lkey()); }
 
  private:
@@ -24,7 +25,8 @@ Result<void> check_registration(const void* data, std::size_t size, Access acces
   if (static_cast<std::uint32_t>(access) & ~static_cast<std::uint32_t>(Access::All))
     return fail(Errc::InvalidArgument, "register_memory: unknown access bits");
   // The verbs rule (ibv_reg_mr returns EINVAL otherwise): remote write and atomic need local write.
-  if ((has(access, Access::RemoteWrite) || has(access, Access::RemoteAtomic)) && !has(access, Access::LocalWrite))
+  if ((has(access, Access::RemoteWrite) || has(access, Access::RemoteAtomic)) &&
+      !has(access, Access::LocalWrite))
     return fail(Errc::InvalidArgument,
                 "register_memory: RemoteWrite and RemoteAtomic need LocalWrite too (as in verbs), got " +
                     to_string(access));

@@ -27,8 +27,9 @@ Result<std::shared_ptr<Context>> open(const Config& config) {
   for (const Registration& entry : builtin()) {
     if (entry.name != base) continue;
     if (entry.wraps_inner && (!has_inner || base.size() + 1 == name.size()))
-      return fail(Errc::InvalidArgument, "option transport: '" + name + "' names no inner transport (expected " +
-                                             display_name(entry) + ", e.g. " + std::string(base) + ":tcp)");
+      return fail(Errc::InvalidArgument, "option transport: '" + name +
+                                             "' names no inner transport (expected " + display_name(entry) +
+                                             ", e.g. " + std::string(base) + ":tcp)");
     if (!entry.wraps_inner && has_inner)
       return fail(Errc::InvalidArgument,
                   "option transport: '" + name + "': the " + std::string(base) + " transport wraps no other");

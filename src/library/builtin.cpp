@@ -19,15 +19,15 @@ namespace rdmakit {
 
 std::span<const transport::Registration> transport::builtin() {
   static const Registration entries[] = {
-      tcp_registration(),
+    tcp_registration(),
 #if RDMAKIT_WITH_SHM
-      shm_registration(),
+    shm_registration(),
 #endif
 #if RDMAKIT_WITH_VERBS
-      verbs_registration(),
+    verbs_registration(),
 #endif
 #if RDMAKIT_WITH_FAULT
-      fault_registration(),
+    fault_registration(),
 #endif
   };
   return entries;
@@ -35,9 +35,11 @@ std::span<const transport::Registration> transport::builtin() {
 
 std::span<const options::Table* const> options::option_tables() {
   static const Table* const tables[] = {
-      &core_table(), &bootstrap::bootstrap_option_table(), &coll::detail::coll_option_table(),
+    &core_table(),
+    &bootstrap::bootstrap_option_table(),
+    &coll::detail::coll_option_table(),
 #if RDMAKIT_WITH_CKPT
-      &ckpt::detail::ckpt_option_table(),
+    &ckpt::detail::ckpt_option_table(),
 #endif
   };
   return tables;
@@ -50,7 +52,9 @@ namespace verbs {
 namespace {
 constexpr const char* kNotBuilt = "the verbs transport was not built (CMake option RDMAKIT_WITH_VERBS=OFF)";
 }
-Result<RegistrationCacheStats> registration_cache_stats(const Context&) { return fail(Errc::NotSupported, kNotBuilt); }
+Result<RegistrationCacheStats> registration_cache_stats(const Context&) {
+  return fail(Errc::NotSupported, kNotBuilt);
+}
 Result<std::vector<DeviceInfo>> list_devices() { return fail(Errc::NotSupported, kNotBuilt); }
 }  // namespace verbs
 #endif

@@ -28,13 +28,16 @@ Result<std::size_t> take_completions(CompletionQueue& cq, CompletionMode mode, s
 
 // Posts as many whole groups of cq_mod operations as the window allows; the last of each group is signaled,
 // so stopping after any group leaves nothing uncovered.
-Result<void> refill(Lane& lane, const BandwidthPlan& plan, std::uint64_t target, std::vector<WorkRequest>& chain) {
+Result<void> refill(Lane& lane, const BandwidthPlan& plan, std::uint64_t target,
+                    std::vector<WorkRequest>& chain) {
   for (;;) {
     std::uint64_t room = plan.depth - (lane.posted - lane.completed);
     std::uint64_t group = std::min<std::uint64_t>(plan.cq_mod, target - lane.posted);
     if (group == 0 || room < group) return {};
-    chain.assign(group, WorkRequest{.opcode = plan.opcode, .local = std::span(&lane.local, 1),
-                                    .remote = lane.remote, .signaled = false});
+    chain.assign(group, WorkRequest{.opcode = plan.opcode,
+                                    .local = std::span(&lane.local, 1),
+                                    .remote = lane.remote,
+                                    .signaled = false});
     chain.back().signaled = true;
     auto first = lane.connection->post(chain);
     if (!first) return std::unexpected(first.error());
@@ -59,7 +62,8 @@ Result<void> complete(std::vector<Lane>& lanes, const Completion& c) {
 
 }  // namespace
 
-Result<std::vector<Mark>> run_bandwidth(std::vector<Lane>& lanes, CompletionQueue& send_cq, const BandwidthPlan& plan) {
+Result<std::vector<Mark>> run_bandwidth(std::vector<Lane>& lanes, CompletionQueue& send_cq,
+                                        const BandwidthPlan& plan) {
   for (Lane& lane : lanes) lane.posted = lane.completed = 0, lane.signaled.clear();  // a run starts drained
   std::vector<Mark> marks;
   marks.reserve(plan.ops_per_lane ? plan.ops_per_lane * lanes.size() / plan.cq_mod + 16 : 1 << 16);
@@ -144,7 +148,8 @@ Result<Completion> wait_one(CompletionQueue& cq, CompletionMode mode, std::chron
   if (mode == CompletionMode::Block) {
     auto n = cq.wait(std::span(&c, 1), timeout, WaitMode::Block);
     if (!n) return std::unexpected(n.error());
-    if (*n == 0) return fail(Errc::Timeout, "no completion within " + std::to_string(timeout.count()) + " ms");
+    if (*n == 0)
+      return fail(Errc::Timeout, "no completion within " + std::to_string(timeout.count()) + " ms");
     return c;
   }
   const auto deadline = Clock::now() + timeout;

@@ -37,7 +37,8 @@ struct BandwidthPlan {
 
 // Runs the plan to its end (every posted operation completed). Marks count operations over all lanes;
 // their clock starts at the call. Any failed completion ends the run with an error naming it.
-Result<std::vector<Mark>> run_bandwidth(std::vector<Lane>& lanes, CompletionQueue& send_cq, const BandwidthPlan& plan);
+Result<std::vector<Mark>> run_bandwidth(std::vector<Lane>& lanes, CompletionQueue& send_cq,
+                                        const BandwidthPlan& plan);
 
 // The receiving side of send_bw: keeps up to `depth` receives posted per connection (they persist
 // across calls in `posted`) and returns once the lanes together received the target, which becomes known

@@ -45,8 +45,10 @@ std::vector<Lane> make_lanes(const Session& session, std::uint64_t size) {
 }
 
 PingPongEnd make_end(const Session& session, std::uint64_t size) {
-  return PingPongEnd{.connection = session.data[0].get(), .local = session.recv_area(0),
-                     .local_segment = session.recv_segment(0, session.recv_capacity()), .segment = session.send_segment(0, size),
+  return PingPongEnd{.connection = session.data[0].get(),
+                     .local = session.recv_area(0),
+                     .local_segment = session.recv_segment(0, session.recv_capacity()),
+                     .segment = session.send_segment(0, size),
                      .remote = session.remote_address(0)};
 }
 
@@ -62,8 +64,12 @@ Result<std::uint64_t> measure(const Params& params, Session& session, std::uint6
   const std::uint64_t warmup = effective_warmup(params);
   if (is_bandwidth(params.test)) {
     auto lanes = make_lanes(session, size);
-    BandwidthPlan plan{.opcode = bandwidth_opcode(params.test), .ops_per_lane = warmup, .until = std::nullopt,
-                       .depth = params.tx_depth, .cq_mod = params.cq_mod, .mode = params.mode};
+    BandwidthPlan plan{.opcode = bandwidth_opcode(params.test),
+                       .ops_per_lane = warmup,
+                       .until = std::nullopt,
+                       .depth = params.tx_depth,
+                       .cq_mod = params.cq_mod,
+                       .mode = params.mode};
     if (warmup)
       if (auto w = run_bandwidth(lanes, *session.send_cq, plan); !w) return std::unexpected(w.error());
     plan.ops_per_lane = iterations;
@@ -76,16 +82,27 @@ Result<std::uint64_t> measure(const Params& params, Session& session, std::uint6
     for (const Lane& lane : lanes) total += warmup + lane.posted;
     return total;
   }
-  LatencyPlan plan{.size = size, .warmup = warmup, .iterations = iterations, .duration = params.duration,
+  LatencyPlan plan{.size = size,
+                   .warmup = warmup,
+                   .iterations = iterations,
+                   .duration = params.duration,
                    .mode = params.mode};
   PingPongEnd end = make_end(session, size);
   std::uint64_t done = 0;
   Result<std::vector<double>> samples;
   switch (params.test) {
-    case Test::WriteLat: samples = write_pingpong_initiator(end, plan, &done); break;
-    case Test::SendLat: samples = send_pingpong_initiator(end, *session.send_cq, *session.recv_cq, plan, &done); break;
-    case Test::ReadLat: samples = read_latency(end, *session.send_cq, plan, &done); break;
-    default: samples = atomic_latency(end, *session.send_cq, plan, &done); break;
+    case Test::WriteLat:
+      samples = write_pingpong_initiator(end, plan, &done);
+      break;
+    case Test::SendLat:
+      samples = send_pingpong_initiator(end, *session.send_cq, *session.recv_cq, plan, &done);
+      break;
+    case Test::ReadLat:
+      samples = read_latency(end, *session.send_cq, plan, &done);
+      break;
+    default:
+      samples = atomic_latency(end, *session.send_cq, plan, &done);
+      break;
   }
   if (!samples) return std::unexpected(samples.error());
   row.iterations = samples->size();
@@ -107,7 +124,8 @@ Result<Row> run_size(const Params& params, Session& session, std::uint64_t size)
   begin.seconds = std::chrono::duration<double>(params.duration).count();
   begin.ok = params.verify;
   if (auto ok = session.control->send(begin); !ok) return std::unexpected(ok.error());
-  if (auto ready = session.control->expect(MessageKind::Ready, 60s); !ready) return std::unexpected(ready.error());
+  if (auto ready = session.control->expect(MessageKind::Ready, 60s); !ready)
+    return std::unexpected(ready.error());
 
   Row row;
   row.bytes = size;
@@ -123,10 +141,12 @@ Result<Row> run_size(const Params& params, Session& session, std::uint64_t size)
   if (!verdict->ok) return fail(Errc::ProtocolError, "server: " + verdict->get_text());
   if (auto ok = check_verdict(*verdict); !ok) return std::unexpected(ok.error());
   if (params.bidirectional)
-    row.peer_bandwidth = summarize_bandwidth(size, std::vector<Mark>{{verdict->ops, static_cast<std::int64_t>(verdict->seconds * 1e9)}});
+    row.peer_bandwidth = summarize_bandwidth(
+        size, std::vector<Mark>{{verdict->ops, static_cast<std::int64_t>(verdict->seconds * 1e9)}});
   if (params.verify) {
     std::string problem = verify_size(session, params.test, params.bidirectional, Role::Client, size, *count);
-    if (!problem.empty()) return fail(Errc::ProtocolError, "data check failed at " + std::to_string(size) + " bytes: " + problem);
+    if (!problem.empty())
+      return fail(Errc::ProtocolError, "data check failed at " + std::to_string(size) + " bytes: " + problem);
     row.verified = true;
   }
   return row;

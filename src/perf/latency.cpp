@@ -10,7 +10,8 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr auto kTimeout = std::chrono::milliseconds(30000);
-constexpr std::uint64_t kSignalEvery = 64;  // write_lat/send_lat: one signaled op in 64, like perftest's cq_mod
+constexpr std::uint64_t kSignalEvery =
+    64;  // write_lat/send_lat: one signaled op in 64, like perftest's cq_mod
 
 double half_us(Clock::time_point t0, Clock::time_point t1) {
   return std::chrono::duration<double, std::micro>(t1 - t0).count() / 2;
@@ -59,7 +60,8 @@ Result<bool> wait_for_mark(const PingPongEnd& end, std::uint64_t size, std::uint
     if (auto ok = drain(end.connection->send_cq()); !ok) return std::unexpected(ok.error());
     if ((spins & 0xffff) != 0) continue;
     if (stop && (*stop)()) return false;
-    if (Clock::now() > deadline) return fail(Errc::Timeout, "write_lat: the peer's WRITE did not arrive in 30 s");
+    if (Clock::now() > deadline)
+      return fail(Errc::Timeout, "write_lat: the peer's WRITE did not arrive in 30 s");
     if (auto ok = end.connection->health(); !ok) return std::unexpected(ok.error());
   }
   return true;
@@ -72,12 +74,14 @@ Result<void> post_write(const PingPongEnd& end, std::uint64_t round) {
 }
 
 // Waits for one receive, or returns nullopt once `stop` says the peer is done.
-Result<std::optional<Completion>> wait_recv(CompletionQueue& cq, CompletionMode mode, const std::function<bool()>* stop) {
+Result<std::optional<Completion>> wait_recv(CompletionQueue& cq, CompletionMode mode,
+                                            const std::function<bool()>* stop) {
   const auto deadline = Clock::now() + kTimeout;
   for (;;) {
     auto c = wait_one(cq, mode, std::chrono::milliseconds(stop ? 5 : kTimeout.count()));
     if (c) {
-      if (!c->ok()) return fail(Errc::TransportFailure, "receive completed with " + std::string(to_string(c->status)));
+      if (!c->ok())
+        return fail(Errc::TransportFailure, "receive completed with " + std::string(to_string(c->status)));
       return std::optional<Completion>(*c);
     }
     if (c.error().code() != Errc::Timeout || Clock::now() > deadline) return std::unexpected(c.error());
@@ -87,7 +91,8 @@ Result<std::optional<Completion>> wait_recv(CompletionQueue& cq, CompletionMode 
 
 Result<void> send_and_repost(const PingPongEnd& end, std::uint64_t round) {
   if (auto id = end.connection->post_recv(end.local_segment); !id) return std::unexpected(id.error());
-  WorkRequest send{.opcode = Opcode::Send, .local = std::span(&end.segment, 1), .signaled = round % kSignalEvery == 0};
+  WorkRequest send{
+      .opcode = Opcode::Send, .local = std::span(&end.segment, 1), .signaled = round % kSignalEvery == 0};
   if (auto id = end.connection->post(std::span(&send, 1)); !id) return std::unexpected(id.error());
   return {};
 }
@@ -137,8 +142,8 @@ Result<std::vector<double>> send_pingpong_initiator(const PingPongEnd& end, Comp
   std::uint64_t round = 1;
   for (; rounds.keep_going(round); ++round) {
     auto t0 = Clock::now();
-    WorkRequest send{.opcode = Opcode::Send, .local = std::span(&end.segment, 1),
-                     .signaled = round % kSignalEvery == 0};
+    WorkRequest send{
+        .opcode = Opcode::Send, .local = std::span(&end.segment, 1), .signaled = round % kSignalEvery == 0};
     if (auto id = end.connection->post(std::span(&send, 1)); !id) return std::unexpected(id.error());
     auto got = wait_recv(recv_cq, plan.mode, nullptr);
     if (!got) return std::unexpected(got.error());
@@ -151,8 +156,9 @@ Result<std::vector<double>> send_pingpong_initiator(const PingPongEnd& end, Comp
   return samples;
 }
 
-Result<void> send_pingpong_responder(const PingPongEnd& end, CompletionQueue& send_cq, CompletionQueue& recv_cq,
-                                     const LatencyPlan& plan, const std::function<bool()>& stop) {
+Result<void> send_pingpong_responder(const PingPongEnd& end, CompletionQueue& send_cq,
+                                     CompletionQueue& recv_cq, const LatencyPlan& plan,
+                                     const std::function<bool()>& stop) {
   for (std::uint64_t round = 1;; ++round) {
     auto got = wait_recv(recv_cq, plan.mode, &stop);
     if (!got) return std::unexpected(got.error());
@@ -162,8 +168,8 @@ Result<void> send_pingpong_responder(const PingPongEnd& end, CompletionQueue& se
   }
 }
 
-Result<std::vector<double>> read_latency(const PingPongEnd& end, CompletionQueue& send_cq, const LatencyPlan& plan,
-                                         std::uint64_t* ops_done) {
+Result<std::vector<double>> read_latency(const PingPongEnd& end, CompletionQueue& send_cq,
+                                         const LatencyPlan& plan, std::uint64_t* ops_done) {
   std::vector<double> samples;
   samples.reserve(plan.iterations ? plan.iterations : 1 << 20);
   Rounds rounds(plan);
@@ -175,15 +181,16 @@ Result<std::vector<double>> read_latency(const PingPongEnd& end, CompletionQueue
     auto c = wait_one(send_cq, plan.mode, kTimeout);
     if (!c) return std::unexpected(c.error());
     auto t1 = Clock::now();
-    if (!c->ok()) return fail(Errc::TransportFailure, "read completed with " + std::string(to_string(c->status)));
+    if (!c->ok())
+      return fail(Errc::TransportFailure, "read completed with " + std::string(to_string(c->status)));
     if (round > plan.warmup) samples.push_back(full_us(t0, t1));
   }
   *ops_done = round - 1;
   return samples;
 }
 
-Result<std::vector<double>> atomic_latency(const PingPongEnd& end, CompletionQueue& send_cq, const LatencyPlan& plan,
-                                           std::uint64_t* ops_done) {
+Result<std::vector<double>> atomic_latency(const PingPongEnd& end, CompletionQueue& send_cq,
+                                           const LatencyPlan& plan, std::uint64_t* ops_done) {
   std::vector<double> samples;
   samples.reserve(plan.iterations ? plan.iterations : 1 << 20);
   Segment old_value{end.segment.addr, 8, end.segment.lkey};
@@ -196,11 +203,12 @@ Result<std::vector<double>> atomic_latency(const PingPongEnd& end, CompletionQue
     auto c = wait_one(send_cq, plan.mode, kTimeout);
     if (!c) return std::unexpected(c.error());
     auto t1 = Clock::now();
-    if (!c->ok()) return fail(Errc::TransportFailure, "fetch_add completed with " + std::string(to_string(c->status)));
+    if (!c->ok())
+      return fail(Errc::TransportFailure, "fetch_add completed with " + std::string(to_string(c->status)));
     std::uint64_t old = *reinterpret_cast<const std::uint64_t*>(old_value.addr);
     if (old != round - 1)
-      return fail(Errc::ProtocolError, "fetch_add #" + std::to_string(round) + " returned " + std::to_string(old) +
-                                           ", expected " + std::to_string(round - 1));
+      return fail(Errc::ProtocolError, "fetch_add #" + std::to_string(round) + " returned " +
+                                           std::to_string(old) + ", expected " + std::to_string(round - 1));
     if (round > plan.warmup) samples.push_back(full_us(t0, t1));
   }
   *ops_done = round - 1;

@@ -47,14 +47,15 @@ Result<void> write_pingpong_responder(const PingPongEnd& end, const LatencyPlan&
 Result<std::vector<double>> send_pingpong_initiator(const PingPongEnd& end, CompletionQueue& send_cq,
                                                     CompletionQueue& recv_cq, const LatencyPlan& plan,
                                                     std::uint64_t* rounds_done);
-Result<void> send_pingpong_responder(const PingPongEnd& end, CompletionQueue& send_cq, CompletionQueue& recv_cq,
-                                     const LatencyPlan& plan, const std::function<bool()>& stop);
+Result<void> send_pingpong_responder(const PingPongEnd& end, CompletionQueue& send_cq,
+                                     CompletionQueue& recv_cq, const LatencyPlan& plan,
+                                     const std::function<bool()>& stop);
 
 // read_lat / atomic_lat (fetch-and-add of 1 on the peer's first word; the old values are checked to
 // count up by one, so a lost or doubled atomic fails the run).
-Result<std::vector<double>> read_latency(const PingPongEnd& end, CompletionQueue& send_cq, const LatencyPlan& plan,
-                                         std::uint64_t* ops_done);
-Result<std::vector<double>> atomic_latency(const PingPongEnd& end, CompletionQueue& send_cq, const LatencyPlan& plan,
-                                           std::uint64_t* ops_done);
+Result<std::vector<double>> read_latency(const PingPongEnd& end, CompletionQueue& send_cq,
+                                         const LatencyPlan& plan, std::uint64_t* ops_done);
+Result<std::vector<double>> atomic_latency(const PingPongEnd& end, CompletionQueue& send_cq,
+                                           const LatencyPlan& plan, std::uint64_t* ops_done);
 
 }  // namespace rdmakit::perf

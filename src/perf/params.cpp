@@ -9,8 +9,12 @@ namespace rdmakit::perf {
 namespace {
 
 constexpr std::array<std::pair<Test, std::string_view>, 7> kTests{{
-    {Test::WriteBw, "write_bw"}, {Test::ReadBw, "read_bw"}, {Test::SendBw, "send_bw"},
-    {Test::WriteLat, "write_lat"}, {Test::ReadLat, "read_lat"}, {Test::SendLat, "send_lat"},
+    {Test::WriteBw, "write_bw"},
+    {Test::ReadBw, "read_bw"},
+    {Test::SendBw, "send_bw"},
+    {Test::WriteLat, "write_lat"},
+    {Test::ReadLat, "read_lat"},
+    {Test::SendLat, "send_lat"},
     {Test::AtomicLat, "atomic_lat"},
 }};
 
@@ -40,21 +44,31 @@ class ArgReader {
 };
 
 Result<void> apply_flag(Params& p, std::string_view name) {
-  if (name == "-a" || name == "--all") p.sizes = size_sweep(2, std::uint64_t{1} << 23);
-  else if (name == "-b" || name == "--bidirectional") p.bidirectional = true;
-  else if (name == "-e" || name == "--events") p.mode = CompletionMode::Block;
-  else if (name == "--json") p.format = OutputFormat::Json;
-  else if (name == "--csv") p.format = OutputFormat::Csv;
-  else if (name == "--no-verify") p.verify = false;
-  else if (name == "-h" || name == "--help") p.help = true;
-  else return fail(Errc::InvalidArgument, "unknown option '" + std::string(name) + "' (see --help)");
+  if (name == "-a" || name == "--all")
+    p.sizes = size_sweep(2, std::uint64_t{1} << 23);
+  else if (name == "-b" || name == "--bidirectional")
+    p.bidirectional = true;
+  else if (name == "-e" || name == "--events")
+    p.mode = CompletionMode::Block;
+  else if (name == "--json")
+    p.format = OutputFormat::Json;
+  else if (name == "--csv")
+    p.format = OutputFormat::Csv;
+  else if (name == "--no-verify")
+    p.verify = false;
+  else if (name == "-h" || name == "--help")
+    p.help = true;
+  else
+    return fail(Errc::InvalidArgument, "unknown option '" + std::string(name) + "' (see --help)");
   return {};
 }
 
 bool takes_value(std::string_view name) {
   static constexpr std::array<std::string_view, 22> kWithValue{
-      "-s", "--size", "-n", "--iters", "-D", "--duration", "-w", "--warmup", "-q", "--connections", "-t",
-      "--tx-depth", "--transport", "-d", "--ib-dev", "-p", "--port", "--mode", "--cq-mod", "--listen",
+      "-s",         "--size",     "-n",          "--iters",  "-D",
+      "--duration", "-w",         "--warmup",    "-q",       "--connections",
+      "-t",         "--tx-depth", "--transport", "-d",       "--ib-dev",
+      "-p",         "--port",     "--mode",      "--cq-mod", "--listen",
       "--max-size", "--format"};
   return std::find(kWithValue.begin(), kWithValue.end(), name) != kWithValue.end();
 }
@@ -82,7 +96,8 @@ Result<void> apply_value(Params& p, std::string_view name, std::string_view v) {
     p.iterations = *n;
   } else if (name == "-D" || name == "--duration") {
     auto n = number();
-    if (!n || *n == 0) return fail(Errc::InvalidArgument, std::string(name) + " needs a positive number of seconds");
+    if (!n || *n == 0)
+      return fail(Errc::InvalidArgument, std::string(name) + " needs a positive number of seconds");
     p.duration = std::chrono::seconds(*n);
   } else if (name == "-w" || name == "--warmup") {
     auto n = number();
@@ -100,19 +115,27 @@ Result<void> apply_value(Params& p, std::string_view name, std::string_view v) {
     p.device = std::string(v);
   } else if (name == "-p" || name == "--port") {
     auto n = number();
-    if (!n || *n == 0 || *n > 65535) return fail(Errc::InvalidArgument, std::string(name) + " must be 1..65535");
+    if (!n || *n == 0 || *n > 65535)
+      return fail(Errc::InvalidArgument, std::string(name) + " must be 1..65535");
     p.port = static_cast<std::uint16_t>(*n);
   } else if (name == "--listen") {
     p.listen_host = std::string(v);
   } else if (name == "--mode") {
-    if (v == "poll") p.mode = CompletionMode::Poll;
-    else if (v == "block") p.mode = CompletionMode::Block;
-    else return fail(Errc::InvalidArgument, "--mode: '" + std::string(v) + "' is neither poll nor block");
+    if (v == "poll")
+      p.mode = CompletionMode::Poll;
+    else if (v == "block")
+      p.mode = CompletionMode::Block;
+    else
+      return fail(Errc::InvalidArgument, "--mode: '" + std::string(v) + "' is neither poll nor block");
   } else if (name == "--format") {
-    if (v == "table") p.format = OutputFormat::Table;
-    else if (v == "json") p.format = OutputFormat::Json;
-    else if (v == "csv") p.format = OutputFormat::Csv;
-    else return fail(Errc::InvalidArgument, "--format: '" + std::string(v) + "' is not table, json or csv");
+    if (v == "table")
+      p.format = OutputFormat::Table;
+    else if (v == "json")
+      p.format = OutputFormat::Json;
+    else if (v == "csv")
+      p.format = OutputFormat::Csv;
+    else
+      return fail(Errc::InvalidArgument, "--format: '" + std::string(v) + "' is not table, json or csv");
   }
   return {};
 }
@@ -121,7 +144,8 @@ Result<void> check(Params& p) {
   if (p.test == Test::AtomicLat) p.sizes = {8};
   for (std::uint64_t size : p.sizes) {
     if (size == 0 && !is_bandwidth(p.test))
-      return fail(Errc::InvalidArgument, "-s: latency tests need at least 1 byte (the last byte carries the signal)");
+      return fail(Errc::InvalidArgument,
+                  "-s: latency tests need at least 1 byte (the last byte carries the signal)");
     if (size > (std::uint64_t{1} << 31)) return fail(Errc::InvalidArgument, "-s: at most 2 GiB per message");
   }
   if (p.bidirectional && p.test != Test::WriteBw && p.test != Test::ReadBw)
@@ -146,9 +170,13 @@ std::optional<Test> parse_test(std::string_view name) noexcept {
   return std::nullopt;
 }
 
-bool is_bandwidth(Test test) noexcept { return test == Test::WriteBw || test == Test::ReadBw || test == Test::SendBw; }
+bool is_bandwidth(Test test) noexcept {
+  return test == Test::WriteBw || test == Test::ReadBw || test == Test::SendBw;
+}
 
-std::string_view to_string(CompletionMode mode) noexcept { return mode == CompletionMode::Poll ? "poll" : "block"; }
+std::string_view to_string(CompletionMode mode) noexcept {
+  return mode == CompletionMode::Poll ? "poll" : "block";
+}
 
 std::uint64_t effective_iterations(const Params& params) noexcept {
   if (params.iterations != 0) return params.iterations;
@@ -175,10 +203,20 @@ Result<std::uint64_t> parse_size(std::string_view text) {
   std::uint64_t scale = 1;
   if (!text.empty()) {
     switch (text.back()) {
-      case 'k': case 'K': scale = 1024; break;
-      case 'm': case 'M': scale = 1024 * 1024; break;
-      case 'g': case 'G': scale = 1024 * 1024 * 1024; break;
-      default: break;
+      case 'k':
+      case 'K':
+        scale = 1024;
+        break;
+      case 'm':
+      case 'M':
+        scale = 1024 * 1024;
+        break;
+      case 'g':
+      case 'G':
+        scale = 1024 * 1024 * 1024;
+        break;
+      default:
+        break;
     }
     if (scale != 1) text.remove_suffix(1);
   }
@@ -216,8 +254,10 @@ Result<Params> parse_args(std::span<const std::string_view> args) {
     }
   }
   if (p.help) return p;
-  if (!have_test) return fail(Errc::InvalidArgument, "name a test: write_bw, read_bw, send_bw, write_lat, read_lat, "
-                                                     "send_lat or atomic_lat");
+  if (!have_test)
+    return fail(Errc::InvalidArgument,
+                "name a test: write_bw, read_bw, send_bw, write_lat, read_lat, "
+                "send_lat or atomic_lat");
   if (auto ok = check(p); !ok) return std::unexpected(ok.error());
   return p;
 }

@@ -29,26 +29,27 @@ std::string_view to_string(CompletionMode mode) noexcept;
 
 struct Params {
   Test test = Test::WriteBw;
-  std::string server;               // empty: this side is the server
-  std::uint16_t port = 18515;       // perftest's default port
+  std::string server;          // empty: this side is the server
+  std::uint16_t port = 18515;  // perftest's default port
   std::string listen_host = "127.0.0.1";
   std::vector<std::uint64_t> sizes{65536};
-  std::uint64_t iterations = 0;     // 0: the test's default (see effective_iterations)
+  std::uint64_t iterations = 0;           // 0: the test's default (see effective_iterations)
   std::chrono::milliseconds duration{0};  // nonzero: run this long per size instead of counting
-  std::uint64_t warmup = 0;         // 0: the default (see effective_warmup)
+  std::uint64_t warmup = 0;               // 0: the default (see effective_warmup)
   std::uint32_t connections = 1;
   std::uint32_t tx_depth = 128;
-  std::uint32_t cq_mod = 16;        // bandwidth tests: one signaled op in every cq_mod (perftest --cq-mod)
+  std::uint32_t cq_mod = 16;  // bandwidth tests: one signaled op in every cq_mod (perftest --cq-mod)
   bool bidirectional = false;
-  std::string transport;            // empty: RDMAKIT_TRANSPORT, else tcp
-  std::string device;               // verbs device
+  std::string transport;  // empty: RDMAKIT_TRANSPORT, else tcp
+  std::string device;     // verbs device
   CompletionMode mode = CompletionMode::Poll;
   OutputFormat format = OutputFormat::Table;
   bool verify = true;
   bool help = false;
 };
 
-// Bandwidth tests default to 5000 operations per size, latency tests to 1000 round trips (perftest's defaults).
+// Bandwidth tests default to 5000 operations per size, latency tests to 1000 round trips (perftest's
+// defaults).
 std::uint64_t effective_iterations(const Params& params) noexcept;
 std::uint64_t effective_warmup(const Params& params) noexcept;
 // The largest message of the run: it sizes the registered buffers.

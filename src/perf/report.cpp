@@ -36,11 +36,13 @@ BandwidthSummary total(const Row& row) {
 }
 
 std::string json_row(const Row& row) {
-  std::string out = "{\"bytes\": " + std::to_string(row.bytes) + ", \"iterations\": " + std::to_string(row.iterations) +
+  std::string out = "{\"bytes\": " + std::to_string(row.bytes) +
+                    ", \"iterations\": " + std::to_string(row.iterations) +
                     ", \"verified\": " + (row.verified ? "true" : "false");
   if (row.bandwidth) {
     BandwidthSummary bw = total(row);
-    out += ", \"seconds\": " + fixed(bw.seconds, 6) + ", \"bw_peak_bytes_per_s\": " + fixed(bw.peak_bytes_per_second, 0) +
+    out += ", \"seconds\": " + fixed(bw.seconds, 6) +
+           ", \"bw_peak_bytes_per_s\": " + fixed(bw.peak_bytes_per_second, 0) +
            ", \"bw_avg_bytes_per_s\": " + fixed(bw.average_bytes_per_second, 0) +
            ", \"bw_avg_mb_s\": " + fixed(to_mb(bw.average_bytes_per_second)) +
            ", \"bw_avg_gbit_s\": " + fixed(to_gbit(bw.average_bytes_per_second), 3) +
@@ -59,13 +61,14 @@ std::string json_row(const Row& row) {
 
 std::string table_header(const RunInfo& info, bool bandwidth) {
   std::string out = "# rdmakit-perf " + info.test + "  transport=" + info.transport + "  mode=" + info.mode +
-                    "  connections=" + std::to_string(info.connections) + "  tx_depth=" + std::to_string(info.tx_depth) +
+                    "  connections=" + std::to_string(info.connections) +
+                    "  tx_depth=" + std::to_string(info.tx_depth) +
                     (bandwidth ? "  cq_mod=" + std::to_string(info.cq_mod) : std::string()) +
-                    (info.bidirectional ? "  bidirectional" : "") + "  verify=" + (info.verify ? "on" : "off") +
-                    "\n# threads: " + info.threads + "\n";
+                    (info.bidirectional ? "  bidirectional" : "") +
+                    "  verify=" + (info.verify ? "on" : "off") + "\n# threads: " + info.threads + "\n";
   if (bandwidth)
-    return out + pad("#bytes", 10) + pad("#iterations", 13) + pad("BW peak[MB/s]", 15) + pad("BW avg[MB/s]", 15) +
-           pad("BW avg[Gb/s]", 14) + pad("MsgRate[Mpps]", 15) + "\n";
+    return out + pad("#bytes", 10) + pad("#iterations", 13) + pad("BW peak[MB/s]", 15) +
+           pad("BW avg[MB/s]", 15) + pad("BW avg[Gb/s]", 14) + pad("MsgRate[Mpps]", 15) + "\n";
   return out + pad("#bytes", 10) + pad("#iterations", 13) + pad("t_min[us]", 11) + pad("t_median[us]", 14) +
          pad("t_avg[us]", 11) + pad("t_p99[us]", 11) + pad("t_p99.9[us]", 13) + pad("t_max[us]", 11) + "\n";
 }
@@ -74,8 +77,10 @@ std::string table_row(const Row& row) {
   std::string out = pad(std::to_string(row.bytes), 10) + pad(std::to_string(row.iterations), 13);
   if (row.bandwidth) {
     BandwidthSummary bw = total(row);
-    return out + pad(fixed(to_mb(bw.peak_bytes_per_second)), 15) + pad(fixed(to_mb(bw.average_bytes_per_second)), 15) +
-           pad(fixed(to_gbit(bw.average_bytes_per_second)), 14) + pad(fixed(bw.messages_per_second / 1e6, 6), 15) + "\n";
+    return out + pad(fixed(to_mb(bw.peak_bytes_per_second)), 15) +
+           pad(fixed(to_mb(bw.average_bytes_per_second)), 15) +
+           pad(fixed(to_gbit(bw.average_bytes_per_second)), 14) +
+           pad(fixed(bw.messages_per_second / 1e6, 6), 15) + "\n";
   }
   const LatencySummary& l = *row.latency;
   return out + pad(fixed(l.min_us), 11) + pad(fixed(l.median_us), 14) + pad(fixed(l.average_us), 11) +
@@ -84,19 +89,22 @@ std::string table_row(const Row& row) {
 
 std::string to_json(const Report& report) {
   const RunInfo& i = report.info;
-  std::string out = "{\"tool\": \"rdmakit-perf\", \"test\": " + quoted(i.test) + ", \"transport\": " +
-                    quoted(i.transport) + ", \"mode\": " + quoted(i.mode) + ", \"threads\": " + quoted(i.threads) +
-                    ", \"connections\": " + std::to_string(i.connections) + ", \"tx_depth\": " +
-                    std::to_string(i.tx_depth) + ", \"cq_mod\": " + std::to_string(i.cq_mod) +
-                    ", \"bidirectional\": " + (i.bidirectional ? "true" : "false") +
-                    ", \"verify\": " + (i.verify ? "true" : "false") + ", \"results\": [";
-  for (std::size_t r = 0; r < report.rows.size(); ++r) out += (r ? ",\n  " : "\n  ") + json_row(report.rows[r]);
+  std::string out =
+      "{\"tool\": \"rdmakit-perf\", \"test\": " + quoted(i.test) + ", \"transport\": " + quoted(i.transport) +
+      ", \"mode\": " + quoted(i.mode) + ", \"threads\": " + quoted(i.threads) +
+      ", \"connections\": " + std::to_string(i.connections) +
+      ", \"tx_depth\": " + std::to_string(i.tx_depth) + ", \"cq_mod\": " + std::to_string(i.cq_mod) +
+      ", \"bidirectional\": " + (i.bidirectional ? "true" : "false") +
+      ", \"verify\": " + (i.verify ? "true" : "false") + ", \"results\": [";
+  for (std::size_t r = 0; r < report.rows.size(); ++r)
+    out += (r ? ",\n  " : "\n  ") + json_row(report.rows[r]);
   return out + "]}\n";
 }
 
 std::string to_csv(const Report& report) {
-  std::string out = "test,transport,mode,connections,bytes,iterations,bw_peak_mb_s,bw_avg_mb_s,bw_avg_gbit_s,"
-                    "msg_rate_mpps,lat_min_us,lat_median_us,lat_avg_us,lat_p99_us,lat_p999_us,lat_max_us,verified\n";
+  std::string out =
+      "test,transport,mode,connections,bytes,iterations,bw_peak_mb_s,bw_avg_mb_s,bw_avg_gbit_s,"
+      "msg_rate_mpps,lat_min_us,lat_median_us,lat_avg_us,lat_p99_us,lat_p999_us,lat_max_us,verified\n";
   for (const Row& row : report.rows) {
     out += report.info.test + "," + report.info.transport + "," + report.info.mode + "," +
            std::to_string(report.info.connections) + "," + std::to_string(row.bytes) + "," +
@@ -104,7 +112,8 @@ std::string to_csv(const Report& report) {
     if (row.bandwidth) {
       BandwidthSummary bw = total(row);
       out += fixed(to_mb(bw.peak_bytes_per_second)) + "," + fixed(to_mb(bw.average_bytes_per_second)) + "," +
-             fixed(to_gbit(bw.average_bytes_per_second), 3) + "," + fixed(bw.messages_per_second / 1e6, 4) + ",";
+             fixed(to_gbit(bw.average_bytes_per_second), 3) + "," + fixed(bw.messages_per_second / 1e6, 4) +
+             ",";
     } else {
       out += ",,,,";
     }

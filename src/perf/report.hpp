@@ -14,8 +14,8 @@ namespace rdmakit::perf {
 struct RunInfo {
   std::string test;
   std::string transport;
-  std::string mode;        // "poll", "block", or "poll (memory)" for write_lat
-  std::string threads;     // who runs on each side, e.g. "1 app + transport's progress thread(s)"
+  std::string mode;     // "poll", "block", or "poll (memory)" for write_lat
+  std::string threads;  // who runs on each side, e.g. "1 app + transport's progress thread(s)"
   std::uint32_t connections = 1;
   std::uint32_t tx_depth = 0;
   std::uint32_t cq_mod = 0;

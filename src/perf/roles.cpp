@@ -38,11 +38,14 @@ void prepare_size(const Session& session, Test test, bool bidirectional, Role ro
         std::memset(recv, 0, size);
         break;
       case Test::ReadLat:
-        if (role == Role::Server) fill_pattern(recv, size, size);
-        else std::memset(send, 0, size);
+        if (role == Role::Server)
+          fill_pattern(recv, size, size);
+        else
+          std::memset(send, 0, size);
         break;
       case Test::AtomicLat:
-        if (role == Role::Server) std::atomic_ref<std::uint64_t>(*reinterpret_cast<std::uint64_t*>(recv)).store(0);
+        if (role == Role::Server)
+          std::atomic_ref<std::uint64_t>(*reinterpret_cast<std::uint64_t*>(recv)).store(0);
         break;
     }
   }
@@ -61,7 +64,8 @@ std::string verify_size(const Session& session, Test test, bool bidirectional, R
           problem = check_pattern(recv, size, size, lane_name(lane) + " received data");
         break;
       case Test::ReadBw:
-        if (initiates(role, bidirectional)) problem = check_pattern(send, size, size, lane_name(lane) + " READ data");
+        if (initiates(role, bidirectional))
+          problem = check_pattern(send, size, size, lane_name(lane) + " READ data");
         break;
       case Test::WriteLat:
         problem = check_pattern(recv, size - 1, size, "write_lat received data");
@@ -69,15 +73,20 @@ std::string verify_size(const Session& session, Test test, bool bidirectional, R
           problem = "write_lat: the last byte is " + std::to_string(recv[size - 1]) + ", not round " +
                     std::to_string(count) + "'s mark";
         break;
-      case Test::SendLat: problem = check_pattern(recv, size, size, "send_lat received data"); break;
+      case Test::SendLat:
+        problem = check_pattern(recv, size, size, "send_lat received data");
+        break;
       case Test::ReadLat:
         if (role == Role::Client) problem = check_pattern(send, size, size, "read_lat READ data");
         break;
       case Test::AtomicLat:
         if (role == Role::Server) {
-          auto word = std::atomic_ref<std::uint64_t>(*reinterpret_cast<std::uint64_t*>(const_cast<std::uint8_t*>(recv))).load();
+          auto word = std::atomic_ref<std::uint64_t>(
+                          *reinterpret_cast<std::uint64_t*>(const_cast<std::uint8_t*>(recv)))
+                          .load();
           if (word != count)
-            problem = "atomic_lat: the counter is " + std::to_string(word) + " after " + std::to_string(count) + " fetch_adds";
+            problem = "atomic_lat: the counter is " + std::to_string(word) + " after " +
+                      std::to_string(count) + " fetch_adds";
         }
         break;
     }

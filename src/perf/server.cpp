@@ -44,8 +44,10 @@ struct SizeRun {
 };
 
 PingPongEnd make_end(const Session& session, std::uint64_t size) {
-  return PingPongEnd{.connection = session.data[0].get(), .local = session.recv_area(0),
-                     .local_segment = session.recv_segment(0, session.recv_capacity()), .segment = session.send_segment(0, size),
+  return PingPongEnd{.connection = session.data[0].get(),
+                     .local = session.recv_area(0),
+                     .local_segment = session.recv_segment(0, session.recv_capacity()),
+                     .segment = session.send_segment(0, size),
                      .remote = session.remote_address(0)};
 }
 
@@ -53,11 +55,15 @@ PingPongEnd make_end(const Session& session, std::uint64_t size) {
 Result<BandwidthSummary> own_direction(const Params& params, Session& session, const SizeRun& run) {
   std::vector<Lane> lanes(session.data.size());
   for (std::size_t i = 0; i < lanes.size(); ++i)
-    lanes[i] = Lane{.connection = session.data[i].get(), .local = session.send_segment(i, run.size),
+    lanes[i] = Lane{.connection = session.data[i].get(),
+                    .local = session.send_segment(i, run.size),
                     .remote = session.remote_address(i)};
-  BandwidthPlan plan{.opcode = run.test == Test::ReadBw ? Opcode::Read : Opcode::Write, .ops_per_lane = run.warmup,
-                     .until = std::nullopt, .depth = session.hello.tx_depth,
-                     .cq_mod = std::min(params.cq_mod, session.hello.tx_depth), .mode = params.mode};
+  BandwidthPlan plan{.opcode = run.test == Test::ReadBw ? Opcode::Read : Opcode::Write,
+                     .ops_per_lane = run.warmup,
+                     .until = std::nullopt,
+                     .depth = session.hello.tx_depth,
+                     .cq_mod = std::min(params.cq_mod, session.hello.tx_depth),
+                     .mode = params.mode};
   if (run.warmup)
     if (auto w = run_bandwidth(lanes, *session.send_cq, plan); !w) return std::unexpected(w.error());
   plan.ops_per_lane = run.iterations;
@@ -71,7 +77,10 @@ Result<BandwidthSummary> own_direction(const Params& params, Session& session, c
 Result<std::optional<BandwidthSummary>> serve(const Params& params, Session& session, const SizeRun& run,
                                               std::vector<ReceiveLane>& receivers, EndWatch& watch) {
   std::function<bool()> stop = [&] { return watch.poll(); };
-  LatencyPlan plan{.size = run.size, .warmup = run.warmup, .iterations = run.iterations, .duration = {},
+  LatencyPlan plan{.size = run.size,
+                   .warmup = run.warmup,
+                   .iterations = run.iterations,
+                   .duration = {},
                    .mode = params.mode};
   switch (run.test) {
     case Test::SendBw: {
@@ -89,8 +98,10 @@ Result<std::optional<BandwidthSummary>> serve(const Params& params, Session& ses
     case Test::WriteBw:
     case Test::ReadBw:
       if (!run.bidirectional) return std::optional<BandwidthSummary>{};
-      if (auto own = own_direction(params, session, run); !own) return std::unexpected(own.error());
-      else return std::optional<BandwidthSummary>(*own);
+      if (auto own = own_direction(params, session, run); !own)
+        return std::unexpected(own.error());
+      else
+        return std::optional<BandwidthSummary>(*own);
     case Test::WriteLat: {
       std::uint64_t rounds = run.iterations ? run.warmup + run.iterations : 0;
       if (auto ok = write_pingpong_responder(make_end(session, run.size), plan, rounds, stop); !ok)
@@ -98,17 +109,23 @@ Result<std::optional<BandwidthSummary>> serve(const Params& params, Session& ses
       return std::optional<BandwidthSummary>{};
     }
     case Test::SendLat:
-      if (auto ok = send_pingpong_responder(make_end(session, run.size), *session.send_cq, *session.recv_cq, plan, stop); !ok)
+      if (auto ok = send_pingpong_responder(make_end(session, run.size), *session.send_cq, *session.recv_cq,
+                                            plan, stop);
+          !ok)
         return std::unexpected(ok.error());
       return std::optional<BandwidthSummary>{};
-    default: return std::optional<BandwidthSummary>{};  // read_lat, atomic_lat: one-sided, nothing to do
+    default:
+      return std::optional<BandwidthSummary>{};  // read_lat, atomic_lat: one-sided, nothing to do
   }
 }
 
 Result<void> serve_size(const Params& params, Session& session, const ControlMessage& begin,
                         std::vector<ReceiveLane>& receivers, bool first) {
-  const SizeRun run{.test = params.test, .bidirectional = session.hello.bidirectional != 0, .size = begin.size,
-                    .iterations = begin.count, .warmup = begin.ops,
+  const SizeRun run{.test = params.test,
+                    .bidirectional = session.hello.bidirectional != 0,
+                    .size = begin.size,
+                    .iterations = begin.count,
+                    .warmup = begin.ops,
                     .duration = std::chrono::duration<double>(begin.seconds)};
   prepare_size(session, run.test, run.bidirectional, Role::Server, run.size);
   for (std::size_t i = 0; i < receivers.size(); ++i)
@@ -136,11 +153,14 @@ Result<void> serve_size(const Params& params, Session& session, const ControlMes
   if (auto ok = check_end(*end, begin); !ok) return ok;
   if (*own) verdict.ops = (*own)->ops, verdict.seconds = (*own)->seconds;
   if (begin.ok) {
-    std::string problem = verify_size(session, run.test, run.bidirectional, Role::Server, run.size, end->count);
+    std::string problem =
+        verify_size(session, run.test, run.bidirectional, Role::Server, run.size, end->count);
     if (!problem.empty()) verdict.ok = 0, verdict.set_text(problem);
   }
   if (auto ok = session.control->send(verdict); !ok) return std::unexpected(ok.error());
-  if (!verdict.ok) return fail(Errc::ProtocolError, "data check failed at " + std::to_string(run.size) + " bytes: " + verdict.get_text());
+  if (!verdict.ok)
+    return fail(Errc::ProtocolError,
+                "data check failed at " + std::to_string(run.size) + " bytes: " + verdict.get_text());
   return {};
 }
 
@@ -157,7 +177,8 @@ Result<void> run_server(const Params& params, std::shared_ptr<Context> context, 
     auto message = session->control->receive(std::chrono::minutes(10));
     if (!message) return std::unexpected(message.error());
     if (message->kind == MessageKind::End && message->size == 0) return {};  // the client is done
-    if (message->kind != MessageKind::Begin) return fail(Errc::ProtocolError, "control channel: expected Begin");
+    if (message->kind != MessageKind::Begin)
+      return fail(Errc::ProtocolError, "control channel: expected Begin");
     if (auto ok = check_begin(*message, session->hello); !ok) {
       ControlMessage verdict;  // tells the client why, in place of its Ready
       verdict.kind = MessageKind::Verdict;

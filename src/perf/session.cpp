@@ -24,7 +24,8 @@ Result<void> make_cqs(Session& session) {
   return {};
 }
 
-Result<void> allocate_slots(Session& session, std::uint32_t connections, std::uint64_t largest, bool two_areas) {
+Result<void> allocate_slots(Session& session, std::uint32_t connections, std::uint64_t largest,
+                            bool two_areas) {
   // Both sides compute the same layout from the same Hello, so lane offsets agree.
   auto layout = plan_layout(connections, largest, two_areas);
   if (!layout) return std::unexpected(layout.error());
@@ -83,7 +84,9 @@ Result<Session> connect_session(const Params& params, std::shared_ptr<Context> c
   if (!channel) return std::unexpected(channel.error());
   session.control.emplace(std::move(*channel));
   if (auto ok = allocate_slots(session, params.connections, max_size(params),
-                                 needs_two_areas(params.test, params.bidirectional)); !ok) return std::unexpected(ok.error());
+                               needs_two_areas(params.test, params.bidirectional));
+      !ok)
+    return std::unexpected(ok.error());
 
   ControlMessage& hello = session.hello;
   hello.kind = MessageKind::Hello;
@@ -97,7 +100,8 @@ Result<Session> connect_session(const Params& params, std::shared_ptr<Context> c
 
   if (auto ok = make_cqs(session); !ok) return std::unexpected(ok.error());
   for (std::uint32_t i = 0; i < params.connections; ++i) {
-    auto connection = session.context->connect(address, {.send_cq = session.send_cq, .recv_cq = session.recv_cq});
+    auto connection =
+        session.context->connect(address, {.send_cq = session.send_cq, .recv_cq = session.recv_cq});
     if (!connection) return std::unexpected(connection.error());
     session.data.push_back(std::move(*connection));
   }
@@ -105,7 +109,8 @@ Result<Session> connect_session(const Params& params, std::shared_ptr<Context> c
   if (!welcome) return std::unexpected(welcome.error());
   if (!welcome->ok) return fail(Errc::ConnectionRefused, "server refused the run: " + welcome->get_text());
   // The server's buffer must hold the layout the Hello described, or our lane offsets point past it.
-  auto layout = plan_layout(params.connections, max_size(params), needs_two_areas(params.test, params.bidirectional));
+  auto layout =
+      plan_layout(params.connections, max_size(params), needs_two_areas(params.test, params.bidirectional));
   if (!layout) return std::unexpected(layout.error());
   if (auto ok = take_remote(session, *welcome); !ok) return std::unexpected(ok.error());
   if (session.remote.length < layout->total)
@@ -147,12 +152,16 @@ Result<Session> accept_session(const Params& params, std::shared_ptr<Context> co
   welcome.kind = MessageKind::Welcome;
   if (hello->test != static_cast<std::uint8_t>(params.test)) {
     welcome.ok = 0;
-    welcome.set_text("the server runs " + std::string(to_string(params.test)) + ", the client asked for another test");
+    welcome.set_text("the server runs " + std::string(to_string(params.test)) +
+                     ", the client asked for another test");
     (void)session.control->send(welcome);
-    return fail(Errc::InvalidArgument, "the client asked for a different test than " + std::string(to_string(params.test)));
+    return fail(Errc::InvalidArgument,
+                "the client asked for a different test than " + std::string(to_string(params.test)));
   }
   if (auto ok = allocate_slots(session, hello->connections, hello->size,
-                                 needs_two_areas(static_cast<Test>(hello->test), hello->bidirectional != 0)); !ok) return std::unexpected(ok.error());
+                               needs_two_areas(static_cast<Test>(hello->test), hello->bidirectional != 0));
+      !ok)
+    return std::unexpected(ok.error());
   put_region(welcome, *session.local);
   if (auto ok = session.control->send(welcome); !ok) return std::unexpected(ok.error());
   return session;

@@ -24,10 +24,10 @@ struct Session {
   // what the peer READs); tests where a side both sends and receives (latency, -b) take their source
   // from the second half, at send_offset, so the two never share bytes.
   std::shared_ptr<MemoryRegion> local;
-  RemoteRegion remote;                  // the peer's buffer, same layout
+  RemoteRegion remote;  // the peer's buffer, same layout
   std::uint64_t slot_bytes = 0;
   std::uint64_t send_offset = 0;
-  ControlMessage hello;                 // what the client asked for (both sides keep it)
+  ControlMessage hello;  // what the client asked for (both sides keep it)
 
   std::uint8_t* recv_area(std::size_t lane) const {
     return static_cast<std::uint8_t*>(local->data()) + lane * slot_bytes;

@@ -45,7 +45,8 @@ BandwidthSummary summarize_bandwidth(std::uint64_t message_bytes, std::span<cons
     while (begin + 1 < end && point(end).ops - point(begin + 1).ops >= min_ops) ++begin;
     std::uint64_t ops = point(end).ops - point(begin).ops;
     std::int64_t ns = point(end).ns - point(begin).ns;
-    if (ops >= min_ops && ns > 0) best = std::max(best, static_cast<double>(ops) * 1e9 / static_cast<double>(ns));
+    if (ops >= min_ops && ns > 0)
+      best = std::max(best, static_cast<double>(ops) * 1e9 / static_cast<double>(ns));
   }
   out.peak_bytes_per_second = best * static_cast<double>(message_bytes);
   return out;

@@ -22,8 +22,8 @@ struct Mark {
 };
 
 struct BandwidthSummary {
-  std::uint64_t bytes = 0;   // message size
-  std::uint64_t ops = 0;     // operations timed
+  std::uint64_t bytes = 0;  // message size
+  std::uint64_t ops = 0;    // operations timed
   double seconds = 0;
   double average_bytes_per_second = 0;
   double peak_bytes_per_second = 0;

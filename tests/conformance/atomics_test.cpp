@@ -24,18 +24,21 @@ TEST_P(Conformance, CompareSwapAndFetchAddReturnTheOldValue) {
   EXPECT_EQ(*old, 100u);
   EXPECT_EQ(*remote, 105u);
 
-  id = RDMAKIT_ASSERT_OK(client_.connection->compare_swap(result->whole().value(), target, 999, 1));  // mismatch
+  id = RDMAKIT_ASSERT_OK(
+      client_.connection->compare_swap(result->whole().value(), target, 999, 1));  // mismatch
   ASSERT_EQ(wait(*client_.connection, id).status, Status::Success);
   EXPECT_EQ(*old, 105u);
   EXPECT_EQ(*remote, 105u) << "a failed compare must not swap";
 
-  id = RDMAKIT_ASSERT_OK(client_.connection->compare_swap(result->whole().value(), target, 105, 0xdeadbeefcafef00dull));
+  id = RDMAKIT_ASSERT_OK(
+      client_.connection->compare_swap(result->whole().value(), target, 105, 0xdeadbeefcafef00dull));
   ASSERT_EQ(wait(*client_.connection, id).status, Status::Success);
   EXPECT_EQ(*old, 105u);
   EXPECT_EQ(*remote, 0xdeadbeefcafef00dull);
 
   // Wrap-around is modulo 2^64.
-  id = RDMAKIT_ASSERT_OK(client_.connection->fetch_add(result->whole().value(), target, ~0xdeadbeefcafef00dull + 2));
+  id = RDMAKIT_ASSERT_OK(
+      client_.connection->fetch_add(result->whole().value(), target, ~0xdeadbeefcafef00dull + 2));
   ASSERT_EQ(wait(*client_.connection, id).status, Status::Success);
   EXPECT_EQ(*remote, 1u);
 }
@@ -85,7 +88,8 @@ TEST_P(Conformance, AtomicsSumExactlyUnderContentionFromEightConnections) {
       for (int k = 0; k < kSwapsEach; ++k) {
         std::uint64_t expected = 0;
         for (;;) {
-          auto id = connection.compare_swap((*result)->whole().value(), counters->descriptor().at(8), expected, expected + 1);
+          auto id = connection.compare_swap((*result)->whole().value(), counters->descriptor().at(8),
+                                            expected, expected + 1);
           if (!id) return void(failures++);
           auto done = connection.wait(*id, kWait);
           if (!done || !done->ok()) return void(failures++);
@@ -103,7 +107,8 @@ TEST_P(Conformance, AtomicsSumExactlyUnderContentionFromEightConnections) {
   std::uint64_t expected_sum = 1000ull * 1000;
   for (int i = 0; i < kConnections; ++i) expected_sum += static_cast<std::uint64_t>(i + 1) * kAddsEach;
   EXPECT_EQ(std::atomic_ref<std::uint64_t>(words[0]).load(), expected_sum);
-  EXPECT_EQ(std::atomic_ref<std::uint64_t>(words[1]).load(), static_cast<std::uint64_t>(kConnections * kSwapsEach));
+  EXPECT_EQ(std::atomic_ref<std::uint64_t>(words[1]).load(),
+            static_cast<std::uint64_t>(kConnections * kSwapsEach));
 }
 
 }  // namespace

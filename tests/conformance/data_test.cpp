@@ -29,17 +29,19 @@ TEST_P(Conformance, WriteLandsExactlyAtOddOffsets) {
   for (std::size_t size : kSizes) {
     SCOPED_TRACE("size " + std::to_string(size));
     const std::size_t src_offset = 3, dst_offset = kGuard + 5;
-    fill_pattern(static_cast<std::byte*>(source->data()) + src_offset, size, static_cast<std::uint32_t>(size));
+    fill_pattern(static_cast<std::byte*>(source->data()) + src_offset, size,
+                 static_cast<std::uint32_t>(size));
     std::memset(dst, 0, span);
-    auto id = RDMAKIT_ASSERT_OK(client_.connection->write(source->slice(src_offset, static_cast<std::uint32_t>(size)),
-                                                          target->descriptor().at(dst_offset)));
+    auto id = RDMAKIT_ASSERT_OK(client_.connection->write(
+        source->slice(src_offset, static_cast<std::uint32_t>(size)), target->descriptor().at(dst_offset)));
     Completion done = wait(*client_.connection, id);
     ASSERT_EQ(done.status, Status::Success) << to_string(done.status);
     EXPECT_EQ(done.opcode, Opcode::Write);
     EXPECT_EQ(done.connection, client_.connection->number());
     ASSERT_EQ(find_pattern_mismatch(dst + dst_offset, size, static_cast<std::uint32_t>(size)), size);
     EXPECT_TRUE(all_zero(dst, dst_offset)) << "bytes before the target range changed";
-    EXPECT_TRUE(all_zero(dst + dst_offset + size, span - dst_offset - size)) << "bytes after the target range changed";
+    EXPECT_TRUE(all_zero(dst + dst_offset + size, span - dst_offset - size))
+        << "bytes after the target range changed";
   }
 }
 
@@ -54,10 +56,11 @@ TEST_P(Conformance, ReadFetchesExactlyAtOddOffsets) {
   for (std::size_t size : kSizes) {
     SCOPED_TRACE("size " + std::to_string(size));
     const std::size_t src_offset = 7, dst_offset = kGuard + 1;
-    fill_pattern(static_cast<std::byte*>(source->data()) + src_offset, size, static_cast<std::uint32_t>(size) + 1);
+    fill_pattern(static_cast<std::byte*>(source->data()) + src_offset, size,
+                 static_cast<std::uint32_t>(size) + 1);
     std::memset(dst, 0, span);
-    auto id = RDMAKIT_ASSERT_OK(client_.connection->read(sink->slice(dst_offset, static_cast<std::uint32_t>(size)),
-                                                         source->descriptor().at(src_offset)));
+    auto id = RDMAKIT_ASSERT_OK(client_.connection->read(
+        sink->slice(dst_offset, static_cast<std::uint32_t>(size)), source->descriptor().at(src_offset)));
     Completion done = wait(*client_.connection, id);
     ASSERT_EQ(done.status, Status::Success) << to_string(done.status);
     EXPECT_EQ(done.opcode, Opcode::Read);
@@ -73,7 +76,8 @@ TEST_P(Conformance, ScatterGatherWriteAndRead) {
   ASSERT_TRUE(client_.connection);
   auto a = region(*client_.context, 4096, Access::LocalWrite);
   auto b = region(*client_.context, 70000, Access::LocalWrite);
-  auto target = region(*server_.context, 200000, Access::LocalWrite | Access::RemoteWrite | Access::RemoteRead);
+  auto target =
+      region(*server_.context, 200000, Access::LocalWrite | Access::RemoteWrite | Access::RemoteRead);
   ASSERT_TRUE(a && b && target);
   fill_pattern(a->data(), 4096, 11);
   fill_pattern(b->data(), 70000, 12);
@@ -88,7 +92,8 @@ TEST_P(Conformance, ScatterGatherWriteAndRead) {
   // Scatter it back into four pieces.
   auto sink = region(*client_.context, 70000, Access::LocalWrite);
   ASSERT_TRUE(sink);
-  Segment scatter[] = {sink->slice(0, 10), sink->slice(100, 990), sink->slice(2000, 60000), sink->slice(65000, 5000)};
+  Segment scatter[] = {sink->slice(0, 10), sink->slice(100, 990), sink->slice(2000, 60000),
+                       sink->slice(65000, 5000)};
   id = RDMAKIT_ASSERT_OK(client_.connection->read(scatter, target->descriptor().at(9)));
   Completion done = wait(*client_.connection, id);
   ASSERT_EQ(done.status, Status::Success);
@@ -115,7 +120,8 @@ TEST_P(Conformance, OperationsCompleteInPostOrderAndWritesPrecedeLaterSends) {
   for (int i = 0; i < kCount; ++i) {
     v[i] = static_cast<std::uint64_t>(i + 1);
     // Every WRITE hits the same word: only in-order execution leaves the last value there.
-    ids.push_back(RDMAKIT_ASSERT_OK(client_.connection->write(values->slice(i * 8, 8), target->descriptor().at(0))));
+    ids.push_back(
+        RDMAKIT_ASSERT_OK(client_.connection->write(values->slice(i * 8, 8), target->descriptor().at(0))));
   }
   ids.push_back(RDMAKIT_ASSERT_OK(client_.connection->send(message->whole().value())));
   // The receive of the SEND completes only after every WRITE before it is visible.
@@ -147,8 +153,10 @@ TEST_P(Conformance, UnsignaledOperationsProduceNoCompletion) {
   Segment pieces[4];
   for (int i = 0; i < 4; ++i) {
     pieces[i] = source->slice(i * 16, 16);
-    chain[i] = WorkRequest{.opcode = Opcode::Write, .local = std::span(&pieces[i], 1),
-                           .remote = target->descriptor().at(i * 16), .signaled = i == 3};
+    chain[i] = WorkRequest{.opcode = Opcode::Write,
+                           .local = std::span(&pieces[i], 1),
+                           .remote = target->descriptor().at(i * 16),
+                           .signaled = i == 3};
   }
   auto first = RDMAKIT_ASSERT_OK(client_.connection->post(chain));
   Completion done = wait(*client_.connection, first + 3);  // a chain gets consecutive ids

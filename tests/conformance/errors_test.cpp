@@ -18,8 +18,8 @@ class Errors : public Conformance {
     ASSERT_TRUE(client_.connection);
     source_ = region(*client_.context, 4096, Access::LocalWrite);
     result_ = region(*client_.context, 4096, Access::LocalWrite);
-    target_ = region(*server_.context, 4096, Access::LocalWrite | Access::RemoteWrite | Access::RemoteRead |
-                                                 Access::RemoteAtomic);
+    target_ = region(*server_.context, 4096,
+                     Access::LocalWrite | Access::RemoteWrite | Access::RemoteRead | Access::RemoteAtomic);
     read_only_ = region(*server_.context, 4096, Access::RemoteRead);
     ASSERT_TRUE(source_ && result_ && target_ && read_only_);
     fill_pattern(source_->data(), 4096, 1);
@@ -30,7 +30,8 @@ class Errors : public Conformance {
   // TransportFailure with the very status the operation completed with.
   void expect_failure(const WorkRequest& failing, Status expected) {
     Segment tail = source_->slice(0, 8);
-    WorkRequest chain[] = {failing, WorkRequest{.opcode = Opcode::Write, .local = std::span(&tail, 1),
+    WorkRequest chain[] = {failing, WorkRequest{.opcode = Opcode::Write,
+                                                .local = std::span(&tail, 1),
                                                 .remote = target_->descriptor().at(4000)}};
     auto first = RDMAKIT_ASSERT_OK(client_.connection->post(chain));
     Completion failed = wait(*client_.connection, first);
@@ -54,7 +55,8 @@ class Errors : public Conformance {
     ASSERT_FALSE(health.has_value());
     EXPECT_EQ(health.error().code(), Errc::TransportFailure) << health.error().describe();
     EXPECT_EQ(health.error().status(), status) << health.error().describe();
-    auto again = RDMAKIT_ASSERT_OK(client_.connection->write(source_->slice(0, 8), target_->descriptor().at(4000)));
+    auto again =
+        RDMAKIT_ASSERT_OK(client_.connection->write(source_->slice(0, 8), target_->descriptor().at(4000)));
     EXPECT_EQ(wait(*client_.connection, again).status, Status::Flushed);
   }
 
@@ -78,7 +80,8 @@ TEST_P(Errors, WriteWithUnknownKeyIsRemoteAccess) {
 
 TEST_P(Errors, WritePastTheEndIsRemoteAccess) {
   local_ = source_->slice(0, 64);
-  expect_failure(WorkRequest{.opcode = Opcode::Write, .local = std::span(&local_, 1),
+  expect_failure(WorkRequest{.opcode = Opcode::Write,
+                             .local = std::span(&local_, 1),
                              .remote = target_->descriptor().at(4096 - 63)},
                  Status::RemoteAccess);
   EXPECT_TRUE(target_untouched());
@@ -86,9 +89,10 @@ TEST_P(Errors, WritePastTheEndIsRemoteAccess) {
 
 TEST_P(Errors, WriteWithoutRemoteWriteRightIsRemoteAccess) {
   local_ = source_->slice(0, 64);
-  expect_failure(WorkRequest{.opcode = Opcode::Write, .local = std::span(&local_, 1),
-                             .remote = read_only_->descriptor().at(0)},
-                 Status::RemoteAccess);
+  expect_failure(
+      WorkRequest{
+          .opcode = Opcode::Write, .local = std::span(&local_, 1), .remote = read_only_->descriptor().at(0)},
+      Status::RemoteAccess);
   auto* bytes = static_cast<const std::uint8_t*>(read_only_->data());
   EXPECT_TRUE(std::all_of(bytes, bytes + 4096, [](std::uint8_t b) { return b == 0; }));
 }
@@ -97,25 +101,32 @@ TEST_P(Errors, ReadWithoutRemoteReadRightIsRemoteAccess) {
   auto write_only = region(*server_.context, 64, Access::LocalWrite | Access::RemoteWrite);
   ASSERT_TRUE(write_only);
   local_ = result_->slice(0, 64);
-  expect_failure(WorkRequest{.opcode = Opcode::Read, .local = std::span(&local_, 1),
-                             .remote = write_only->descriptor().at(0)},
-                 Status::RemoteAccess);
+  expect_failure(
+      WorkRequest{
+          .opcode = Opcode::Read, .local = std::span(&local_, 1), .remote = write_only->descriptor().at(0)},
+      Status::RemoteAccess);
 }
 
 TEST_P(Errors, AtomicWithoutAtomicRightIsRemoteAccess) {
-  auto no_atomic = region(*server_.context, 64, Access::LocalWrite | Access::RemoteWrite | Access::RemoteRead);
+  auto no_atomic =
+      region(*server_.context, 64, Access::LocalWrite | Access::RemoteWrite | Access::RemoteRead);
   ASSERT_TRUE(no_atomic);
   local_ = result_->slice(0, 8);
-  expect_failure(WorkRequest{.opcode = Opcode::FetchAdd, .local = std::span(&local_, 1),
-                             .remote = no_atomic->descriptor().at(0), .compare_add = 1},
+  expect_failure(WorkRequest{.opcode = Opcode::FetchAdd,
+                             .local = std::span(&local_, 1),
+                             .remote = no_atomic->descriptor().at(0),
+                             .compare_add = 1},
                  Status::RemoteAccess);
   EXPECT_EQ(*static_cast<std::uint64_t*>(no_atomic->data()), 0u);
 }
 
 TEST_P(Errors, MisalignedAtomicIsRemoteInvalidRequest) {
   local_ = result_->slice(0, 8);
-  WorkRequest misaligned{.opcode = Opcode::CompareSwap, .local = std::span(&local_, 1),
-                         .remote = target_->descriptor().at(4), .compare_add = 0, .swap = 7};
+  WorkRequest misaligned{.opcode = Opcode::CompareSwap,
+                         .local = std::span(&local_, 1),
+                         .remote = target_->descriptor().at(4),
+                         .compare_add = 0,
+                         .swap = 7};
   if (client_.context->capabilities().misaligned_atomic_refused_at_post) {
     // verbs rule: rxe (and mlx5) refuse a misaligned atomic in ibv_post_send (EINVAL) before it reaches
     // the wire, so it is an error at post, and the connection stays usable.
@@ -131,9 +142,10 @@ TEST_P(Errors, MisalignedAtomicIsRemoteInvalidRequest) {
 
 TEST_P(Errors, LocalSegmentOutsideItsRegionIsLocalProtection) {
   local_ = source_->slice(4000, 200);  // runs 104 bytes past the region
-  expect_failure(WorkRequest{.opcode = Opcode::Write, .local = std::span(&local_, 1),
-                             .remote = target_->descriptor().at(0)},
-                 Status::LocalProtection);
+  expect_failure(
+      WorkRequest{
+          .opcode = Opcode::Write, .local = std::span(&local_, 1), .remote = target_->descriptor().at(0)},
+      Status::LocalProtection);
   EXPECT_TRUE(target_untouched());
 }
 
@@ -141,9 +153,10 @@ TEST_P(Errors, ReadIntoMemoryWithoutLocalWriteIsLocalProtection) {
   auto read_only_local = region(*client_.context, 64, Access::RemoteRead);
   ASSERT_TRUE(read_only_local);
   local_ = read_only_local->slice(0, 64);
-  expect_failure(WorkRequest{.opcode = Opcode::Read, .local = std::span(&local_, 1),
-                             .remote = target_->descriptor().at(0)},
-                 Status::LocalProtection);
+  expect_failure(
+      WorkRequest{
+          .opcode = Opcode::Read, .local = std::span(&local_, 1), .remote = target_->descriptor().at(0)},
+      Status::LocalProtection);
 }
 
 TEST_P(Errors, SendLongerThanTheReceiveIsRemoteInvalidRequestAndLocalLength) {
@@ -170,7 +183,8 @@ TEST_P(Errors, SendLongerThanTheReceiveIsRemoteInvalidRequestAndLocalLength) {
 TEST_P(Errors, SendWithNoReceivePostedIsRnrRetryExceeded) {
   local_ = source_->slice(0, 100);
   auto start = std::chrono::steady_clock::now();
-  expect_failure(WorkRequest{.opcode = Opcode::Send, .local = std::span(&local_, 1)}, Status::RnrRetryExceeded);
+  expect_failure(WorkRequest{.opcode = Opcode::Send, .local = std::span(&local_, 1)},
+                 Status::RnrRetryExceeded);
   EXPECT_LT(std::chrono::steady_clock::now() - start, 20s) << "RNR failure was not bounded by rnr_timeout";
 }
 
@@ -180,8 +194,9 @@ TEST_P(Errors, DeregisteredRegionIsRemoteAccess) {
   RemoteRegion descriptor = doomed->descriptor();
   doomed.reset();  // deregistered; the memory itself may still be mapped (caller memory)
   local_ = source_->slice(0, 64);
-  expect_failure(WorkRequest{.opcode = Opcode::Write, .local = std::span(&local_, 1), .remote = descriptor.at(0)},
-                 Status::RemoteAccess);
+  expect_failure(
+      WorkRequest{.opcode = Opcode::Write, .local = std::span(&local_, 1), .remote = descriptor.at(0)},
+      Status::RemoteAccess);
 }
 
 TEST_P(Errors, DescriptorOfAnotherContextIsStale) {
@@ -214,8 +229,10 @@ TEST_P(Errors, MalformedRequestsAreRefusedAtPost) {
     EXPECT_FALSE(posted.error().message().empty());
   };
   Segment seven = result_->slice(0, 7);
-  check(WorkRequest{.opcode = Opcode::FetchAdd, .local = std::span(&seven, 1), .remote = target_->descriptor().at(0)},
-        "an atomic with a 7-byte result segment");
+  check(
+      WorkRequest{
+          .opcode = Opcode::FetchAdd, .local = std::span(&seven, 1), .remote = target_->descriptor().at(0)},
+      "an atomic with a 7-byte result segment");
   check(WorkRequest{.opcode = Opcode::Recv}, "a receive opcode in post()");
   std::vector<Segment> many(4096, source_->slice(0, 1));
   check(WorkRequest{.opcode = Opcode::Write, .local = many, .remote = target_->descriptor().at(0)},
@@ -237,7 +254,8 @@ TEST_P(Errors, BadRegistrationsAreRefused) {
   EXPECT_NE(rule.error().message().find("LocalWrite"), std::string::npos) << rule.error().message();
 }
 
-INSTANTIATE_TEST_SUITE_P(Transports, Errors, ::testing::ValuesIn(conformance_transports()), transport_param_name);
+INSTANTIATE_TEST_SUITE_P(Transports, Errors, ::testing::ValuesIn(conformance_transports()),
+                         transport_param_name);
 
 }  // namespace
 }  // namespace rdmakit::conformance

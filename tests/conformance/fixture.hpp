@@ -26,11 +26,11 @@ namespace rdmakit::conformance {
 using namespace std::chrono_literals;
 
 // Fails the test with the error's text when a Result holds an error.
-#define RDMAKIT_ASSERT_OK(expr)                                                   \
-  __extension__({                                                                 \
-    auto&& rdmakit_result_ = (expr);                                              \
+#define RDMAKIT_ASSERT_OK(expr)                                                     \
+  __extension__({                                                                   \
+    auto&& rdmakit_result_ = (expr);                                                \
     ASSERT_TRUE(rdmakit_result_.has_value()) << rdmakit_result_.error().describe(); \
-    std::move(*rdmakit_result_);                                                  \
+    std::move(*rdmakit_result_);                                                    \
   })
 
 inline constexpr auto kWait = 30s;  // generous: sanitizers and emulated RDMA are slow

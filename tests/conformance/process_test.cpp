@@ -27,9 +27,11 @@ class Peer {
     posix_spawn_file_actions_init(&actions);
     posix_spawn_file_actions_adddup2(&actions, in[0], 0);
     posix_spawn_file_actions_adddup2(&actions, out[1], 1);
-    std::string listen = std::getenv("RDMAKIT_CONFORMANCE_LISTEN") ? std::getenv("RDMAKIT_CONFORMANCE_LISTEN") : "";
+    std::string listen =
+        std::getenv("RDMAKIT_CONFORMANCE_LISTEN") ? std::getenv("RDMAKIT_CONFORMANCE_LISTEN") : "";
     const char* argv[] = {RDMAKIT_CONFORMANCE_PEER, transport.c_str(), listen.c_str(), nullptr};
-    int rc = posix_spawn(&pid_, RDMAKIT_CONFORMANCE_PEER, &actions, nullptr, const_cast<char**>(argv), environ);
+    int rc =
+        posix_spawn(&pid_, RDMAKIT_CONFORMANCE_PEER, &actions, nullptr, const_cast<char**>(argv), environ);
     posix_spawn_file_actions_destroy(&actions);
     ::close(in[0]);
     ::close(out[1]);
@@ -87,8 +89,8 @@ void expect_one_failure_then_flushed(const std::vector<Status>& statuses) {
   ASSERT_NE(first, statuses.end()) << "killing the peer failed nothing";
   EXPECT_TRUE(*first == Status::TransportRetryExceeded || *first == Status::Flushed) << to_string(*first);
   for (auto it = first + 1; it != statuses.end(); ++it)
-    EXPECT_EQ(*it, Status::Flushed) << "operation " << (it - statuses.begin()) << " behind the failure: "
-                                    << to_string(*it);
+    EXPECT_EQ(*it, Status::Flushed) << "operation " << (it - statuses.begin())
+                                    << " behind the failure: " << to_string(*it);
 }
 
 TEST_P(Conformance, PeerKilledMidTransferFailsPendingOperationsInBoundedTime) {

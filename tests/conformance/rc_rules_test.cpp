@@ -50,7 +50,8 @@ TEST_P(RcRules, HealthReturnsTheFirstFailureWithItsErrcAndStatus) {
   EXPECT_EQ(health.error().status(), Status::RemoteAccess) << health.error().describe();
   // Later events do not replace it: not the peer closing, not this side's flushed posts.
   server_.connection->close();
-  auto flushed = RDMAKIT_ASSERT_OK(client_.connection->write(source_->slice(0, 8), target_->descriptor().at(0)));
+  auto flushed =
+      RDMAKIT_ASSERT_OK(client_.connection->write(source_->slice(0, 8), target_->descriptor().at(0)));
   EXPECT_EQ(wait(*client_.connection, flushed).status, Status::Flushed);
   std::this_thread::sleep_for(50ms);
   auto later = client_.connection->health();
@@ -59,7 +60,8 @@ TEST_P(RcRules, HealthReturnsTheFirstFailureWithItsErrcAndStatus) {
   EXPECT_EQ(later.error().status(), Status::RemoteAccess) << later.error().describe();
   auto stats = client_.connection->stats();
   EXPECT_TRUE(stats.failed);
-  EXPECT_NE(stats.failure.find(std::string(to_string(Status::RemoteAccess))), std::string::npos) << stats.failure;
+  EXPECT_NE(stats.failure.find(std::string(to_string(Status::RemoteAccess))), std::string::npos)
+      << stats.failure;
 }
 
 TEST_P(RcRules, PostsBehindAFailureAreAcceptedAndFlushed) {
@@ -67,10 +69,14 @@ TEST_P(RcRules, PostsBehindAFailureAreAcceptedAndFlushed) {
   Segment local = source_->slice(0, 8);
   // Unsignaled too: a flushed operation always completes.
   std::array<WorkRequest, 3> chain{
-      WorkRequest{.opcode = Opcode::Write, .local = std::span(&local, 1), .remote = target_->descriptor().at(0)},
-      WorkRequest{.opcode = Opcode::Write, .local = std::span(&local, 1), .remote = target_->descriptor().at(8),
+      WorkRequest{
+          .opcode = Opcode::Write, .local = std::span(&local, 1), .remote = target_->descriptor().at(0)},
+      WorkRequest{.opcode = Opcode::Write,
+                  .local = std::span(&local, 1),
+                  .remote = target_->descriptor().at(8),
                   .signaled = false},
-      WorkRequest{.opcode = Opcode::Read, .local = std::span(&local, 1), .remote = target_->descriptor().at(16)}};
+      WorkRequest{
+          .opcode = Opcode::Read, .local = std::span(&local, 1), .remote = target_->descriptor().at(16)}};
   auto first = RDMAKIT_ASSERT_OK(client_.connection->post(chain));
   for (std::uint64_t i = 0; i < chain.size(); ++i) {
     Completion done = wait(*client_.connection, first + i);
@@ -97,7 +103,8 @@ TEST_P(RcRules, PostRecvAfterThePeerClosedIsAcceptedAndFlushed) {
   auto after = client_.connection->post_recv(inbox->slice(32, 32));
   ASSERT_TRUE(after.has_value()) << "refused: " << after.error().describe();
   EXPECT_EQ(wait(*client_.connection, *after).status, Status::Flushed);
-  auto write = RDMAKIT_ASSERT_OK(client_.connection->write(source_->slice(0, 8), target_->descriptor().at(0)));
+  auto write =
+      RDMAKIT_ASSERT_OK(client_.connection->write(source_->slice(0, 8), target_->descriptor().at(0)));
   EXPECT_EQ(wait(*client_.connection, write).status, Status::Flushed);
 }
 
@@ -110,7 +117,8 @@ TEST_P(RcRules, ACompletionQueueHoldsItsDepthAndReportsAnOverflow) {
   ASSERT_TRUE(client.connection);
   std::vector<std::uint64_t> ids;
   for (int i = 0; i < 10; ++i)
-    ids.push_back(RDMAKIT_ASSERT_OK(client.connection->write(source_->slice(8 * i, 8), target_->descriptor().at(8 * i))));
+    ids.push_back(RDMAKIT_ASSERT_OK(
+        client.connection->write(source_->slice(8 * i, 8), target_->descriptor().at(8 * i))));
   // Let every WRITE complete before anyone polls: the software transports count completions as they make
   // them; verbs counts them when polled, so there the pause stands in. Then drain: what the queue held
   // comes out, then its error.
@@ -154,21 +162,25 @@ TEST_P(RcRules, WaitOnAnIdThatCannotCompleteFailsAtOnce) {
   expect_refused(id + 1000, "an id never issued");
   expect_refused(id | Connection::kRecvBit, "a receive id never issued");
   // An id of another connection.
-  std::uint64_t foreign = (std::uint64_t{client_.connection->number() + 1} << 40) | (id & (Connection::kRecvBit - 1));
+  std::uint64_t foreign =
+      (std::uint64_t{client_.connection->number() + 1} << 40) | (id & (Connection::kRecvBit - 1));
   expect_refused(foreign, "an id of another connection");
   // A completion taken by poll() is gone too.
-  auto polled = RDMAKIT_ASSERT_OK(client_.connection->write(source_->slice(0, 8), target_->descriptor().at(0)));
+  auto polled =
+      RDMAKIT_ASSERT_OK(client_.connection->write(source_->slice(0, 8), target_->descriptor().at(0)));
   std::array<Completion, 4> batch;
   std::size_t got = 0;
   auto deadline = std::chrono::steady_clock::now() + kWait;
-  while (got == 0 && std::chrono::steady_clock::now() < deadline) got = client_.connection->send_cq().poll(batch);
+  while (got == 0 && std::chrono::steady_clock::now() < deadline)
+    got = client_.connection->send_cq().poll(batch);
   ASSERT_EQ(got, 1u);
   EXPECT_EQ(batch[0].id, polled);
   expect_refused(polled, "an id taken by poll()");
   EXPECT_LT(std::chrono::steady_clock::now() - start, 10s) << "a refused wait waited";
 }
 
-INSTANTIATE_TEST_SUITE_P(Transports, RcRules, ::testing::ValuesIn(conformance_transports()), transport_param_name);
+INSTANTIATE_TEST_SUITE_P(Transports, RcRules, ::testing::ValuesIn(conformance_transports()),
+                         transport_param_name);
 
 }  // namespace
 }  // namespace rdmakit::conformance

@@ -17,8 +17,8 @@ TEST_P(Conformance, SixtyFourConnectionsAtOnceShareOneCompletionQueue) {
   client_.context = open_context(false);
   ASSERT_TRUE(server_.context && client_.context);
   auto shared_cq = RDMAKIT_ASSERT_OK(client_.context->create_cq(0));
-  auto target = region(*server_.context, kConnections * kChunk, Access::LocalWrite | Access::RemoteWrite |
-                                                                    Access::RemoteRead);
+  auto target = region(*server_.context, kConnections * kChunk,
+                       Access::LocalWrite | Access::RemoteWrite | Access::RemoteRead);
   auto source = region(*client_.context, kConnections * kChunk, Access::LocalWrite);
   auto sink = region(*client_.context, kConnections * kChunk, Access::LocalWrite);
   ASSERT_TRUE(target && source && sink);
@@ -34,8 +34,8 @@ TEST_P(Conformance, SixtyFourConnectionsAtOnceShareOneCompletionQueue) {
   std::vector<std::uint64_t> write_ids;
   for (int i = 0; i < kConnections; ++i) {
     numbers.insert(clients[i].connection->number());
-    write_ids.push_back(RDMAKIT_ASSERT_OK(
-        clients[i].connection->write(source->slice(i * kChunk, kChunk), target->descriptor().at(i * kChunk))));
+    write_ids.push_back(RDMAKIT_ASSERT_OK(clients[i].connection->write(source->slice(i * kChunk, kChunk),
+                                                                       target->descriptor().at(i * kChunk))));
   }
   ASSERT_EQ(numbers.size(), static_cast<std::size_t>(kConnections)) << "connection numbers must be unique";
   // Poll completions of all 64 connections in batches from the one queue.
@@ -107,8 +107,9 @@ TEST_P(Conformance, OneSidedOperationsAreServedAfterTheTargetStopsPolling) {
     Completion batch[4];
     (void)server_.connection->recv_cq().poll(batch);  // the target polls once ...
     (void)server_.connection->send_cq().poll(batch);
-    auto start = std::chrono::steady_clock::now();    // ... and then only computes
-    auto id = RDMAKIT_ASSERT_OK(client_.connection->write(source->whole().value(), target->descriptor().at(0)));
+    auto start = std::chrono::steady_clock::now();  // ... and then only computes
+    auto id =
+        RDMAKIT_ASSERT_OK(client_.connection->write(source->whole().value(), target->descriptor().at(0)));
     ASSERT_EQ(wait(*client_.connection, id).status, Status::Success);
     best = std::min(best, std::chrono::steady_clock::now() - start);
   }

@@ -68,7 +68,8 @@ TEST_P(Conformance, WriteWithImmediateConsumesAReceiveAndCarriesTheValue) {
   ASSERT_TRUE(source && target && unused);
   fill_pattern(source->data(), 65536, 77);
   auto recv_id = RDMAKIT_ASSERT_OK(server_.connection->post_recv(unused->whole().value()));
-  auto id = RDMAKIT_ASSERT_OK(client_.connection->write_imm(source->slice(0, 40000), target->descriptor().at(100), 42));
+  auto id = RDMAKIT_ASSERT_OK(
+      client_.connection->write_imm(source->slice(0, 40000), target->descriptor().at(100), 42));
   Completion sent = wait(*client_.connection, id);
   ASSERT_EQ(sent.status, Status::Success);
   EXPECT_EQ(sent.opcode, Opcode::WriteImm);

@@ -20,8 +20,8 @@ int main(int argc, char** argv) {
   auto context = rdmakit::Context::open(options);
   if (!context) return std::fprintf(stderr, "peer: %s\n", context.error().describe().c_str()), 1;
   using rdmakit::Access;
-  auto memory = (*context)->allocate(64 << 20, Access::LocalWrite | Access::RemoteWrite | Access::RemoteRead |
-                                                   Access::RemoteAtomic);
+  auto memory = (*context)->allocate(
+      64 << 20, Access::LocalWrite | Access::RemoteWrite | Access::RemoteRead | Access::RemoteAtomic);
   if (!memory) return std::fprintf(stderr, "peer: %s\n", memory.error().describe().c_str()), 1;
   auto listener = (*context)->listen(argc > 2 ? argv[2] : "");
   if (!listener) return std::fprintf(stderr, "peer: %s\n", listener.error().describe().c_str()), 1;

@@ -26,8 +26,9 @@ struct Target {
   std::unique_ptr<std::uint8_t[]> memory{new std::uint8_t[kRegion]};
   RegistrationTable table;
   std::uint32_t key =
-      table.add(reinterpret_cast<std::uint64_t>(memory.get()), kRegion,
-                Access::LocalWrite | Access::RemoteWrite | Access::RemoteRead | Access::RemoteAtomic)
+      table
+          .add(reinterpret_cast<std::uint64_t>(memory.get()), kRegion,
+               Access::LocalWrite | Access::RemoteWrite | Access::RemoteRead | Access::RemoteAtomic)
           .value()
           .rkey;
 };

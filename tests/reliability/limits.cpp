@@ -62,10 +62,11 @@ Result<Pair> connect_pair(Context& initiator, Listener& listener) {
   auto connected = initiator.connect(listener.address());
   acceptor.join();
   if (!connected && !*accepted)
-    std::fprintf(stderr, "both sides refused: connect: %s; accept: %s\n", connected.error().describe().c_str(),
-                 accepted->error().describe().c_str());
+    std::fprintf(stderr, "both sides refused: connect: %s; accept: %s\n",
+                 connected.error().describe().c_str(), accepted->error().describe().c_str());
   // The side that ran into the limit names it; the other may only see its peer vanish or time out.
-  if (!*accepted && (connected || names_the_limit(accepted->error()))) return std::unexpected(accepted->error());
+  if (!*accepted && (connected || names_the_limit(accepted->error())))
+    return std::unexpected(accepted->error());
   if (!connected) return std::unexpected(connected.error());
   return Pair{*connected, **accepted};
 }
@@ -88,7 +89,6 @@ void check_transfer(Context& initiator, Context& target, const Pair& pair, unsig
   if (std::memcmp((*sink)->data(), bytes, kBytes) != 0)
     fail(std::string(when) + ": the written bytes did not land");
 }
-
 
 int child(const std::string& transport) {
   alarm(kHangSeconds);  // a hang ends in SIGALRM, which the parent reports

@@ -1,12 +1,12 @@
 // main() of every test program: gtest, the warning check, and a watchdog that aborts with a message
 // when the program runs past RDMAKIT_TEST_WATCHDOG_S seconds (default 600).
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <unistd.h>
 
 namespace rdmakit::testing {
 void install_log_check();
@@ -39,7 +39,8 @@ int main(int argc, char** argv) {
   ::testing::UnitTest::GetInstance()->listeners().Append(new CurrentTest);
   rdmakit::testing::install_log_check();
   unsigned seconds = 600;
-  if (const char* env = std::getenv("RDMAKIT_TEST_WATCHDOG_S")) seconds = static_cast<unsigned>(std::atoi(env));
+  if (const char* env = std::getenv("RDMAKIT_TEST_WATCHDOG_S"))
+    seconds = static_cast<unsigned>(std::atoi(env));
   std::signal(SIGALRM, on_alarm);
   alarm(seconds);
   return RUN_ALL_TESTS();

@@ -1,10 +1,10 @@
 // Bootstrap: launcher environments (torchrun, mpirun, srun), Slurm host lists, and the rendezvous stores.
+#include "rdmakit/bootstrap.hpp"
+
 #include <gtest/gtest.h>
 
 #include <map>
 #include <thread>
-
-#include "rdmakit/bootstrap.hpp"
 
 namespace rdmakit::bootstrap {
 namespace {
@@ -21,15 +21,19 @@ TEST(Nodelist, ExpandsSlurmsCompressedForm) {
   EXPECT_EQ(*expand_nodelist("node[01-04,07]"),
             (std::vector<std::string>{"node01", "node02", "node03", "node04", "node07"}));
   EXPECT_EQ(*expand_nodelist("a,b[9-10],c"), (std::vector<std::string>{"a", "b9", "b10", "c"}));
-  EXPECT_EQ(*expand_nodelist("r[1-2]-n[1-2]"), (std::vector<std::string>{"r1-n1", "r1-n2", "r2-n1", "r2-n2"}));
+  EXPECT_EQ(*expand_nodelist("r[1-2]-n[1-2]"),
+            (std::vector<std::string>{"r1-n1", "r1-n2", "r2-n1", "r2-n2"}));
   EXPECT_EQ(*expand_nodelist("login"), (std::vector<std::string>{"login"}));
   for (const char* bad : {"node[1-", "node]", "node[4-1]", "node[a-b]", "a,,b", ""})
     EXPECT_FALSE(expand_nodelist(bad).has_value()) << bad;
 }
 
 TEST(LaunchEnv, Torchrun) {
-  auto info = detect_launch(env_of({{"RANK", "3"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "1"},
-                                    {"MASTER_ADDR", "10.1.2.3"}, {"MASTER_PORT", "29500"}}));
+  auto info = detect_launch(env_of({{"RANK", "3"},
+                                    {"WORLD_SIZE", "4"},
+                                    {"LOCAL_RANK", "1"},
+                                    {"MASTER_ADDR", "10.1.2.3"},
+                                    {"MASTER_PORT", "29500"}}));
   ASSERT_TRUE(info.has_value()) << info.error().describe();
   EXPECT_EQ(info->launcher, "torchrun");
   EXPECT_EQ(info->rank, 3);
@@ -40,13 +44,17 @@ TEST(LaunchEnv, Torchrun) {
   auto missing = detect_launch(env_of({{"RANK", "0"}, {"WORLD_SIZE", "2"}}));
   ASSERT_FALSE(missing.has_value());
   EXPECT_NE(missing.error().message().find("MASTER_ADDR"), std::string::npos);
-  EXPECT_FALSE(detect_launch(env_of({{"RANK", "2"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "1"}})));
-  EXPECT_FALSE(detect_launch(env_of({{"RANK", "x"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "1"}})));
+  EXPECT_FALSE(detect_launch(
+      env_of({{"RANK", "2"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "1"}})));
+  EXPECT_FALSE(detect_launch(
+      env_of({{"RANK", "x"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "1"}})));
 }
 
 TEST(LaunchEnv, MpirunDerivesAStorePortFromTheJobId) {
-  auto info = detect_launch(env_of({{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "4"},
-                                    {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}, {"OMPI_MCA_ess_base_jobid", "12345"}}));
+  auto info = detect_launch(env_of({{"OMPI_COMM_WORLD_RANK", "1"},
+                                    {"OMPI_COMM_WORLD_SIZE", "4"},
+                                    {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
+                                    {"OMPI_MCA_ess_base_jobid", "12345"}}));
   ASSERT_TRUE(info.has_value()) << info.error().describe();
   EXPECT_EQ(info->launcher, "mpirun");
   EXPECT_EQ(info->rank, 1);
@@ -58,25 +66,29 @@ TEST(LaunchEnv, MpirunDerivesAStorePortFromTheJobId) {
   EXPECT_LT(info->store_port, 40000);
   EXPECT_NE(default_store_port("12345"), default_store_port("12346"));
   // An explicit address wins.
-  auto explicit_addr = detect_launch(env_of({{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "2"},
-                                             {"RDMAKIT_STORE_ADDR", "node1:4000"}}));
+  auto explicit_addr = detect_launch(env_of(
+      {{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "2"}, {"RDMAKIT_STORE_ADDR", "node1:4000"}}));
   ASSERT_TRUE(explicit_addr.has_value());
   EXPECT_EQ(explicit_addr->store_host, "node1");
   EXPECT_EQ(explicit_addr->store_port, 4000);
-  EXPECT_FALSE(detect_launch(env_of({{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "2"},
-                                     {"RDMAKIT_STORE_ADDR", "node1"}})));
+  EXPECT_FALSE(detect_launch(env_of(
+      {{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "2"}, {"RDMAKIT_STORE_ADDR", "node1"}})));
 }
 
 TEST(LaunchEnv, SrunUsesTheFirstNodeOfTheJob) {
-  auto info = detect_launch(env_of({{"SLURM_PROCID", "5"}, {"SLURM_NTASKS", "8"}, {"SLURM_LOCALID", "1"},
-                                    {"SLURM_JOB_NODELIST", "gpu[07-10]"}, {"SLURM_JOB_ID", "77"}}));
+  auto info = detect_launch(env_of({{"SLURM_PROCID", "5"},
+                                    {"SLURM_NTASKS", "8"},
+                                    {"SLURM_LOCALID", "1"},
+                                    {"SLURM_JOB_NODELIST", "gpu[07-10]"},
+                                    {"SLURM_JOB_ID", "77"}}));
   ASSERT_TRUE(info.has_value()) << info.error().describe();
   EXPECT_EQ(info->launcher, "srun");
   EXPECT_EQ(info->rank, 5);
   EXPECT_EQ(info->world_size, 8);
   EXPECT_EQ(info->local_rank, 1);
   EXPECT_EQ(info->store_host, "gpu07");
-  auto bad = detect_launch(env_of({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "1"}, {"SLURM_NODELIST", "gpu[07"}}));
+  auto bad =
+      detect_launch(env_of({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "1"}, {"SLURM_NODELIST", "gpu[07"}}));
   EXPECT_FALSE(bad.has_value());
 }
 
@@ -110,7 +122,8 @@ TEST(Store, TcpStoreServesManyClients) {
   std::vector<std::thread> clients;
   for (int r = 0; r < 6; ++r)
     clients.emplace_back([&, r] {
-      auto client = TcpStore::open({.host = "127.0.0.1", .port = port, .timeout = std::chrono::milliseconds(5000)});
+      auto client =
+          TcpStore::open({.host = "127.0.0.1", .port = port, .timeout = std::chrono::milliseconds(5000)});
       ASSERT_TRUE(client.has_value()) << client.error().describe();
       std::string big(100000 + static_cast<std::size_t>(r), static_cast<char>('a' + r));
       ASSERT_TRUE((*client)->set("rank/" + std::to_string(r), big).has_value());
@@ -134,7 +147,8 @@ TEST(Store, AClientWhoseServerNeverComesFailsClearly) {
     ASSERT_TRUE(server.has_value());
     port = (*server)->bound_port();
   }
-  auto client = TcpStore::open({.host = "127.0.0.1", .port = port, .timeout = std::chrono::milliseconds(200)});
+  auto client =
+      TcpStore::open({.host = "127.0.0.1", .port = port, .timeout = std::chrono::milliseconds(200)});
   ASSERT_FALSE(client.has_value());
   EXPECT_EQ(client.error().code(), Errc::Timeout);
   EXPECT_NE(client.error().message().find("rendezvous store"), std::string::npos);

@@ -269,14 +269,16 @@ TEST(CkptOptions, CodeBeatsEnvironmentBeatsDefault) {
   auto from_code = detail::resolve_engine_options({.directory = "d", .keep = 2});
   setenv("RDMAKIT_CKPT_CHUNK_BYTES", "1000", 1);
   auto bad = detail::resolve_engine_options({.directory = "d"});
-  for (const char* env : {"RDMAKIT_CKPT_KEEP", "RDMAKIT_CKPT_DIRECT_IO", "RDMAKIT_CKPT_CHUNK_BYTES"}) unsetenv(env);
+  for (const char* env : {"RDMAKIT_CKPT_KEEP", "RDMAKIT_CKPT_DIRECT_IO", "RDMAKIT_CKPT_CHUNK_BYTES"})
+    unsetenv(env);
   ASSERT_TRUE(from_env) << from_env.error().describe();
   EXPECT_EQ(from_env->keep, 5u);
   EXPECT_EQ(from_env->direct_io, false);
   ASSERT_TRUE(from_code) << from_code.error().describe();
   EXPECT_EQ(from_code->keep, 2u);
   ASSERT_FALSE(bad);
-  EXPECT_NE(bad.error().message().find("RDMAKIT_CKPT_CHUNK_BYTES"), std::string::npos) << bad.error().message();
+  EXPECT_NE(bad.error().message().find("RDMAKIT_CKPT_CHUNK_BYTES"), std::string::npos)
+      << bad.error().message();
 }
 
 // export_npy writes numpy's format 1.0: magic, version, header length, a dict padded to 64 bytes, data.

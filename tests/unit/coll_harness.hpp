@@ -19,26 +19,43 @@ namespace rdmakit::coll::testing {
 inline void encode(DataType t, double v, std::byte* out) {
   auto put = [&](auto x) { std::memcpy(out, &x, sizeof(x)); };
   switch (t) {
-    case DataType::F32: return put(static_cast<float>(v));
-    case DataType::F64: return put(v);
-    case DataType::F16: return put(static_cast<std::uint16_t>(detail::float_to_half(static_cast<float>(v))));
-    case DataType::BF16: return put(static_cast<std::uint16_t>(detail::float_to_bf16(static_cast<float>(v))));
-    case DataType::I32: return put(static_cast<std::int32_t>(v));
-    case DataType::I64: return put(static_cast<std::int64_t>(v));
-    case DataType::U8: return put(static_cast<std::uint8_t>(v));
+    case DataType::F32:
+      return put(static_cast<float>(v));
+    case DataType::F64:
+      return put(v);
+    case DataType::F16:
+      return put(static_cast<std::uint16_t>(detail::float_to_half(static_cast<float>(v))));
+    case DataType::BF16:
+      return put(static_cast<std::uint16_t>(detail::float_to_bf16(static_cast<float>(v))));
+    case DataType::I32:
+      return put(static_cast<std::int32_t>(v));
+    case DataType::I64:
+      return put(static_cast<std::int64_t>(v));
+    case DataType::U8:
+      return put(static_cast<std::uint8_t>(v));
   }
 }
 
 inline double decode(DataType t, const std::byte* in) {
-  auto get = [&](auto x) { std::memcpy(&x, in, sizeof(x)); return x; };
+  auto get = [&](auto x) {
+    std::memcpy(&x, in, sizeof(x));
+    return x;
+  };
   switch (t) {
-    case DataType::F32: return get(float{});
-    case DataType::F64: return get(double{});
-    case DataType::F16: return detail::half_to_float(get(std::uint16_t{}));
-    case DataType::BF16: return detail::bf16_to_float(get(std::uint16_t{}));
-    case DataType::I32: return get(std::int32_t{});
-    case DataType::I64: return static_cast<double>(get(std::int64_t{}));
-    case DataType::U8: return get(std::uint8_t{});
+    case DataType::F32:
+      return get(float{});
+    case DataType::F64:
+      return get(double{});
+    case DataType::F16:
+      return detail::half_to_float(get(std::uint16_t{}));
+    case DataType::BF16:
+      return detail::bf16_to_float(get(std::uint16_t{}));
+    case DataType::I32:
+      return get(std::int32_t{});
+    case DataType::I64:
+      return static_cast<double>(get(std::int64_t{}));
+    case DataType::U8:
+      return get(std::uint8_t{});
   }
   return 0;
 }
@@ -51,7 +68,8 @@ inline double value(ReduceOp op, int rank, std::size_t i) {
   return static_cast<double>((r + i) % 5);
 }
 
-inline std::vector<std::byte> fill(DataType t, ReduceOp op, int rank, std::size_t count, std::size_t offset = 0) {
+inline std::vector<std::byte> fill(DataType t, ReduceOp op, int rank, std::size_t count,
+                                   std::size_t offset = 0) {
   std::vector<std::byte> out(count * size_of(t));
   for (std::size_t i = 0; i < count; ++i) encode(t, value(op, rank, offset + i), out.data() + i * size_of(t));
   return out;
@@ -62,14 +80,23 @@ inline double expected(DataType t, ReduceOp op, int n, std::size_t i) {
   double acc = value(op, 0, i);
   for (int r = 1; r < n; ++r) {
     double v = value(op, r, i);
-    acc = op == ReduceOp::Prod ? acc * v : op == ReduceOp::Min ? std::min(acc, v) : op == ReduceOp::Max ? std::max(acc, v) : acc + v;
+    acc = op == ReduceOp::Prod  ? acc * v
+          : op == ReduceOp::Min ? std::min(acc, v)
+          : op == ReduceOp::Max ? std::max(acc, v)
+                                : acc + v;
   }
   if (op != ReduceOp::Avg) return acc;
   std::byte bits[8];
   switch (t) {
-    case DataType::F64: return acc / n;
-    case DataType::I32: case DataType::I64: case DataType::U8: return std::trunc(acc / n);
-    default: encode(t, static_cast<float>(acc) / static_cast<float>(n), bits); return decode(t, bits);
+    case DataType::F64:
+      return acc / n;
+    case DataType::I32:
+    case DataType::I64:
+    case DataType::U8:
+      return std::trunc(acc / n);
+    default:
+      encode(t, static_cast<float>(acc) / static_cast<float>(n), bits);
+      return decode(t, bits);
   }
 }
 
@@ -100,10 +127,16 @@ inline void run_ranks(int n, const CommOptions& options, const std::function<voi
 }
 
 inline CommOptions small_chunks(std::string local_transport, Algorithm algorithm = Algorithm::Auto) {
-  // 64-byte chunks and 2 slots: every message of a few dozen elements takes the multi-chunk, credit-bound path.
-  return CommOptions{.network_transport = "tcp", .local_transport = std::move(local_transport),
-                     .timeout = std::chrono::milliseconds(30000), .bootstrap_timeout = std::chrono::milliseconds(30000),
-                     .chunk_bytes = 64, .slots = 2, .small_bytes = 256, .algorithm = algorithm};
+  // 64-byte chunks and 2 slots: every message of a few dozen elements takes the multi-chunk, credit-bound
+  // path.
+  return CommOptions{.network_transport = "tcp",
+                     .local_transport = std::move(local_transport),
+                     .timeout = std::chrono::milliseconds(30000),
+                     .bootstrap_timeout = std::chrono::milliseconds(30000),
+                     .chunk_bytes = 64,
+                     .slots = 2,
+                     .small_bytes = 256,
+                     .algorithm = algorithm};
 }
 
 }  // namespace rdmakit::coll::testing

@@ -37,7 +37,7 @@ TEST(CollSchedule, ChunksAreWholeElementsAndCoverTheMessage) {
   EXPECT_EQ(c[0].count, 60u);
   EXPECT_EQ(c[1].offset, 60u);
   EXPECT_EQ(c[1].count, 40u);
-  EXPECT_EQ(chunks(0, 64, 4).size(), 1u);  // empty messages still synchronize
+  EXPECT_EQ(chunks(0, 64, 4).size(), 1u);        // empty messages still synchronize
   EXPECT_EQ(chunks(8, 4, 8).front().count, 8u);  // a chunk never splits an element
 }
 
@@ -52,7 +52,8 @@ TEST(CollSchedule, RingReduceScatterThenAllgatherGivesEveryoneEverything) {
         int left = (r - 1 + n) % n;
         RingStep mine = ring_reduce_scatter_step(r, n, s), theirs = ring_reduce_scatter_step(left, n, s);
         ASSERT_EQ(mine.recv_block, theirs.send_block);
-        blocks[r][mine.recv_block].insert(before[left][theirs.send_block].begin(), before[left][theirs.send_block].end());
+        blocks[r][mine.recv_block].insert(before[left][theirs.send_block].begin(),
+                                          before[left][theirs.send_block].end());
       }
     }
     for (int r = 0; r < n; ++r) EXPECT_EQ(blocks[r][r].size(), static_cast<std::size_t>(n)) << "n=" << n;
@@ -173,7 +174,8 @@ TEST(CollReduce, HalfAndBfloatConversionsRoundToNearestEven) {
   // Every finite half survives a round trip through float.
   for (unsigned bits = 0; bits < 0x7c00; ++bits)
     ASSERT_EQ(float_to_half(half_to_float(static_cast<unsigned short>(bits))), bits) << bits;
-  std::vector<std::uint16_t> h{float_to_half(1.5f), float_to_half(-4.0f)}, g{float_to_half(2.0f), float_to_half(3.0f)};
+  std::vector<std::uint16_t> h{float_to_half(1.5f), float_to_half(-4.0f)},
+      g{float_to_half(2.0f), float_to_half(3.0f)};
   reduce(h.data(), h.data(), g.data(), 2, DataType::F16, ReduceOp::Sum);
   EXPECT_EQ(half_to_float(h[0]), 3.5f);
   EXPECT_EQ(half_to_float(h[1]), -1.0f);

@@ -2,9 +2,9 @@
 // contexts), for world sizes 1 to 8, over tcp and shm, every data type and operator, counts that do not
 // divide evenly, in-place and out-of-place, each allreduce algorithm, multi-chunk paths forced by
 // 64-byte chunks, and several asynchronous collectives in flight.
-#include <cstdlib>
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <numeric>
 
 #include "coll_harness.hpp"
@@ -65,10 +65,12 @@ TEST_P(CollThreads, ReduceAndReduceScatter) {
         auto input = fill(t, op, comm.rank(), block * static_cast<std::size_t>(size));
         std::vector<std::byte> out(block * size_of(t));
         ASSERT_TRUE(comm.reduce_scatter(input.data(), out.data(), block, t, op).has_value());
-        check_reduced(t, op, size, out.data(), block, block * static_cast<std::size_t>(comm.rank()), "reduce_scatter");
+        check_reduced(t, op, size, out.data(), block, block * static_cast<std::size_t>(comm.rank()),
+                      "reduce_scatter");
         std::byte* mine = input.data() + block * size_of(t) * static_cast<std::size_t>(comm.rank());
         ASSERT_TRUE(comm.reduce_scatter(input.data(), mine, block, t, op).has_value());  // in-place
-        check_reduced(t, op, size, mine, block, block * static_cast<std::size_t>(comm.rank()), "reduce_scatter in-place");
+        check_reduced(t, op, size, mine, block, block * static_cast<std::size_t>(comm.rank()),
+                      "reduce_scatter in-place");
       }
   });
 }
@@ -104,12 +106,14 @@ TEST_P(CollThreads, BroadcastAllgatherAllToAll) {
       auto out = pattern(me, count * usize, 0);
       std::vector<std::byte> in(out.size());
       for (bool in_place : {false, true}) {
-        auto ok = in_place ? comm.all_to_all(out.data(), out.data(), count, t) : comm.all_to_all(out.data(), in.data(), count, t);
+        auto ok = in_place ? comm.all_to_all(out.data(), out.data(), count, t)
+                           : comm.all_to_all(out.data(), in.data(), count, t);
         ASSERT_TRUE(ok.has_value()) << ok.error().describe();
         const auto& result = in_place ? out : in;
         for (int r = 0; r < size; ++r) {
           auto want = pattern(r, count, count * static_cast<std::size_t>(me));
-          EXPECT_TRUE(std::equal(want.begin(), want.end(), result.begin() + static_cast<std::ptrdiff_t>(r * count * e)))
+          EXPECT_TRUE(std::equal(want.begin(), want.end(),
+                                 result.begin() + static_cast<std::ptrdiff_t>(r * count * e)))
               << "all_to_all from " << r << (in_place ? " in-place" : "");
         }
         out = pattern(me, count * usize, 0);
@@ -125,9 +129,11 @@ TEST_P(CollThreads, AsyncCollectivesCompleteInIssueOrder) {
     std::size_t count = 45;
     std::vector<std::vector<std::byte>> buffers;
     std::vector<Work> works;
-    for (int k = 0; k < kInFlight; ++k) buffers.push_back(fill(DataType::I32, ReduceOp::Sum, comm.rank(), count, static_cast<std::size_t>(k)));
     for (int k = 0; k < kInFlight; ++k)
-      works.push_back(comm.allreduce_async(buffers[k].data(), buffers[k].data(), count, DataType::I32, ReduceOp::Sum));
+      buffers.push_back(fill(DataType::I32, ReduceOp::Sum, comm.rank(), count, static_cast<std::size_t>(k)));
+    for (int k = 0; k < kInFlight; ++k)
+      works.push_back(
+          comm.allreduce_async(buffers[k].data(), buffers[k].data(), count, DataType::I32, ReduceOp::Sum));
     std::vector<std::byte> root_data(count * 4);
     if (comm.rank() == 0) root_data = fill(DataType::I32, ReduceOp::Sum, 7, count);
     Work bcast = comm.broadcast_async(root_data.data(), root_data.data(), count, DataType::I32, 0);
@@ -137,7 +143,8 @@ TEST_P(CollThreads, AsyncCollectivesCompleteInIssueOrder) {
     for (int k = 0; k < kInFlight; ++k) {
       EXPECT_TRUE(works[k].done()) << "work " << k << " not done although a later collective is";
       ASSERT_TRUE(works[k].wait().has_value());
-      check_reduced(DataType::I32, ReduceOp::Sum, comm.size(), buffers[k].data(), count, static_cast<std::size_t>(k), "async");
+      check_reduced(DataType::I32, ReduceOp::Sum, comm.size(), buffers[k].data(), count,
+                    static_cast<std::size_t>(k), "async");
     }
     ASSERT_TRUE(bcast.wait().has_value());
     EXPECT_EQ(root_data, fill(DataType::I32, ReduceOp::Sum, 7, count));
@@ -167,28 +174,35 @@ TEST(CollSetup, ARankThatNeverShowsUpFailsTheOthersWithItsNumber) {
   auto comm = Communicator::create(store, 0, 3, options);  // ranks 1 and 2 never come
   ASSERT_FALSE(comm.has_value());
   EXPECT_EQ(comm.error().code(), Errc::Timeout);
-  EXPECT_NE(comm.error().message().find("rank 1 of 3 did not show up"), std::string::npos) << comm.error().message();
+  EXPECT_NE(comm.error().message().find("rank 1 of 3 did not show up"), std::string::npos)
+      << comm.error().message();
 }
 
 TEST(CollSetup, ABadEnvironmentValueIsAnErrorNamingTheVariable) {
   for (const char* bad : {"-1", "5ms", ""}) {
     ::setenv("RDMAKIT_COLL_SPIN_US", bad, 1);
-    auto comm = Communicator::create(bootstrap::make_memory_store(), 0, 1, CommOptions{.network_transport = "tcp"});
+    auto comm =
+        Communicator::create(bootstrap::make_memory_store(), 0, 1, CommOptions{.network_transport = "tcp"});
     ::unsetenv("RDMAKIT_COLL_SPIN_US");
     ASSERT_FALSE(comm.has_value()) << "RDMAKIT_COLL_SPIN_US='" << bad << "' was accepted";
     EXPECT_EQ(comm.error().code(), Errc::InvalidArgument);
-    EXPECT_NE(comm.error().message().find("RDMAKIT_COLL_SPIN_US"), std::string::npos) << comm.error().message();
+    EXPECT_NE(comm.error().message().find("RDMAKIT_COLL_SPIN_US"), std::string::npos)
+        << comm.error().message();
   }
 }
 
 TEST(CollSetup, BadArgumentsAreErrorsNotCrashes) {
   run_ranks(1, small_chunks("tcp"), [](Communicator& comm) {
     int x = 0;
-    EXPECT_EQ(comm.allreduce(nullptr, &x, 4, DataType::I32, ReduceOp::Sum).error().code(), Errc::InvalidArgument);
+    EXPECT_EQ(comm.allreduce(nullptr, &x, 4, DataType::I32, ReduceOp::Sum).error().code(),
+              Errc::InvalidArgument);
     EXPECT_EQ(comm.broadcast(&x, &x, 1, DataType::I32, 3).error().code(), Errc::InvalidArgument);
-    EXPECT_EQ(comm.allreduce(&x, &x, 1, DataType::I32, static_cast<ReduceOp>(99)).error().code(), Errc::InvalidArgument);
-    EXPECT_FALSE(comm.allreduce_async(&x, &x, 1, static_cast<DataType>(42), ReduceOp::Sum).wait().has_value());
-    EXPECT_TRUE(comm.allreduce(&x, &x, 0, DataType::I32, ReduceOp::Sum).has_value());  // zero elements is fine
+    EXPECT_EQ(comm.allreduce(&x, &x, 1, DataType::I32, static_cast<ReduceOp>(99)).error().code(),
+              Errc::InvalidArgument);
+    EXPECT_FALSE(
+        comm.allreduce_async(&x, &x, 1, static_cast<DataType>(42), ReduceOp::Sum).wait().has_value());
+    EXPECT_TRUE(
+        comm.allreduce(&x, &x, 0, DataType::I32, ReduceOp::Sum).has_value());  // zero elements is fine
   });
 }
 

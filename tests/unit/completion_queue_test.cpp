@@ -63,7 +63,8 @@ TEST_P(CompletionQueueTest, PollIsOldestFirstAndNeverBlocks) {
 }
 
 TEST_P(CompletionQueueTest, WaitForStashesOthersInOrder) {
-  for (std::uint64_t id = 1; id <= 40; ++id) cq.push(completion(id, id == 25 ? Status::RemoteAccess : Status::Success));
+  for (std::uint64_t id = 1; id <= 40; ++id)
+    cq.push(completion(id, id == 25 ? Status::RemoteAccess : Status::Success));
   auto found = cq.wait_for(25, 1s);
   ASSERT_TRUE(found.has_value()) << found.error().describe();
   EXPECT_EQ(found->id, 25u);
@@ -165,7 +166,8 @@ TEST_P(CompletionQueueTest, TwoWaitersAndAProducer) {
   EXPECT_EQ(rest, expected);
 }
 
-INSTANTIATE_TEST_SUITE_P(Modes, CompletionQueueTest, ::testing::Values(WaitMode::Spin, WaitMode::Block, WaitMode::Hybrid),
+INSTANTIATE_TEST_SUITE_P(Modes, CompletionQueueTest,
+                         ::testing::Values(WaitMode::Spin, WaitMode::Block, WaitMode::Hybrid),
                          [](const auto& info) {
                            return info.param == WaitMode::Spin    ? std::string("spin")
                                   : info.param == WaitMode::Block ? std::string("block")

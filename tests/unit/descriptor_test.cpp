@@ -9,9 +9,12 @@ namespace rdmakit {
 namespace {
 
 RemoteRegion sample() {
-  return RemoteRegion{.addr = 0x00007f12'3456'7890ull, .length = (std::uint64_t{5} << 32) + 17, .rkey = 0xdeadbeef,
+  return RemoteRegion{.addr = 0x00007f12'3456'7890ull,
+                      .length = (std::uint64_t{5} << 32) + 17,
+                      .rkey = 0xdeadbeef,
                       .access = Access::RemoteRead | Access::RemoteWrite | Access::LocalWrite,
-                      .owner_id = 0x0123'4567'89ab'cdefull, .owner_epoch = 0xfedc'ba98'7654'3210ull};
+                      .owner_id = 0x0123'4567'89ab'cdefull,
+                      .owner_epoch = 0xfedc'ba98'7654'3210ull};
 }
 
 void expect_same(const RemoteRegion& a, const RemoteRegion& b) {
@@ -32,7 +35,11 @@ TEST(Descriptor, SerializeRoundTrip) {
 }
 
 TEST(Descriptor, ExtremeValuesRoundTrip) {
-  RemoteRegion region{.addr = ~0ull, .length = ~0ull, .rkey = ~0u, .access = Access::All, .owner_id = ~0ull,
+  RemoteRegion region{.addr = ~0ull,
+                      .length = ~0ull,
+                      .rkey = ~0u,
+                      .access = Access::All,
+                      .owner_id = ~0ull,
                       .owner_epoch = ~0ull};
   auto back = RemoteRegion::deserialize(region.serialize());
   ASSERT_TRUE(back.has_value());

@@ -1,6 +1,8 @@
 // The fault transport over tcp: each injected fault must look exactly like the RDMA failure it stands
 // for (status of the failed operation, Flushed behind it, ConnectionBroken afterwards, target bytes
 // untouched, bounded time).
+#include "rdmakit/fault.hpp"
+
 #include <gtest/gtest.h>
 
 #include <array>
@@ -10,7 +12,6 @@
 #include <vector>
 
 #include "rdmakit/context.hpp"
-#include "rdmakit/fault.hpp"
 #include "support/test_support.hpp"
 
 namespace rdmakit {
@@ -177,8 +178,12 @@ TEST_F(FaultTest, PassesEverythingThroughWithoutRules) {
 }
 
 TEST_F(FaultTest, FailedWriteLeavesTargetUntouchedFlushesTheRestAndBreaks) {
-  ASSERT_TRUE(injector_->add({.action = Rule::Action::Fail, .opcode = Opcode::Write, .status = Status::RemoteAccess,
-                              .skip = 1}).has_value());
+  ASSERT_TRUE(injector_
+                  ->add({.action = Rule::Action::Fail,
+                         .opcode = Opcode::Write,
+                         .status = Status::RemoteAccess,
+                         .skip = 1})
+                  .has_value());
   auto recv = conn_->post_recv(local_mr_->slice(60000, 64));  // a receive flushes with the connection
   ASSERT_TRUE(recv.has_value());
   auto first = write(0, 1024, 11);
@@ -215,8 +220,10 @@ TEST_F(FaultTest, FailedWriteLeavesTargetUntouchedFlushesTheRestAndBreaks) {
 
 // A synthetic failure never overtakes the completions of operations posted before it.
 TEST_F(FaultTest, FailureWaitsForEarlierOperations) {
-  ASSERT_TRUE(injector_->add({.action = Rule::Action::Fail, .opcode = Opcode::FetchAdd,
-                              .status = Status::RemoteOperation}).has_value());
+  ASSERT_TRUE(
+      injector_
+          ->add({.action = Rule::Action::Fail, .opcode = Opcode::FetchAdd, .status = Status::RemoteOperation})
+          .has_value());
   std::vector<std::uint64_t> ids;
   for (int i = 0; i < 8; ++i) ids.push_back(write(static_cast<std::size_t>(i) * 4096, 4096, 20 + i));
   write(40000, 8, 30, /*signaled=*/false);  // unsignaled: nothing shows on success
@@ -231,20 +238,23 @@ TEST_F(FaultTest, FailureWaitsForEarlierOperations) {
   EXPECT_EQ(got[8].id, *atomic);
   EXPECT_EQ(got[8].status, Status::RemoteOperation);
   EXPECT_EQ(got[8].opcode, Opcode::FetchAdd);
-  for (int i = 0; i < 8; ++i) EXPECT_TRUE(target_holds(static_cast<std::size_t>(i) * 4096, 4096, 20 + i)) << i;
+  for (int i = 0; i < 8; ++i)
+    EXPECT_TRUE(target_holds(static_cast<std::size_t>(i) * 4096, 4096, 20 + i)) << i;
   EXPECT_TRUE(target_holds(40000, 8, 30));
   EXPECT_TRUE(target_zero(48000, 8)) << "the failed atomic reached the target";
   expect_broken();
 }
 
 TEST_F(FaultTest, FailureInsideAChain) {
-  ASSERT_TRUE(injector_->add({.action = Rule::Action::Fail, .status = Status::LocalProtection, .skip = 1}).has_value());
+  ASSERT_TRUE(injector_->add({.action = Rule::Action::Fail, .status = Status::LocalProtection, .skip = 1})
+                  .has_value());
   std::array<Segment, 3> segments;
   std::array<WorkRequest, 3> chain;
   for (std::size_t i = 0; i < 3; ++i) {
     testing::fill_pattern(local_.data() + i * 1000, 1000, 40 + static_cast<std::uint32_t>(i));
     segments[i] = local_mr_->slice(i * 1000, 1000);
-    chain[i] = WorkRequest{.opcode = Opcode::Write, .local = std::span(&segments[i], 1), .remote = remote_.at(i * 1000)};
+    chain[i] = WorkRequest{
+        .opcode = Opcode::Write, .local = std::span(&segments[i], 1), .remote = remote_.at(i * 1000)};
   }
   auto first = conn_->post(chain);
   ASSERT_TRUE(first.has_value()) << first.error().describe();
@@ -262,7 +272,8 @@ TEST_F(FaultTest, FailureInsideAChain) {
 }
 
 TEST_F(FaultTest, DelayHoldsTheCompletionAndKeepsOrder) {
-  ASSERT_TRUE(injector_->add({.action = Rule::Action::Delay, .opcode = Opcode::Write, .delay = 200ms}).has_value());
+  ASSERT_TRUE(
+      injector_->add({.action = Rule::Action::Delay, .opcode = Opcode::Write, .delay = 200ms}).has_value());
   auto start = Clock::now();
   auto delayed = write(0, 512, 50);
   auto behind = conn_->read(local_mr_->slice(10000, 8), remote_.at(0));
@@ -339,7 +350,8 @@ TEST_F(FaultTest, OnlyTheMatchingConnectionIsHurt) {
   connect_pair();
   auto second = conn_;
   ASSERT_NE(first->number(), second->number());
-  ASSERT_TRUE(injector_->add({.action = Rule::Action::Fail, .connection = first->number(), .count = 0}).has_value());
+  ASSERT_TRUE(
+      injector_->add({.action = Rule::Action::Fail, .connection = first->number(), .count = 0}).has_value());
   auto ok = second->write(local_mr_->slice(0, 8), remote_.at(0));
   ASSERT_TRUE(ok.has_value());
   EXPECT_EQ(second->wait(*ok, 5s)->status, Status::Success);
@@ -375,7 +387,8 @@ TEST_F(FaultTest, ConnectRules) {
 // Many threads posting while a rule fires: every accepted operation completes exactly once, in order,
 // as successes, then the injected failure, then flushes.
 TEST_F(FaultTest, ConcurrentPostersSeeOneConsistentFailure) {
-  ASSERT_TRUE(injector_->add({.action = Rule::Action::Fail, .status = Status::RemoteAccess, .skip = 100}).has_value());
+  ASSERT_TRUE(injector_->add({.action = Rule::Action::Fail, .status = Status::RemoteAccess, .skip = 100})
+                  .has_value());
   std::atomic<std::size_t> accepted{0};
   std::vector<std::thread> posters;
   for (int t = 0; t < 3; ++t) {
@@ -395,7 +408,8 @@ TEST_F(FaultTest, ConcurrentPostersSeeOneConsistentFailure) {
   auto got = next_completions(accepted.load(), 10s);
   ASSERT_EQ(got.size(), accepted.load());
   std::size_t i = 0;
-  for (; i < got.size() && got[i].status == Status::Success; ++i) {}
+  for (; i < got.size() && got[i].status == Status::Success; ++i) {
+  }
   EXPECT_EQ(i, 100u);
   ASSERT_LT(i, got.size());
   EXPECT_EQ(got[i].status, Status::RemoteAccess);
@@ -407,7 +421,8 @@ TEST_F(FaultTest, ConcurrentPostersSeeOneConsistentFailure) {
 
 TEST(FaultInjector, SkipCountAndValidation) {
   fault::Injector injector;
-  ASSERT_TRUE(injector.add({.action = Rule::Action::Fail, .opcode = Opcode::Read, .skip = 2, .count = 2}).has_value());
+  ASSERT_TRUE(injector.add({.action = Rule::Action::Fail, .opcode = Opcode::Read, .skip = 2, .count = 2})
+                  .has_value());
   std::vector<bool> fired;
   for (int i = 0; i < 6; ++i) fired.push_back(injector.match(Opcode::Read, 1).has_value());
   EXPECT_EQ(fired, (std::vector<bool>{false, false, true, true, false, false}));
@@ -425,7 +440,8 @@ TEST(FaultInjector, SkipCountAndValidation) {
   EXPECT_FALSE(injector.add({.action = Rule::Action::Fail, .status = Status::Success}).has_value());
   EXPECT_FALSE(injector.add({.action = Rule::Action::Delay}).has_value());
   EXPECT_FALSE(injector.add({.action = Rule::Action::Fail, .opcode = Opcode::Recv}).has_value());
-  EXPECT_FALSE(injector.add({.action = Rule::Action::Fail, .opcode = Opcode::Write, .connect = true}).has_value());
+  EXPECT_FALSE(
+      injector.add({.action = Rule::Action::Fail, .opcode = Opcode::Write, .connect = true}).has_value());
 }
 
 }  // namespace

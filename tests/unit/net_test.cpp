@@ -1,5 +1,7 @@
 // The one address helper (core/net.hpp): the forms every layer accepts, and connects bounded by a deadline,
 // including the bootstrap store client's against a listener that never answers.
+#include "core/net.hpp"
+
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -7,7 +9,6 @@
 #include <chrono>
 #include <vector>
 
-#include "core/net.hpp"
 #include "rdmakit/bootstrap.hpp"
 
 namespace rdmakit {
@@ -22,8 +23,9 @@ TEST(Net, ParsesEveryAddressForm) {
     const char* host;
     std::uint16_t port;
   };
-  for (const Case& c : {Case{"10.0.0.1:80", "10.0.0.1", 80}, Case{"[::1]:65535", "::1", 65535},
-                        Case{":0", "", 0}, Case{"4242", "", 4242}, Case{"node-1.example:7", "node-1.example", 7}}) {
+  for (const Case& c :
+       {Case{"10.0.0.1:80", "10.0.0.1", 80}, Case{"[::1]:65535", "::1", 65535}, Case{":0", "", 0},
+        Case{"4242", "", 4242}, Case{"node-1.example:7", "node-1.example", 7}}) {
     auto parsed = net::parse_host_port(c.text);
     ASSERT_TRUE(parsed.has_value()) << c.text << ": " << parsed.error().describe();
     EXPECT_EQ(parsed->host, c.host) << c.text;
@@ -100,7 +102,8 @@ TEST(Net, NobodyListeningIsConnectionRefused) {
 TEST(Net, StoreClientConnectHonoursItsTimeout) {
   FullListener full;
   auto start = Clock::now();
-  auto store = bootstrap::TcpStore::open({.host = "127.0.0.1", .port = full.port, .timeout = 500ms, .secret = ""});
+  auto store =
+      bootstrap::TcpStore::open({.host = "127.0.0.1", .port = full.port, .timeout = 500ms, .secret = ""});
   auto took = Clock::now() - start;
   ASSERT_FALSE(store.has_value());
   EXPECT_EQ(store.error().code(), Errc::Timeout) << store.error().describe();

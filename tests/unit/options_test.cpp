@@ -1,4 +1,6 @@
 // Options: defaults, code over environment over default, errors that name the option, describe_options.
+#include "bootstrap/options.hpp"
+
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -6,9 +8,8 @@
 #include <set>
 #include <string>
 
-#include "bootstrap/options.hpp"
-#include "core/option_table.hpp"
 #include "coll/comm_options.hpp"
+#include "core/option_table.hpp"
 #include "rdmakit/options.hpp"
 
 namespace rdmakit {
@@ -21,9 +22,9 @@ class OptionsTest : public ::testing::Test {
   void SetUp() override {
     for (const options::Table* table : options::option_tables())
       for (const auto& option : table->declared()) {
-      if (const char* value = std::getenv(option.env.c_str())) saved_[option.env] = value;
-      unsetenv(option.env.c_str());
-      names_.push_back(option.env);
+        if (const char* value = std::getenv(option.env.c_str())) saved_[option.env] = value;
+        unsetenv(option.env.c_str());
+        names_.push_back(option.env);
       }
   }
   void TearDown() override {
@@ -71,8 +72,10 @@ TEST_F(OptionsTest, CodeBeatsEnvironmentBeatsDefault) {
   EXPECT_FALSE(from_env->registration_cache);
   EXPECT_EQ(from_env->name, "from-env");
 
-  auto from_code = resolve_config({.name = "from-code", .timeout = std::chrono::milliseconds(77),
-                                   .wait_mode = WaitMode::Block, .registration_cache = true});
+  auto from_code = resolve_config({.name = "from-code",
+                                   .timeout = std::chrono::milliseconds(77),
+                                   .wait_mode = WaitMode::Block,
+                                   .registration_cache = true});
   ASSERT_TRUE(from_code.has_value()) << from_code.error().describe();
   EXPECT_EQ(from_code->timeout, std::chrono::milliseconds(77));
   EXPECT_EQ(from_code->wait_mode, WaitMode::Block);
@@ -90,11 +93,16 @@ TEST_F(OptionsTest, CodeWinsEvenOverABadEnvironmentValue) {
 // A bad value is an error naming the option and the variable, never a silent default.
 TEST_F(OptionsTest, BadEnvironmentValueNamesOptionAndVariable) {
   const std::pair<const char*, const char*> bad[] = {
-      {"RDMAKIT_CQ_DEPTH", "lots"},         {"RDMAKIT_CQ_DEPTH", "12x"},
-      {"RDMAKIT_CQ_DEPTH", ""},             {"RDMAKIT_CQ_DEPTH", "-1"},
-      {"RDMAKIT_PORT", "4294967296"},       {"RDMAKIT_TIMEOUT_MS", "-5"},
-      {"RDMAKIT_TIMEOUT_MS", "1.5"},        {"RDMAKIT_WAIT_MODE", "sometimes"},
-      {"RDMAKIT_REGISTRATION_CACHE", "maybe"}, {"RDMAKIT_GID_INDEX", "one"},
+      {"RDMAKIT_CQ_DEPTH", "lots"},
+      {"RDMAKIT_CQ_DEPTH", "12x"},
+      {"RDMAKIT_CQ_DEPTH", ""},
+      {"RDMAKIT_CQ_DEPTH", "-1"},
+      {"RDMAKIT_PORT", "4294967296"},
+      {"RDMAKIT_TIMEOUT_MS", "-5"},
+      {"RDMAKIT_TIMEOUT_MS", "1.5"},
+      {"RDMAKIT_WAIT_MODE", "sometimes"},
+      {"RDMAKIT_REGISTRATION_CACHE", "maybe"},
+      {"RDMAKIT_GID_INDEX", "one"},
       {"RDMAKIT_SPIN_US", " 5"},
   };
   for (const auto& [env, value] : bad) {
@@ -176,10 +184,27 @@ TEST_F(OptionsTest, DescribeListsEveryOptionWithDocEnvAndDefault) {
     EXPECT_EQ(option.env, env);
   }
   // One entry per field of Config.
-  const char* expected[] = {"transport", "name", "listen_address", "device", "port", "gid_index", "mtu",
-                            "timeout_ms", "rnr_timeout_ms", "connect_timeout_ms", "handshake_timeout_ms", "wait_mode", "spin_us",
-                            "cq_depth", "send_queue_depth", "recv_queue_depth", "max_sge", "inline_size",
-                            "registration_cache", "log_level", "shm_allowed_uids"};
+  const char* expected[] = {"transport",
+                            "name",
+                            "listen_address",
+                            "device",
+                            "port",
+                            "gid_index",
+                            "mtu",
+                            "timeout_ms",
+                            "rnr_timeout_ms",
+                            "connect_timeout_ms",
+                            "handshake_timeout_ms",
+                            "wait_mode",
+                            "spin_us",
+                            "cq_depth",
+                            "send_queue_depth",
+                            "recv_queue_depth",
+                            "max_sge",
+                            "inline_size",
+                            "registration_cache",
+                            "log_level",
+                            "shm_allowed_uids"};
   EXPECT_EQ(options.size(), std::size(expected));
   for (const char* name : expected) EXPECT_TRUE(names.contains(name)) << name;
 
@@ -213,7 +238,8 @@ TEST_F(OptionsTest, RnrTimeoutMustBeBelowTimeoutAndTheErrorNamesBoth) {
   set("RDMAKIT_RNR_TIMEOUT_MS", "5000");  // above the default timeout_ms (4000): the combination is refused
   auto from_env = resolve_config({});
   ASSERT_FALSE(from_env.has_value());
-  EXPECT_NE(from_env.error().message().find("RDMAKIT_RNR_TIMEOUT_MS"), std::string::npos) << from_env.error().message();
+  EXPECT_NE(from_env.error().message().find("RDMAKIT_RNR_TIMEOUT_MS"), std::string::npos)
+      << from_env.error().message();
   unsetenv("RDMAKIT_RNR_TIMEOUT_MS");
   // Left unset, rnr_timeout_ms follows a timeout_ms at or below its default down to half of it.
   set("RDMAKIT_TIMEOUT_MS", "800");
@@ -229,16 +255,17 @@ TEST_F(OptionsTest, EveryLayerIsListedOnceWithItsEffectiveValue) {
   auto all = describe_options();
   ASSERT_TRUE(all.has_value()) << all.error().describe();
   std::map<std::string, OptionInfo> by_env;
-  for (const auto& option : *all) EXPECT_TRUE(by_env.emplace(option.env, option).second) << option.env << " twice";
+  for (const auto& option : *all)
+    EXPECT_TRUE(by_env.emplace(option.env, option).second) << option.env << " twice";
   EXPECT_EQ(by_env["RDMAKIT_COLL_SLOTS"].value, "8");
   EXPECT_EQ(by_env["RDMAKIT_COLL_SLOTS"].layer, "coll");
   EXPECT_EQ(by_env["RDMAKIT_BOOTSTRAP_TIMEOUT_MS"].value, "1234");
   EXPECT_EQ(by_env["RDMAKIT_BOOTSTRAP_TIMEOUT_MS"].layer, "bootstrap");
   EXPECT_EQ(by_env["RDMAKIT_TIMEOUT_MS"].layer, "core");
-  for (const char* env : {"RDMAKIT_STORE_ADDR", "RDMAKIT_JOB_SECRET", "RDMAKIT_STORE_MAX_CLIENTS",
-                          "RDMAKIT_COLL_ALGO", "RDMAKIT_COLL_SPIN_US", "RDMAKIT_COLL_CHUNK_BYTES",
-                          "RDMAKIT_COLL_SMALL_BYTES", "RDMAKIT_COLL_TIMEOUT_MS", "RDMAKIT_COLL_HOST_ID",
-                          "RDMAKIT_COLL_LOCAL_TRANSPORT"})
+  for (const char* env :
+       {"RDMAKIT_STORE_ADDR", "RDMAKIT_JOB_SECRET", "RDMAKIT_STORE_MAX_CLIENTS", "RDMAKIT_COLL_ALGO",
+        "RDMAKIT_COLL_SPIN_US", "RDMAKIT_COLL_CHUNK_BYTES", "RDMAKIT_COLL_SMALL_BYTES",
+        "RDMAKIT_COLL_TIMEOUT_MS", "RDMAKIT_COLL_HOST_ID", "RDMAKIT_COLL_LOCAL_TRANSPORT"})
     EXPECT_TRUE(by_env.contains(env)) << env;
   EXPECT_EQ(by_env["RDMAKIT_STORE_ADDR"].value, "") << "unset, and no default";
   // The bootstrap timeout is read once, by the bootstrap table, for every user of it.
@@ -266,7 +293,7 @@ TEST_F(OptionsTest, AMisspeltVariableNamesTheClosestOption) {
   set("RDMAKIT_TIMOUT_MS", "100");
   set("RDMAKIT_COLL_SLOT", "2");
   set("RDMAKIT_SOMETHING_ELSE_ENTIRELY", "1");
-  set("RDMAKIT_TEST_ONLY_KNOB", "1");          // reserved for test harnesses: no warning
+  set("RDMAKIT_TEST_ONLY_KNOB", "1");  // reserved for test harnesses: no warning
   set("RDMAKIT_CONFORMANCE_KEY_GUESSES", "1,2");
   auto messages = options::unknown_environment();
   for (const char* env : {"RDMAKIT_TIMOUT_MS", "RDMAKIT_COLL_SLOT", "RDMAKIT_SOMETHING_ELSE_ENTIRELY",
@@ -292,8 +319,10 @@ TEST_F(OptionsTest, CommOptionsSetInCodeBeatTheEnvironment) {
   EXPECT_EQ(from_env->algorithm, coll::Algorithm::Ring);
   EXPECT_EQ(from_env->spin, std::chrono::microseconds(5000));
   // 0 is a value like any other, not "unset": spin 0 sleeps at once.
-  auto from_code = coll::detail::resolve_options({.network_transport = "tcp", .local_transport = "tcp",
-                                                  .spin = std::chrono::microseconds(0), .slots = 2,
+  auto from_code = coll::detail::resolve_options({.network_transport = "tcp",
+                                                  .local_transport = "tcp",
+                                                  .spin = std::chrono::microseconds(0),
+                                                  .slots = 2,
                                                   .algorithm = coll::Algorithm::Auto});
   ASSERT_TRUE(from_code.has_value()) << from_code.error().describe();
   EXPECT_EQ(from_code->spin, std::chrono::microseconds(0));

@@ -71,15 +71,20 @@ TEST_P(PerfLoopback, EveryTestRunsAndVerifies) {
     for (const Row& row : report->rows) {
       EXPECT_TRUE(row.verified) << row.bytes;
       EXPECT_GT(row.iterations, 0u);
-      if (row.bandwidth) { EXPECT_GT(row.bandwidth->average_bytes_per_second, 0); }
-      if (row.latency) { EXPECT_GT(row.latency->median_us, 0); }
+      if (row.bandwidth) {
+        EXPECT_GT(row.bandwidth->average_bytes_per_second, 0);
+      }
+      if (row.latency) {
+        EXPECT_GT(row.latency->median_us, 0);
+      }
     }
   }
 }
 
 TEST_P(PerfLoopback, ServerRefusesAnotherTest) {
   auto server_params = parse_args(std::vector<std::string_view>{"read_bw", "--transport", GetParam()});
-  auto client_params = parse_args(std::vector<std::string_view>{"write_bw", "x", "--transport", GetParam(), "-n", "10"});
+  auto client_params =
+      parse_args(std::vector<std::string_view>{"write_bw", "x", "--transport", GetParam(), "-n", "10"});
   ASSERT_TRUE(server_params && client_params);
   auto server_context = open_context(*server_params);
   ASSERT_TRUE(server_context);

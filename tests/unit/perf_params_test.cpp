@@ -30,7 +30,8 @@ TEST(PerfParams, ServerAndClientForms) {
 }
 
 TEST(PerfParams, SweepDurationDepthConnections) {
-  auto p = parse({"send_bw", "host", "-a", "-D", "2", "-q", "4", "--tx-depth=64", "--cq-mod", "256", "--no-verify"});
+  auto p = parse(
+      {"send_bw", "host", "-a", "-D", "2", "-q", "4", "--tx-depth=64", "--cq-mod", "256", "--no-verify"});
   ASSERT_TRUE(p) << p.error().describe();
   EXPECT_EQ(p->sizes.front(), 2u);
   EXPECT_EQ(p->sizes.back(), 8u << 20);
@@ -82,7 +83,9 @@ TEST(PerfStats, LatencyPercentiles) {
 TEST(PerfStats, BandwidthAverageAndPeak) {
   // 1600 ops of 1 MB: the first 800 in 1 s, the rest in 0.5 s.
   std::vector<Mark> marks;
-  for (int i = 1; i <= 16; ++i) marks.push_back(Mark{std::uint64_t(i) * 100, i <= 8 ? i * 125'000'000LL : 1'000'000'000LL + (i - 8) * 62'500'000LL});
+  for (int i = 1; i <= 16; ++i)
+    marks.push_back(
+        Mark{std::uint64_t(i) * 100, i <= 8 ? i * 125'000'000LL : 1'000'000'000LL + (i - 8) * 62'500'000LL});
   auto bw = summarize_bandwidth(1'000'000, marks);
   EXPECT_EQ(bw.ops, 1600u);
   EXPECT_DOUBLE_EQ(bw.seconds, 1.5);
@@ -102,10 +105,15 @@ TEST(PerfPattern, DependsOnSizeAndFindsTheBadByte) {
 
 TEST(PerfReport, JsonAndCsvCarryEveryFigure) {
   Report report;
-  report.info = RunInfo{.test = "write_bw", .transport = "tcp", .mode = "poll", .threads = "1", .connections = 2};
+  report.info =
+      RunInfo{.test = "write_bw", .transport = "tcp", .mode = "poll", .threads = "1", .connections = 2};
   Row row{.bytes = 4096, .iterations = 10};
-  row.bandwidth = BandwidthSummary{.bytes = 4096, .ops = 10, .seconds = 1, .average_bytes_per_second = 40960,
-                                   .peak_bytes_per_second = 50000, .messages_per_second = 10};
+  row.bandwidth = BandwidthSummary{.bytes = 4096,
+                                   .ops = 10,
+                                   .seconds = 1,
+                                   .average_bytes_per_second = 40960,
+                                   .peak_bytes_per_second = 50000,
+                                   .messages_per_second = 10};
   row.verified = true;
   report.rows.push_back(row);
   std::string json = to_json(report);

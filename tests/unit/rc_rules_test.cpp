@@ -11,7 +11,8 @@ namespace rdmakit {
 namespace {
 
 Capabilities caps(bool refuse_misaligned = false) {
-  return Capabilities{.max_message_size = 1 << 20, .max_sge = 4, .misaligned_atomic_refused_at_post = refuse_misaligned};
+  return Capabilities{
+      .max_message_size = 1 << 20, .max_sge = 4, .misaligned_atomic_refused_at_post = refuse_misaligned};
 }
 
 constexpr std::uint64_t kEpoch = 77;
@@ -29,7 +30,9 @@ Errc refused(std::span<const WorkRequest> chain, const Capabilities& c = caps())
 TEST(CheckChain, AcceptsWellFormedRequests) {
   Segment s = seg(64), eight = seg(8);
   std::vector<WorkRequest> chain{
-      {.opcode = Opcode::Write, .local = std::span(&s, 1), .remote = {.addr = 8, .rkey = 1, .owner_epoch = kEpoch}},
+      {.opcode = Opcode::Write,
+       .local = std::span(&s, 1),
+       .remote = {.addr = 8, .rkey = 1, .owner_epoch = kEpoch}},
       {.opcode = Opcode::Read, .local = std::span(&s, 1), .remote = {.addr = 8, .rkey = 1, .owner_epoch = 0}},
       {.opcode = Opcode::FetchAdd, .local = std::span(&eight, 1), .remote = {.addr = 16, .rkey = 1}},
       {.opcode = Opcode::Send, .local = {}},
@@ -62,7 +65,8 @@ TEST(CheckChain, RefusesMalformedRequests) {
 
 TEST(CheckChain, OneBadRequestRefusesTheChainAndNamesIt) {
   Segment s = seg(8);
-  std::vector<WorkRequest> chain{{.opcode = Opcode::Write, .local = std::span(&s, 1)}, {.opcode = Opcode::RecvWriteImm}};
+  std::vector<WorkRequest> chain{{.opcode = Opcode::Write, .local = std::span(&s, 1)},
+                                 {.opcode = Opcode::RecvWriteImm}};
   auto ok = check_chain(chain, caps(), kEpoch);
   ASSERT_FALSE(ok.has_value());
   EXPECT_NE(ok.error().message().find("request 1"), std::string::npos) << ok.error().message();
@@ -70,7 +74,8 @@ TEST(CheckChain, OneBadRequestRefusesTheChainAndNamesIt) {
 
 TEST(CheckChain, MisalignedAtomicFollowsTheCapability) {
   Segment eight = seg(8);
-  WorkRequest atomic{.opcode = Opcode::FetchAdd, .local = std::span(&eight, 1), .remote = {.addr = 4, .rkey = 1}};
+  WorkRequest atomic{
+      .opcode = Opcode::FetchAdd, .local = std::span(&eight, 1), .remote = {.addr = 4, .rkey = 1}};
   EXPECT_EQ(refused(std::span(&atomic, 1), caps(true)), Errc::InvalidArgument);
   EXPECT_TRUE(check_chain(std::span(&atomic, 1), caps(false), kEpoch).has_value());
 }
@@ -94,7 +99,8 @@ TEST(RcState, TheFirstFailureWinsWithItsErrcAndStatus) {
   auto stats = state.stats(PeerInfo{.name = "peer", .address = "127.0.0.1:1"});
   EXPECT_TRUE(stats.failed);
   EXPECT_EQ(stats.peer, "peer (127.0.0.1:1)");
-  EXPECT_NE(stats.failure.find(std::string(to_string(Status::RemoteAccess))), std::string::npos) << stats.failure;
+  EXPECT_NE(stats.failure.find(std::string(to_string(Status::RemoteAccess))), std::string::npos)
+      << stats.failure;
 }
 
 TEST(RcState, PostsBehindAFailureCompleteFlushedAndCount) {
@@ -126,7 +132,7 @@ TEST(RcState, WaitableIdsAreIssuedOnesNotYetTaken) {
   const auto id = state.send_id(sequence);
   EXPECT_TRUE(state.check_waitable(id).has_value());
   EXPECT_TRUE(state.check_waitable(id + 1).has_value());
-  EXPECT_EQ(state.check_waitable(id + 2).error().code(), Errc::InvalidArgument);           // never issued
+  EXPECT_EQ(state.check_waitable(id + 2).error().code(), Errc::InvalidArgument);            // never issued
   EXPECT_EQ(state.check_waitable(state.recv_id(0)).error().code(), Errc::InvalidArgument);  // no receive yet
   detail::RcState other(5, 8, 8);
   EXPECT_EQ(state.check_waitable(other.send_id(0)).error().code(), Errc::InvalidArgument);  // not ours

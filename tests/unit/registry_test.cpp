@@ -5,8 +5,8 @@
 
 #include <algorithm>
 #include <sstream>
-#include <utility>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "rdmakit/context.hpp"
@@ -86,7 +86,8 @@ TEST(Registry, WrapperNeedsAnInnerTransportAndOthersTakeNone) {
     ASSERT_FALSE(result->has_value());
     EXPECT_EQ(result->error().code(), Errc::InvalidArgument) << result->error().describe();
   }
-  EXPECT_NE(no_inner.error().message().find("fault:<inner>"), std::string::npos) << no_inner.error().message();
+  EXPECT_NE(no_inner.error().message().find("fault:<inner>"), std::string::npos)
+      << no_inner.error().message();
 }
 
 }  // namespace

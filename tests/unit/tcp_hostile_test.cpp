@@ -24,8 +24,9 @@ class Hostile : public ::testing::Test {
  protected:
   void SetUp() override {
     context_ = Context::open({.transport = "tcp", .name = "victim"}).value();
-    target_ = context_->allocate(4096, Access::LocalWrite | Access::RemoteWrite | Access::RemoteRead |
-                                           Access::RemoteAtomic)
+    target_ = context_
+                  ->allocate(4096, Access::LocalWrite | Access::RemoteWrite | Access::RemoteRead |
+                                       Access::RemoteAtomic)
                   .value();
     listener_ = context_->listen().value();
   }
@@ -93,8 +94,16 @@ class Hostile : public ::testing::Test {
   }
 
   FrameHeader request(FrameType type, std::uint64_t addr, std::uint32_t length, std::uint32_t rkey) const {
-    return FrameHeader{.type = type, .status = 0, .reserved = 0, .length = length, .addr = addr, .rkey = rkey,
-                       .imm = 0, .operand1 = 1, .operand2 = 2, .sequence = 1};
+    return FrameHeader{.type = type,
+                       .status = 0,
+                       .reserved = 0,
+                       .length = length,
+                       .addr = addr,
+                       .rkey = rkey,
+                       .imm = 0,
+                       .operand1 = 1,
+                       .operand2 = 2,
+                       .sequence = 1};
   }
 
   std::shared_ptr<Context> context_;
@@ -138,7 +147,8 @@ TEST_F(Hostile, HugeLengthWithBadKeyIsDiscardedWithoutAllocation) {
 }
 
 TEST_F(Hostile, ResponsesWithoutRequestsAndBadNaksCloseTheConnection) {
-  for (FrameType type : {FrameType::Ack, FrameType::ReadResponse, FrameType::AtomicResponse, FrameType::Nak}) {
+  for (FrameType type :
+       {FrameType::Ack, FrameType::ReadResponse, FrameType::AtomicResponse, FrameType::Nak}) {
     int fd = connect_raw();
     FrameHeader header = request(type, 0, 16, 0);
     header.status = 200;

@@ -113,8 +113,10 @@ TEST(VerbsDevice, EveryVerbMovesData) {
   std::array<Segment, 40> segments;
   for (std::size_t i = 0; i < chain.size(); ++i) {
     segments[i] = local->slice(i * 16, 16);
-    chain[i] = WorkRequest{.opcode = Opcode::Write, .local = std::span(&segments[i], 1),
-                           .remote = remote->descriptor().at(65536 + i * 16), .signaled = i + 1 == chain.size()};
+    chain[i] = WorkRequest{.opcode = Opcode::Write,
+                           .local = std::span(&segments[i], 1),
+                           .remote = remote->descriptor().at(65536 + i * 16),
+                           .signaled = i + 1 == chain.size()};
   }
   auto first = client.post(chain);
   ASSERT_TRUE(first);

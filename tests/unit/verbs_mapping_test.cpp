@@ -33,9 +33,10 @@ TEST(VerbsMapping, OpcodesAndAccess) {
   EXPECT_EQ(map_opcode(Opcode::FetchAdd, false), IBV_WR_ATOMIC_FETCH_AND_ADD);
   EXPECT_EQ(map_opcode(Opcode::Send, false), IBV_WR_SEND);
   EXPECT_EQ(map_opcode(Opcode::Send, true), IBV_WR_SEND_WITH_IMM);
-  EXPECT_EQ(map_access(Access::All), IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
-                                         IBV_ACCESS_REMOTE_ATOMIC);
-  EXPECT_EQ(map_access(Access::RemoteRead | Access::LocalWrite), IBV_ACCESS_REMOTE_READ | IBV_ACCESS_LOCAL_WRITE);
+  EXPECT_EQ(map_access(Access::All), IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+                                         IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC);
+  EXPECT_EQ(map_access(Access::RemoteRead | Access::LocalWrite),
+            IBV_ACCESS_REMOTE_READ | IBV_ACCESS_LOCAL_WRITE);
 }
 
 TEST(VerbsMapping, MtuRoundTrips) {

@@ -1,9 +1,8 @@
 // Opening the verbs transport where there may be no RDMA at all: a clear Errc::Unavailable naming what
 // to install or create, never a crash; other transports never need rdma-core. Plus the work-completion
 // translation, with synthetic completions.
-#include <gtest/gtest.h>
-
 #include <arpa/inet.h>
+#include <gtest/gtest.h>
 
 #include "rdmakit/context.hpp"
 #include "rdmakit/verbs.hpp"
@@ -29,7 +28,8 @@ TEST(VerbsOpen, NoDeviceIsUnavailableWithAHint) {
   ASSERT_FALSE(context);
   EXPECT_EQ(context.error().code(), Errc::Unavailable);
   if (devices) {  // rdma-core is there, the kernel has no device
-    EXPECT_NE(context.error().message().find("rdma link add"), std::string::npos) << context.error().message();
+    EXPECT_NE(context.error().message().find("rdma link add"), std::string::npos)
+        << context.error().message();
   }
 }
 

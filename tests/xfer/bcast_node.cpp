@@ -25,7 +25,9 @@ std::uint64_t checksum(const std::uint8_t* data, std::uint64_t size) {
 
 int main(int argc, char** argv) {
   if (argc < 7) {
-    std::fprintf(stderr, "usage: bcast_node <metadata dir> <session> <rank> <receivers> <bytes> <transport> [listen]\n");
+    std::fprintf(
+        stderr,
+        "usage: bcast_node <metadata dir> <session> <rank> <receivers> <bytes> <transport> [listen]\n");
     return 2;
   }
   rdmakit::xfer::testing::FileMetadataStore metadata(argv[1]);
@@ -36,7 +38,8 @@ int main(int argc, char** argv) {
   auto rank = static_cast<std::uint32_t>(std::atoi(argv[3]));
   auto context = rdmakit::Context::open({.transport = argv[6], .name = "bcast-" + std::to_string(rank)});
   if (!context) return std::fprintf(stderr, "%s\n", context.error().describe().c_str()), 1;
-  auto region = (*context)->allocate(options.size, rdmakit::Access::LocalWrite | rdmakit::Access::RemoteWrite);
+  auto region =
+      (*context)->allocate(options.size, rdmakit::Access::LocalWrite | rdmakit::Access::RemoteWrite);
   if (!region) return std::fprintf(stderr, "%s\n", region.error().describe().c_str()), 1;
   auto* bytes = static_cast<std::uint8_t*>((*region)->data());
   std::uint64_t expected = 0;
@@ -51,11 +54,14 @@ int main(int argc, char** argv) {
   if (!result) return std::fprintf(stderr, "rank %u: %s\n", rank, result.error().describe().c_str()), 1;
   if (rank != 0) {
     for (std::uint64_t i = 0; i < options.size; ++i) {
-      if (bytes[i] != pattern_byte(i)) return std::fprintf(stderr, "rank %u: byte %llu wrong\n", rank, (unsigned long long)i), 1;
+      if (bytes[i] != pattern_byte(i))
+        return std::fprintf(stderr, "rank %u: byte %llu wrong\n", rank, (unsigned long long)i), 1;
     }
-    if (checksum(bytes, options.size) != expected) return std::fprintf(stderr, "rank %u: checksum wrong\n", rank), 1;
+    if (checksum(bytes, options.size) != expected)
+      return std::fprintf(stderr, "rank %u: checksum wrong\n", rank), 1;
   }
   std::printf("rank %u ok %.1f ms (%llu chunks)\n", rank,
-              std::chrono::duration<double, std::milli>(result->elapsed).count(), (unsigned long long)result->chunks);
+              std::chrono::duration<double, std::milli>(result->elapsed).count(),
+              (unsigned long long)result->chunks);
   return 0;
 }

@@ -60,7 +60,8 @@ class XferEngine : public ::testing::TestWithParam<Setup> {
   }
   std::string transport() const { return GetParam().transport; }
   EngineOptions options(std::string name) {
-    return EngineOptions{.name = name + "-" + transport(), .transports = {transport()}, .connections_per_rail = 3};
+    return EngineOptions{
+        .name = name + "-" + transport(), .transports = {transport()}, .connections_per_rail = 3};
   }
   Request write(std::uint64_t offset, std::uint64_t length) {
     return Request{Op::Write, local_.get() + offset, kv_, offset, length};
@@ -132,13 +133,14 @@ TEST_P(XferEngine, PollingSeesEveryRequestFinish) {
 TEST_P(XferEngine, OutOfBoundsRequestRefusesTheBatchNamingIt) {
   auto before = client_->stats().work_requests;
   // The local side of each bad request is valid: only the segment's bounds can refuse it.
-  std::vector<Request> requests{write(0, 4096), write(4096, 4096), Request{Op::Write, local_.get(), kv_, kSegment - 100, 101},
-                                write(0, 1)};
+  std::vector<Request> requests{write(0, 4096), write(4096, 4096),
+                                Request{Op::Write, local_.get(), kv_, kSegment - 100, 101}, write(0, 1)};
   auto batch = client_->submit(requests);
   ASSERT_FALSE(batch.has_value());
   EXPECT_EQ(batch.error().code(), Errc::InvalidArgument);
   EXPECT_NE(batch.error().message().find("request 2: offset"), std::string::npos) << batch.error().message();
-  EXPECT_NE(batch.error().message().find("outside segment 'kv'"), std::string::npos) << batch.error().message();
+  EXPECT_NE(batch.error().message().find("outside segment 'kv'"), std::string::npos)
+      << batch.error().message();
   requests[2] = Request{Op::Write, local_.get(), kv_, UINT64_MAX - 10, 20};  // the sum overflows
   EXPECT_NE(client_->submit(requests).error().message().find("outside segment"), std::string::npos);
   requests[2] = Request{Op::Write, remote_, kv_, 0, 16};  // local memory not registered with the client
@@ -163,7 +165,8 @@ TEST_P(XferEngine, InFlightBoundIsRespected) {
   auto kv = bounded->open_segment("kv");
   ASSERT_TRUE(kv.has_value());
   std::vector<Request> writes;
-  for (std::uint64_t k = 0; k < 300; ++k) writes.push_back(Request{Op::Write, local_.get() + k * 4096, *kv, k * 4096, 4096});
+  for (std::uint64_t k = 0; k < 300; ++k)
+    writes.push_back(Request{Op::Write, local_.get() + k * 4096, *kv, k * 4096, 4096});
   auto batch = bounded->submit(writes);
   ASSERT_TRUE(batch.has_value());
   ASSERT_TRUE((*batch)->wait(20s).has_value());
@@ -242,9 +245,11 @@ TEST_P(XferEngine, VanishedSegmentFailsCleanlyWithNotFound) {
 }
 
 INSTANTIATE_TEST_SUITE_P(TransportsAndMetadata, XferEngine,
-                         ::testing::Values(Setup{"shm", "file"}, Setup{"tcp", "file"}, Setup{"shm", "builtin"},
-                                           Setup{"tcp", "builtin"}),
-                         [](const auto& info) { return std::string(info.param.transport) + "_" + info.param.metadata; });
+                         ::testing::Values(Setup{"shm", "file"}, Setup{"tcp", "file"},
+                                           Setup{"shm", "builtin"}, Setup{"tcp", "builtin"}),
+                         [](const auto& info) {
+                           return std::string(info.param.transport) + "_" + info.param.metadata;
+                         });
 
 }  // namespace
 }  // namespace rdmakit::xfer::testing

@@ -29,7 +29,8 @@ class PeerProcess {
       ::close(to_child[1]);
       ::close(from_child[0]);
       auto bytes = std::to_string(size);
-      ::execl(RDMAKIT_XFER_PEER, RDMAKIT_XFER_PEER, dir.c_str(), segment.c_str(), bytes.c_str(), "tcp", nullptr);
+      ::execl(RDMAKIT_XFER_PEER, RDMAKIT_XFER_PEER, dir.c_str(), segment.c_str(), bytes.c_str(), "tcp",
+              nullptr);
       ::_exit(127);
     }
     ::close(to_child[0]);

@@ -52,7 +52,8 @@ class FileMetadataStore final : public MetadataStore {
   Result<void> unpublish(std::string_view key) override {
     ++round_trips_;
     std::lock_guard lock(mutex_);
-    if (mine_.erase(std::string(key)) == 0) return fail(Errc::NotFound, "test metadata: not ours: " + std::string(key));
+    if (mine_.erase(std::string(key)) == 0)
+      return fail(Errc::NotFound, "test metadata: not ours: " + std::string(key));
     std::filesystem::remove(file(key));
     return {};
   }
@@ -64,14 +65,16 @@ class FileMetadataStore final : public MetadataStore {
     std::int64_t pid = 0;
     if (bytes.size() < sizeof pid) return std::optional<std::vector<std::byte>>{};
     std::memcpy(&pid, bytes.data(), sizeof pid);
-    if (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) return std::optional<std::vector<std::byte>>{};
+    if (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH)
+      return std::optional<std::vector<std::byte>>{};
     const auto* value = reinterpret_cast<const std::byte*>(bytes.data() + sizeof pid);
     return std::optional(std::vector<std::byte>(value, value + (bytes.size() - sizeof pid)));
   }
   Result<std::vector<std::string>> list() override {
     ++round_trips_;
     std::vector<std::string> keys;
-    for (const auto& f : std::filesystem::directory_iterator(dir_)) keys.push_back(unescape(f.path().filename()));
+    for (const auto& f : std::filesystem::directory_iterator(dir_))
+      keys.push_back(unescape(f.path().filename()));
     return keys;
   }
   std::uint64_t round_trips() const noexcept override { return round_trips_.load(); }

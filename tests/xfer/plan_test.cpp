@@ -1,9 +1,10 @@
 // The device-free parts of the engine: how a batch becomes work requests, and the segment record.
+#include "xfer/engine/plan.hpp"
+
 #include <gtest/gtest.h>
 
 #include <numeric>
 
-#include "xfer/engine/plan.hpp"
 #include "xfer/engine/record.hpp"
 
 namespace rdmakit::xfer::detail {
@@ -54,7 +55,8 @@ TEST(XferPlan, AdjacentSmallRequestsShareOneScatterGatherList) {
 }
 
 TEST(XferPlan, LocallyContiguousPiecesMergeUnlessInAnotherRegion) {
-  std::vector<PlanItem> items{{0, 1, false, 1, 0x1000, 0, 512}, {1, 1, false, 1, 0x1200, 512, 512},
+  std::vector<PlanItem> items{{0, 1, false, 1, 0x1000, 0, 512},
+                              {1, 1, false, 1, 0x1200, 512, 512},
                               {2, 1, false, 2, 0x1400, 1024, 512}};
   auto ops = plan(items, PlanLimits{});
   ASSERT_EQ(ops.size(), 1u);
@@ -63,8 +65,8 @@ TEST(XferPlan, LocallyContiguousPiecesMergeUnlessInAnotherRegion) {
 }
 
 TEST(XferPlan, NeverMergesAcrossSegmentsOpsGapsOrTheCoalesceLimit) {
-  std::vector<PlanItem> items{{0, 1, true, 1, 0x1000, 0, 4096},       {1, 2, true, 1, 0x2000, 4096, 4096},
-                              {2, 1, false, 1, 0x3000, 4096, 4096},   {3, 1, true, 1, 0x4000, 8192 + 1, 4096},
+  std::vector<PlanItem> items{{0, 1, true, 1, 0x1000, 0, 4096},      {1, 2, true, 1, 0x2000, 4096, 4096},
+                              {2, 1, false, 1, 0x3000, 4096, 4096},  {3, 1, true, 1, 0x4000, 8192 + 1, 4096},
                               {4, 1, true, 1, 0x5000, 16384, 60000}, {5, 1, true, 1, 0x20000, 76384, 8192}};
   auto ops = plan(items, PlanLimits{.coalesce_bytes = 64 << 10});
   EXPECT_EQ(ops.size(), 6u);
@@ -72,7 +74,9 @@ TEST(XferPlan, NeverMergesAcrossSegmentsOpsGapsOrTheCoalesceLimit) {
 }
 
 TEST(XferRecord, RoundTripsAndRefusesDamagedBytes) {
-  SegmentRecord record{"prefill-0", "boot/net:1", 1 << 20,
+  SegmentRecord record{"prefill-0",
+                       "boot/net:1",
+                       1 << 20,
                        {{"tcp", "127.0.0.1:4000", RemoteRegion{0x1000, 1 << 20, 7, Access::All, 9, 11}},
                         {"shm", "shm:x", RemoteRegion{0x2000, 2 << 20, 8, Access::All, 9, 12}}}};
   auto bytes = encode(record);
@@ -90,8 +94,8 @@ TEST(XferRecord, RoundTripsAndRefusesDamagedBytes) {
 }
 
 TEST(XferRecord, TransportIsShmOnTheSameHostElseVerbsElseTcp) {
-  SegmentRecord record{"o", "host-a", 4096,
-                       {{"shm", "shm:a", {}}, {"tcp", "127.0.0.1:1", {}}, {"verbs", "10.0.0.1:1", {}}}};
+  SegmentRecord record{
+      "o", "host-a", 4096, {{"shm", "shm:a", {}}, {"tcp", "127.0.0.1:1", {}}, {"verbs", "10.0.0.1:1", {}}}};
   std::vector<std::string> all{"shm", "tcp", "verbs"}, tcp_shm{"shm", "tcp"};
   EXPECT_EQ(*choose_transport(all, "host-a", record, ""), "shm");
   EXPECT_EQ(*choose_transport(all, "host-b", record, ""), "verbs");

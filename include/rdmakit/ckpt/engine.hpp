@@ -33,15 +33,17 @@ class Communicator;
 namespace rdmakit::ckpt {
 
 struct EngineOptions {
-  std::string directory{};               // checkpoints live in <directory>/ckpt-<step>; created if missing
-  // Tunables: left empty, each comes from its option (RDMAKIT_CKPT_<NAME>), else the default; Engine::options()
-  // shows them all filled in.
-  std::optional<std::uint32_t> keep{};         // ckpt_keep, 3: committed checkpoints kept (>= 1); older ones deleted
-  std::optional<std::size_t> chunk_bytes{};    // ckpt_chunk_bytes, 4 MiB: write and checksum unit; a multiple of 4096
-  std::optional<std::uint32_t> io_depth{};     // ckpt_io_depth, 4: writes in flight (1..256)
-  std::optional<std::uint32_t> copy_threads{}; // ckpt_copy_threads, min(4, cores): threads splitting the snapshot copy
-  std::optional<bool> direct_io{};             // ckpt_direct_io, yes: O_DIRECT; falls back to buffered I/O (with a
-                                             // warning) if refused
+  std::string directory{};  // checkpoints live in <directory>/ckpt-<step>; created if missing
+  // Tunables: left empty, each comes from its option (RDMAKIT_CKPT_<NAME>), else the default;
+  // Engine::options() shows them all filled in.
+  std::optional<std::uint32_t> keep{};  // ckpt_keep, 3: committed checkpoints kept (>= 1); older ones deleted
+  std::optional<std::size_t>
+      chunk_bytes{};  // ckpt_chunk_bytes, 4 MiB: write and checksum unit; a multiple of 4096
+  std::optional<std::uint32_t> io_depth{};  // ckpt_io_depth, 4: writes in flight (1..256)
+  std::optional<std::uint32_t>
+      copy_threads{};               // ckpt_copy_threads, min(4, cores): threads splitting the snapshot copy
+  std::optional<bool> direct_io{};  // ckpt_direct_io, yes: O_DIRECT; falls back to buffered I/O (with a
+                                    // warning) if refused
   // Lazy mode: snapshot() only records the step and returns; the copy into staging runs in the background
   // (during the next forward and backward pass). The application must not write any buffer until
   // wait_snapshot() returns, which it calls before its optimizer step: that is then the only stall.

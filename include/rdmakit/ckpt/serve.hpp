@@ -15,11 +15,11 @@
 namespace rdmakit::ckpt {
 
 struct ServeOptions {
-  std::string listen{};            // "host:port"; empty: the transport's default (loopback)
-  std::string transport{};         // empty: RDMAKIT_TRANSPORT, else tcp
-  std::uint64_t budget_bytes = 0;  // memory for every rank's two slots together
+  std::string listen{};             // "host:port"; empty: the transport's default (loopback)
+  std::string transport{};          // empty: RDMAKIT_TRANSPORT, else tcp
+  std::uint64_t budget_bytes = 0;   // memory for every rank's two slots together
   std::string persist_directory{};  // non-empty: each replica is also persisted there, per rank
-  std::uint32_t keep = 2;          // checkpoints kept per rank under persist_directory
+  std::uint32_t keep = 2;           // checkpoints kept per rank under persist_directory
 };
 
 // What the server holds for one rank (for tests and `serve`'s log).

@@ -45,7 +45,7 @@ struct PersistReport {
   double write_seconds = 0;  // data written and checksummed, before fsync
   double total_seconds = 0;  // snapshot handed over -> committed (fsyncs and rename included)
   std::vector<std::string> deleted{};  // older checkpoints removed after this one was committed (keep-last-K)
-  double replica_seconds = 0;        // pushing it into the peer's memory (EngineOptions::replica), if any
+  double replica_seconds = 0;          // pushing it into the peer's memory (EngineOptions::replica), if any
 };
 
 }  // namespace rdmakit::ckpt

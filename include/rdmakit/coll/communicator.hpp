@@ -40,23 +40,29 @@ namespace rdmakit::coll {
 // Every field left empty comes from its option (environment variable RDMAKIT_<NAME>), else the default;
 // `rdmakit-info --config` lists them all with their effective values.
 struct CommOptions {
-  std::optional<std::string> network_transport{};             // option transport (RDMAKIT_TRANSPORT), tcp: between hosts
-  std::optional<std::string> local_transport{};               // coll_local_transport: default shm (tcp when shm is not built)
-  std::optional<std::chrono::milliseconds> timeout{};         // coll_timeout_ms, default 60000: one collective's limit
+  std::optional<std::string> network_transport{};  // option transport (RDMAKIT_TRANSPORT), tcp: between hosts
+  std::optional<std::string>
+      local_transport{};  // coll_local_transport: default shm (tcp when shm is not built)
+  std::optional<std::chrono::milliseconds>
+      timeout{};  // coll_timeout_ms, default 60000: one collective's limit
   std::optional<std::chrono::milliseconds> bootstrap_timeout{};  // bootstrap_timeout_ms, default 60000
-  std::optional<std::chrono::microseconds> spin{};            // coll_spin_us, default 5000: a waiting rank polls (yielding
-                                                            // the CPU between polls) this long before it sleeps; 0 sleeps at once
-  std::optional<std::size_t> chunk_bytes{};                   // coll_chunk_bytes, default 512 KiB: pipeline unit and slot size
-  std::optional<std::uint32_t> slots{};                       // coll_slots, default 4: chunks in flight per peer
-  std::optional<std::size_t> small_bytes{};                   // coll_small_bytes, default 64 KiB: recursive doubling up to this
-  std::optional<Algorithm> algorithm{};                       // coll_algo: auto, ring, rd, hd (default auto)
-  std::optional<std::string> host_id{};                       // coll_host_id, default hostname + network namespace
-  std::optional<std::string> listen_address{};                // option listen_address (RDMAKIT_LISTEN_ADDRESS) of the
-                                                            // network transport; unset: from_environment() picks the
-                                                            // interface that routes to the store when it is not on loopback
-  std::string key_prefix{};                                   // store key prefix, to run several communicators over one store
-  std::optional<std::string> job_secret{};                    // option job_secret (RDMAKIT_JOB_SECRET): every connection between
-                                                            // two ranks proves it before staging memory is shared; "": none
+  std::optional<std::chrono::microseconds>
+      spin{};  // coll_spin_us, default 5000: a waiting rank polls (yielding
+               // the CPU between polls) this long before it sleeps; 0 sleeps at once
+  std::optional<std::size_t> chunk_bytes{};  // coll_chunk_bytes, default 512 KiB: pipeline unit and slot size
+  std::optional<std::uint32_t> slots{};      // coll_slots, default 4: chunks in flight per peer
+  std::optional<std::size_t>
+      small_bytes{};                     // coll_small_bytes, default 64 KiB: recursive doubling up to this
+  std::optional<Algorithm> algorithm{};  // coll_algo: auto, ring, rd, hd (default auto)
+  std::optional<std::string> host_id{};  // coll_host_id, default hostname + network namespace
+  std::optional<std::string>
+      listen_address{};      // option listen_address (RDMAKIT_LISTEN_ADDRESS) of the
+                             // network transport; unset: from_environment() picks the
+                             // interface that routes to the store when it is not on loopback
+  std::string key_prefix{};  // store key prefix, to run several communicators over one store
+  std::optional<std::string>
+      job_secret{};  // option job_secret (RDMAKIT_JOB_SECRET): every connection between
+                     // two ranks proves it before staging memory is shared; "": none
 };
 
 class Work;

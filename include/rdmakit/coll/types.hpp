@@ -18,12 +18,16 @@ enum class ReduceOp : std::uint8_t { Sum, Prod, Min, Max, Avg };
 constexpr std::size_t size_of(DataType type) noexcept {
   switch (type) {
     case DataType::F64:
-    case DataType::I64: return 8;
+    case DataType::I64:
+      return 8;
     case DataType::F32:
-    case DataType::I32: return 4;
+    case DataType::I32:
+      return 4;
     case DataType::F16:
-    case DataType::BF16: return 2;
-    case DataType::U8: return 1;
+    case DataType::BF16:
+      return 2;
+    case DataType::U8:
+      return 1;
   }
   return 1;
 }

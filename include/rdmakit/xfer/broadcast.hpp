@@ -22,9 +22,9 @@
 namespace rdmakit::xfer {
 
 struct BroadcastOptions {
-  std::string session = "weights";           // names the chain (several chains may run at once)
-  std::uint32_t receivers = 1;               // N
-  std::uint64_t size = 0;                    // bytes to move (every receiver's region holds at least this)
+  std::string session = "weights";  // names the chain (several chains may run at once)
+  std::uint32_t receivers = 1;      // N
+  std::uint64_t size = 0;           // bytes to move (every receiver's region holds at least this)
   std::uint64_t chunk_bytes = 4 << 20;
   std::uint32_t window = 8;                  // chunks in flight per hop
   std::string listen_address;                // receivers: where to listen; empty: the context's default
@@ -41,7 +41,8 @@ Result<BroadcastResult> broadcast_send(Context& context, MetadataStore& metadata
                                        const BroadcastOptions& options);
 // Receiver `rank` (1..N): receives into `destination` (RemoteWrite) and forwards to rank + 1. Returns when
 // every chunk landed here and was forwarded (its successor completed the WRITE).
-Result<BroadcastResult> broadcast_receive(Context& context, MetadataStore& metadata, const MemoryRegion& destination,
-                                          std::uint32_t rank, const BroadcastOptions& options);
+Result<BroadcastResult> broadcast_receive(Context& context, MetadataStore& metadata,
+                                          const MemoryRegion& destination, std::uint32_t rank,
+                                          const BroadcastOptions& options);
 
 }  // namespace rdmakit::xfer

@@ -6,7 +6,8 @@
 // into stripes spread over several connections (and over several devices where there are several: a "rail"
 // is one context, i.e. one transport on one device); small requests that are adjacent in the segment are
 // coalesced into one scatter-gather WRITE/READ. The transport is chosen per peer: shm when the owner is on
-// this host (same boot and network namespace), verbs when both have it, tcp otherwise; `transport` forces one.
+// this host (same boot and network namespace), verbs when both have it, tcp otherwise; `transport` forces
+// one.
 //
 // Back-pressure: at most `max_inflight_per_peer` work requests are in flight to one peer (and at most
 // `max_inflight_per_rail` over all peers of a rail, which sizes its completion queue). submit() BLOCKS while
@@ -37,7 +38,7 @@
 namespace rdmakit::xfer {
 
 struct EngineOptions {
-  std::string name;                              // unique among the peers; empty: "xfer-<pid>-<random>"
+  std::string name;  // unique among the peers; empty: "xfer-<pid>-<random>"
   // The transports this engine offers and can use, one rail each (verbs: one rail per device below).
   std::vector<std::string> transports = {"shm", "tcp"};
   std::vector<std::string> verbs_devices;        // verbs rails; empty: the first active device
@@ -64,9 +65,9 @@ struct SegmentHandle {
 
 struct Request {
   Op op = Op::Write;
-  void* local = nullptr;       // inside memory from register_local() or allocate_segment()/publish()
+  void* local = nullptr;  // inside memory from register_local() or allocate_segment()/publish()
   SegmentHandle segment;
-  std::uint64_t offset = 0;    // into the segment
+  std::uint64_t offset = 0;  // into the segment
   std::uint64_t length = 0;
 };
 
@@ -90,19 +91,19 @@ class Batch {
 using BatchCallback = std::function<void(Batch&)>;
 
 struct EngineStats {
-  std::uint64_t requests = 0;           // submitted
-  std::uint64_t work_requests = 0;      // posted (stripes, coalesced runs, retries)
-  std::uint64_t coalesced = 0;          // requests that shared a work request with another
-  std::uint64_t retries = 0;            // work requests posted again after a failure
-  std::uint64_t resolves = 0;           // metadata lookups made (open_segment and re-resolves)
+  std::uint64_t requests = 0;                // submitted
+  std::uint64_t work_requests = 0;           // posted (stripes, coalesced runs, retries)
+  std::uint64_t coalesced = 0;               // requests that shared a work request with another
+  std::uint64_t retries = 0;                 // work requests posted again after a failure
+  std::uint64_t resolves = 0;                // metadata lookups made (open_segment and re-resolves)
   std::uint32_t peak_inflight_per_peer = 0;  // the most work requests ever in flight to one peer
 };
 
 struct SegmentInfo {
   std::string name;
-  std::string owner;       // the owner engine's name
+  std::string owner;  // the owner engine's name
   std::uint64_t length = 0;
-  std::string transport;   // chosen for this peer
+  std::string transport;  // chosen for this peer
 };
 
 class Engine {
@@ -129,7 +130,8 @@ class Engine {
 
   // Checks every request (handle, local memory, offset + length inside the segment, nonzero length) and
   // refuses the whole batch with Errc::InvalidArgument naming the first bad request; then posts it.
-  virtual Result<std::shared_ptr<Batch>> submit(std::span<const Request> requests, BatchCallback done = {}) = 0;
+  virtual Result<std::shared_ptr<Batch>> submit(std::span<const Request> requests,
+                                                BatchCallback done = {}) = 0;
 
   virtual EngineStats stats() const = 0;
   virtual const EngineOptions& options() const noexcept = 0;

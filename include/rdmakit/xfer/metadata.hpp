@@ -26,10 +26,10 @@
 namespace rdmakit::xfer {
 
 struct MetadataOptions {
-  std::string name_space = "rdmakit";                       // every key is scoped to it
-  std::chrono::milliseconds ttl{5000};                       // an entry outlives a dead publisher by this
-  std::chrono::milliseconds renew_interval{1000};            // how often the lease is renewed
-  std::chrono::milliseconds timeout{5000};                   // bound of one metadata round trip
+  std::string name_space = "rdmakit";              // every key is scoped to it
+  std::chrono::milliseconds ttl{5000};             // an entry outlives a dead publisher by this
+  std::chrono::milliseconds renew_interval{1000};  // how often the lease is renewed
+  std::chrono::milliseconds timeout{5000};         // bound of one metadata round trip
 };
 
 class MetadataStore {
@@ -58,7 +58,8 @@ class MetadataStore {
 // open_metadata reaches the server before it returns (an unreachable one is an error naming the URL within
 // options.timeout). Every call is bounded by options.timeout; a broken connection is reopened by the next
 // call. The builtin backend proves the job secret (RDMAKIT_JOB_SECRET) like the bootstrap store.
-Result<std::unique_ptr<MetadataStore>> open_metadata(std::string_view url, const MetadataOptions& options = {});
+Result<std::unique_ptr<MetadataStore>> open_metadata(std::string_view url,
+                                                     const MetadataOptions& options = {});
 
 // A builtin metadata server running in this process (a thread) for as long as the object lives.
 class MetadataServer {

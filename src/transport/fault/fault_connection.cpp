@@ -4,11 +4,13 @@
 
 namespace rdmakit::fault {
 
-FaultConnection::FaultConnection(std::shared_ptr<Connection> inner, std::shared_ptr<FaultCompletionQueue> send_cq,
+FaultConnection::FaultConnection(std::shared_ptr<Connection> inner,
+                                 std::shared_ptr<FaultCompletionQueue> send_cq,
                                  std::shared_ptr<FaultCompletionQueue> recv_cq, const Config& config,
                                  Capabilities caps, Injector& injector)
     : Connection(inner->number(), send_cq, recv_cq,
-                 std::make_shared<detail::RcState>(inner->number(), config.send_queue_depth, config.recv_queue_depth)),
+                 std::make_shared<detail::RcState>(inner->number(), config.send_queue_depth,
+                                                   config.recv_queue_depth)),
       link_(std::make_shared<Link>(std::move(inner), rc_ptr(), std::move(caps), injector, config.timeout)),
       recv_queue_(std::move(recv_cq)) {
   send_cq->attach_link(link_);

@@ -24,18 +24,24 @@ Result<std::optional<Rule>> FaultContext::connect_rule() {
   auto rule = injector_.match(std::nullopt, 0);
   if (!rule) return rule;
   switch (rule->action) {
-    case Rule::Action::Fail: return fail(Errc::ConnectionRefused, "fault: injected connection refusal");
-    case Rule::Action::Delay: std::this_thread::sleep_for(rule->delay); break;
+    case Rule::Action::Fail:
+      return fail(Errc::ConnectionRefused, "fault: injected connection refusal");
+    case Rule::Action::Delay:
+      std::this_thread::sleep_for(rule->delay);
+      break;
     case Rule::Action::Drop:
       // The handshake vanishes on the wire, so the attempt runs into its time limit.
       std::this_thread::sleep_for(config().connect_timeout);
-      return fail(Errc::Timeout, "fault: injected drop of the connection attempt (connect_timeout_ms passed)");
-    case Rule::Action::Disconnect: break;
+      return fail(Errc::Timeout,
+                  "fault: injected drop of the connection attempt (connect_timeout_ms passed)");
+    case Rule::Action::Disconnect:
+      break;
   }
   return rule;
 }
 
-Result<std::shared_ptr<Connection>> FaultContext::connect(std::string_view address, const ConnectOptions& options) {
+Result<std::shared_ptr<Connection>> FaultContext::connect(std::string_view address,
+                                                          const ConnectOptions& options) {
   auto rule = connect_rule();
   if (!rule) return std::unexpected(rule.error());
   auto queues = queues_for(options);
@@ -48,8 +54,8 @@ Result<std::shared_ptr<Connection>> FaultContext::connect(std::string_view addre
   return connection;
 }
 
-Result<std::shared_ptr<FaultCompletionQueue>> FaultContext::own_queue(const std::shared_ptr<CompletionQueue>& given,
-                                                                      const char* which, std::uint32_t depth) {
+Result<std::shared_ptr<FaultCompletionQueue>> FaultContext::own_queue(
+    const std::shared_ptr<CompletionQueue>& given, const char* which, std::uint32_t depth) {
   if (!given) {
     auto made = create_cq(depth);  // a connection's own queue: its queue depth, as on verbs
     if (!made) return std::unexpected(made.error());
@@ -57,8 +63,8 @@ Result<std::shared_ptr<FaultCompletionQueue>> FaultContext::own_queue(const std:
   }
   auto own = std::dynamic_pointer_cast<FaultCompletionQueue>(given);
   if (!own)
-    return fail(Errc::InvalidArgument,
-                std::string("ConnectOptions::") + which + " was not created by a fault context's create_cq()");
+    return fail(Errc::InvalidArgument, std::string("ConnectOptions::") + which +
+                                           " was not created by a fault context's create_cq()");
   return own;
 }
 
@@ -71,8 +77,8 @@ Result<FaultContext::Queues> FaultContext::queues_for(const ConnectOptions& opti
 }
 
 std::shared_ptr<Connection> FaultContext::wrap(std::shared_ptr<Connection> inner, const Queues& queues) {
-  auto connection =
-      std::make_shared<FaultConnection>(std::move(inner), queues.send, queues.recv, config(), capabilities(), injector_);
+  auto connection = std::make_shared<FaultConnection>(std::move(inner), queues.send, queues.recv, config(),
+                                                      capabilities(), injector_);
   std::lock_guard lock(mutex_);
   std::erase_if(connections_, [](const std::weak_ptr<Connection>& weak) { return weak.expired(); });
   connections_.push_back(connection);

@@ -20,7 +20,8 @@ class FaultContext final : public Context {
   std::string_view transport() const noexcept override { return config().transport; }
   Capabilities capabilities() const override { return inner_->capabilities(); }
   // Regions are the inner ones as they are: the inner transport checks keys, bounds and rights.
-  Result<std::shared_ptr<MemoryRegion>> register_memory(void* data, std::size_t size, Access access) override {
+  Result<std::shared_ptr<MemoryRegion>> register_memory(void* data, std::size_t size,
+                                                        Access access) override {
     return inner_->register_memory(data, size, access);
   }
   Result<std::shared_ptr<MemoryRegion>> allocate(std::size_t size, Access access) override {
@@ -28,7 +29,8 @@ class FaultContext final : public Context {
   }
   Result<std::shared_ptr<CompletionQueue>> create_cq(std::size_t depth) override;
   Result<std::shared_ptr<Listener>> listen(std::string_view address) override;
-  Result<std::shared_ptr<Connection>> connect(std::string_view address, const ConnectOptions& options) override;
+  Result<std::shared_ptr<Connection>> connect(std::string_view address,
+                                              const ConnectOptions& options) override;
   std::vector<ConnectionStats> diagnostics() const override;
 
   Injector& injector() noexcept { return injector_; }

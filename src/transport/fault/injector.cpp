@@ -1,7 +1,7 @@
 // The rule book of a fault context: which operation gets which fault.
-#include "rdmakit/fault.hpp"
-
 #include <string>
+
+#include "rdmakit/fault.hpp"
 
 namespace rdmakit::fault {
 namespace {
@@ -17,10 +17,14 @@ bool matches(const Rule& rule, std::optional<Opcode> opcode, std::uint32_t conne
 
 std::string_view to_string(Rule::Action action) noexcept {
   switch (action) {
-    case Rule::Action::Fail: return "fail";
-    case Rule::Action::Delay: return "delay";
-    case Rule::Action::Drop: return "drop";
-    case Rule::Action::Disconnect: return "disconnect";
+    case Rule::Action::Fail:
+      return "fail";
+    case Rule::Action::Delay:
+      return "delay";
+    case Rule::Action::Drop:
+      return "drop";
+    case Rule::Action::Disconnect:
+      return "disconnect";
   }
   return "unknown";
 }
@@ -31,7 +35,8 @@ Result<void> Injector::add(Rule rule) {
   if (rule.action == Rule::Action::Delay && rule.delay.count() <= 0)
     return fail(Errc::InvalidArgument, "fault rule: Delay needs a positive delay");
   if (rule.opcode && (*rule.opcode == Opcode::Recv || *rule.opcode == Opcode::RecvWriteImm))
-    return fail(Errc::InvalidArgument, "fault rule: receives are not injected; match the SEND or WRITE_IMM instead");
+    return fail(Errc::InvalidArgument,
+                "fault rule: receives are not injected; match the SEND or WRITE_IMM instead");
   if (rule.connect && rule.opcode)
     return fail(Errc::InvalidArgument, "fault rule: a connect rule cannot match an opcode");
   std::lock_guard lock(mutex_);

@@ -9,8 +9,13 @@ namespace rdmakit::fault {
 
 Link::Link(std::shared_ptr<Connection> inner, std::shared_ptr<detail::RcState> state, Capabilities caps,
            Injector& injector, std::chrono::milliseconds timeout)
-    : inner_(std::move(inner)), state_(std::move(state)), caps_(std::move(caps)), injector_(injector),
-      timeout_(timeout), number_(inner_->number()), next_id_(state_->send_id(0)) {}
+    : inner_(std::move(inner)),
+      state_(std::move(state)),
+      caps_(std::move(caps)),
+      injector_(injector),
+      timeout_(timeout),
+      number_(inner_->number()),
+      next_id_(state_->send_id(0)) {}
 
 Result<std::uint64_t> Link::post(std::span<const WorkRequest> chain) {
   // Checked here too: requests behind an injected failure never reach the inner connection.
@@ -52,7 +57,8 @@ Result<std::uint64_t> Link::post(std::span<const WorkRequest> chain) {
   if (doom) doomed_ = true;
   if (sever_now) {
     inner_closed_ = true;
-    break_locked(Error(Errc::ConnectionBroken, "fault: injected disconnect at " + std::string(to_string(chain[cut].opcode))));
+    break_locked(Error(Errc::ConnectionBroken,
+                       "fault: injected disconnect at " + std::string(to_string(chain[cut].opcode))));
     lock.unlock();
     inner_->close();
   }
@@ -76,8 +82,13 @@ bool Link::forward(std::span<const WorkRequest> chain, std::span<const std::chro
 
 void Link::add_synthetic(const WorkRequest& request, Status status, Clock::time_point release, bool dooms) {
   Completion completion{.id = next_id_++, .status = status, .opcode = request.opcode, .connection = number_};
-  queue_.push_back(Pending{.id = completion.id, .signaled = request.signaled, .known = true, .synthetic = true, .dooms = dooms,
-                           .release = release, .completion = completion});
+  queue_.push_back(Pending{.id = completion.id,
+                           .signaled = request.signaled,
+                           .known = true,
+                           .synthetic = true,
+                           .dooms = dooms,
+                           .release = release,
+                           .completion = completion});
   ++synthetic_posted_;
   state_->issued(completion.id);
 }
@@ -113,7 +124,8 @@ void Link::close() {
   {
     std::lock_guard lock(mutex_);
     if (!state_->close()) return;
-    break_locked(Error(Errc::ConnectionBroken, "connection " + std::to_string(number_) + " was closed by this side"));
+    break_locked(
+        Error(Errc::ConnectionBroken, "connection " + std::to_string(number_) + " was closed by this side"));
     inner_closed_ = true;
     const auto now = Clock::now();
     for (Pending& pending : queue_) {

@@ -60,10 +60,10 @@ class Link {
   // One send-side operation, from post until its completion is emitted.
   struct Pending {
     std::uint64_t id = 0;
-    bool signaled = true;     // as the user posted it; forwarded operations are always signaled inside
-    bool known = false;       // its completion is known
-    bool synthetic = false;   // made here, never forwarded
-    bool dooms = false;       // emitting it moves the connection to the error state
+    bool signaled = true;    // as the user posted it; forwarded operations are always signaled inside
+    bool known = false;      // its completion is known
+    bool synthetic = false;  // made here, never forwarded
+    bool dooms = false;      // emitting it moves the connection to the error state
     std::chrono::milliseconds delay{};
     Clock::time_point release{};  // not emitted before this
     Completion completion;
@@ -83,9 +83,9 @@ class Link {
 
   mutable std::mutex mutex_;
   std::deque<Pending> queue_;
-  std::uint64_t next_id_;             // the id a synthetic operation gets
-  bool doomed_ = false;               // a failure is queued; everything behind it flushes
-  bool inner_closed_ = false;         // a fault closed the inner connection: receives flush here
+  std::uint64_t next_id_;      // the id a synthetic operation gets
+  bool doomed_ = false;        // a failure is queued; everything behind it flushes
+  bool inner_closed_ = false;  // a fault closed the inner connection: receives flush here
   std::uint64_t synthetic_posted_ = 0;
   std::uint64_t synthetic_completed_ = 0;
 };

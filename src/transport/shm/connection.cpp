@@ -40,8 +40,9 @@ void ShmConnection::close() {
   context_->detach(this);  // the progress thread no longer looks at us after this
   std::lock_guard lock(mutex_);
   if (!rc().close()) return;
-  enter_error(Error(Errc::ConnectionBroken, "connection " + std::to_string(number()) + " was closed by this side"),
-              Status::Flushed);
+  enter_error(
+      Error(Errc::ConnectionBroken, "connection " + std::to_string(number()) + " was closed by this side"),
+      Status::Flushed);
   // The peer sees EOF at once and fails what it has pending with us.
   ::shutdown(socket_.get(), SHUT_RDWR);
 }
@@ -53,9 +54,10 @@ void ShmConnection::peer_gone() {
 
 void ShmConnection::peer_gone_locked() {
   gone_.store(true, std::memory_order_release);
-  enter_error(Error(Errc::ConnectionBroken,
-                    "shm peer " + peer_->name + " (pid " + std::to_string(peer_->pid) + ") closed the connection or died"),
-              Status::TransportRetryExceeded);
+  enter_error(
+      Error(Errc::ConnectionBroken, "shm peer " + peer_->name + " (pid " + std::to_string(peer_->pid) +
+                                        ") closed the connection or died"),
+      Status::TransportRetryExceeded);
 }
 
 bool ShmConnection::pins(std::uint32_t key) const noexcept {
@@ -70,8 +72,11 @@ void ShmConnection::push(SoftCompletionQueue& cq, const Completion& completion) 
 }
 
 void ShmConnection::finish(const Pending& op, const Outcome& outcome) {
-  const Completion completion{.id = op.id, .status = outcome.status, .opcode = op.request.opcode,
-                              .bytes = outcome.bytes, .connection = number()};
+  const Completion completion{.id = op.id,
+                              .status = outcome.status,
+                              .opcode = op.request.opcode,
+                              .bytes = outcome.bytes,
+                              .connection = number()};
   if (completion.ok() && !op.request.signaled) return rc().completed(completion);
   // The failure is recorded before its completion is visible, so health() agrees with what was polled.
   if (!completion.ok()) rc().fail(detail::completion_error(completion));
@@ -84,16 +89,18 @@ void ShmConnection::enter_error(Error why, Status head_status) {
   flushed_ = true;
   // When an operation fails with it, the connection's failure is that operation's, as verbs reports it.
   if (!pending_.empty() && head_status != Status::Flushed && why.code() != Errc::TransportFailure)
-    why = detail::completion_error(Completion{.id = pending_.front().id, .status = head_status,
-                                              .opcode = pending_.front().request.opcode},
-                                   why.message());
+    why = detail::completion_error(
+        Completion{
+            .id = pending_.front().id, .status = head_status, .opcode = pending_.front().request.opcode},
+        why.message());
   rc().fail(std::move(why));  // the first failure stays
   close_inbound();
   Status status = head_status;
   while (!pending_.empty()) {
     Pending op = pending_.front();
     pending_.pop_front();
-    push(*send_cq_, Completion{.id = op.id, .status = status, .opcode = op.request.opcode, .connection = number()});
+    push(*send_cq_,
+         Completion{.id = op.id, .status = status, .opcode = op.request.opcode, .connection = number()});
     status = Status::Flushed;
   }
 }

@@ -112,12 +112,12 @@ class ShmConnection final : public Connection {
   mutable std::mutex mutex_;
   RingQueue<Pending> pending_;          // posted, not yet carried out (head may be blocked)
   std::deque<PostedReceive> receives_;  // posted receives, oldest first (our copy: ids, capacities)
-  std::uint64_t recv_posted_ = 0;  // our copy of in().recv_posted
-  std::uint64_t reaped_ = 0;       // our copy of in().reaped
+  std::uint64_t recv_posted_ = 0;       // our copy of in().recv_posted
+  std::uint64_t reaped_ = 0;            // our copy of in().reaped
   bool flushed_ = false;  // the error state was entered and pending work flushed (the failure is in rc())
   std::atomic<bool> gone_{false};
   bool wants_progress_ = false;  // a large operation waits for the progress thread
-  const Capabilities caps_;  // what check_chain() checks against
+  const Capabilities caps_;      // what check_chain() checks against
 };
 
 }  // namespace rdmakit::shm

@@ -81,7 +81,8 @@ Result<void> ShmContext::init() {
   // read-only and private arenas are kept small (RemoteRead-only and local-only allocate() memory is
   // rare) so that many contexts in one process (threads as ranks, ThreadSanitizer's smaller address
   // space) stay within the address-space budget the single 32 GiB arena used to take
-  // (8 thread ranks: 56 peer views of 24 + 4 GiB and 8 x 32 GiB of our own, 1.8 TiB; 32 + 32 GiB failed under TSan).
+  // (8 thread ranks: 56 peer views of 24 + 4 GiB and 8 x 32 GiB of our own, 1.8 TiB; 32 + 32 GiB failed under
+  // TSan).
   auto rw = Arena::create(Arena::kDefaultSize, Arena::Sharing::Writable);
   if (!rw) return std::unexpected(rw.error());
   auto ro = Arena::create(Arena::kSmallSize, Arena::Sharing::ReadOnly);
@@ -171,11 +172,12 @@ Result<std::shared_ptr<MemoryRegion>> ShmContext::allocate(std::size_t size, Acc
 }
 
 Result<std::shared_ptr<CompletionQueue>> ShmContext::create_cq(std::size_t depth) {
-  return std::make_shared<ShmCq>(weak_from_this(), config().wait_mode, config().spin, depth ? depth : config().cq_depth);
+  return std::make_shared<ShmCq>(weak_from_this(), config().wait_mode, config().spin,
+                                 depth ? depth : config().cq_depth);
 }
 
-Result<std::shared_ptr<SoftCompletionQueue>> ShmContext::pick_cq(const std::shared_ptr<CompletionQueue>& given,
-                                                                std::uint32_t depth) {
+Result<std::shared_ptr<SoftCompletionQueue>> ShmContext::pick_cq(
+    const std::shared_ptr<CompletionQueue>& given, std::uint32_t depth) {
   // A connection's own queue holds what its queue can have outstanding, as on verbs.
   if (!given) return std::make_shared<ShmCq>(weak_from_this(), config().wait_mode, config().spin, depth);
   auto soft = std::dynamic_pointer_cast<SoftCompletionQueue>(given);

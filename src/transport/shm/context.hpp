@@ -76,7 +76,8 @@ class ShmContext final : public Context {
   Clock::time_point bounded_by_lease(Clock::time_point deadline) const noexcept;
   bool leased() const noexcept;
   // The queue a connection completes on: `given`, else its own of `depth` entries.
-  Result<std::shared_ptr<SoftCompletionQueue>> pick_cq(const std::shared_ptr<CompletionQueue>& given, std::uint32_t depth);
+  Result<std::shared_ptr<SoftCompletionQueue>> pick_cq(const std::shared_ptr<CompletionQueue>& given,
+                                                       std::uint32_t depth);
   // One view (and one 32 GiB arena mapping) per peer context, shared by all connections to it.
   Result<std::shared_ptr<PeerView>> peer_view(const Hello& hello, pid_t pid, std::vector<UniqueFd>& fds);
 

@@ -272,8 +272,8 @@ bool ShmConnection::receive_ready(bool* closed) {
     target.pin.store(0, std::memory_order_release);
     return false;
   }
-  bool posted = target.recv_posted.load(std::memory_order_acquire) !=
-                target.recv_taken.load(std::memory_order_relaxed);
+  bool posted =
+      target.recv_posted.load(std::memory_order_acquire) != target.recv_taken.load(std::memory_order_relaxed);
   tsan::acquire_from_peer();
   return posted;
 }

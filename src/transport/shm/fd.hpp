@@ -1,4 +1,5 @@
-// Move-only owners of the kernel resources the shm transport holds: file descriptors (core/fd.hpp) and mappings.
+// Move-only owners of the kernel resources the shm transport holds: file descriptors (core/fd.hpp) and
+// mappings.
 #pragma once
 
 #include <sys/mman.h>

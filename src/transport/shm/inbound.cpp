@@ -24,7 +24,8 @@ Result<std::uint64_t> ShmConnection::post_recv(std::span<const Segment> sgl) {
   std::uint64_t capacity;
   if (check_local(sgl, true, &capacity) != Status::Success) {
     // A receive the initiator could not fill: fail it now, as the connection would when it is reached.
-    const Completion failed{.id = id, .status = Status::LocalProtection, .opcode = Opcode::Recv, .connection = number()};
+    const Completion failed{
+        .id = id, .status = Status::LocalProtection, .opcode = Opcode::Recv, .connection = number()};
     enter_error(detail::completion_error(failed, "a segment is outside its region or lacks LocalWrite"),
                 Status::Flushed);
     push(*recv_cq_, failed);
@@ -67,10 +68,12 @@ bool ShmConnection::reap() {
   reaped_ = reaped;
   inbound.reaped.store(reaped, std::memory_order_release);
   if (malformed)
-    enter_error(Error(Errc::ProtocolError, "the shm peer wrote a malformed receive completion"), Status::Flushed);
-  else if (failed != Status::Success)
-    enter_error(Error(Errc::TransportFailure, "a receive failed: " + std::string(to_string(failed)), 0, failed),
+    enter_error(Error(Errc::ProtocolError, "the shm peer wrote a malformed receive completion"),
                 Status::Flushed);
+  else if (failed != Status::Success)
+    enter_error(
+        Error(Errc::TransportFailure, "a receive failed: " + std::string(to_string(failed)), 0, failed),
+        Status::Flushed);
   return true;
 }
 

@@ -14,7 +14,9 @@ Result<std::shared_ptr<Context>> open_shm(const Config& config) {
 
 Registration shm_registration() {
   return {.name = "shm",
-          .summary = "processes of one host (same uid unless shm_allowed_uids): shared mappings, the initiator moves the bytes",
+          .summary =
+              "processes of one host (same uid unless shm_allowed_uids): shared mappings, the initiator "
+              "moves the bytes",
           .open = open_shm};
 }
 

@@ -48,7 +48,8 @@ void ShmContext::note_polling() noexcept {
   // ringing now. Wake it so that it goes back to sleep bounded by the lease.
   if (current <= now) {
     std::atomic_thread_fence(std::memory_order_seq_cst);
-    if (control_.as<ControlSegment>()->sleeping.load(std::memory_order_relaxed)) eventfd_write(doorbell_.get(), 1);
+    if (control_.as<ControlSegment>()->sleeping.load(std::memory_order_relaxed))
+      eventfd_write(doorbell_.get(), 1);
   }
 }
 

@@ -9,8 +9,8 @@
 #include "core/clock.hpp"
 #include "core/log.hpp"
 #include "core/rc_state.hpp"
-#include "transport/tcp/context.hpp"
 #include "transport/tcp/completion_queue.hpp"
+#include "transport/tcp/context.hpp"
 #include "transport/tcp/socket.hpp"
 
 namespace rdmakit::tcp {
@@ -52,8 +52,8 @@ Result<std::shared_ptr<TcpConnection>> TcpConnection::create(std::shared_ptr<Tcp
   return connection;
 }
 
-TcpConnection::TcpConnection(std::uint32_t number, std::uint64_t engine_key, std::shared_ptr<TcpContext> context,
-                             Fd socket, PeerInfo peer,
+TcpConnection::TcpConnection(std::uint32_t number, std::uint64_t engine_key,
+                             std::shared_ptr<TcpContext> context, Fd socket, PeerInfo peer,
                              std::shared_ptr<SoftCompletionQueue> send_cq,
                              std::shared_ptr<SoftCompletionQueue> recv_cq)
     : Connection(number, send_cq, recv_cq,
@@ -71,7 +71,8 @@ TcpConnection::TcpConnection(std::uint32_t number, std::uint64_t engine_key, std
       send_depth_(context_->config().send_queue_depth),
       recv_depth_(context_->config().recv_queue_depth),
       timeout_ns_(std::chrono::duration_cast<std::chrono::nanoseconds>(context_->config().timeout).count()),
-      rnr_timeout_ns_(std::chrono::duration_cast<std::chrono::nanoseconds>(context_->config().rnr_timeout).count()),
+      rnr_timeout_ns_(
+          std::chrono::duration_cast<std::chrono::nanoseconds>(context_->config().rnr_timeout).count()),
       caps_(context_->capabilities()) {
   touch_receive();
   touch_send();
@@ -95,7 +96,9 @@ void TcpConnection::close() {
   abandon_receive_locked();
 }
 
-void TcpConnection::touch_receive() noexcept { last_receive_ns_.store(steady_ns(), std::memory_order_relaxed); }
+void TcpConnection::touch_receive() noexcept {
+  last_receive_ns_.store(steady_ns(), std::memory_order_relaxed);
+}
 void TcpConnection::touch_send() noexcept { last_send_ns_.store(steady_ns(), std::memory_order_relaxed); }
 
 // A failed connection reads no further, so a WRITE it was receiving will never finish: the region it
@@ -121,23 +124,24 @@ void TcpConnection::abandon_receive_if_failed() {
 void TcpConnection::complete_locked(const InFlight& op, Status status, std::uint32_t bytes) {
   rc().completed(op.id);
   if (status == Status::Success && !op.signaled) return;
-  send_queue_->push(Completion{.id = op.id, .status = status, .opcode = op.opcode, .bytes = bytes,
-                               .connection = number()});
+  send_queue_->push(
+      Completion{.id = op.id, .status = status, .opcode = op.opcode, .bytes = bytes, .connection = number()});
 }
 
 // Ops that failed at post complete once everything before them has: in order, as verbs would.
 void TcpConnection::complete_local_errors_locked() {
   if (!in_flight_.empty() && in_flight_.front().local_error != Status::Success) {
     Status status = in_flight_.front().local_error;
-    fail_locked(status, Error(Errc::TransportFailure, "operation failed with " + std::string(to_string(status)),
-                              0, status));
+    fail_locked(status, Error(Errc::TransportFailure,
+                              "operation failed with " + std::string(to_string(status)), 0, status));
   }
 }
 
 void TcpConnection::fail_locked(Status head_status, Error reason, bool drain_output) {
   if (flushed_) return;  // the error state was entered already
   if (head_status != Status::Flushed)
-    log::debug("tcp", "connection " + std::to_string(number()) + " to " + peer_label_ + " failed: " + reason.message());
+    log::debug("tcp", "connection " + std::to_string(number()) + " to " + peer_label_ +
+                          " failed: " + reason.message());
   // When an operation fails with it, the connection's failure is that operation's, as verbs reports it.
   if (!in_flight_.empty() && head_status != Status::Flushed && reason.code() != Errc::TransportFailure)
     reason = detail::completion_error(
@@ -153,8 +157,8 @@ void TcpConnection::fail_locked(Status head_status, Error reason, bool drain_out
   in_flight_.clear();
   for (const PostedRecv& recv : recvs_) {
     rc().completed(recv.id);
-    recv_queue_->push(Completion{.id = recv.id, .status = Status::Flushed, .opcode = Opcode::Recv,
-                                 .connection = number()});
+    recv_queue_->push(
+        Completion{.id = recv.id, .status = Status::Flushed, .opcode = Opcode::Recv, .connection = number()});
   }
   recvs_.clear();
   if (!drain_output) {
@@ -230,7 +234,8 @@ void TcpConnection::on_tick(std::int64_t now_ns) {
     } else {
       rx_.phase = Receive::Phase::Header;
       send_nak_locked(rx_.header, Status::RnrRetryExceeded);
-      fail_locked(Status::Flushed, Error(Errc::ConnectionBroken, "refused a request: no receive was posted in time"),
+      fail_locked(Status::Flushed,
+                  Error(Errc::ConnectionBroken, "refused a request: no receive was posted in time"),
                   /*drain_output=*/true);
     }
     return;
@@ -248,9 +253,9 @@ void TcpConnection::on_tick(std::int64_t now_ns) {
                           ", rx phase " + std::to_string(static_cast<int>(rx_.phase)) + ", deferred acks " +
                           std::to_string(acks_deferred_));
     fail_locked(Status::TransportRetryExceeded,
-                Error(Errc::ConnectionBroken, "peer " + peer_label_ + " silent for " +
-                                                  std::to_string(timeout_ns_ / 1'000'000) + " ms with " +
-                                                  std::to_string(in_flight_.size()) + " operations outstanding"));
+                Error(Errc::ConnectionBroken,
+                      "peer " + peer_label_ + " silent for " + std::to_string(timeout_ns_ / 1'000'000) +
+                          " ms with " + std::to_string(in_flight_.size()) + " operations outstanding"));
   }
 }
 
@@ -260,9 +265,10 @@ void TcpConnection::on_tick(std::int64_t now_ns) {
 void TcpConnection::check_stalls_locked(std::int64_t now_ns) {
   std::int64_t ms = timeout_ns_ / 1'000'000;
   if (mid_frame() && now_ns - last_receive_ns_.load(std::memory_order_relaxed) > timeout_ns_) {
-    fail_locked(Status::TransportRetryExceeded,
-                Error(Errc::ConnectionBroken, "peer " + peer_label_ + " stopped in the middle of a frame for " +
-                                                  std::to_string(ms) + " ms"));
+    fail_locked(
+        Status::TransportRetryExceeded,
+        Error(Errc::ConnectionBroken,
+              "peer " + peer_label_ + " stopped in the middle of a frame for " + std::to_string(ms) + " ms"));
   } else if (want_output_ && now_ns - last_send_ns_.load(std::memory_order_relaxed) > timeout_ns_) {
     fail_locked(Status::TransportRetryExceeded,
                 Error(Errc::ConnectionBroken, "peer " + peer_label_ + " took none of our bytes for " +

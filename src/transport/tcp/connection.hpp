@@ -38,7 +38,9 @@ struct SgList {
   std::uint64_t total() const noexcept;
 };
 
-class TcpConnection final : public Connection, public Pollable, public std::enable_shared_from_this<TcpConnection> {
+class TcpConnection final : public Connection,
+                            public Pollable,
+                            public std::enable_shared_from_this<TcpConnection> {
  public:
   static Result<std::shared_ptr<TcpConnection>> create(std::shared_ptr<TcpContext> context, Fd socket,
                                                        PeerInfo peer, const ConnectOptions& options);
@@ -66,8 +68,9 @@ class TcpConnection final : public Connection, public Pollable, public std::enab
   void on_lease_check(std::int64_t now_ns) override;
 
   // Public for make_shared; use create().
-  TcpConnection(std::uint32_t number, std::uint64_t engine_key, std::shared_ptr<TcpContext> context, Fd socket, PeerInfo peer,
-                std::shared_ptr<SoftCompletionQueue> send_cq, std::shared_ptr<SoftCompletionQueue> recv_cq);
+  TcpConnection(std::uint32_t number, std::uint64_t engine_key, std::shared_ptr<TcpContext> context,
+                Fd socket, PeerInfo peer, std::shared_ptr<SoftCompletionQueue> send_cq,
+                std::shared_ptr<SoftCompletionQueue> recv_cq);
 
  private:
   // An operation of ours waiting for its response.
@@ -78,7 +81,7 @@ class TcpConnection final : public Connection, public Pollable, public std::enab
     bool signaled;
     Status local_error;  // != Success: failed at post, nothing was sent; completes with this status
     std::uint32_t bytes;
-    SgList results;      // READ and atomics: where the response's bytes go
+    SgList results;  // READ and atomics: where the response's bytes go
   };
   // A frame (or its unsent rest) waiting for room in the socket.
   struct OutFrame {
@@ -105,7 +108,7 @@ class TcpConnection final : public Connection, public Pollable, public std::enab
     std::int64_t rnr_deadline_ns = 0;
     // What finish_payload() does once the payload is in (or discarded).
     enum class Then { Nothing, Ack, AckWriteImm, AckSend, ReadDone, Nak } then = Then::Ack;
-    PostedRecv recv{};          // AckSend, and Nak when a receive was consumed
+    PostedRecv recv{};  // AckSend, and Nak when a receive was consumed
     Status nak_status = Status::Success;
     Status recv_status = Status::Success;  // Nak: the consumed receive completes with this
     bool has_recv = false;
@@ -114,8 +117,8 @@ class TcpConnection final : public Connection, public Pollable, public std::enab
   // ---- initiator side (datapath.cpp)
   void enqueue_locked(const WorkRequest& request, std::uint64_t id);
   void flush_locked();
-  void send_response_locked(const FrameHeader& request, FrameType type, std::uint64_t value, std::uint32_t length,
-                            const iovec* payload, RegistrationTable::Pin pin);
+  void send_response_locked(const FrameHeader& request, FrameType type, std::uint64_t value,
+                            std::uint32_t length, const iovec* payload, RegistrationTable::Pin pin);
   void send_nak_locked(const FrameHeader& request, Status status);
   void complete_locked(const InFlight& op, Status status, std::uint32_t bytes);
   void complete_local_errors_locked();
@@ -170,7 +173,7 @@ class TcpConnection final : public Connection, public Pollable, public std::enab
   std::deque<InFlight> in_flight_;
   std::deque<PostedRecv> recvs_;
   std::uint64_t next_sequence_ = 1;  // of request frames on the wire (ids come from rc())
-  std::uint64_t ack_sequence_ = 0;    // target side: the last request a deferred ACK answers
+  std::uint64_t ack_sequence_ = 0;   // target side: the last request a deferred ACK answers
   std::uint32_t acks_deferred_ = 0;
   std::uint64_t responses_queued_ = 0;  // response frames in out_ (target side)
   std::uint64_t responder_pauses_ = 0;

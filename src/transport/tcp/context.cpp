@@ -2,8 +2,8 @@
 
 #include <thread>
 
-#include "transport/tcp/completion_queue.hpp"
 #include "core/soft_region.hpp"
+#include "transport/tcp/completion_queue.hpp"
 #include "transport/tcp/connection.hpp"
 #include "transport/tcp/listener.hpp"
 #include "transport/tcp/socket.hpp"
@@ -14,7 +14,9 @@ namespace rdmakit {
 namespace tcp {
 namespace {
 
-Deadline deadline_after(std::chrono::milliseconds timeout) { return std::chrono::steady_clock::now() + timeout; }
+Deadline deadline_after(std::chrono::milliseconds timeout) {
+  return std::chrono::steady_clock::now() + timeout;
+}
 
 }  // namespace
 
@@ -30,7 +32,8 @@ TcpContext::TcpContext(Config config, std::unique_ptr<Engine> engine)
 TcpContext::~TcpContext() {
   // The engine thread may hold the last reference (a connection it was serving): it cannot join itself,
   // so a short-lived thread does it after the engine thread has left this call.
-  if (engine_->on_engine_thread()) std::thread([engine = std::move(engine_)]() mutable { engine.reset(); }).detach();
+  if (engine_->on_engine_thread())
+    std::thread([engine = std::move(engine_)]() mutable { engine.reset(); }).detach();
 }
 
 std::uint32_t TcpContext::acquire_connection_number() {
@@ -63,12 +66,14 @@ Capabilities TcpContext::capabilities() const {
                       .progress_threads = 1};  // the engine
 }
 
-Result<std::shared_ptr<MemoryRegion>> TcpContext::register_memory(void* data, std::size_t size, Access access) {
+Result<std::shared_ptr<MemoryRegion>> TcpContext::register_memory(void* data, std::size_t size,
+                                                                  Access access) {
   return register_soft(table_, shared_from_this(), data, size, access);
 }
 
 Result<std::shared_ptr<CompletionQueue>> TcpContext::create_cq(std::size_t depth) {
-  return std::make_shared<TcpCompletionQueue>(config().wait_mode, config().spin, depth ? depth : config().cq_depth);
+  return std::make_shared<TcpCompletionQueue>(config().wait_mode, config().spin,
+                                              depth ? depth : config().cq_depth);
 }
 
 Result<std::shared_ptr<Listener>> TcpContext::listen(std::string_view address) {
@@ -83,7 +88,8 @@ Result<std::shared_ptr<Listener>> TcpContext::listen(std::string_view address) {
   return std::make_shared<TcpListener>(std::move(self), std::move(*acceptor), std::move(*bound));
 }
 
-Result<std::shared_ptr<Connection>> TcpContext::connect(std::string_view address, const ConnectOptions& options) {
+Result<std::shared_ptr<Connection>> TcpContext::connect(std::string_view address,
+                                                        const ConnectOptions& options) {
   auto deadline = deadline_after(config().connect_timeout);
   auto socket = connect_to(address, deadline);
   if (!socket) return std::unexpected(socket.error());
@@ -98,16 +104,19 @@ Result<std::shared_ptr<Connection>> TcpContext::connect(std::string_view address
 std::vector<ConnectionStats> TcpContext::diagnostics() const {
   std::vector<ConnectionStats> all;
   for (const auto& watched : engine_->watched())
-    if (auto connection = std::dynamic_pointer_cast<TcpConnection>(watched)) all.push_back(connection->stats());
+    if (auto connection = std::dynamic_pointer_cast<TcpConnection>(watched))
+      all.push_back(connection->stats());
   return all;
 }
 
 }  // namespace tcp
 
 transport::Registration transport::tcp_registration() {
-  return {.name = "tcp",
-          .summary = "RC emulated over one TCP stream per connection; one-sided ops run on the target's progress thread",
-          .open = [](const Config& config) { return tcp::TcpContext::open(config); }};
+  return {
+      .name = "tcp",
+      .summary =
+          "RC emulated over one TCP stream per connection; one-sided ops run on the target's progress thread",
+      .open = [](const Config& config) { return tcp::TcpContext::open(config); }};
 }
 
 }  // namespace rdmakit

@@ -22,7 +22,8 @@ class TcpContext final : public Context {
   Result<std::shared_ptr<MemoryRegion>> register_memory(void* data, std::size_t size, Access access) override;
   Result<std::shared_ptr<CompletionQueue>> create_cq(std::size_t depth) override;
   Result<std::shared_ptr<Listener>> listen(std::string_view address) override;
-  Result<std::shared_ptr<Connection>> connect(std::string_view address, const ConnectOptions& options) override;
+  Result<std::shared_ptr<Connection>> connect(std::string_view address,
+                                              const ConnectOptions& options) override;
   std::vector<ConnectionStats> diagnostics() const override;
 
   RegistrationTable& table() noexcept { return *table_; }
@@ -39,7 +40,7 @@ class TcpContext final : public Context {
  private:
   std::shared_ptr<RegistrationTable> table_;
   std::mutex numbers_mutex_;
-  std::uint64_t next_connection_ = 1;          // guarded by numbers_mutex_
+  std::uint64_t next_connection_ = 1;               // guarded by numbers_mutex_
   std::unordered_set<std::uint32_t> live_numbers_;  // guarded by numbers_mutex_
   std::unique_ptr<Engine> engine_;
 };

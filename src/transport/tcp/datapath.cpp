@@ -19,12 +19,18 @@ bool writes_locally(Opcode opcode) {
 
 FrameType frame_type(const WorkRequest& request) {
   switch (request.opcode) {
-    case Opcode::Write: return FrameType::Write;
-    case Opcode::WriteImm: return FrameType::WriteImm;
-    case Opcode::Read: return FrameType::Read;
-    case Opcode::CompareSwap: return FrameType::CompareSwap;
-    case Opcode::FetchAdd: return FrameType::FetchAdd;
-    default: return request.with_imm ? FrameType::SendImm : FrameType::Send;
+    case Opcode::Write:
+      return FrameType::Write;
+    case Opcode::WriteImm:
+      return FrameType::WriteImm;
+    case Opcode::Read:
+      return FrameType::Read;
+    case Opcode::CompareSwap:
+      return FrameType::CompareSwap;
+    case Opcode::FetchAdd:
+      return FrameType::FetchAdd;
+    default:
+      return request.with_imm ? FrameType::SendImm : FrameType::Send;
   }
 }
 
@@ -36,8 +42,7 @@ Result<std::uint64_t> TcpConnection::post(std::span<const WorkRequest> chain) {
   {
     std::lock_guard lock(mutex_);
     if (rc().closed()) return rc().refuse_closed("post");
-    if (rc().failed())
-      return rc().post_flushed(chain, [&](const Completion& c) { send_queue_->push(c); });
+    if (rc().failed()) return rc().post_flushed(chain, [&](const Completion& c) { send_queue_->push(c); });
     // Behind an operation that failed at post (error_queued_), requests are queued and flush in order.
     if (in_flight_.size() + chain.size() > send_depth_)
       return fail(Errc::ResourceExhausted, "post: send queue full (" + std::to_string(send_depth_) +
@@ -54,8 +59,13 @@ Result<std::uint64_t> TcpConnection::post(std::span<const WorkRequest> chain) {
 }
 
 void TcpConnection::enqueue_locked(const WorkRequest& request, std::uint64_t id) {
-  InFlight op{.id = id, .sequence = next_sequence_++, .opcode = request.opcode, .signaled = request.signaled,
-              .local_error = Status::Success, .bytes = 0, .results = {}};
+  InFlight op{.id = id,
+              .sequence = next_sequence_++,
+              .opcode = request.opcode,
+              .signaled = request.signaled,
+              .local_error = Status::Success,
+              .bytes = 0,
+              .results = {}};
   for (const Segment& segment : request.local) {
     op.bytes += segment.length;
     if (error_queued_) continue;
@@ -69,9 +79,16 @@ void TcpConnection::enqueue_locked(const WorkRequest& request, std::uint64_t id)
     return;
   }
   OutFrame& frame = out_.emplace_back();
-  frame.header = FrameHeader{.type = frame_type(request), .status = 0, .reserved = 0, .length = op.bytes,
-                             .addr = request.remote.addr, .rkey = request.remote.rkey, .imm = request.imm,
-                             .operand1 = request.compare_add, .operand2 = request.swap, .sequence = op.sequence};
+  frame.header = FrameHeader{.type = frame_type(request),
+                             .status = 0,
+                             .reserved = 0,
+                             .length = op.bytes,
+                             .addr = request.remote.addr,
+                             .rkey = request.remote.rkey,
+                             .imm = request.imm,
+                             .operand1 = request.compare_add,
+                             .operand2 = request.swap,
+                             .sequence = op.sequence};
   frame.iov[0] = iovec{&frame.header, sizeof(FrameHeader)};
   frame.iov_count = 1;
   if (writes_locally(request.opcode)) {
@@ -109,7 +126,8 @@ void TcpConnection::flush_locked() {
     iovec batch[kBatch];
     std::size_t count = 0;
     for (auto it = out_.begin(); it != out_.end() && count < kBatch; ++it)
-      for (std::uint32_t i = it->iov_next; i < it->iov_count && count < kBatch; ++i) batch[count++] = it->iov[i];
+      for (std::uint32_t i = it->iov_next; i < it->iov_count && count < kBatch; ++i)
+        batch[count++] = it->iov[i];
     msghdr message{};
     message.msg_iov = batch;
     message.msg_iovlen = count;
@@ -121,8 +139,8 @@ void TcpConnection::flush_locked() {
       int error = errno;
       linger_ = false;
       fail_locked(Status::TransportRetryExceeded,
-                  Error(Errc::ConnectionBroken, "sending to peer " + peer_label_ + " failed: " + std::strerror(error),
-                        error));
+                  Error(Errc::ConnectionBroken,
+                        "sending to peer " + peer_label_ + " failed: " + std::strerror(error), error));
       return;
     }
     touch_send();
@@ -179,31 +197,49 @@ void TcpConnection::resume_responder_locked() {
 }
 
 void TcpConnection::send_response_locked(const FrameHeader& request, FrameType type, std::uint64_t value,
-                                         std::uint32_t length, const iovec* payload, RegistrationTable::Pin pin) {
+                                         std::uint32_t length, const iovec* payload,
+                                         RegistrationTable::Pin pin) {
   if (type != FrameType::Ack) flush_ack_locked();  // responses leave in request order
   ++responses_queued_;
   OutFrame& frame = out_.emplace_back();
-  frame.header = FrameHeader{.type = type, .status = 0, .reserved = 0, .length = length, .addr = 0, .rkey = 0,
-                             .imm = 0, .operand1 = value, .operand2 = 0, .sequence = request.sequence};
+  frame.header = FrameHeader{.type = type,
+                             .status = 0,
+                             .reserved = 0,
+                             .length = length,
+                             .addr = 0,
+                             .rkey = 0,
+                             .imm = 0,
+                             .operand1 = value,
+                             .operand2 = 0,
+                             .sequence = request.sequence};
   frame.iov[0] = iovec{&frame.header, sizeof(FrameHeader)};
   frame.iov_count = 1;
   if (payload && payload->iov_len > 0) frame.iov[frame.iov_count++] = *payload;
   frame.pin = std::move(pin);
   flush_locked();
-  if (responses_queued_ > send_depth_ && !responder_full_.load(std::memory_order_relaxed)) pause_responder_locked();
+  if (responses_queued_ > send_depth_ && !responder_full_.load(std::memory_order_relaxed))
+    pause_responder_locked();
 }
 
 void TcpConnection::send_nak_locked(const FrameHeader& request, Status status) {
   flush_ack_locked();
   ++responses_queued_;
   OutFrame& frame = out_.emplace_back();
-  frame.header = FrameHeader{.type = FrameType::Nak, .status = static_cast<std::uint8_t>(status), .reserved = 0,
-                             .length = 0, .addr = 0, .rkey = 0, .imm = 0, .operand1 = 0, .operand2 = 0,
+  frame.header = FrameHeader{.type = FrameType::Nak,
+                             .status = static_cast<std::uint8_t>(status),
+                             .reserved = 0,
+                             .length = 0,
+                             .addr = 0,
+                             .rkey = 0,
+                             .imm = 0,
+                             .operand1 = 0,
+                             .operand2 = 0,
                              .sequence = request.sequence};
   frame.iov[0] = iovec{&frame.header, sizeof(FrameHeader)};
   frame.iov_count = 1;
   flush_locked();
-  if (responses_queued_ > send_depth_ && !responder_full_.load(std::memory_order_relaxed)) pause_responder_locked();
+  if (responses_queued_ > send_depth_ && !responder_full_.load(std::memory_order_relaxed))
+    pause_responder_locked();
 }
 
 }  // namespace rdmakit::tcp

@@ -32,7 +32,8 @@ Result<std::unique_ptr<Engine>> Engine::start() {
   return std::unique_ptr<Engine>(new Engine(std::move(epoll), std::move(wake)));
 }
 
-Engine::Engine(Fd epoll, Fd wake) : epoll_(std::move(epoll)), wake_(std::move(wake)), thread_([this] { run(); }) {}
+Engine::Engine(Fd epoll, Fd wake)
+    : epoll_(std::move(epoll)), wake_(std::move(wake)), thread_([this] { run(); }) {}
 
 Engine::~Engine() {
   stopping_.store(true);

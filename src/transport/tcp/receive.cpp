@@ -108,8 +108,8 @@ bool TcpConnection::read_some() {
     }
     case Receive::Phase::Discard:
       if (discard_buffer_.empty()) discard_buffer_.resize(kDiscardChunk);
-      n = ::recv(socket_.get(), discard_buffer_.data(), std::min<std::uint64_t>(rx_.discard_left, kDiscardChunk),
-                 MSG_DONTWAIT);
+      n = ::recv(socket_.get(), discard_buffer_.data(),
+                 std::min<std::uint64_t>(rx_.discard_left, kDiscardChunk), MSG_DONTWAIT);
       break;
   }
   if (n == 0) {
@@ -147,7 +147,8 @@ bool TcpConnection::read_some() {
       rx_.discard_left -= got;
       if (rx_.discard_left == 0) finish_payload();
       break;
-    case Receive::Phase::RnrWait: break;
+    case Receive::Phase::RnrWait:
+      break;
   }
   return !rc().failed() || rx_.phase != Receive::Phase::Header;
 }
@@ -228,8 +229,10 @@ void TcpConnection::on_request_header() {
       iovec iov[kMaxSge];
       return start_payload(iov, sgl_to_iov(rx_.recv.sgl, h.length, iov));
     }
-    case FrameType::Read: return execute_read();
-    default: return execute_atomic();
+    case FrameType::Read:
+      return execute_read();
+    default:
+      return execute_atomic();
   }
 }
 
@@ -240,8 +243,8 @@ void TcpConnection::execute_read() {
   std::lock_guard lock(mutex_);
   if (status != Status::Success) {
     send_nak_locked(h, status);
-    fail_locked(Status::Flushed, Error(Errc::ConnectionBroken, "refused a READ from the peer: remote access error"),
-                true);
+    fail_locked(Status::Flushed,
+                Error(Errc::ConnectionBroken, "refused a READ from the peer: remote access error"), true);
     return;
   }
   iovec source{reinterpret_cast<void*>(h.addr), h.length};
@@ -279,8 +282,10 @@ void TcpConnection::finish_payload() {
   const FrameHeader& h = rx_.header;
   std::lock_guard lock(mutex_);
   switch (rx_.then) {
-    case Receive::Then::Nothing: return;
-    case Receive::Then::Ack: return defer_ack_locked(h.sequence);
+    case Receive::Then::Nothing:
+      return;
+    case Receive::Then::Ack:
+      return defer_ack_locked(h.sequence);
     case Receive::Then::AckWriteImm:
     case Receive::Then::AckSend: {
       bool write_imm = rx_.then == Receive::Then::AckWriteImm;
@@ -289,10 +294,13 @@ void TcpConnection::finish_payload() {
       defer_ack_locked(h.sequence);
       flush_ack_locked();
       rc().completed(rx_.recv.id);
-      recv_queue_->push(Completion{.id = rx_.recv.id, .status = Status::Success,
+      recv_queue_->push(Completion{.id = rx_.recv.id,
+                                   .status = Status::Success,
                                    .opcode = write_imm ? Opcode::RecvWriteImm : Opcode::Recv,
-                                   .has_imm = write_imm || h.type == FrameType::SendImm, .bytes = h.length,
-                                   .imm = h.imm, .connection = number()});
+                                   .has_imm = write_imm || h.type == FrameType::SendImm,
+                                   .bytes = h.length,
+                                   .imm = h.imm,
+                                   .connection = number()});
       return;
     }
     case Receive::Then::ReadDone: {
@@ -304,9 +312,11 @@ void TcpConnection::finish_payload() {
     }
     case Receive::Then::Nak: {
       // A receive that the request consumed fails with it, and its failure is this side's (as on verbs).
-      Error why(Errc::ConnectionBroken, "refused a request from the peer: " + std::string(to_string(rx_.nak_status)));
+      Error why(Errc::ConnectionBroken,
+                "refused a request from the peer: " + std::string(to_string(rx_.nak_status)));
       if (rx_.has_recv) {
-        Completion failed{.id = rx_.recv.id, .status = rx_.recv_status, .opcode = Opcode::Recv, .connection = number()};
+        Completion failed{
+            .id = rx_.recv.id, .status = rx_.recv_status, .opcode = Opcode::Recv, .connection = number()};
         rc().completed(failed);
         if (!failed.ok()) why = detail::completion_error(failed, "the peer's request was refused");
         // The failure is recorded before the completion is visible, so health() agrees with it.
@@ -329,7 +339,8 @@ void TcpConnection::on_response_header() {
     return start_discard(h.type == FrameType::ReadResponse ? h.length : 0);
   }
   auto protocol_error = [&](const std::string& what) {
-    fail_locked(Status::GeneralError, Error(Errc::ProtocolError, "peer " + peer_label_ + " broke the protocol: " + what));
+    fail_locked(Status::GeneralError,
+                Error(Errc::ProtocolError, "peer " + peer_label_ + " broke the protocol: " + what));
   };
   if (in_flight_.empty() || in_flight_.front().local_error != Status::Success)
     return protocol_error("a response with no request waiting for it");
@@ -356,15 +367,20 @@ void TcpConnection::on_response_header() {
       if (h.status > static_cast<std::uint8_t>(Status::GeneralError) || status == Status::Success)
         return protocol_error("a NAK with an invalid status");
       return fail_locked(status, Error(Errc::TransportFailure,
-                                       std::string(to_string(op.opcode)) + " failed at peer " + peer_label_ + ": " +
-                                           std::string(to_string(status)),
+                                       std::string(to_string(op.opcode)) + " failed at peer " + peer_label_ +
+                                           ": " + std::string(to_string(status)),
                                        0, status));
     }
-    default: return protocol_error("a request type in a response");
+    default:
+      return protocol_error("a request type in a response");
   }
   InFlight done = op;
   in_flight_.pop_front();
-  complete_locked(done, Status::Success, done.opcode == Opcode::Read ? done.bytes : (done.opcode == Opcode::CompareSwap || done.opcode == Opcode::FetchAdd ? 8 : done.bytes));
+  complete_locked(
+      done, Status::Success,
+      done.opcode == Opcode::Read
+          ? done.bytes
+          : (done.opcode == Opcode::CompareSwap || done.opcode == Opcode::FetchAdd ? 8 : done.bytes));
   complete_local_errors_locked();
 }
 
@@ -392,15 +408,17 @@ void TcpConnection::flush_ack_locked() {
 // Initiator side: completes every WRITE, WRITE_IMM and SEND up to `sequence`.
 void TcpConnection::on_cumulative_ack_locked(std::uint64_t sequence) {
   if (sequence < in_flight_.front().sequence || sequence >= next_sequence_)
-    return fail_locked(Status::GeneralError,
-                       Error(Errc::ProtocolError, "peer " + peer_label_ + " broke the protocol: an ACK out of range"));
+    return fail_locked(
+        Status::GeneralError,
+        Error(Errc::ProtocolError, "peer " + peer_label_ + " broke the protocol: an ACK out of range"));
   while (!in_flight_.empty() && in_flight_.front().sequence <= sequence) {
     InFlight done = in_flight_.front();
     if (done.local_error != Status::Success ||
         (done.opcode != Opcode::Write && done.opcode != Opcode::WriteImm && done.opcode != Opcode::Send))
-      return fail_locked(Status::GeneralError, Error(Errc::ProtocolError, "peer " + peer_label_ +
-                                                                               " broke the protocol: an ACK for a " +
-                                                                               std::string(to_string(done.opcode))));
+      return fail_locked(
+          Status::GeneralError,
+          Error(Errc::ProtocolError, "peer " + peer_label_ + " broke the protocol: an ACK for a " +
+                                         std::string(to_string(done.opcode))));
     in_flight_.pop_front();
     complete_locked(done, Status::Success, done.bytes);
   }

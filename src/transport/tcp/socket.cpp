@@ -19,7 +19,8 @@ namespace rdmakit::tcp {
 namespace {
 
 int milliseconds_left(Deadline deadline) {
-  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+  auto left =
+      std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
   return static_cast<int>(std::clamp<std::int64_t>(left.count(), 0, 1 << 30));
 }
 
@@ -70,7 +71,8 @@ Result<Fd> listen_on(std::string_view address) {
   if (!fd) return fail_errno("socket", errno);
   int one = 1;
   setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-  if (::bind(fd.get(), resolved->get(), resolved->length) != 0) return fail_errno("bind " + std::string(address), errno);
+  if (::bind(fd.get(), resolved->get(), resolved->length) != 0)
+    return fail_errno("bind " + std::string(address), errno);
   if (::listen(fd.get(), 1024) != 0) return fail_errno("listen " + std::string(address), errno);
   return fd;
 }
@@ -78,14 +80,16 @@ Result<Fd> listen_on(std::string_view address) {
 Result<std::string> local_address(int fd) {
   sockaddr_storage address{};
   socklen_t length = sizeof(address);
-  if (getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) return fail_errno("getsockname", errno);
+  if (getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0)
+    return fail_errno("getsockname", errno);
   return format_address(address, length);
 }
 
 Result<std::string> peer_address(int fd) {
   sockaddr_storage address{};
   socklen_t length = sizeof(address);
-  if (getpeername(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) return fail_errno("getpeername", errno);
+  if (getpeername(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0)
+    return fail_errno("getpeername", errno);
   return format_address(address, length);
 }
 
@@ -100,7 +104,8 @@ Result<Fd> connect_to(std::string_view address, Deadline deadline) {
 
 Result<PeerInfo> handshake(int fd, const PeerInfo& self, Deadline deadline) {
   Hello mine = encode_hello(self);
-  if (auto ok = transfer_all(fd, &mine, sizeof(mine), true, deadline); !ok) return std::unexpected(ok.error());
+  if (auto ok = transfer_all(fd, &mine, sizeof(mine), true, deadline); !ok)
+    return std::unexpected(ok.error());
   std::array<std::byte, sizeof(Hello)> theirs;
   if (auto ok = transfer_all(fd, theirs.data(), theirs.size(), false, deadline); !ok)
     return std::unexpected(ok.error());
@@ -114,7 +119,8 @@ Result<void> make_data_socket(int fd) {
   int flags = fcntl(fd, F_GETFL);
   if (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) != 0) return fail_errno("fcntl O_NONBLOCK", errno);
   int one = 1;
-  if (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)) != 0) return fail_errno("TCP_NODELAY", errno);
+  if (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)) != 0)
+    return fail_errno("TCP_NODELAY", errno);
   return {};
 }
 

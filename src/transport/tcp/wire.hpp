@@ -34,10 +34,10 @@ enum class FrameType : std::uint8_t {
 
 struct FrameHeader {
   FrameType type;
-  std::uint8_t status;     // Nak: a rdmakit::Status
+  std::uint8_t status;  // Nak: a rdmakit::Status
   std::uint16_t reserved;
-  std::uint32_t length;    // payload bytes (WRITE/SEND/READ response) or bytes asked (READ)
-  std::uint64_t addr;      // remote address of one-sided requests
+  std::uint32_t length;  // payload bytes (WRITE/SEND/READ response) or bytes asked (READ)
+  std::uint64_t addr;    // remote address of one-sided requests
   std::uint32_t rkey;
   std::uint32_t imm;
   std::uint64_t operand1;  // CompareSwap: expected; FetchAdd: addend; AtomicResponse: old value
@@ -64,7 +64,7 @@ struct Hello {
   std::uint16_t name_length;
   std::uint64_t id;
   std::uint64_t epoch;
-  char name[232];         // not NUL-terminated; name_length bytes are valid
+  char name[232];  // not NUL-terminated; name_length bytes are valid
 };
 static_assert(sizeof(Hello) == 256);
 constexpr std::uint32_t kHelloMagic = 0x544b4452;  // "RDKT"

@@ -19,7 +19,8 @@ Result<EventChannel> EventChannel::create(const Api& api) {
   EventChannel owned(api, channel);
   // Non-blocking, so next_event() can wait with a deadline through poll().
   int flags = fcntl(channel->fd, F_GETFL);
-  if (fcntl(channel->fd, F_SETFL, flags | O_NONBLOCK) != 0) return fail_errno("fcntl(cm channel, O_NONBLOCK)", errno);
+  if (fcntl(channel->fd, F_SETFL, flags | O_NONBLOCK) != 0)
+    return fail_errno("fcntl(cm channel, O_NONBLOCK)", errno);
   return owned;
 }
 
@@ -34,7 +35,8 @@ Result<CmEndpoint> CmEndpoint::create(const Api& api) {
   auto channel = EventChannel::create(api);
   if (!channel) return std::unexpected(channel.error());
   rdma_cm_id* id = nullptr;
-  if (api.create_id(channel->get(), &id, nullptr, RDMA_PS_TCP) != 0) return fail_errno("rdma_create_id", errno);
+  if (api.create_id(channel->get(), &id, nullptr, RDMA_PS_TCP) != 0)
+    return fail_errno("rdma_create_id", errno);
   return CmEndpoint(api, std::move(*channel), id);
 }
 
@@ -69,7 +71,8 @@ Result<CmEvent> CmEndpoint::next_event(std::chrono::steady_clock::time_point dea
       api_->ack_cm_event(event);
       return copy;
     }
-    if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return fail_errno("rdma_get_cm_event", errno);
+    if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+      return fail_errno("rdma_get_cm_event", errno);
     auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) return fail(Errc::Timeout, "no rdma_cm event in time");
     pollfd fd{channel_.get()->fd, POLLIN, 0};
@@ -78,7 +81,8 @@ Result<CmEvent> CmEndpoint::next_event(std::chrono::steady_clock::time_point dea
   }
 }
 
-Result<CmEvent> CmEndpoint::expect(rdma_cm_event_type expected, std::chrono::steady_clock::time_point deadline,
+Result<CmEvent> CmEndpoint::expect(rdma_cm_event_type expected,
+                                   std::chrono::steady_clock::time_point deadline,
                                    const std::string& what) const {
   auto event = next_event(deadline);
   if (!event) {
@@ -87,8 +91,9 @@ Result<CmEvent> CmEndpoint::expect(rdma_cm_event_type expected, std::chrono::ste
     return event;
   }
   if (event->type == expected) return event;
-  return fail(Errc::ConnectionRefused, what + ": rdma_cm reported " + api_->event_str(event->type) + " (status " +
-                                           std::to_string(event->status) + ") instead of " + api_->event_str(expected));
+  return fail(Errc::ConnectionRefused, what + ": rdma_cm reported " + api_->event_str(event->type) +
+                                           " (status " + std::to_string(event->status) + ") instead of " +
+                                           api_->event_str(expected));
 }
 
 Result<sockaddr_in> parse_address(std::string_view address) {
@@ -100,7 +105,8 @@ Result<sockaddr_in> parse_address(std::string_view address) {
   if (parsed->host.empty() || parsed->host == "*") return out;
   auto resolved = net::resolve(parsed->host, parsed->port, AF_INET);
   if (!resolved)
-    return fail(Errc::NotFound, "address '" + std::string(address) + "': cannot resolve host '" + parsed->host + "'");
+    return fail(Errc::NotFound,
+                "address '" + std::string(address) + "': cannot resolve host '" + parsed->host + "'");
   std::memcpy(&out, &resolved->storage, sizeof(out));
   return out;
 }

@@ -16,8 +16,10 @@ Result<QueuePair> QueuePair::create(const Device& device, const Config& config, 
   init.recv_cq = recv_cq.cq();
   init.qp_type = IBV_QPT_RC;
   init.sq_sig_all = 0;  // selective signaling: WorkRequest::signaled decides
-  init.cap.max_send_wr = std::min<std::uint32_t>(config.send_queue_depth, static_cast<std::uint32_t>(limits.max_qp_wr));
-  init.cap.max_recv_wr = std::min<std::uint32_t>(config.recv_queue_depth, static_cast<std::uint32_t>(limits.max_qp_wr));
+  init.cap.max_send_wr =
+      std::min<std::uint32_t>(config.send_queue_depth, static_cast<std::uint32_t>(limits.max_qp_wr));
+  init.cap.max_recv_wr =
+      std::min<std::uint32_t>(config.recv_queue_depth, static_cast<std::uint32_t>(limits.max_qp_wr));
   init.cap.max_send_sge = std::min<std::uint32_t>(config.max_sge, static_cast<std::uint32_t>(limits.max_sge));
   init.cap.max_recv_sge = init.cap.max_send_sge;
   init.cap.max_inline_data = config.inline_size;
@@ -25,8 +27,9 @@ Result<QueuePair> QueuePair::create(const Device& device, const Config& config, 
   if (!qp)
     return fail(Errc::ResourceExhausted,
                 "ibv_create_qp(" + device.name() + ", send " + std::to_string(init.cap.max_send_wr) + " x " +
-                    std::to_string(init.cap.max_send_sge) + " sge, inline " + std::to_string(config.inline_size) +
-                    "): " + std::strerror(errno) + " (lower send_queue_depth, max_sge or inline_size)");
+                    std::to_string(init.cap.max_send_sge) + " sge, inline " +
+                    std::to_string(config.inline_size) + "): " + std::strerror(errno) +
+                    " (lower send_queue_depth, max_sge or inline_size)");
   // The provider may grant more inline room than asked; the caller's limit is what we use.
   QueuePair owned(device.api(), qp, std::min(init.cap.max_inline_data, config.inline_size));
   if (auto ok = owned.modify(init_transition(device.port()), "INIT"); !ok) return std::unexpected(ok.error());
@@ -49,9 +52,15 @@ VerbsConnection::VerbsConnection(Parts parts)
     : Connection(parts.number, parts.send_cq, parts.recv_cq,
                  std::make_shared<detail::RcState>(parts.number, parts.context->config().send_queue_depth,
                                                    parts.context->config().recv_queue_depth)),
-      context_(std::move(parts.context)), send_cq_(std::move(parts.send_cq)), recv_cq_(std::move(parts.recv_cq)),
-      track_(rc_ptr()), endpoint_(std::move(parts.endpoint)), qp_(std::move(parts.qp)), peer_(parts.peer),
-      peer_address_(std::move(parts.peer_address)), inline_size_(qp_->max_inline()),
+      context_(std::move(parts.context)),
+      send_cq_(std::move(parts.send_cq)),
+      recv_cq_(std::move(parts.recv_cq)),
+      track_(rc_ptr()),
+      endpoint_(std::move(parts.endpoint)),
+      qp_(std::move(parts.qp)),
+      peer_(parts.peer),
+      peer_address_(std::move(parts.peer_address)),
+      inline_size_(qp_->max_inline()),
       caps_(context_->capabilities()) {
   send_cq_->attach_track(track_);
   if (recv_cq_ != send_cq_) recv_cq_->attach_track(track_);
@@ -64,14 +73,15 @@ void VerbsConnection::close() {
   if (closed_.exchange(true)) return;
   track_->close();
   context_->monitor().unwatch(endpoint_.fd());
-  track_->fail(Error(Errc::ConnectionBroken, "connection " + std::to_string(number()) + " was closed by this side"));
+  track_->fail(
+      Error(Errc::ConnectionBroken, "connection " + std::to_string(number()) + " was closed by this side"));
   if (qp_) {
     // ERR flushes everything posted (as Flushed completions, unsignaled ones included); wait for them
     // to reach the CQs' backlogs before the QP goes, so pollers still see them.
     (void)qp_->modify(error_transition(), "ERR");
     context_->device()->api().disconnect(endpoint_.id());
-    auto deadline = std::chrono::steady_clock::now() + std::min<std::chrono::milliseconds>(context_->config().timeout,
-                                                                                          std::chrono::seconds(2));
+    auto deadline = std::chrono::steady_clock::now() +
+                    std::min<std::chrono::milliseconds>(context_->config().timeout, std::chrono::seconds(2));
     send_cq_->drain(*track_, deadline);
     if (recv_cq_ != send_cq_) recv_cq_->drain(*track_, deadline);
     if (track_->outstanding() > 0)
@@ -88,7 +98,8 @@ void VerbsConnection::on_cm_readable() {
   if (closed_.load()) return;
   auto event = endpoint_.next_event(std::chrono::steady_clock::now());
   if (!event || event->type != RDMA_CM_EVENT_DISCONNECTED) return;
-  track_->fail(Error(Errc::ConnectionBroken, "the peer " + peer_address_ + " closed the connection (rdma_cm DISCONNECTED)"));
+  track_->fail(Error(Errc::ConnectionBroken,
+                     "the peer " + peer_address_ + " closed the connection (rdma_cm DISCONNECTED)"));
   if (qp_) (void)qp_->modify(error_transition(), "ERR");
 }
 

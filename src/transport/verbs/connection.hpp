@@ -2,15 +2,14 @@
 // setup.cpp, teardown in connection.cpp, and the posting path in datapath.cpp.
 #pragma once
 
+#include <cstring>
 #include <memory>
 #include <optional>
+#include <utility>
 
+#include "core/rc_state.hpp"
 #include "rdmakit/connection.hpp"
 #include "rdmakit/context.hpp"
-
-#include <cstring>
-#include <utility>
-#include "core/rc_state.hpp"
 #include "transport/verbs/cm.hpp"
 #include "transport/verbs/cq.hpp"
 #include "transport/verbs/handshake.hpp"
@@ -26,8 +25,8 @@ class QueuePair {
  public:
   static Result<QueuePair> create(const Device& device, const Config& config, VerbsCompletionQueue& send_cq,
                                   VerbsCompletionQueue& recv_cq);
-  QueuePair(QueuePair&& other) noexcept : api_(other.api_), qp_(std::exchange(other.qp_, nullptr)),
-                                          max_inline_(other.max_inline_) {}
+  QueuePair(QueuePair&& other) noexcept
+      : api_(other.api_), qp_(std::exchange(other.qp_, nullptr)), max_inline_(other.max_inline_) {}
   QueuePair& operator=(QueuePair&&) = delete;
   ~QueuePair();
   ibv_qp* get() const noexcept { return qp_; }
@@ -35,7 +34,8 @@ class QueuePair {
   Result<void> modify(const QpTransition& transition, const char* what) const;
 
  private:
-  QueuePair(const Api& api, ibv_qp* qp, std::uint32_t max_inline) noexcept : api_(&api), qp_(qp), max_inline_(max_inline) {}
+  QueuePair(const Api& api, ibv_qp* qp, std::uint32_t max_inline) noexcept
+      : api_(&api), qp_(qp), max_inline_(max_inline) {}
   const Api* api_;
   ibv_qp* qp_;
   std::uint32_t max_inline_;
@@ -67,7 +67,6 @@ class VerbsConnection final : public Connection, public CmWatcher {
   int cm_fd() const noexcept { return endpoint_.fd(); }
 
  private:
-
   // Declaration order is teardown order: the QP goes before the CM id and before the CQs it uses
   // (the base class holds the CQs, so they outlive everything here).
   std::shared_ptr<VerbsContext> context_;
@@ -85,8 +84,9 @@ class VerbsConnection final : public Connection, public CmWatcher {
 };
 
 // Set-up (setup.cpp).
-Result<std::shared_ptr<Connection>> connect_verbs(std::shared_ptr<VerbsContext> context, std::string_view address,
-                                                  const ConnectOptions& options);
-Result<std::shared_ptr<Listener>> listen_verbs(std::shared_ptr<VerbsContext> context, std::string_view address);
+Result<std::shared_ptr<Connection>> connect_verbs(std::shared_ptr<VerbsContext> context,
+                                                  std::string_view address, const ConnectOptions& options);
+Result<std::shared_ptr<Listener>> listen_verbs(std::shared_ptr<VerbsContext> context,
+                                               std::string_view address);
 
 }  // namespace rdmakit::verbs_impl

@@ -16,8 +16,10 @@ class VerbsMemoryRegion final : public MemoryRegion {
  public:
   VerbsMemoryRegion(std::shared_ptr<VerbsContext> context, const RegistrationCache::Entry* entry, void* data,
                     std::size_t size, Access access)
-      : MemoryRegion(data, size, access, entry->lkey, entry->rkey, context->identity().id, context->identity().epoch),
-        context_(std::move(context)), entry_(entry) {}
+      : MemoryRegion(data, size, access, entry->lkey, entry->rkey, context->identity().id,
+                     context->identity().epoch),
+        context_(std::move(context)),
+        entry_(entry) {}
   ~VerbsMemoryRegion() override { context_->release(entry_); }
 
  private:
@@ -28,8 +30,11 @@ class VerbsMemoryRegion final : public MemoryRegion {
 }  // namespace
 
 VerbsContext::VerbsContext(Config config, std::shared_ptr<Device> device, std::shared_ptr<CmMonitor> monitor)
-    : Context(std::move(config)), device_(std::move(device)), monitor_(std::move(monitor)),
-      async_events_(std::make_shared<AsyncEvents>(device_)), cache_(this->config().registration_cache) {
+    : Context(std::move(config)),
+      device_(std::move(device)),
+      monitor_(std::move(monitor)),
+      async_events_(std::make_shared<AsyncEvents>(device_)),
+      cache_(this->config().registration_cache) {
   if (!async_events_->available()) return;
   // Non-blocking, so that the handler can take every pending event and stop.
   int flags = fcntl(async_events_->fd(), F_GETFL);
@@ -55,7 +60,8 @@ Capabilities VerbsContext::capabilities() const {
   return c;
 }
 
-Result<std::shared_ptr<MemoryRegion>> VerbsContext::register_memory(void* data, std::size_t size, Access access) {
+Result<std::shared_ptr<MemoryRegion>> VerbsContext::register_memory(void* data, std::size_t size,
+                                                                    Access access) {
   if (auto ok = check_registration(data, size, access); !ok) return std::unexpected(ok.error());
   auto self = std::static_pointer_cast<VerbsContext>(shared_from_this());
   const auto addr = reinterpret_cast<std::uint64_t>(data);
@@ -81,19 +87,21 @@ void VerbsContext::release(const RegistrationCache::Entry* entry) {
 }
 
 Result<std::shared_ptr<CompletionQueue>> VerbsContext::create_cq(std::size_t depth) {
-  auto cq = VerbsCompletionQueue::create(device_, depth ? static_cast<std::uint32_t>(depth) : config().cq_depth,
-                                         config().wait_mode, config().spin);
+  auto cq =
+      VerbsCompletionQueue::create(device_, depth ? static_cast<std::uint32_t>(depth) : config().cq_depth,
+                                   config().wait_mode, config().spin);
   if (!cq) return std::unexpected(cq.error());
   return std::shared_ptr<CompletionQueue>(std::move(*cq));
 }
 
-Result<std::pair<std::shared_ptr<VerbsCompletionQueue>, std::shared_ptr<VerbsCompletionQueue>>> VerbsContext::cqs_for(
-    const ConnectOptions& options) {
+Result<std::pair<std::shared_ptr<VerbsCompletionQueue>, std::shared_ptr<VerbsCompletionQueue>>>
+VerbsContext::cqs_for(const ConnectOptions& options) {
   auto pick = [&](const std::shared_ptr<CompletionQueue>& given,
                   std::uint32_t depth) -> Result<std::shared_ptr<VerbsCompletionQueue>> {
     if (!given) return VerbsCompletionQueue::create(device_, depth, config().wait_mode, config().spin);
     auto verbs = std::dynamic_pointer_cast<VerbsCompletionQueue>(given);
-    if (!verbs) return fail(Errc::InvalidArgument, "connect: the completion queue was not made by this verbs context");
+    if (!verbs)
+      return fail(Errc::InvalidArgument, "connect: the completion queue was not made by this verbs context");
     return verbs;
   };
   auto send = pick(options.send_cq, config().send_queue_depth);
@@ -108,7 +116,8 @@ Result<std::shared_ptr<Listener>> VerbsContext::listen(std::string_view address)
                       address.empty() ? std::string_view(config().listen_address) : address);
 }
 
-Result<std::shared_ptr<Connection>> VerbsContext::connect(std::string_view address, const ConnectOptions& options) {
+Result<std::shared_ptr<Connection>> VerbsContext::connect(std::string_view address,
+                                                          const ConnectOptions& options) {
   return connect_verbs(std::static_pointer_cast<VerbsContext>(shared_from_this()), address, options);
 }
 

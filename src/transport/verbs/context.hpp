@@ -27,7 +27,8 @@ class VerbsContext final : public Context {
   Result<std::shared_ptr<MemoryRegion>> register_memory(void* data, std::size_t size, Access access) override;
   Result<std::shared_ptr<CompletionQueue>> create_cq(std::size_t depth) override;
   Result<std::shared_ptr<Listener>> listen(std::string_view address) override;
-  Result<std::shared_ptr<Connection>> connect(std::string_view address, const ConnectOptions& options) override;
+  Result<std::shared_ptr<Connection>> connect(std::string_view address,
+                                              const ConnectOptions& options) override;
   std::vector<ConnectionStats> diagnostics() const override;
 
   const std::shared_ptr<Device>& device() const noexcept { return device_; }

@@ -50,7 +50,8 @@ Result<std::shared_ptr<VerbsCompletionQueue>> VerbsCompletionQueue::create(std::
   // The CQ's context is the queue, so that an asynchronous CQ error (overflow) finds it.
   q->cq_ = api.create_cq(device->context(), static_cast<int>(q->depth_), q.get(), q->channel_, 0);
   if (!q->cq_)
-    return fail_errno("ibv_create_cq(" + device->name() + ", " + std::to_string(q->depth_) + " entries)", errno);
+    return fail_errno("ibv_create_cq(" + device->name() + ", " + std::to_string(q->depth_) + " entries)",
+                      errno);
   return q;
 }
 
@@ -110,7 +111,8 @@ std::size_t VerbsCompletionQueue::poll_transport(std::span<Completion> out) {
   return n;
 }
 
-void VerbsCompletionQueue::drain(const detail::RcState& track, std::chrono::steady_clock::time_point deadline) {
+void VerbsCompletionQueue::drain(const detail::RcState& track,
+                                 std::chrono::steady_clock::time_point deadline) {
   std::array<Completion, 32> batch;
   while (track.outstanding() > 0 && std::chrono::steady_clock::now() < deadline) {
     std::lock_guard lock(mutex_);
@@ -123,7 +125,8 @@ void VerbsCompletionQueue::drain(const detail::RcState& track, std::chrono::stea
 Result<void> VerbsCompletionQueue::health() const {
   if (!overflowed_.load(std::memory_order_acquire)) return {};
   return fail(Errc::ResourceExhausted,
-              "completion queue overflowed (IBV_EVENT_CQ_ERR): more than its depth of " + std::to_string(depth_) +
+              "completion queue overflowed (IBV_EVENT_CQ_ERR): more than its depth of " +
+                  std::to_string(depth_) +
                   " completions were waiting to be polled; later ones were lost (size the queue for every "
                   "operation that can complete before it is polled: create_cq(depth), cq_depth, or "
                   "send/recv_queue_depth for a connection's own queues)");
@@ -166,7 +169,8 @@ Result<void> VerbsCompletionQueue::sleep_until(std::chrono::steady_clock::time_p
   if (ready > 0) {
     ibv_cq* event_cq = nullptr;
     void* cq_context = nullptr;
-    if (device_->api().get_cq_event(channel_, &event_cq, &cq_context) == 0) device_->api().ack_cq_events(event_cq, 1);
+    if (device_->api().get_cq_event(channel_, &event_cq, &cq_context) == 0)
+      device_->api().ack_cq_events(event_cq, 1);
   }
   return {};
 }

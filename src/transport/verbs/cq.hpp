@@ -9,10 +9,10 @@
 #include <mutex>
 #include <vector>
 
+#include "core/rc_state.hpp"
 #include "rdmakit/completion.hpp"
 #include "transport/verbs/device.hpp"
 #include "transport/verbs/monitor.hpp"
-#include "core/rc_state.hpp"
 
 namespace rdmakit::verbs_impl {
 
@@ -21,8 +21,9 @@ Completion to_completion(const ibv_wc& wc, Opcode posted) noexcept;
 
 class VerbsCompletionQueue final : public CompletionQueue {
  public:
-  static Result<std::shared_ptr<VerbsCompletionQueue>> create(std::shared_ptr<Device> device, std::uint32_t depth,
-                                                              WaitMode mode, std::chrono::microseconds spin);
+  static Result<std::shared_ptr<VerbsCompletionQueue>> create(std::shared_ptr<Device> device,
+                                                              std::uint32_t depth, WaitMode mode,
+                                                              std::chrono::microseconds spin);
   ~VerbsCompletionQueue() override;
 
   ibv_cq* cq() const noexcept { return cq_; }

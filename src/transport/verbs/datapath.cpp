@@ -13,7 +13,8 @@
 namespace rdmakit::verbs_impl {
 
 static_assert(sizeof(Segment) == sizeof(ibv_sge) && alignof(Segment) == alignof(ibv_sge));
-static_assert(offsetof(Segment, addr) == offsetof(ibv_sge, addr) && offsetof(Segment, length) == offsetof(ibv_sge, length) &&
+static_assert(offsetof(Segment, addr) == offsetof(ibv_sge, addr) &&
+              offsetof(Segment, length) == offsetof(ibv_sge, length) &&
               offsetof(Segment, lkey) == offsetof(ibv_sge, lkey));
 
 namespace {
@@ -77,7 +78,8 @@ Result<std::uint64_t> VerbsConnection::post(std::span<const WorkRequest> chain) 
         break;
     }
     // Small payloads go inline: copied into the WQE at post, no DMA read of the buffer, no lkey check.
-    if ((request.opcode == Opcode::Write || request.opcode == Opcode::WriteImm || request.opcode == Opcode::Send) &&
+    if ((request.opcode == Opcode::Write || request.opcode == Opcode::WriteImm ||
+         request.opcode == Opcode::Send) &&
         inline_size_ > 0 && total_length(request.local) <= inline_size_)
       wr.send_flags |= IBV_SEND_INLINE;
     track_->remember(first + i, request.opcode == Opcode::Send ? Opcode::Send : request.opcode);
@@ -89,7 +91,8 @@ Result<std::uint64_t> VerbsConnection::post(std::span<const WorkRequest> chain) 
     const auto posted = static_cast<std::uint64_t>(bad ? bad - wrs : 0);
     track_->give_back_sends(chain.size() - posted);
     return fail_errno("ibv_post_send (" + std::to_string(posted) + " of " + std::to_string(chain.size()) +
-                          " posted; send_queue_depth full?)", rc);
+                          " posted; send_queue_depth full?)",
+                      rc);
   }
   return make_id(first, false);
 }

@@ -13,8 +13,8 @@ constexpr const char* kNoDeviceHint =
     "come with Debian's ibverbs-providers";
 
 GidType type_from_sysfs(const std::string& device, std::uint8_t port, std::uint32_t index, bool ethernet) {
-  std::ifstream in("/sys/class/infiniband/" + device + "/ports/" + std::to_string(port) + "/gid_attrs/types/" +
-                   std::to_string(index));
+  std::ifstream in("/sys/class/infiniband/" + device + "/ports/" + std::to_string(port) +
+                   "/gid_attrs/types/" + std::to_string(index));
   std::string text;
   std::getline(in, text);
   if (text.find("v2") != std::string::npos) return GidType::RoCEv2;
@@ -38,17 +38,23 @@ std::string DeviceList::names() const {
 
 std::string port_state_text(ibv_port_state state) {
   switch (state) {
-    case IBV_PORT_DOWN: return "DOWN";
-    case IBV_PORT_INIT: return "INIT";
-    case IBV_PORT_ARMED: return "ARMED";
-    case IBV_PORT_ACTIVE: return "ACTIVE";
-    case IBV_PORT_ACTIVE_DEFER: return "ACTIVE_DEFER";
-    default: return "NOP";
+    case IBV_PORT_DOWN:
+      return "DOWN";
+    case IBV_PORT_INIT:
+      return "INIT";
+    case IBV_PORT_ARMED:
+      return "ARMED";
+    case IBV_PORT_ACTIVE:
+      return "ACTIVE";
+    case IBV_PORT_ACTIVE_DEFER:
+      return "ACTIVE_DEFER";
+    default:
+      return "NOP";
   }
 }
 
-std::vector<GidEntry> read_gids(const Api& api, ibv_context* context, const std::string& device, std::uint8_t port,
-                                int table_len, bool ethernet) {
+std::vector<GidEntry> read_gids(const Api& api, ibv_context* context, const std::string& device,
+                                std::uint8_t port, int table_len, bool ethernet) {
   std::vector<GidEntry> gids;
   for (int i = 0; i < table_len; ++i) {
     GidEntry entry;
@@ -89,7 +95,8 @@ Result<std::shared_ptr<Device>> Device::open(const Api& api, const Config& confi
   if (!config.device.empty())
     return fail(Errc::NotFound, "option device (RDMAKIT_DEVICE): no RDMA device named '" + config.device +
                                     "' (devices: " + list.names() + ")");
-  return fail(Errc::Unavailable, "verbs transport: no device has an active port " + std::to_string(config.port) + tried);
+  return fail(Errc::Unavailable,
+              "verbs transport: no device has an active port " + std::to_string(config.port) + tried);
 }
 
 Result<void> Device::setup(const Config& config) {
@@ -97,15 +104,18 @@ Result<void> Device::setup(const Config& config) {
   if (api_.query_device(context_, &attr_) != 0) return fail_errno("ibv_query_device(" + name_ + ")", errno);
   if (port_ > attr_.phys_port_cnt)
     return fail(Errc::InvalidArgument, "option port (RDMAKIT_PORT): " + name_ + " has " +
-                                           std::to_string(attr_.phys_port_cnt) + " port(s), not " + std::to_string(port_));
+                                           std::to_string(attr_.phys_port_cnt) + " port(s), not " +
+                                           std::to_string(port_));
   if (query_port(api_, context_, port_, &port_attr_) != 0)
     return fail_errno("ibv_query_port(" + name_ + ", " + std::to_string(port_) + ")", errno);
   if (port_attr_.state != IBV_PORT_ACTIVE)
     return fail(Errc::Unavailable, "verbs transport: " + name_ + " port " + std::to_string(port_) + " is " +
-                                       port_state_text(port_attr_.state) + ", not ACTIVE (is its netdev up?)");
+                                       port_state_text(port_attr_.state) +
+                                       ", not ACTIVE (is its netdev up?)");
   if (config.mtu && *config.mtu > mtu_to_bytes(port_attr_.active_mtu))
-    return fail(Errc::InvalidArgument, "option mtu (RDMAKIT_MTU): " + std::to_string(*config.mtu) + " bytes, but " + name_ +
-                                           " port " + std::to_string(port_) + "'s active MTU is " +
+    return fail(Errc::InvalidArgument, "option mtu (RDMAKIT_MTU): " + std::to_string(*config.mtu) +
+                                           " bytes, but " + name_ + " port " + std::to_string(port_) +
+                                           "'s active MTU is " +
                                            std::to_string(mtu_to_bytes(port_attr_.active_mtu)));
   if (auto chosen = choose_gid(config); !chosen) return chosen;
   pd_ = api_.alloc_pd(context_);

@@ -31,8 +31,8 @@ class DeviceList {
 };
 
 // The GID table of a port with each entry's type (zero entries left out).
-std::vector<GidEntry> read_gids(const Api& api, ibv_context* context, const std::string& device, std::uint8_t port,
-                                int table_len, bool ethernet);
+std::vector<GidEntry> read_gids(const Api& api, ibv_context* context, const std::string& device,
+                                std::uint8_t port, int table_len, bool ethernet);
 std::string port_state_text(ibv_port_state state);
 
 class Device {

@@ -60,7 +60,8 @@ Result<Hello> Hello::decode(std::span<const std::byte> bytes) {
   h.version = static_cast<std::uint8_t>(r.get(1));
   if (h.version != kVersion)
     return fail(Errc::ProtocolError, "verbs handshake: version mismatch: the peer speaks version " +
-                                         std::to_string(h.version) + ", this side " + std::to_string(kVersion));
+                                         std::to_string(h.version) + ", this side " +
+                                         std::to_string(kVersion));
   auto flags = r.get(1);
   h.mtu_explicit = flags & 1;
   h.rejected = flags & 2;
@@ -84,29 +85,33 @@ Result<Hello> Hello::decode(std::span<const std::byte> bytes) {
   r.get(1);
   h.lid = static_cast<std::uint16_t>(r.get(2));
   // Fields that go into ibv_modify_qp have a width there: a wider value is not the peer's meaning.
-  if (h.psn > 0xffffff) return fail(Errc::ProtocolError, "verbs handshake: the peer's PSN is wider than 24 bits");
+  if (h.psn > 0xffffff)
+    return fail(Errc::ProtocolError, "verbs handshake: the peer's PSN is wider than 24 bits");
   if (h.timeout > 31 || h.rnr_timer > 31 || h.retry_cnt > 7 || h.rnr_retry > 7)
     return fail(Errc::ProtocolError, "verbs handshake: the peer's timeout or retry fields are out of range");
   return h;
 }
 
 Result<Negotiated> negotiate(const Hello& local, const Hello& peer) {
-  auto refuse = [](std::string why) {
-    return fail(Errc::ConnectionRefused, "verbs handshake: " + why);
-  };
+  auto refuse = [](std::string why) { return fail(Errc::ConnectionRefused, "verbs handshake: " + why); };
   if (local.mtu_explicit && peer.mtu_explicit && local.mtu != peer.mtu)
-    return refuse("mtu mismatch: this side is configured for " + mtu_text(local.mtu) + " bytes (RDMAKIT_MTU), the peer for " +
-                  mtu_text(peer.mtu) + "; set the same mtu on both sides, or leave it unset on one of them to follow the other");
+    return refuse("mtu mismatch: this side is configured for " + mtu_text(local.mtu) +
+                  " bytes (RDMAKIT_MTU), the peer for " + mtu_text(peer.mtu) +
+                  "; set the same mtu on both sides, or leave it unset on one of them to follow the other");
   if (local.mtu_explicit && local.mtu > peer.port_mtu)
-    return refuse("mtu: this side is configured for " + mtu_text(local.mtu) + " bytes (RDMAKIT_MTU), but the peer's port supports only " +
-                  mtu_text(peer.port_mtu));
+    return refuse("mtu: this side is configured for " + mtu_text(local.mtu) +
+                  " bytes (RDMAKIT_MTU), but the peer's port supports only " + mtu_text(peer.port_mtu));
   if (peer.mtu_explicit && peer.mtu > local.port_mtu)
-    return refuse("mtu: the peer is configured for " + mtu_text(peer.mtu) + " bytes, but this side's port supports only " +
-                  mtu_text(local.port_mtu) + " (its active MTU)");
+    return refuse("mtu: the peer is configured for " + mtu_text(peer.mtu) +
+                  " bytes, but this side's port supports only " + mtu_text(local.port_mtu) +
+                  " (its active MTU)");
   if (is_zero(peer.gid)) return refuse("gid: the peer sent no GID (its port has no usable GID)");
-  if (peer.qpn == 0 || peer.qpn > 0xffffff) return refuse("qpn: the peer sent an invalid QP number " + std::to_string(peer.qpn));
+  if (peer.qpn == 0 || peer.qpn > 0xffffff)
+    return refuse("qpn: the peer sent an invalid QP number " + std::to_string(peer.qpn));
   Negotiated out;
-  out.mtu = local.mtu_explicit ? local.mtu : peer.mtu_explicit ? peer.mtu : std::min(local.port_mtu, peer.port_mtu);
+  out.mtu = local.mtu_explicit  ? local.mtu
+            : peer.mtu_explicit ? peer.mtu
+                                : std::min(local.port_mtu, peer.port_mtu);
   out.max_rd_atomic = std::max<std::uint8_t>(1, std::min(local.max_rd_atomic, peer.max_rd_atomic));
   return out;
 }

@@ -25,21 +25,21 @@ struct Hello {
   using Bytes = std::array<std::byte, kSize>;
 
   std::uint8_t version = kVersion;
-  bool mtu_explicit = false;  // Config::mtu was set: the peer must agree, not just fit
-  bool rejected = false;      // sent in a reject: "this is why I said no"
+  bool mtu_explicit = false;        // Config::mtu was set: the peer must agree, not just fit
+  bool rejected = false;            // sent in a reject: "this is why I said no"
   ibv_mtu mtu = IBV_MTU_1024;       // the MTU this side asks for (Config::mtu, else its port's active MTU)
   ibv_mtu port_mtu = IBV_MTU_1024;  // the most this side's port can do (its active MTU)
   std::uint64_t context_id = 0;     // hash of the context's name
   std::uint64_t epoch = 0;          // this life of the context (stale-descriptor checks)
   Gid gid{};
-  std::uint16_t lid = 0;            // IB only; 0 on RoCE
+  std::uint16_t lid = 0;  // IB only; 0 on RoCE
   std::uint32_t qpn = 0;
-  std::uint32_t psn = 0;            // 24 bits: the first PSN this side sends
-  std::uint8_t timeout = 0;         // this side's ack timeout exponent (its requests)
+  std::uint32_t psn = 0;     // 24 bits: the first PSN this side sends
+  std::uint8_t timeout = 0;  // this side's ack timeout exponent (its requests)
   std::uint8_t retry_cnt = 0;
-  std::uint8_t rnr_timer = 0;       // min_rnr_timer this side's responder advertises
-  std::uint8_t rnr_retry = 0;       // this side's retries (informational)
-  std::uint8_t max_rd_atomic = 0;   // outstanding READs/atomics this side can take as responder
+  std::uint8_t rnr_timer = 0;      // min_rnr_timer this side's responder advertises
+  std::uint8_t rnr_retry = 0;      // this side's retries (informational)
+  std::uint8_t max_rd_atomic = 0;  // outstanding READs/atomics this side can take as responder
 
   Bytes encode() const noexcept;
   // Accepts longer buffers (the CM pads private data with zeros); rejects wrong magic or version.

@@ -7,39 +7,62 @@ namespace rdmakit::verbs_impl {
 
 Status map_status(ibv_wc_status status) noexcept {
   switch (status) {
-    case IBV_WC_SUCCESS: return Status::Success;
-    case IBV_WC_LOC_LEN_ERR: return Status::LocalLength;
-    case IBV_WC_LOC_PROT_ERR: return Status::LocalProtection;
-    case IBV_WC_LOC_QP_OP_ERR: return Status::LocalQpOperation;
-    case IBV_WC_REM_ACCESS_ERR: return Status::RemoteAccess;
-    case IBV_WC_REM_INV_REQ_ERR: return Status::RemoteInvalidRequest;
-    case IBV_WC_REM_OP_ERR: return Status::RemoteOperation;
-    case IBV_WC_RNR_RETRY_EXC_ERR: return Status::RnrRetryExceeded;
-    case IBV_WC_RETRY_EXC_ERR: return Status::TransportRetryExceeded;
-    case IBV_WC_WR_FLUSH_ERR: return Status::Flushed;
-    default: return Status::GeneralError;
+    case IBV_WC_SUCCESS:
+      return Status::Success;
+    case IBV_WC_LOC_LEN_ERR:
+      return Status::LocalLength;
+    case IBV_WC_LOC_PROT_ERR:
+      return Status::LocalProtection;
+    case IBV_WC_LOC_QP_OP_ERR:
+      return Status::LocalQpOperation;
+    case IBV_WC_REM_ACCESS_ERR:
+      return Status::RemoteAccess;
+    case IBV_WC_REM_INV_REQ_ERR:
+      return Status::RemoteInvalidRequest;
+    case IBV_WC_REM_OP_ERR:
+      return Status::RemoteOperation;
+    case IBV_WC_RNR_RETRY_EXC_ERR:
+      return Status::RnrRetryExceeded;
+    case IBV_WC_RETRY_EXC_ERR:
+      return Status::TransportRetryExceeded;
+    case IBV_WC_WR_FLUSH_ERR:
+      return Status::Flushed;
+    default:
+      return Status::GeneralError;
   }
 }
 
 ibv_wr_opcode map_opcode(Opcode opcode, bool with_imm) noexcept {
   switch (opcode) {
-    case Opcode::Write: return IBV_WR_RDMA_WRITE;
-    case Opcode::WriteImm: return IBV_WR_RDMA_WRITE_WITH_IMM;
-    case Opcode::Read: return IBV_WR_RDMA_READ;
-    case Opcode::CompareSwap: return IBV_WR_ATOMIC_CMP_AND_SWP;
-    case Opcode::FetchAdd: return IBV_WR_ATOMIC_FETCH_AND_ADD;
-    default: return with_imm ? IBV_WR_SEND_WITH_IMM : IBV_WR_SEND;
+    case Opcode::Write:
+      return IBV_WR_RDMA_WRITE;
+    case Opcode::WriteImm:
+      return IBV_WR_RDMA_WRITE_WITH_IMM;
+    case Opcode::Read:
+      return IBV_WR_RDMA_READ;
+    case Opcode::CompareSwap:
+      return IBV_WR_ATOMIC_CMP_AND_SWP;
+    case Opcode::FetchAdd:
+      return IBV_WR_ATOMIC_FETCH_AND_ADD;
+    default:
+      return with_imm ? IBV_WR_SEND_WITH_IMM : IBV_WR_SEND;
   }
 }
 
 std::optional<ibv_mtu> mtu_from_bytes(std::uint32_t bytes) noexcept {
   switch (bytes) {
-    case 256: return IBV_MTU_256;
-    case 512: return IBV_MTU_512;
-    case 1024: return IBV_MTU_1024;
-    case 2048: return IBV_MTU_2048;
-    case 4096: return IBV_MTU_4096;
-    default: return std::nullopt;
+    case 256:
+      return IBV_MTU_256;
+    case 512:
+      return IBV_MTU_512;
+    case 1024:
+      return IBV_MTU_1024;
+    case 2048:
+      return IBV_MTU_2048;
+    case 4096:
+      return IBV_MTU_4096;
+    default:
+      return std::nullopt;
   }
 }
 
@@ -65,7 +88,7 @@ AckTimeout ack_timeout_for(std::chrono::milliseconds budget) noexcept {
 namespace {
 // ibv_modify_qp(3): min_rnr_timer codes 1..31 in hundredths of a millisecond; code 0 is 655.36 ms.
 constexpr std::array<std::uint32_t, 32> kRnrTimer10us = {
-    65536, 1,   2,   3,   4,   6,    8,    12,   16,   24,   32,   48,   64,    96,    128,   192,
+    65536, 1,   2,   3,   4,    6,    8,    12,   16,   24,   32,   48,    64,    96,    128,   192,
     256,   384, 512, 768, 1024, 1536, 2048, 3072, 4096, 6144, 8192, 12288, 16384, 24576, 32768, 49152};
 }  // namespace
 
@@ -92,9 +115,12 @@ std::uint8_t rnr_retry_for(std::chrono::milliseconds budget, std::uint8_t peer_t
 
 std::string to_string(GidType type) {
   switch (type) {
-    case GidType::IB: return "IB";
-    case GidType::RoCEv1: return "RoCE v1";
-    case GidType::RoCEv2: return "RoCE v2";
+    case GidType::IB:
+      return "IB";
+    case GidType::RoCEv1:
+      return "RoCE v1";
+    case GidType::RoCEv2:
+      return "RoCE v2";
   }
   return "?";
 }
@@ -107,7 +133,8 @@ std::optional<std::uint32_t> ipv4_of(const Gid& gid) noexcept {
   for (int i = 0; i < 10; ++i)
     if (gid[i] != 0) return std::nullopt;
   if (gid[10] != 0xff || gid[11] != 0xff) return std::nullopt;
-  return (std::uint32_t{gid[12]} << 24) | (std::uint32_t{gid[13]} << 16) | (std::uint32_t{gid[14]} << 8) | gid[15];
+  return (std::uint32_t{gid[12]} << 24) | (std::uint32_t{gid[13]} << 16) | (std::uint32_t{gid[14]} << 8) |
+         gid[15];
 }
 
 std::string gid_text(const Gid& gid) {
@@ -128,7 +155,8 @@ std::optional<GidEntry> choose_gid(std::span<const GidEntry> gids, bool ethernet
     return std::nullopt;
   };
   if (!ethernet) return first([](const GidEntry&) { return true; });
-  if (auto v2v4 = first([](const GidEntry& e) { return e.type == GidType::RoCEv2 && ipv4_of(e.gid); })) return v2v4;
+  if (auto v2v4 = first([](const GidEntry& e) { return e.type == GidType::RoCEv2 && ipv4_of(e.gid); }))
+    return v2v4;
   if (auto v2 = first([](const GidEntry& e) { return e.type == GidType::RoCEv2; })) return v2;
   return first([](const GidEntry& e) { return e.type == GidType::RoCEv1; });
 }

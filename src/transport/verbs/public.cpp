@@ -1,11 +1,10 @@
 // rdmakit/verbs.hpp: registration cache statistics and device listing.
-#include "rdmakit/verbs.hpp"
-
 #include <arpa/inet.h>
 
-#include "transport/verbs/context.hpp"
-
 #include <cstring>
+
+#include "rdmakit/verbs.hpp"
+#include "transport/verbs/context.hpp"
 #include "transport/verbs/device.hpp"
 
 namespace rdmakit::verbs {
@@ -15,9 +14,12 @@ using namespace verbs_impl;
 
 std::string atomic_text(ibv_atomic_cap cap) {
   switch (cap) {
-    case IBV_ATOMIC_HCA: return "HCA";
-    case IBV_ATOMIC_GLOB: return "global";
-    default: return "none";
+    case IBV_ATOMIC_HCA:
+      return "HCA";
+    case IBV_ATOMIC_GLOB:
+      return "global";
+    default:
+      return "none";
   }
 }
 
@@ -47,7 +49,8 @@ PortInfo describe_port(const Api& api, ibv_context* context, const std::string& 
     }
     port.gids.push_back(std::move(g));
   }
-  if (auto chosen = choose_gid(gids, ethernet)) port.default_gid_index = static_cast<std::int32_t>(chosen->index);
+  if (auto chosen = choose_gid(gids, ethernet))
+    port.default_gid_index = static_cast<std::int32_t>(chosen->index);
   return port;
 }
 
@@ -68,7 +71,8 @@ DeviceInfo describe(const Api& api, ibv_context* context, const std::string& nam
   info.max_mr = static_cast<std::uint32_t>(attr.max_mr);
   info.max_qp_rd_atom = static_cast<std::uint32_t>(attr.max_qp_rd_atom);
   info.atomic_cap = atomic_text(attr.atomic_cap);
-  for (std::uint8_t p = 1; p <= attr.phys_port_cnt; ++p) info.ports.push_back(describe_port(api, context, name, p));
+  for (std::uint8_t p = 1; p <= attr.phys_port_cnt; ++p)
+    info.ports.push_back(describe_port(api, context, name, p));
   return info;
 }
 
@@ -92,7 +96,8 @@ Result<std::vector<DeviceInfo>> list_devices() {
   for (int i = 0; i < list.size(); ++i) {
     ibv_context* context = (*api)->open_device(list[i]);
     if (!context) {
-      out.push_back(DeviceInfo{.name = list.name(i), .firmware = "(cannot open: " + std::string(std::strerror(errno)) + ")"});
+      out.push_back(DeviceInfo{.name = list.name(i),
+                               .firmware = "(cannot open: " + std::string(std::strerror(errno)) + ")"});
       continue;
     }
     out.push_back(describe(**api, context, list.name(i)));

@@ -4,7 +4,8 @@
 
 namespace rdmakit::verbs_impl {
 
-const RegistrationCache::Entry* RegistrationCache::acquire(std::uint64_t addr, std::uint64_t length, Access access) {
+const RegistrationCache::Entry* RegistrationCache::acquire(std::uint64_t addr, std::uint64_t length,
+                                                           Access access) {
   std::lock_guard lock(mutex_);
   if (!stats_.enabled) return nullptr;
   const std::uint64_t end = addr + length;
@@ -23,9 +24,9 @@ const RegistrationCache::Entry* RegistrationCache::acquire(std::uint64_t addr, s
   return nullptr;
 }
 
-const RegistrationCache::Entry* RegistrationCache::insert(std::uint64_t start, std::uint64_t length, Access access,
-                                                          void* handle, std::uint32_t lkey, std::uint32_t rkey,
-                                                          std::chrono::nanoseconds took) {
+const RegistrationCache::Entry* RegistrationCache::insert(std::uint64_t start, std::uint64_t length,
+                                                          Access access, void* handle, std::uint32_t lkey,
+                                                          std::uint32_t rkey, std::chrono::nanoseconds took) {
   std::lock_guard lock(mutex_);
   auto it = by_start_.emplace(start, Entry{start, length, access, handle, lkey, rkey, 1, stats_.enabled});
   longest_ = std::max(longest_, length);

@@ -24,9 +24,9 @@ struct CacheStats {
   bool enabled = true;
   std::uint64_t hits = 0;
   std::uint64_t misses = 0;
-  std::uint64_t entries = 0;       // live registrations
-  std::uint64_t pinned_bytes = 0;  // bytes they pin
-  std::uint64_t registrations = 0; // registrations made (ibv_reg_mr calls that succeeded)
+  std::uint64_t entries = 0;        // live registrations
+  std::uint64_t pinned_bytes = 0;   // bytes they pin
+  std::uint64_t registrations = 0;  // registrations made (ibv_reg_mr calls that succeeded)
   std::uint64_t deregistrations = 0;
   std::chrono::nanoseconds registration_time{};  // spent in ibv_reg_mr
 };
@@ -50,8 +50,8 @@ class RegistrationCache {
   // miss (or when the cache is off). Counts the hit or miss.
   const Entry* acquire(std::uint64_t addr, std::uint64_t length, Access access);
   // Records a new registration with one reference.
-  const Entry* insert(std::uint64_t start, std::uint64_t length, Access access, void* handle, std::uint32_t lkey,
-                      std::uint32_t rkey, std::chrono::nanoseconds took);
+  const Entry* insert(std::uint64_t start, std::uint64_t length, Access access, void* handle,
+                      std::uint32_t lkey, std::uint32_t rkey, std::chrono::nanoseconds took);
   // Drops a reference; returns the handle to deregister when it was the last, else nullptr.
   void* release(const Entry* entry);
 
@@ -60,7 +60,7 @@ class RegistrationCache {
  private:
   mutable std::mutex mutex_;
   std::multimap<std::uint64_t, Entry> by_start_;  // node-based: Entry pointers stay valid
-  std::uint64_t longest_ = 0;  // bounds the backwards scan of acquire()
+  std::uint64_t longest_ = 0;                     // bounds the backwards scan of acquire()
   CacheStats stats_;
 };
 

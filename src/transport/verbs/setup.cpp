@@ -20,7 +20,8 @@ using Clock = std::chrono::steady_clock;
 
 std::uint32_t random_psn() {
   std::uint32_t psn = 0;
-  if (getrandom(&psn, sizeof(psn), 0) != sizeof(psn)) psn = static_cast<std::uint32_t>(Clock::now().time_since_epoch().count());
+  if (getrandom(&psn, sizeof(psn), 0) != sizeof(psn))
+    psn = static_cast<std::uint32_t>(Clock::now().time_since_epoch().count());
   return psn & 0xffffff;
 }
 
@@ -64,8 +65,9 @@ Result<void> check_device(const VerbsContext& context, rdma_cm_id* id, const std
   if (!id->verbs) return fail(Errc::Unavailable, address + ": rdma_cm found no RDMA device for this address");
   std::string found = device.api().get_device_name(id->verbs->device);
   if (found != device.name())
-    return fail(Errc::InvalidArgument, address + " is reached through RDMA device " + found + ", but this context uses " +
-                                           device.name() + " (option device, RDMAKIT_DEVICE)");
+    return fail(Errc::InvalidArgument, address + " is reached through RDMA device " + found +
+                                           ", but this context uses " + device.name() +
+                                           " (option device, RDMAKIT_DEVICE)");
   return {};
 }
 
@@ -102,8 +104,10 @@ Error rejected(const Hello& local, const CmEvent& event, const std::string& addr
   if (!peer && !event.private_data.empty() && event.private_data.size() >= 4 &&
       std::to_integer<int>(event.private_data[0]) == 0x52)
     return peer.error();
-  return Error(Errc::ConnectionRefused, "connect to " + address + ": connection refused (nobody listens there? rdma_cm "
-                                        "REJECTED, status " + std::to_string(event.status) + ")");
+  return Error(Errc::ConnectionRefused, "connect to " + address +
+                                            ": connection refused (nobody listens there? rdma_cm "
+                                            "REJECTED, status " +
+                                            std::to_string(event.status) + ")");
 }
 
 class VerbsListener final : public Listener {
@@ -111,10 +115,12 @@ class VerbsListener final : public Listener {
   VerbsListener(std::shared_ptr<VerbsContext> context, CmEndpoint endpoint, std::string address)
       : context_(std::move(context)), endpoint_(std::move(endpoint)), address_(std::move(address)) {}
   std::string address() const override { return address_; }
-  Result<std::shared_ptr<Connection>> accept(std::chrono::milliseconds timeout, const ConnectOptions& options) override;
+  Result<std::shared_ptr<Connection>> accept(std::chrono::milliseconds timeout,
+                                             const ConnectOptions& options) override;
 
  private:
-  Result<std::shared_ptr<Connection>> answer(CmEndpoint child, const CmEvent& request, const ConnectOptions& options);
+  Result<std::shared_ptr<Connection>> answer(CmEndpoint child, const CmEvent& request,
+                                             const ConnectOptions& options);
   std::shared_ptr<VerbsContext> context_;
   CmEndpoint endpoint_;
   std::string address_;
@@ -140,7 +146,8 @@ Result<std::shared_ptr<Connection>> VerbsListener::accept(std::chrono::milliseco
 Result<std::shared_ptr<Connection>> VerbsListener::answer(CmEndpoint child, const CmEvent& request,
                                                           const ConnectOptions& options) {
   const Api& api = context_->device()->api();
-  const std::string peer_address = address_text(*reinterpret_cast<sockaddr_in*>(rdma_get_peer_addr(child.id())));
+  const std::string peer_address =
+      address_text(*reinterpret_cast<sockaddr_in*>(rdma_get_peer_addr(child.id())));
   const std::string what = "accept from " + peer_address;
   auto refuse = [&](const Hello& local, const Error& error) -> std::unexpected<Error> {
     Hello no = local;
@@ -149,7 +156,8 @@ Result<std::shared_ptr<Connection>> VerbsListener::answer(CmEndpoint child, cons
     api.reject(child.id(), bytes.data(), static_cast<std::uint8_t>(bytes.size()));
     return std::unexpected(Error(error.code(), what + ": " + error.message()));
   };
-  if (auto ok = check_device(*context_, child.id(), peer_address); !ok) return refuse(make_hello(*context_, 1), ok.error());
+  if (auto ok = check_device(*context_, child.id(), peer_address); !ok)
+    return refuse(make_hello(*context_, 1), ok.error());
   auto cqs = context_->cqs_for(options);
   if (!cqs) return refuse(make_hello(*context_, 1), cqs.error());
   auto qp = QueuePair::create(*context_->device(), context_->config(), *cqs->first, *cqs->second);
@@ -157,28 +165,32 @@ Result<std::shared_ptr<Connection>> VerbsListener::answer(CmEndpoint child, cons
   Hello local = make_hello(*context_, qp->get()->qp_num);
   auto agreed = agree(local, request.private_data);
   if (!agreed) return refuse(local, agreed.error());
-  if (auto up = bring_up(*qp, *context_, local, agreed->first, agreed->second); !up) return refuse(local, up.error());
+  if (auto up = bring_up(*qp, *context_, local, agreed->first, agreed->second); !up)
+    return refuse(local, up.error());
   auto bytes = local.encode();
   rdma_conn_param param = conn_param(bytes, local);
   if (api.accept(child.id(), &param) != 0) return fail_errno(what + ": rdma_accept", errno);
   const auto deadline = Clock::now() + context_->config().connect_timeout;
   auto established = child.next_event(deadline);
   if (!established) return std::unexpected(established.error());
-  if (established->type == RDMA_CM_EVENT_REJECTED) return std::unexpected(rejected(local, *established, peer_address));
+  if (established->type == RDMA_CM_EVENT_REJECTED)
+    return std::unexpected(rejected(local, *established, peer_address));
   if (established->type != RDMA_CM_EVENT_ESTABLISHED)
-    return fail(Errc::ConnectionRefused, what + ": rdma_cm reported " + std::string(api.event_str(established->type)) +
+    return fail(Errc::ConnectionRefused, what + ": rdma_cm reported " +
+                                             std::string(api.event_str(established->type)) +
                                              " instead of ESTABLISHED");
   auto number = context_->next_number();
-  auto connection = std::make_shared<VerbsConnection>(VerbsConnection::Parts{
-      context_, cqs->first, cqs->second, number, std::move(child), std::move(*qp), agreed->first, peer_address});
+  auto connection = std::make_shared<VerbsConnection>(
+      VerbsConnection::Parts{context_, cqs->first, cqs->second, number, std::move(child), std::move(*qp),
+                             agreed->first, peer_address});
   context_->track(connection);
   return connection;
 }
 
 }  // namespace
 
-Result<std::shared_ptr<Connection>> connect_verbs(std::shared_ptr<VerbsContext> context, std::string_view address,
-                                                  const ConnectOptions& options) {
+Result<std::shared_ptr<Connection>> connect_verbs(std::shared_ptr<VerbsContext> context,
+                                                  std::string_view address, const ConnectOptions& options) {
   const Api& api = context->device()->api();
   const std::string what = "connect to " + std::string(address);
   auto destination = parse_address(address);
@@ -192,15 +204,19 @@ Result<std::shared_ptr<Connection>> connect_verbs(std::shared_ptr<VerbsContext> 
   sockaddr_in source{};
   source.sin_family = AF_INET;
   source.sin_addr.s_addr = htonl(context->device_ipv4());
-  if (api.resolve_addr(endpoint->id(), source.sin_addr.s_addr ? reinterpret_cast<sockaddr*>(&source) : nullptr,
+  if (api.resolve_addr(endpoint->id(),
+                       source.sin_addr.s_addr ? reinterpret_cast<sockaddr*>(&source) : nullptr,
                        reinterpret_cast<sockaddr*>(&*destination), step_ms) != 0)
     return fail_errno(what + ": rdma_resolve_addr", errno);
-  if (auto ev = endpoint->expect(RDMA_CM_EVENT_ADDR_RESOLVED, deadline, what + " (address resolution: is the peer's "
-                                                                               "address reachable from this device?)");
+  if (auto ev = endpoint->expect(RDMA_CM_EVENT_ADDR_RESOLVED, deadline,
+                                 what + " (address resolution: is the peer's "
+                                        "address reachable from this device?)");
       !ev)
     return std::unexpected(ev.error());
-  if (auto ok = check_device(*context, endpoint->id(), std::string(address)); !ok) return std::unexpected(ok.error());
-  if (api.resolve_route(endpoint->id(), step_ms) != 0) return fail_errno(what + ": rdma_resolve_route", errno);
+  if (auto ok = check_device(*context, endpoint->id(), std::string(address)); !ok)
+    return std::unexpected(ok.error());
+  if (api.resolve_route(endpoint->id(), step_ms) != 0)
+    return fail_errno(what + ": rdma_resolve_route", errno);
   if (auto ev = endpoint->expect(RDMA_CM_EVENT_ROUTE_RESOLVED, deadline, what + " (route resolution)"); !ev)
     return std::unexpected(ev.error());
 
@@ -219,10 +235,12 @@ Result<std::shared_ptr<Connection>> connect_verbs(std::shared_ptr<VerbsContext> 
       return fail(Errc::Timeout, what + ": no answer within connect_timeout_ms (peer unreachable?)");
     return std::unexpected(response.error());
   }
-  if (response->type == RDMA_CM_EVENT_REJECTED) return std::unexpected(rejected(local, *response, std::string(address)));
+  if (response->type == RDMA_CM_EVENT_REJECTED)
+    return std::unexpected(rejected(local, *response, std::string(address)));
   if (response->type != RDMA_CM_EVENT_CONNECT_RESPONSE)
-    return fail(Errc::ConnectionRefused, what + ": rdma_cm reported " + std::string(api.event_str(response->type)) +
-                                             " (status " + std::to_string(response->status) + ")");
+    return fail(Errc::ConnectionRefused, what + ": rdma_cm reported " +
+                                             std::string(api.event_str(response->type)) + " (status " +
+                                             std::to_string(response->status) + ")");
   auto agreed = agree(local, response->private_data);
   Result<void> up = agreed ? bring_up(*qp, *context, local, agreed->first, agreed->second)
                            : Result<void>(std::unexpected(agreed.error()));
@@ -235,30 +253,36 @@ Result<std::shared_ptr<Connection>> connect_verbs(std::shared_ptr<VerbsContext> 
   }
   if (api.establish(endpoint->id()) != 0) return fail_errno(what + ": rdma_establish", errno);
   auto number = context->next_number();
-  auto connection = std::make_shared<VerbsConnection>(VerbsConnection::Parts{
-      context, cqs->first, cqs->second, number, std::move(*endpoint), std::move(*qp), agreed->first,
-      address_text(*destination)});
+  auto connection = std::make_shared<VerbsConnection>(
+      VerbsConnection::Parts{context, cqs->first, cqs->second, number, std::move(*endpoint), std::move(*qp),
+                             agreed->first, address_text(*destination)});
   context->track(connection);
   return connection;
 }
 
-Result<std::shared_ptr<Listener>> listen_verbs(std::shared_ptr<VerbsContext> context, std::string_view address) {
+Result<std::shared_ptr<Listener>> listen_verbs(std::shared_ptr<VerbsContext> context,
+                                               std::string_view address) {
   const Api& api = context->device()->api();
   auto bind_to = parse_address(address);
   if (!bind_to) return std::unexpected(bind_to.error());
   // Loopback (the default listen_address) has no RDMA device: on verbs it means this device's address.
   if (ntohl(bind_to->sin_addr.s_addr) >> 24 == 127 || bind_to->sin_addr.s_addr == 0) {
     if (!context->device_ipv4())
-      return fail(Errc::InvalidArgument, "listen on " + std::string(address) + ": " + context->device()->name() +
-                                             " has no IPv4 address; give listen() one of its netdev's addresses");
+      return fail(Errc::InvalidArgument,
+                  "listen on " + std::string(address) + ": " + context->device()->name() +
+                      " has no IPv4 address; give listen() one of its netdev's addresses");
     bind_to->sin_addr.s_addr = htonl(context->device_ipv4());
   }
   auto endpoint = CmEndpoint::create(api);
   if (!endpoint) return std::unexpected(endpoint.error());
   if (api.bind_addr(endpoint->id(), reinterpret_cast<sockaddr*>(&*bind_to)) != 0)
-    return fail_errno("listen: rdma_bind_addr(" + address_text(*bind_to) + ") (is it an address of an RDMA device's netdev?)", errno);
-  if (auto ok = check_device(*context, endpoint->id(), address_text(*bind_to)); !ok) return std::unexpected(ok.error());
-  if (api.listen(endpoint->id(), 128) != 0) return fail_errno("rdma_listen(" + address_text(*bind_to) + ")", errno);
+    return fail_errno("listen: rdma_bind_addr(" + address_text(*bind_to) +
+                          ") (is it an address of an RDMA device's netdev?)",
+                      errno);
+  if (auto ok = check_device(*context, endpoint->id(), address_text(*bind_to)); !ok)
+    return std::unexpected(ok.error());
+  if (api.listen(endpoint->id(), 128) != 0)
+    return fail_errno("rdma_listen(" + address_text(*bind_to) + ")", errno);
   bind_to->sin_port = api.get_src_port(endpoint->id());
   std::string bound = address_text(*bind_to);
   return std::make_shared<VerbsListener>(std::move(context), std::move(*endpoint), bound);

@@ -70,12 +70,14 @@ Result<void> BatchImpl::wait(std::chrono::nanoseconds timeout) {
 std::optional<Result<void>> BatchImpl::status(std::size_t i) const {
   if (i >= slots_.size()) return Result<void>(fail(Errc::InvalidArgument, "no request " + std::to_string(i)));
   switch (slots_[i].state.load(std::memory_order_acquire)) {
-    case 1: return Result<void>{};
+    case 1:
+      return Result<void>{};
     case 2: {
       std::lock_guard lock(mutex_);
       return Result<void>(std::unexpected(*slots_[i].error));
     }
-    default: return std::nullopt;
+    default:
+      return std::nullopt;
   }
 }
 

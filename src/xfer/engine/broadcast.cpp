@@ -21,10 +21,11 @@ Result<void> check(const BroadcastOptions& options, std::uint64_t region_size) {
   if (options.receivers == 0 || options.size == 0 || options.chunk_bytes == 0 || options.window == 0) {
     return fail(Errc::InvalidArgument, "broadcast: receivers, size, chunk_bytes and window must be positive");
   }
-  if (options.chunk_bytes > (1u << 30)) return fail(Errc::InvalidArgument, "broadcast: chunk_bytes above 1 GiB");
+  if (options.chunk_bytes > (1u << 30))
+    return fail(Errc::InvalidArgument, "broadcast: chunk_bytes above 1 GiB");
   if (options.size > region_size) {
-    return fail(Errc::InvalidArgument, "broadcast: size " + std::to_string(options.size) + " exceeds the region (" +
-                                           std::to_string(region_size) + " bytes)");
+    return fail(Errc::InvalidArgument, "broadcast: size " + std::to_string(options.size) +
+                                           " exceeds the region (" + std::to_string(region_size) + " bytes)");
   }
   if ((options.size + options.chunk_bytes - 1) / options.chunk_bytes > UINT32_MAX) {
     return fail(Errc::InvalidArgument, "broadcast: more chunks than an immediate can number");
@@ -33,7 +34,8 @@ Result<void> check(const BroadcastOptions& options, std::uint64_t region_size) {
 }
 
 // Waits until the next hop has published where it listens.
-Result<detail::SegmentRecord> find_hop(MetadataStore& metadata, const std::string& key, Clock::time_point deadline) {
+Result<detail::SegmentRecord> find_hop(MetadataStore& metadata, const std::string& key,
+                                       Clock::time_point deadline) {
   while (true) {
     auto value = metadata.lookup(key);
     if (!value) return std::unexpected(value.error());
@@ -48,10 +50,12 @@ class Forwarder {
  public:
   // `cq`: the queue its completions go to; empty: one of its own.
   static Result<Forwarder> open(Context& context, MetadataStore& metadata, const BroadcastOptions& options,
-                                std::uint32_t next, Clock::time_point deadline, std::shared_ptr<CompletionQueue> cq) {
+                                std::uint32_t next, Clock::time_point deadline,
+                                std::shared_ptr<CompletionQueue> cq) {
     auto record = find_hop(metadata, hop_key(options, next), deadline);
     if (!record) return std::unexpected(record.error());
-    if (record->length < options.size) return fail(Errc::InvalidArgument, "broadcast: receiver region too small");
+    if (record->length < options.size)
+      return fail(Errc::InvalidArgument, "broadcast: receiver region too small");
     if (!cq) {
       auto own = context.create_cq(options.window + 1);
       if (!own) return std::unexpected(own.error());
@@ -80,7 +84,8 @@ class Forwarder {
   // A completion of ours that the caller's loop reaped from a shared queue.
   Result<void> completed(const Completion& completion) {
     if (!completion.ok()) {
-      return fail(Errc::TransportFailure, "broadcast: forwarding failed: " + std::string(to_string(completion.status)));
+      return fail(Errc::TransportFailure,
+                  "broadcast: forwarding failed: " + std::string(to_string(completion.status)));
     }
     --inflight_;
     return {};
@@ -103,7 +108,8 @@ class Forwarder {
     if (!n) return std::unexpected(n.error());
     for (std::size_t i = 0; i < *n; ++i) {
       if (!done[i].ok()) {
-        return fail(Errc::TransportFailure, "broadcast: forwarding failed: " + std::string(to_string(done[i].status)));
+        return fail(Errc::TransportFailure,
+                    "broadcast: forwarding failed: " + std::string(to_string(done[i].status)));
       }
     }
     if (*n == 0) {
@@ -142,9 +148,13 @@ Result<Inbound> listen_and_publish(Context& context, MetadataStore& metadata, co
   auto cq = context.create_cq(3 * options.window + 1);
   if (!cq) return std::unexpected(cq.error());
   in.recv_cq = *cq;
-  detail::SegmentRecord record{context.identity().name, detail::host_id(), options.size,
-                               {{std::string(context.transport()), in.listener->address(), destination.descriptor()}}};
-  if (auto put = metadata.publish(hop_key(options, rank), detail::encode(record)); !put) return std::unexpected(put.error());
+  detail::SegmentRecord record{
+      context.identity().name,
+      detail::host_id(),
+      options.size,
+      {{std::string(context.transport()), in.listener->address(), destination.descriptor()}}};
+  if (auto put = metadata.publish(hop_key(options, rank), detail::encode(record)); !put)
+    return std::unexpected(put.error());
   return in;
 }
 
@@ -165,10 +175,12 @@ Result<BroadcastResult> broadcast_send(Context& context, MetadataStore& metadata
   return BroadcastResult{Clock::now() - start, chunks};
 }
 
-Result<BroadcastResult> broadcast_receive(Context& context, MetadataStore& metadata, const MemoryRegion& destination,
-                                          std::uint32_t rank, const BroadcastOptions& options) {
+Result<BroadcastResult> broadcast_receive(Context& context, MetadataStore& metadata,
+                                          const MemoryRegion& destination, std::uint32_t rank,
+                                          const BroadcastOptions& options) {
   if (auto ok = check(options, destination.size()); !ok) return std::unexpected(ok.error());
-  if (rank == 0 || rank > options.receivers) return fail(Errc::InvalidArgument, "broadcast: rank out of 1..N");
+  if (rank == 0 || rank > options.receivers)
+    return fail(Errc::InvalidArgument, "broadcast: rank out of 1..N");
   auto deadline = Clock::now() + options.timeout;
   auto in = listen_and_publish(context, metadata, destination, rank, options);
   if (!in) return std::unexpected(in.error());
@@ -178,8 +190,9 @@ Result<BroadcastResult> broadcast_receive(Context& context, MetadataStore& metad
     if (!opened) return std::unexpected(opened.error());
     next.emplace(std::move(*opened));
   }
-  auto accepted = in->listener->accept(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()),
-                                       ConnectOptions{.recv_cq = in->recv_cq});
+  auto accepted =
+      in->listener->accept(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()),
+                           ConnectOptions{.recv_cq = in->recv_cq});
   if (!accepted) return std::unexpected(accepted.error());
   in->connection = *accepted;
   auto chunks = chunk_count(options);
@@ -202,8 +215,9 @@ Result<BroadcastResult> broadcast_receive(Context& context, MetadataStore& metad
   std::size_t forwarded = 0;
   std::array<Completion, 32> done;
   while (landed < chunks || (next && (forwarded < chunks || next->inflight() > 0))) {
-    if (Clock::now() > deadline) return fail(Errc::Timeout, "broadcast: " + std::to_string(landed) + " of " +
-                                                                std::to_string(chunks) + " chunks landed in time");
+    if (Clock::now() > deadline)
+      return fail(Errc::Timeout, "broadcast: " + std::to_string(landed) + " of " + std::to_string(chunks) +
+                                     " chunks landed in time");
     auto n = in->recv_cq->wait(done, std::chrono::seconds(1));
     if (!n) return std::unexpected(n.error());
     for (std::size_t i = 0; i < *n; ++i) {
@@ -212,7 +226,8 @@ Result<BroadcastResult> broadcast_receive(Context& context, MetadataStore& metad
         if (auto ok = next->completed(c); !ok) return std::unexpected(ok.error());
         continue;
       }
-      if (!c.ok()) return fail(Errc::TransportFailure, "broadcast: receive failed: " + std::string(to_string(c.status)));
+      if (!c.ok())
+        return fail(Errc::TransportFailure, "broadcast: receive failed: " + std::string(to_string(c.status)));
       if (c.opcode != Opcode::RecvWriteImm || c.imm >= chunks || seen[c.imm]) {
         return fail(Errc::ProtocolError, "broadcast: unexpected chunk notification " + std::to_string(c.imm));
       }
@@ -222,11 +237,13 @@ Result<BroadcastResult> broadcast_receive(Context& context, MetadataStore& metad
       if (next) to_forward.push_back(c.imm);
     }
     while (next && forwarded < to_forward.size() && next->has_room()) {
-      if (auto sent = next->post(destination, options, to_forward[forwarded]); !sent) return std::unexpected(sent.error());
+      if (auto sent = next->post(destination, options, to_forward[forwarded]); !sent)
+        return std::unexpected(sent.error());
       ++forwarded;
     }
     if (*n == 0 && in->connection) {
-      if (auto health = in->connection->health(); !health && landed < chunks) return std::unexpected(health.error());
+      if (auto health = in->connection->health(); !health && landed < chunks)
+        return std::unexpected(health.error());
     }
   }
   (void)metadata.unpublish(hop_key(options, rank));

@@ -18,8 +18,10 @@ bool transient(Status status) {
   switch (status) {
     case Status::LocalLength:
     case Status::LocalProtection:
-    case Status::RemoteInvalidRequest: return false;
-    default: return true;
+    case Status::RemoteInvalidRequest:
+      return false;
+    default:
+      return true;
   }
 }
 
@@ -41,17 +43,21 @@ Result<std::vector<PlanItem>> EngineImpl::check(std::span<const Request> request
       last = entry(r.segment.value);
       last_handle = r.segment.value;
     }
-    if (!last) return fail(Errc::InvalidArgument, request_name(i) + ": no segment handle " + std::to_string(r.segment.value));
+    if (!last)
+      return fail(Errc::InvalidArgument,
+                  request_name(i) + ": no segment handle " + std::to_string(r.segment.value));
     if (last->gone) return fail(Errc::NotFound, request_name(i) + ": segment '" + last->name + "' is gone");
     if (r.length == 0) return fail(Errc::InvalidArgument, request_name(i) + ": length is 0");
     if (r.offset > last->record.length || r.length > last->record.length - r.offset) {
-      return fail(Errc::InvalidArgument, request_name(i) + ": offset " + std::to_string(r.offset) + " + length " +
-                                             std::to_string(r.length) + " is outside segment '" + last->name +
-                                             "' (" + std::to_string(last->record.length) + " bytes)");
+      return fail(Errc::InvalidArgument, request_name(i) + ": offset " + std::to_string(r.offset) +
+                                             " + length " + std::to_string(r.length) +
+                                             " is outside segment '" + last->name + "' (" +
+                                             std::to_string(last->record.length) + " bytes)");
     }
     auto address = reinterpret_cast<std::uint64_t>(r.local);
     auto known = std::ranges::find_if(regions, [&](const auto& region) {
-      return address >= region->addr && r.length <= region->size && address - region->addr <= region->size - r.length;
+      return address >= region->addr && r.length <= region->size &&
+             address - region->addr <= region->size - r.length;
     });
     auto local = known != regions.end() ? *known : find_local(address, r.length);
     if (local && known == regions.end()) regions.push_back(local);
@@ -83,7 +89,8 @@ Result<std::shared_ptr<Batch>> EngineImpl::submit(std::span<const Request> reque
   PlanLimits limits{options_.stripe_bytes, options_.coalesce_bytes, UINT32_MAX, UINT64_MAX};
   for (const auto& rail : rails_) {
     limits.max_sge = std::min(limits.max_sge, std::max<std::uint32_t>(1, rail->caps.max_sge));
-    if (rail->caps.max_message_size != 0) limits.max_message = std::min(limits.max_message, rail->caps.max_message_size);
+    if (rail->caps.max_message_size != 0)
+      limits.max_message = std::min(limits.max_message, rail->caps.max_message_size);
   }
   auto planned = plan(*items, limits);
   std::vector<std::uint32_t> pieces(requests.size(), 0);
@@ -97,7 +104,9 @@ Result<std::shared_ptr<Batch>> EngineImpl::submit(std::span<const Request> reque
     for (auto r : p.requests) ++pieces[r];
     if (p.requests.size() > 1) coalesced_.fetch_add(p.requests.size(), std::memory_order_relaxed);
     for (const auto& piece : p.local) {
-      if (std::ranges::find(op->regions, piece.region, [](const auto& r) { return r->id; }) != op->regions.end()) continue;
+      if (std::ranges::find(op->regions, piece.region, [](const auto& r) { return r->id; }) !=
+          op->regions.end())
+        continue;
       op->regions.push_back(*std::ranges::find(regions, piece.region, [](const auto& r) { return r->id; }));
     }
     op->op = std::move(p);
@@ -135,10 +144,12 @@ void EngineImpl::post_round(Peer& peer, std::vector<std::unique_ptr<InflightOp>>
   auto rail_granted = granted == 0 ? 0 : link.rail->credits->acquire(granted, deadline);
   if (rail_granted < granted) peer.credits.release(granted - rail_granted);
   if (rail_granted == 0) {
-    Error busy(Errc::ResourceExhausted,
-               "busy: " + std::to_string(left) + " work requests to '" + peer.owner + "' could not be posted within "
-               "submit_timeout (max_inflight_per_peer " + std::to_string(options_.max_inflight_per_peer) +
-               ", max_inflight_per_rail " + std::to_string(options_.max_inflight_per_rail) + ")");
+    Error busy(Errc::ResourceExhausted, "busy: " + std::to_string(left) + " work requests to '" + peer.owner +
+                                            "' could not be posted within "
+                                            "submit_timeout (max_inflight_per_peer " +
+                                            std::to_string(options_.max_inflight_per_peer) +
+                                            ", max_inflight_per_rail " +
+                                            std::to_string(options_.max_inflight_per_rail) + ")");
     for (; next < ops.size(); ++next) fail_op(*ops[next], busy);
     return;
   }
@@ -238,9 +249,9 @@ void EngineImpl::on_completion(Rail& rail, const Completion& completion) {
   op->entry->peer->credits.release(1);
   if (completion.ok()) return complete(std::move(op), nullptr, false);
   Error error(Errc::TransportFailure,
-              std::string(op->op.write ? "WRITE" : "READ") + " of " + std::to_string(op->op.length) + " bytes at " +
-                  std::to_string(op->op.offset) + " of segment '" + op->entry->name + "' (owner '" +
-                  op->entry->record.owner + "'): " + std::string(to_string(completion.status)),
+              std::string(op->op.write ? "WRITE" : "READ") + " of " + std::to_string(op->op.length) +
+                  " bytes at " + std::to_string(op->op.offset) + " of segment '" + op->entry->name +
+                  "' (owner '" + op->entry->record.owner + "'): " + std::string(to_string(completion.status)),
               0, completion.status);
   complete(std::move(op), &error, transient(completion.status));
 }
@@ -297,11 +308,12 @@ void EngineImpl::retry_one(std::unique_ptr<InflightOp> op) {
     }
   }
   if (current->gone) {
-    return fail_op(*op, Error(Errc::NotFound, "segment '" + current->name +
-                                                  "' is gone (unpublished, or its owner died)"));
+    return fail_op(*op, Error(Errc::NotFound,
+                              "segment '" + current->name + "' is gone (unpublished, or its owner died)"));
   }
   if (op->op.offset + op->op.length > current->record.length) {
-    return fail_op(*op, Error(Errc::InvalidArgument, "segment '" + current->name + "' shrank below the request"));
+    return fail_op(*op,
+                   Error(Errc::InvalidArgument, "segment '" + current->name + "' shrank below the request"));
   }
   op->entry = current;
   std::vector<std::unique_ptr<InflightOp>> again;

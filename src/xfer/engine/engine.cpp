@@ -66,7 +66,9 @@ Result<void> EngineImpl::start() {
 }
 
 Result<void> EngineImpl::open_rail(const std::string& transport, const std::string& device) {
-  Options context_options{.transport = transport, .name = options_.name, .timeout = options_.peer_timeout,
+  Options context_options{.transport = transport,
+                          .name = options_.name,
+                          .timeout = options_.peer_timeout,
                           .connect_timeout = options_.connect_timeout};
   if (!device.empty()) context_options.device = device;
   auto context = Context::open(context_options);
@@ -148,10 +150,10 @@ Result<std::shared_ptr<LocalRegion>> EngineImpl::register_everywhere(void* data,
   }
   std::unique_lock lock(table_);
   auto overlap = locals_.lower_bound(region->addr + size);
-  if (overlap != locals_.begin() && std::prev(overlap)->second->addr + std::prev(overlap)->second->size >
-                                        region->addr) {
-    return fail(Errc::InvalidArgument, "xfer: memory at " + std::to_string(region->addr) +
-                                           " overlaps memory registered before");
+  if (overlap != locals_.begin() &&
+      std::prev(overlap)->second->addr + std::prev(overlap)->second->size > region->addr) {
+    return fail(Errc::InvalidArgument,
+                "xfer: memory at " + std::to_string(region->addr) + " overlaps memory registered before");
   }
   region->id = next_local_id_++;
   locals_[region->addr] = region;
@@ -169,7 +171,8 @@ Result<void> EngineImpl::register_local(void* data, std::size_t size) {
 Result<void> EngineImpl::unregister_local(void* data) {
   std::unique_lock lock(table_);
   auto it = locals_.find(reinterpret_cast<std::uint64_t>(data));
-  if (it == locals_.end()) return fail(Errc::NotFound, "unregister_local: no memory registered at that address");
+  if (it == locals_.end())
+    return fail(Errc::NotFound, "unregister_local: no memory registered at that address");
   // Work requests in flight keep their region (and its registrations) alive until they complete.
   locals_by_id_.erase(it->second->id);
   locals_.erase(it);
@@ -190,7 +193,8 @@ Result<std::span<std::byte>> EngineImpl::allocate_segment(std::string_view name,
 }
 
 Result<void> EngineImpl::publish(std::string_view name, void* data, std::size_t size) {
-  if (data == nullptr || size == 0) return fail(Errc::InvalidArgument, "publish '" + std::string(name) + "': empty");
+  if (data == nullptr || size == 0)
+    return fail(Errc::InvalidArgument, "publish '" + std::string(name) + "': empty");
   auto region = find_local(reinterpret_cast<std::uint64_t>(data), size);
   if (!region || region->addr != reinterpret_cast<std::uint64_t>(data) || region->size != size) {
     auto registered = register_everywhere(data, size, nullptr);
@@ -208,7 +212,8 @@ Result<void> EngineImpl::publish_region(std::string_view name, std::shared_ptr<L
   }
   SegmentRecord record{options_.name, host_, region->size, {}};
   for (auto& rail : rails_) {
-    record.rails.push_back({rail->transport, rail->listener->address(), region->by_rail[rail->index]->descriptor()});
+    record.rails.push_back(
+        {rail->transport, rail->listener->address(), region->by_rail[rail->index]->descriptor()});
   }
   if (auto put = metadata_.publish(segment_key(name), encode(record)); !put) return put;
   published_.emplace(std::string(name), std::move(region));
@@ -218,13 +223,15 @@ Result<void> EngineImpl::publish_region(std::string_view name, std::shared_ptr<L
 Result<void> EngineImpl::unpublish(std::string_view name) {
   std::lock_guard lock(control_);
   auto it = published_.find(name);
-  if (it == published_.end()) return fail(Errc::NotFound, "unpublish: '" + std::string(name) + "' is not ours");
+  if (it == published_.end())
+    return fail(Errc::NotFound, "unpublish: '" + std::string(name) + "' is not ours");
   auto removed = metadata_.unpublish(segment_key(name));
   published_.erase(it);
   return removed;
 }
 
-Result<std::shared_ptr<Peer>> EngineImpl::connect_peer(const SegmentRecord& record, const std::string& transport) {
+Result<std::shared_ptr<Peer>> EngineImpl::connect_peer(const SegmentRecord& record,
+                                                       const std::string& transport) {
   auto remote = rails_of(record, transport);
   std::vector<Rail*> local;
   for (auto& rail : rails_) {
@@ -236,7 +243,8 @@ Result<std::shared_ptr<Peer>> EngineImpl::connect_peer(const SegmentRecord& reco
   auto pairs = std::min(local.size(), remote.size());
   for (std::uint32_t c = 0; c < options_.connections_per_rail; ++c) {
     for (std::size_t i = 0; i < pairs; ++i) {
-      auto connection = local[i]->context->connect(remote[i]->address, ConnectOptions{.send_cq = local[i]->cq});
+      auto connection =
+          local[i]->context->connect(remote[i]->address, ConnectOptions{.send_cq = local[i]->cq});
       if (!connection) {
         peer->close();
         return std::unexpected(connection.error());
@@ -247,8 +255,10 @@ Result<std::shared_ptr<Peer>> EngineImpl::connect_peer(const SegmentRecord& reco
   return peer;
 }
 
-Result<std::shared_ptr<Peer>> EngineImpl::peer_for(const SegmentRecord& record, const std::string& transport) {
-  auto key = record.owner + "/" + transport + "/" + std::to_string(rails_of(record, transport).front()->region.owner_epoch);
+Result<std::shared_ptr<Peer>> EngineImpl::peer_for(const SegmentRecord& record,
+                                                   const std::string& transport) {
+  auto key = record.owner + "/" + transport + "/" +
+             std::to_string(rails_of(record, transport).front()->region.owner_epoch);
   if (auto it = peers_.find(key); it != peers_.end()) {
     if (it->second->healthy()) return it->second;
     it->second->close();
@@ -263,7 +273,8 @@ Result<std::shared_ptr<Peer>> EngineImpl::peer_for(const SegmentRecord& record, 
 
 // Looks `name` up and connects to its owner. With `previous` (a re-resolve), an unchanged record reuses the
 // peer when it is healthy and reconnects when it is not.
-Result<std::shared_ptr<const SegmentEntry>> EngineImpl::resolve(std::string_view name, std::uint64_t generation,
+Result<std::shared_ptr<const SegmentEntry>> EngineImpl::resolve(std::string_view name,
+                                                                std::uint64_t generation,
                                                                 const SegmentEntry* previous) {
   resolves_.fetch_add(1, std::memory_order_relaxed);
   auto entry = std::make_shared<SegmentEntry>();
@@ -315,7 +326,8 @@ Result<SegmentHandle> EngineImpl::open_segment(std::string_view name) {
 
 Result<SegmentInfo> EngineImpl::segment_info(SegmentHandle segment) const {
   auto current = entry(segment.value);
-  if (!current) return fail(Errc::InvalidArgument, "segment_info: no segment handle " + std::to_string(segment.value));
+  if (!current)
+    return fail(Errc::InvalidArgument, "segment_info: no segment handle " + std::to_string(segment.value));
   if (current->gone) return fail(Errc::NotFound, "segment '" + current->name + "' is gone");
   return SegmentInfo{current->name, current->record.owner, current->record.length, current->transport};
 }
@@ -341,7 +353,8 @@ std::shared_ptr<LocalRegion> EngineImpl::find_local(std::uint64_t addr, std::uin
 }
 
 EngineStats EngineImpl::stats() const {
-  EngineStats s{requests_.load(), work_requests_.load(), coalesced_.load(), retries_.load(), resolves_.load(), 0};
+  EngineStats s{requests_.load(), work_requests_.load(), coalesced_.load(),
+                retries_.load(),  resolves_.load(),      0};
   std::shared_lock lock(table_);
   for (const auto& e : entries_) {
     if (e && e->peer) s.peak_inflight_per_peer = std::max(s.peak_inflight_per_peer, e->peer->credits.peak());

@@ -57,7 +57,7 @@ struct InflightOp {
   PlannedOp op;
   std::vector<std::shared_ptr<LocalRegion>> regions;  // the local memory its pieces lie in, kept alive
   std::uint32_t attempts = 0;
-  struct Link* link = nullptr;                // where it is posted
+  struct Link* link = nullptr;  // where it is posted
 };
 
 struct Rail {
@@ -220,7 +220,7 @@ class EngineImpl final : public Engine {
   std::map<std::string, std::uint32_t, std::less<>> handles_;
   std::map<std::string, std::shared_ptr<LocalRegion>, std::less<>> published_;
 
-  mutable std::shared_mutex table_;  // entries_ and locals_, read by every submit
+  mutable std::shared_mutex table_;                           // entries_ and locals_, read by every submit
   std::vector<std::shared_ptr<const SegmentEntry>> entries_;  // handle - 1
   std::map<std::uint64_t, std::shared_ptr<LocalRegion>> locals_;  // by address
   std::unordered_map<std::uint32_t, std::shared_ptr<LocalRegion>> locals_by_id_;

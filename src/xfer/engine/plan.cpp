@@ -8,14 +8,17 @@ namespace {
 
 // A piece never exceeds a Segment's 32-bit length, nor one message.
 std::uint64_t stripe_size(const PlanLimits& limits) {
-  return std::max<std::uint64_t>(1, std::min({limits.stripe_bytes, limits.max_message,
-                                              std::uint64_t{1} << 30}));
+  return std::max<std::uint64_t>(1,
+                                 std::min({limits.stripe_bytes, limits.max_message, std::uint64_t{1} << 30}));
 }
 
 void add_stripes(const PlanItem& item, std::uint64_t stripe, std::vector<PlannedOp>& out) {
   for (std::uint64_t done = 0; done < item.length; done += stripe) {
     auto length = std::min(stripe, item.length - done);
-    out.push_back(PlannedOp{item.segment, item.write, item.offset + done, length,
+    out.push_back(PlannedOp{item.segment,
+                            item.write,
+                            item.offset + done,
+                            length,
                             {LocalPiece{item.region, item.local + done, static_cast<std::uint32_t>(length)}},
                             {item.request}});
   }
@@ -61,7 +64,10 @@ std::vector<PlannedOp> plan(std::span<const PlanItem> items, const PlanLimits& l
     if (!out.empty() && joins(out.back(), item, limits)) {
       join(out.back(), item);
     } else {
-      out.push_back(PlannedOp{item.segment, item.write, item.offset, item.length,
+      out.push_back(PlannedOp{item.segment,
+                              item.write,
+                              item.offset,
+                              item.length,
                               {LocalPiece{item.region, item.local, static_cast<std::uint32_t>(item.length)}},
                               {item.request}});
     }

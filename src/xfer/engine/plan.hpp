@@ -9,20 +9,20 @@
 namespace rdmakit::xfer::detail {
 
 struct PlanItem {
-  std::uint32_t request = 0;   // index in the batch
-  std::uint32_t segment = 0;   // segment handle: items of one segment may share a work request
+  std::uint32_t request = 0;  // index in the batch
+  std::uint32_t segment = 0;  // segment handle: items of one segment may share a work request
   bool write = true;
-  std::uint32_t region = 0;    // the local registration it lies in (pieces never span two)
-  std::uint64_t local = 0;     // address
-  std::uint64_t offset = 0;    // into the segment
+  std::uint32_t region = 0;  // the local registration it lies in (pieces never span two)
+  std::uint64_t local = 0;   // address
+  std::uint64_t offset = 0;  // into the segment
   std::uint64_t length = 0;
 };
 
 struct PlanLimits {
-  std::uint64_t stripe_bytes = 1 << 20;    // longer items are split into stripes of this size
-  std::uint64_t coalesce_bytes = 64 << 10; // merged runs stay within this size
-  std::uint32_t max_sge = 16;              // local pieces per work request
-  std::uint64_t max_message = 1u << 31;    // bytes per work request (the transports' max_message_size)
+  std::uint64_t stripe_bytes = 1 << 20;     // longer items are split into stripes of this size
+  std::uint64_t coalesce_bytes = 64 << 10;  // merged runs stay within this size
+  std::uint32_t max_sge = 16;               // local pieces per work request
+  std::uint64_t max_message = 1u << 31;     // bytes per work request (the transports' max_message_size)
 };
 
 struct LocalPiece {

@@ -138,15 +138,18 @@ Result<std::string> choose_transport(std::span<const std::string> local, std::st
   };
   if (!forced.empty()) {
     if (both(forced)) return std::string(forced);
-    return fail(Errc::NotSupported, "transport '" + std::string(forced) + "' is not offered by both this engine "
-                                    "and '" + record.owner + "'");
+    return fail(Errc::NotSupported, "transport '" + std::string(forced) +
+                                        "' is not offered by both this engine "
+                                        "and '" +
+                                        record.owner + "'");
   }
   if (local_host == record.host && both("shm")) return std::string("shm");
   for (std::string_view t : {"verbs", "tcp"}) {
     if (both(t)) return std::string(t);
   }
-  return fail(Errc::NotSupported, "no transport in common with '" + record.owner + "'" +
-                                      (local_host == record.host ? "" : " (another host: shm cannot reach it)"));
+  return fail(Errc::NotSupported,
+              "no transport in common with '" + record.owner + "'" +
+                  (local_host == record.host ? "" : " (another host: shm cannot reach it)"));
 }
 
 }  // namespace rdmakit::xfer::detail

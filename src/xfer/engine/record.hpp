@@ -26,8 +26,8 @@ struct RailEntry {
 };
 
 struct SegmentRecord {
-  std::string owner;    // the owner engine's name
-  std::string host;     // host_id() of the owner: equal means shm can reach it
+  std::string owner;  // the owner engine's name
+  std::string host;   // host_id() of the owner: equal means shm can reach it
   std::uint64_t length = 0;
   std::vector<RailEntry> rails;
 

@@ -1,9 +1,8 @@
 // Uses the installed rdmakit: a WRITE over tcp loopback between two contexts of this process.
-#include <rdmakit/rdmakit.hpp>
-
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <rdmakit/rdmakit.hpp>
 #include <thread>
 
 int main() {
