@@ -45,7 +45,13 @@ class PeerProcess {
     if (pid_ > 0) ::waitpid(pid_, nullptr, 0);
   }
   bool ready() const { return ready_; }
-  void signal(int sig) const { ::kill(pid_, sig); }
+  // SIGSTOP returns before every thread has stopped (one thread takes the signal and then stops the others),
+  // so a stop waits for the group stop: until then the owner's progress thread can still answer a request.
+  void signal(int sig) const {
+    ::kill(pid_, sig);
+    int status = 0;
+    if (sig == SIGSTOP) ::waitpid(pid_, &status, WUNTRACED);
+  }
 
  private:
   pid_t pid_ = -1;
