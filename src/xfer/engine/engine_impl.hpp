@@ -200,6 +200,8 @@ class EngineImpl final : public Engine {
   Result<SegmentInfo> segment_info(SegmentHandle segment) const override;
   Result<std::shared_ptr<Batch>> submit(std::span<const Request> requests, BatchCallback done) override;
   EngineStats stats() const override;
+  // Tests: the context of rail i (e.g. to reach a fault context's injector).
+  Context& rail_context(std::size_t i) const { return *rails_.at(i)->context; }
   const EngineOptions& options() const noexcept override { return options_; }
   MetadataStore& metadata() const noexcept override { return metadata_; }
 
