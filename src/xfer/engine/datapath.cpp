@@ -2,6 +2,7 @@
 // turning completions into per-request statuses (or into retries after a re-resolve).
 #include <algorithm>
 #include <array>
+#include <thread>
 
 #include "xfer/engine/engine_impl.hpp"
 
@@ -143,6 +144,10 @@ void EngineImpl::post_round(Peer& peer, std::vector<std::unique_ptr<InflightOp>>
   auto granted = peer.credits.acquire(wanted, deadline);
   auto rail_granted = granted == 0 ? 0 : link.rail->credits->acquire(granted, deadline);
   if (rail_granted < granted) peer.credits.release(granted - rail_granted);
+  if (rail_granted > 0 && link.rail->progress_sleeping.load()) {
+    std::lock_guard lock(link.rail->idle_mutex);  // it is in its wait, or sees the credit before it waits
+    link.rail->work_posted.notify_one();
+  }
   if (rail_granted == 0) {
     Error busy(Errc::ResourceExhausted, "busy: " + std::to_string(left) + " work requests to '" + peer.owner +
                                             "' could not be posted within "
@@ -175,7 +180,8 @@ void EngineImpl::post_chain(Link& link, std::vector<std::unique_ptr<InflightOp>>
     }
     wrs.push_back(WorkRequest{.opcode = op->op.write ? Opcode::Write : Opcode::Read,
                               .local = std::span<const Segment>(segments.data() + first, op->op.local.size()),
-                              .remote = op->entry->remote[link.remote_rail].at(op->op.offset)});
+                              .remote = op->entry->remote[link.remote_rail].at(op->op.offset),
+                              .signaled = wrs.size() + 1 == chain.size()});
   }
   work_requests_.fetch_add(chain.size(), std::memory_order_relaxed);
   auto first = link.connection->post(wrs);
@@ -186,68 +192,109 @@ void EngineImpl::post_chain(Link& link, std::vector<std::unique_ptr<InflightOp>>
     for (auto& op : chain) complete(std::move(op), &first.error(), transient(first.error().code()));
     return;
   }
-  std::vector<std::pair<std::unique_ptr<InflightOp>, Completion>> early;
+  // Completions the progress thread took before this chain was known wait in `early`: they are applied
+  // here, in id order (their queue order), in the same critical section that makes the chain known, so no
+  // later completion of the chain can be applied before them.
+  Rail& rail = *link.rail;
+  std::vector<std::pair<Finished, Completion>> ready;
   {
-    std::lock_guard lock(link.rail->ops_mutex);
-    for (std::size_t k = 0; k < chain.size(); ++k) {
-      auto id = *first + k;
-      if (auto it = link.rail->early.find(id); it != link.rail->early.end()) {
-        early.emplace_back(std::move(chain[k]), it->second);
-        link.rail->early.erase(it);
-      } else {
-        link.rail->ops.emplace(id, std::move(chain[k]));
-      }
+    std::lock_guard lock(rail.ops_mutex);
+    const std::uint64_t last = *first + chain.size() - 1;
+    auto it = rail.chains.emplace(last, InflightChain{*first, 0, std::move(chain)}).first;
+    for (auto e = rail.early.lower_bound(*first); e != rail.early.end() && e->first <= last;) {
+      auto& [finished, completion] = ready.emplace_back(Finished{}, e->second);
+      e = rail.early.erase(e);
+      if (advance_locked(rail, it, completion, finished)) break;
     }
   }
-  for (auto& [op, completion] : early) {
-    link.rail->ops_mutex.lock();
-    link.rail->ops.emplace(completion.id, std::move(op));
-    link.rail->ops_mutex.unlock();
-    on_completion(*link.rail, completion);
-  }
+  for (auto& [finished, completion] : ready) finish(rail, std::move(finished), completion);
 }
 
+// While work is in flight the thread reaps, yielding between empty polls and then napping (a waiter
+// usually reaps its own batch; a wake-up per completion would cost more than the bytes on shm, where they
+// move within the post); with nothing in flight it sleeps until a post takes a credit.
 void EngineImpl::progress_loop(Rail& rail) {
-  std::array<Completion, 64> completions;
   auto drain_deadline = Clock::time_point::max();
+  std::uint32_t empty_polls = 0;
   while (true) {
     if (stop_.load(std::memory_order_acquire)) {
       if (drain_deadline == Clock::time_point::max()) drain_deadline = Clock::now() + options_.peer_timeout;
       std::lock_guard lock(rail.ops_mutex);
-      if (rail.ops.empty() || Clock::now() > drain_deadline) return;
+      if (rail.chains.empty() || Clock::now() > drain_deadline) return;
+    } else if (rail.credits->in_use() == 0) {
+      std::unique_lock lock(rail.idle_mutex);
+      rail.progress_sleeping.store(true);
+      rail.work_posted.wait_for(lock, std::chrono::milliseconds(20),
+                                [&] { return rail.credits->in_use() > 0 || stop_.load(); });
+      rail.progress_sleeping.store(false);
+      continue;
     }
-    auto n = rail.cq->wait(completions, std::chrono::milliseconds(20));
-    if (!n) continue;
-    for (std::size_t i = 0; i < *n; ++i) on_completion(rail, completions[i]);
+    if (reap(rail)) {
+      empty_polls = 0;
+    } else if (++empty_polls < 64) {
+      std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
   }
+}
+
+bool EngineImpl::reap(Rail& rail) {
+  std::unique_lock lock(rail.reap_mutex, std::try_to_lock);
+  if (!lock) return false;
+  std::array<Completion, 64> completions;
+  auto n = rail.cq->poll(completions);
+  for (std::size_t i = 0; i < n; ++i) on_completion(rail, completions[i]);
+  return n != 0;
 }
 
 bool EngineImpl::poll_rails() {
-  std::array<Completion, 32> completions;
   bool found = false;
-  for (auto& rail : rails_) {
-    auto n = rail->cq->poll(completions);
-    for (std::size_t i = 0; i < n; ++i) on_completion(*rail, completions[i]);
-    found |= n != 0;
-  }
+  for (auto& rail : rails_) found |= reap(*rail);
   return found;
 }
 
+// In the queue's order (one reaper at a time): the chain's work requests before the completing one finished
+// without a completion of their own, so they succeeded (a failure among them would have completed first,
+// and this one would be Flushed).
+bool EngineImpl::advance_locked(Rail& rail, std::map<std::uint64_t, InflightChain>::iterator it,
+                                const Completion& completion, Finished& finished) {
+  auto& chain = it->second;
+  const auto k = static_cast<std::size_t>(completion.id - chain.first);
+  if (k < chain.done) return false;  // not expected: a work request completes once
+  for (auto j = chain.done; j < k; ++j) finished.ok.push_back(std::move(chain.ops[j]));
+  if (completion.ok())
+    finished.ok.push_back(std::move(chain.ops[k]));
+  else
+    finished.failed = std::move(chain.ops[k]);
+  chain.done = k + 1;
+  if (chain.done < chain.ops.size()) return false;
+  rail.chains.erase(it);
+  return true;
+}
+
 void EngineImpl::on_completion(Rail& rail, const Completion& completion) {
-  std::unique_ptr<InflightOp> op;
+  Finished finished;
   {
     std::lock_guard lock(rail.ops_mutex);
-    auto it = rail.ops.find(completion.id);
-    if (it == rail.ops.end()) {
+    auto it = rail.chains.lower_bound(completion.id);
+    if (it == rail.chains.end() || completion.id < it->second.first) {
       rail.early.emplace(completion.id, completion);  // post() has not returned to post_chain yet
       return;
     }
-    op = std::move(it->second);
-    rail.ops.erase(it);
+    advance_locked(rail, it, completion, finished);
   }
-  rail.credits->release(1);
-  op->entry->peer->credits.release(1);
-  if (completion.ok()) return complete(std::move(op), nullptr, false);
+  finish(rail, std::move(finished), completion);
+}
+
+void EngineImpl::finish(Rail& rail, Finished finished, const Completion& completion) {
+  if (finished.count() == 0) return;
+  auto n = static_cast<std::uint32_t>(finished.count());
+  rail.credits->release(n);
+  (finished.failed ? finished.failed : finished.ok.front())->entry->peer->credits.release(n);
+  for (auto& op : finished.ok) complete(std::move(op), nullptr, false);
+  if (!finished.failed) return;
+  auto& op = finished.failed;
   Error error(Errc::TransportFailure,
               std::string(op->op.write ? "WRITE" : "READ") + " of " + std::to_string(op->op.length) +
                   " bytes at " + std::to_string(op->op.offset) + " of segment '" + op->entry->name +

@@ -117,6 +117,10 @@ EngineImpl::~EngineImpl() {
   }
   stop_.store(true, std::memory_order_release);
   retry_ready_.notify_all();
+  for (auto& rail : rails_) {
+    std::lock_guard lock(rail->idle_mutex);
+    rail->work_posted.notify_all();
+  }
   if (retry_thread_.joinable()) retry_thread_.join();
   for (auto& rail : rails_) {
     if (rail->acceptor.joinable()) rail->acceptor.join();
@@ -129,8 +133,9 @@ EngineImpl::~EngineImpl() {
   Error closed(Errc::ConnectionBroken, "xfer engine closed with the request in flight");
   for (auto& rail : rails_) {
     std::lock_guard lock(rail->ops_mutex);
-    for (auto& [id, op] : rail->ops) fail_op(*op, closed);
-    rail->ops.clear();
+    for (auto& [last, chain] : rail->chains)
+      for (std::size_t k = chain.done; k < chain.ops.size(); ++k) fail_op(*chain.ops[k], closed);
+    rail->chains.clear();
   }
 }
 

@@ -60,6 +60,23 @@ struct InflightOp {
   struct Link* link = nullptr;  // where it is posted
 };
 
+// The work requests posted in one call on one link, ids first .. first + ops.size() - 1. Only the last is
+// signaled: RC completes a connection's sends in order and reports every failure, signaled or not, so the
+// completions the rail's single reaper takes in queue order account for every one of them.
+struct InflightChain {
+  std::uint64_t first = 0;
+  std::size_t done = 0;  // ops[0, done) have finished
+  std::vector<std::unique_ptr<InflightOp>> ops;
+};
+
+// What one completion finished: the chain's work requests before it (they succeeded without a completion
+// of their own) and the one it names, which failed unless `failed` is null and it is the last of `ok`.
+struct Finished {
+  std::vector<std::unique_ptr<InflightOp>> ok;
+  std::unique_ptr<InflightOp> failed;
+  std::size_t count() const noexcept { return ok.size() + (failed ? 1 : 0); }
+};
+
 struct Rail {
   std::size_t index = 0;
   std::string transport;
@@ -68,10 +85,19 @@ struct Rail {
   std::shared_ptr<CompletionQueue> cq;
   Capabilities caps;
   std::unique_ptr<Credits> credits;  // max_inflight_per_rail: the CQ can never overflow
-  // Work requests in flight by id; completions that arrive before post() returned wait in `early`.
+  // Chains in flight by the id of their last work request (a connection's ids are consecutive, its number
+  // in their high bits, so lower_bound(id) finds the chain of any id); completions that arrive before
+  // post() returned wait in `early`.
   std::mutex ops_mutex;
-  std::unordered_map<std::uint64_t, std::unique_ptr<InflightOp>> ops;
-  std::unordered_map<std::uint64_t, Completion> early;
+  std::map<std::uint64_t, InflightChain> chains;
+  std::map<std::uint64_t, Completion> early;
+  // One reaper at a time, dequeuing with poll() and applying before it lets go: a connection's completions
+  // are applied in the queue's order, which a chain's accounting relies on. Waiters reap for themselves;
+  // the progress thread reaps while work is in flight and sleeps on `work_posted` when there is none.
+  std::mutex reap_mutex;
+  std::mutex idle_mutex;
+  std::condition_variable work_posted;
+  std::atomic<bool> progress_sleeping{false};
   // Connections peers made to us (we are a segment owner): kept open until they fail or we close.
   std::mutex accepted_mutex;
   std::vector<std::shared_ptr<Connection>> accepted;
@@ -174,6 +200,8 @@ class EngineImpl final : public Engine {
   Result<SegmentInfo> segment_info(SegmentHandle segment) const override;
   Result<std::shared_ptr<Batch>> submit(std::span<const Request> requests, BatchCallback done) override;
   EngineStats stats() const override;
+  // Tests: the context of rail i (e.g. to reach a fault context's injector).
+  Context& rail_context(std::size_t i) const { return *rails_.at(i)->context; }
   const EngineOptions& options() const noexcept override { return options_; }
   MetadataStore& metadata() const noexcept override { return metadata_; }
 
@@ -202,8 +230,15 @@ class EngineImpl final : public Engine {
                   std::chrono::steady_clock::time_point deadline);
   void post_chain(Link& link, std::vector<std::unique_ptr<InflightOp>> chain);
   void progress_loop(Rail& rail);
+  // Dequeues and applies what the rail's queue holds, unless another thread is doing so (false then, and
+  // when nothing was there).
+  bool reap(Rail& rail);
   bool poll_rails();
   void on_completion(Rail& rail, const Completion& completion);
+  // Under ops_mutex: the chain at `it` takes `completion`; true when that finished the chain (erased).
+  bool advance_locked(Rail& rail, std::map<std::uint64_t, InflightChain>::iterator it,
+                      const Completion& completion, Finished& finished);
+  void finish(Rail& rail, Finished finished, const Completion& completion);
   void complete(std::unique_ptr<InflightOp> op, const Error* error, bool retryable);
   void retry_loop();
   void retry_one(std::unique_ptr<InflightOp> op);
