@@ -148,7 +148,8 @@ int run_rank(int rank, const Args& a, std::uint16_t port, int report) {
   std::uint64_t elements = 0;
   for (long it = 0; it < a.iterations; ++it) {
     if (it == warm_up) warm = resources();
-    if (rank == 0 && a.iterations >= 10000 && it % (a.iterations / 10) == 0)  // long runs show progress
+    if (rank == 0 && !a.kill && a.iterations >= 10000 &&
+        it % (a.iterations / 10) == 0)  // long runs show progress
       std::fprintf(stderr, "rank 0: %ld of %ld allreduces\n", it, a.iterations);
     Step step = draw(rng);
     for (std::size_t i = 0; i < step.count; ++i)
