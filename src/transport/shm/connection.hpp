@@ -89,6 +89,7 @@ class ShmConnection final : public Connection {
   Status pinned(std::uint32_t key, std::uint64_t addr, std::uint64_t length, Access needed, F&& access);
   bool receive_ready(bool* closed);
   void produce(const RecvDone& done);
+  void ring_if_owed();
   // inbound.cpp
   bool reap();
   bool serve_atomic();
@@ -119,6 +120,7 @@ class ShmConnection final : public Connection {
   bool flushed_ = false;  // the error state was entered and pending work flushed (the failure is in rc())
   std::atomic<bool> gone_{false};
   bool wants_progress_ = false;  // a large operation waits for the progress thread
+  bool doorbell_owed_ = false;   // produce() published a receive completion; drain() rings the peer
   // Lock-free mirrors for has_work(), written under mutex_: pending_ is not empty; reaped_.
   std::atomic<bool> has_pending_{false};
   std::atomic<std::uint64_t> reaped_seen_{0};

@@ -65,6 +65,7 @@ bool ShmConnection::drain(bool from_post) {
       wants_progress_ = true;
       break;
     }
+    if (head.total > kInlineMax) ring_if_owed();  // what is done is not held back by a long transfer
     Outcome outcome = execute(head);
     if (outcome.blocked) break;
     any = true;
@@ -80,6 +81,7 @@ bool ShmConnection::drain(bool from_post) {
     pending_.pop_front();
     finish(id, opcode, signaled, outcome);
   }
+  ring_if_owed();
   has_pending_.store(!pending_.empty() && !flushed_, std::memory_order_release);
   return any;
 }
@@ -299,6 +301,13 @@ void ShmConnection::produce(const RecvDone& done) {
   target.recv_taken.store(taken + 1, std::memory_order_release);
   target.produced.store(produced + 1, std::memory_order_release);
   target.pin.store(0, std::memory_order_release);
+  doorbell_owed_ = true;  // drain() rings once for the whole chain (a seq_cst fence per ring)
+}
+
+// One doorbell for every receive completion produced since the last: a chain of SENDs wakes the peer once.
+void ShmConnection::ring_if_owed() {
+  if (!doorbell_owed_) return;
+  doorbell_owed_ = false;
   peer_->ring();
 }
 
