@@ -55,13 +55,16 @@ def run_pair_processes(server_cmd, client_cmd, env=None, timeout=180):
     return out.stdout
 
 
-def rdmakit(test, metric, size, transport, mode):
+def rdmakit(test, metric, size, transport, mode, before=None):
+    """`before`: a directory with an earlier build's rdmakit-perf and librdmakit.so (--before), run the same way."""
     port = str(next_port())
     n = iterations(metric, size)
     common = ["--transport", transport, "--mode", mode, "-p", port]
     warm = ["-w", str(max(8, min(256, n // 4)))] if metric == "bw" else []
-    out = run_pair_processes([PERF, test] + common,
-                             [PERF, test, "127.0.0.1", "-s", str(size), "-n", str(n), "--json"] + common + warm)
+    perf = os.path.join(before, "rdmakit-perf") if before else PERF
+    env = {"LD_LIBRARY_PATH": before} if before else None
+    out = run_pair_processes([perf, test] + common,
+                             [perf, test, "127.0.0.1", "-s", str(size), "-n", str(n), "--json"] + common + warm, env=env)
     row = json.loads(out)["results"][0]
     return row["bw_avg_bytes_per_s"] if metric == "bw" else row["lat_median_us"]
 
@@ -140,6 +143,8 @@ def main():
     ap.add_argument("--modes", default="poll,block")
     ap.add_argument("--tests", default=",".join(p[0] for p in PAIRS))
     ap.add_argument("--out", default=None)
+    ap.add_argument("--before", default=None, help="directory with an earlier rdmakit-perf and librdmakit.so: "
+                    "measured in the same run as system before-<mode>")
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     modes = args.modes.split(",")
@@ -155,6 +160,9 @@ def main():
                     continue
                 # A B A B: every rdmakit mode, then UCX, then (tcp/shm) the physical ceiling.
                 runs = [("rdmakit-" + m, lambda m=m: rdmakit(test, metric, size, args.transport, m)) for m in modes]
+                if args.before:
+                    runs += [("before-" + m, lambda m=m: rdmakit(test, metric, size, args.transport, m, args.before))
+                             for m in modes]
                 runs.append(("ucx", lambda: ucx(peer, metric, size, args.transport)))
                 if args.transport == "tcp" and test in ("write_bw", "write_lat") and (metric == "bw" or size == 8):
                     runs.append(("tcp-socket", lambda: baseline_tcp(metric, size)))

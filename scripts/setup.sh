@@ -16,6 +16,9 @@ packages=(
   # Soft-RoCE test VM and the peers we measure against
   rdma-core ibverbs-providers ibverbs-utils rdmacm-utils perftest qemu-system-x86 busybox-static cpio iproute2
   ucx-utils python3-matplotlib
+  # per-operation profiles in bench/RESULTS.md: system calls per operation (strace -c) and instructions per
+  # operation (valgrind --tool=callgrind)
+  strace valgrind
   # collectives: the mpirun launch of the training example, and the Open MPI comparison
   openmpi-bin libopenmpi-dev
   # collectives: the srun launch of the training example on a single-node Slurm (tests/coll/slurm_train.sh)

@@ -24,6 +24,14 @@ class RingQueue {
     ++count_;
     return slot;
   }
+  // A slot at the back that still holds whatever it held before: for an element of a few hundred bytes
+  // whose every field the caller assigns, this skips zeroing it first (a tenth of an 8-byte shm WRITE).
+  T& push_back_slot() {
+    if (count_ == slots_.size()) grow();
+    T& slot = slots_[(head_ + count_) % slots_.size()];
+    ++count_;
+    return slot;
+  }
   void pop_front() noexcept {
     head_ = (head_ + 1) % slots_.size();
     --count_;

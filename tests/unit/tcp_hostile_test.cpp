@@ -7,10 +7,12 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <random>
 #include <thread>
+#include <vector>
 
 #include "rdmakit/rdmakit.hpp"
 #include "transport/tcp/wire.hpp"
@@ -205,6 +207,57 @@ TEST_F(Hostile, WrongHandshakeIsRefused) {
   char byte;
   EXPECT_EQ(::recv(fd, &byte, 1, 0), 0);
   ::close(fd);
+  expect_still_serving();
+}
+
+// The receiver reads a frame header together with what follows it (a read-ahead buffer): frames that arrive
+// coalesced, split at any byte, or straddling the buffer's end must all land, in order, exactly. A stream of
+// small and 4000-byte WRITEs (more than the 16 KiB read-ahead) is sent once in one piece and once in
+// random pieces of 1-97 bytes; the target's bytes must equal the same writes applied in order.
+TEST_F(Hostile, WritesCoalescedOrSplitAtAnyByteAllLandInOrder) {
+  const auto base = reinterpret_cast<std::uint64_t>(target_->data());
+  constexpr std::uint64_t kFrames = 64;
+  for (bool split : {false, true}) {
+    std::vector<std::uint8_t> expected(4096, 0);
+    std::memset(target_->data(), 0, 4096);
+    std::vector<char> stream;
+    for (std::uint64_t k = 0; k < kFrames; ++k) {
+      const std::uint32_t length = k % 16 == 5 ? 4000 : 1 + static_cast<std::uint32_t>(k * 37 % 200);
+      const std::uint64_t offset = length == 4000 ? k % 64 : k * 61 % (4096 - 256);
+      FrameHeader header = request(FrameType::Write, base + offset, length, target_->rkey());
+      header.sequence = k + 1;
+      const char* raw = reinterpret_cast<const char*>(&header);
+      stream.insert(stream.end(), raw, raw + sizeof(header));
+      const auto value = static_cast<char>(k + 1 + (split ? 100 : 0));
+      stream.insert(stream.end(), length, value);
+      std::fill_n(expected.begin() + static_cast<std::ptrdiff_t>(offset), length,
+                  static_cast<std::uint8_t>(value));
+    }
+    ASSERT_GT(stream.size(), 16u * 1024);
+    int fd = connect_raw();
+    std::mt19937 random(7);
+    for (std::size_t at = 0; at < stream.size();) {
+      std::size_t piece =
+          split ? std::min<std::size_t>(1 + random() % 97, stream.size() - at) : stream.size() - at;
+      ssize_t n = ::send(fd, stream.data() + at, piece, MSG_NOSIGNAL);
+      ASSERT_GT(n, 0);
+      at += static_cast<std::size_t>(n);
+    }
+    // Cumulative ACKs: the last one answers every frame.
+    std::uint64_t acked = 0;
+    auto deadline = std::chrono::steady_clock::now() + 10s;
+    while (acked < kFrames && std::chrono::steady_clock::now() < deadline) {
+      pollfd p{fd, POLLIN, 0};
+      if (poll(&p, 1, 100) <= 0) continue;
+      FrameHeader ack{};
+      ASSERT_EQ(::recv(fd, &ack, sizeof(ack), MSG_WAITALL), static_cast<ssize_t>(sizeof(ack)));
+      ASSERT_EQ(ack.type, FrameType::Ack);
+      acked = ack.sequence;
+    }
+    EXPECT_EQ(acked, kFrames) << (split ? "split" : "coalesced");
+    EXPECT_EQ(std::memcmp(target_->data(), expected.data(), 4096), 0) << (split ? "split" : "coalesced");
+    ::close(fd);
+  }
   expect_still_serving();
 }
 

@@ -71,13 +71,10 @@ void ShmConnection::push(SoftCompletionQueue& cq, const Completion& completion) 
   cq.push(completion);
 }
 
-void ShmConnection::finish(const Pending& op, const Outcome& outcome) {
-  const Completion completion{.id = op.id,
-                              .status = outcome.status,
-                              .opcode = op.request.opcode,
-                              .bytes = outcome.bytes,
-                              .connection = number()};
-  if (completion.ok() && !op.request.signaled) return rc().completed(completion);
+void ShmConnection::finish(std::uint64_t id, Opcode opcode, bool signaled, const Outcome& outcome) {
+  const Completion completion{
+      .id = id, .status = outcome.status, .opcode = opcode, .bytes = outcome.bytes, .connection = number()};
+  if (completion.ok() && !signaled) return rc().completed(completion);
   // The failure is recorded before its completion is visible, so health() agrees with what was polled.
   if (!completion.ok()) rc().fail(detail::completion_error(completion));
   push(*send_cq_, completion);
@@ -103,6 +100,7 @@ void ShmConnection::enter_error(Error why, Status head_status) {
          Completion{.id = op.id, .status = status, .opcode = op.request.opcode, .connection = number()});
     status = Status::Flushed;
   }
+  has_pending_.store(false, std::memory_order_release);
 }
 
 // Stops the peer from delivering into our receives, takes what it already delivered, flushes the rest.

@@ -45,6 +45,8 @@ class ShmConnection final : public Connection {
   bool gone() const noexcept { return gone_.load(std::memory_order_acquire); }
   // Reaps receive completions, serves the peer's atomic requests, retries blocked operations.
   bool progress(Clock::time_point* next_deadline);
+  // Anything for progress() (a lock-free look; see inbound.cpp).
+  bool has_work() const noexcept;
   // The peer's process died or closed its end: pending operations fail.
   void peer_gone();
   // A live initiator at the other end holds `key` pinned in our memory.
@@ -87,12 +89,13 @@ class ShmConnection final : public Connection {
   Status pinned(std::uint32_t key, std::uint64_t addr, std::uint64_t length, Access needed, F&& access);
   bool receive_ready(bool* closed);
   void produce(const RecvDone& done);
+  void ring_if_owed();
   // inbound.cpp
   bool reap();
   bool serve_atomic();
 
   // connection.cpp
-  void finish(const Pending& op, const Outcome& outcome);
+  void finish(std::uint64_t id, Opcode opcode, bool signaled, const Outcome& outcome);
   void push(SoftCompletionQueue& cq, const Completion& completion);
   // The error state of a QP: records `why` (the first failure stays) and completes what is pending, the
   // head with `head_status` (TransportRetryExceeded when the peer went away), the rest Flushed.
@@ -117,7 +120,11 @@ class ShmConnection final : public Connection {
   bool flushed_ = false;  // the error state was entered and pending work flushed (the failure is in rc())
   std::atomic<bool> gone_{false};
   bool wants_progress_ = false;  // a large operation waits for the progress thread
-  const Capabilities caps_;      // what check_chain() checks against
+  bool doorbell_owed_ = false;   // produce() published a receive completion; drain() rings the peer
+  // Lock-free mirrors for has_work(), written under mutex_: pending_ is not empty; reaped_.
+  std::atomic<bool> has_pending_{false};
+  std::atomic<std::uint64_t> reaped_seen_{0};
+  const Capabilities caps_;  // what check_chain() checks against
 };
 
 }  // namespace rdmakit::shm

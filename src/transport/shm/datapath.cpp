@@ -35,12 +35,17 @@ Result<std::uint64_t> ShmConnection::post(std::span<const WorkRequest> chain) {
   const std::uint64_t sequence = rc().take_sends(chain.size());
   for (std::size_t i = 0; i < chain.size(); ++i) {
     const WorkRequest& r = chain[i];
-    Pending& op = pending_.emplace_back();
+    // Every field is assigned (sge up to count; local() reads no further): the slot is not zeroed first.
+    Pending& op = pending_.push_back_slot();
     op.id = rc().send_id(sequence + i);
     op.request = r;
     op.count = static_cast<std::uint32_t>(r.local.size());
     std::copy(r.local.begin(), r.local.end(), op.sge.begin());
+    op.total = 0;
     for (const Segment& s : r.local) op.total += s.length;
+    op.offset = 0;
+    op.deadline = {};
+    op.atomic_requested = false;
     op.request.local = {};
   }
   drain(true);
@@ -60,6 +65,7 @@ bool ShmConnection::drain(bool from_post) {
       wants_progress_ = true;
       break;
     }
+    if (head.total > kInlineMax) ring_if_owed();  // what is done is not held back by a long transfer
     Outcome outcome = execute(head);
     if (outcome.blocked) break;
     any = true;
@@ -68,10 +74,15 @@ bool ShmConnection::drain(bool from_post) {
       if (peer_hung_up()) peer_gone_locked();
       continue;
     }
-    Pending op = pending_.front();
+    const Pending& op = pending_.front();  // not copied: finish() needs three fields
+    const std::uint64_t id = op.id;
+    const Opcode opcode = op.request.opcode;
+    const bool signaled = op.request.signaled;
     pending_.pop_front();
-    finish(op, outcome);
+    finish(id, opcode, signaled, outcome);
   }
+  ring_if_owed();
+  has_pending_.store(!pending_.empty() && !flushed_, std::memory_order_release);
   return any;
 }
 
@@ -290,6 +301,13 @@ void ShmConnection::produce(const RecvDone& done) {
   target.recv_taken.store(taken + 1, std::memory_order_release);
   target.produced.store(produced + 1, std::memory_order_release);
   target.pin.store(0, std::memory_order_release);
+  doorbell_owed_ = true;  // drain() rings once for the whole chain (a seq_cst fence per ring)
+}
+
+// One doorbell for every receive completion produced since the last: a chain of SENDs wakes the peer once.
+void ShmConnection::ring_if_owed() {
+  if (!doorbell_owed_) return;
+  doorbell_owed_ = false;
   peer_->ring();
 }
 

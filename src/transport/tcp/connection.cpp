@@ -231,6 +231,8 @@ void TcpConnection::on_tick(std::int64_t now_ns) {
     if (carries_request_payload(rx_.header.type) && rx_.header.length > 0) {
       rx_.phase = Receive::Phase::Discard;
       rx_.discard_left = rx_.header.length;
+      // The payload may already be in the read-ahead buffer, which raises no edge: have the engine read.
+      engine_.kick(engine_key_);
     } else {
       rx_.phase = Receive::Phase::Header;
       send_nak_locked(rx_.header, Status::RnrRetryExceeded);

@@ -127,6 +127,9 @@ class TcpConnection final : public Connection,
   void on_cumulative_ack_locked(std::uint64_t sequence);
   // ---- receive side, engine thread (receive.cpp)
   bool read_some();  // false when the socket has nothing more now (or we stop reading it)
+  bool read_socket();
+  void take_ahead();
+  std::size_t advance_payload(std::size_t got);
   bool mid_frame() const noexcept;
   // After a failure: lets go of the region a half-received WRITE pinned. Needs rx_mutex_.
   void abandon_receive_locked();
@@ -195,6 +198,13 @@ class TcpConnection final : public Connection,
   std::atomic<bool> rx_pending_{false};
   Receive rx_;
   std::vector<std::byte> discard_buffer_;
+  // Bytes read from the socket past what the current step needed: [begin, end) of `bytes`. Only an empty
+  // buffer reads the socket, so when a read finds the socket empty nothing is left here unnoticed by the
+  // edge-triggered engine; a reader that stops with bytes here (RNR, responder full) is resumed by a kick.
+  struct ReadAhead {
+    std::vector<std::byte> bytes;
+    std::size_t begin = 0, end = 0;
+  } ahead_;
 
   // Progress clocks: bytes received (or the start of waiting for them), bytes sent (or the start of
   // waiting for room). A peer that stops in the middle of a frame, or stops taking our bytes, fails the

@@ -16,6 +16,8 @@ namespace rdmakit::tcp {
 namespace {
 
 constexpr std::size_t kDiscardChunk = 64 * 1024;
+// Read-ahead: a frame header is read with up to this many bytes of what follows it.
+constexpr std::size_t kReadAhead = 16 * 1024;
 
 // Fills iov with the first `length` bytes of `sgl`; returns the number of entries.
 std::uint32_t sgl_to_iov(const SgList& sgl, std::uint64_t length, iovec* iov) {
@@ -80,10 +82,13 @@ bool TcpConnection::mid_frame() const noexcept {
          (rx_.phase == Receive::Phase::Header && rx_.header_bytes > 0);
 }
 
+// One step of the receive state machine. Bytes come from the read-ahead buffer while it holds any; only
+// an empty buffer reads the socket: a frame header with as much of what follows as fits in the buffer (so
+// an 8-byte WRITE or SEND is one system call, not two: strace), or a payload straight into its
+// destination with the buffer behind it for the next frame's header.
 bool TcpConnection::read_some() {
-  ssize_t n = 0;
-  switch (rx_.phase) {
-    case Receive::Phase::RnrWait: {
+  if (rx_.phase == Receive::Phase::RnrWait) {
+    {
       std::lock_guard lock(mutex_);
       if (recvs_.empty() || rc().failed()) return false;
       waiting_for_recv_.store(false);
@@ -91,18 +96,39 @@ bool TcpConnection::read_some() {
       update_interest_locked();
       rx_.phase = Receive::Phase::Header;
     }
-      on_request_header();  // now with a receive to consume
-      return true;
+    on_request_header();  // now with a receive to consume
+    return true;
+  }
+  // Too many of our responses wait for the peer to read them: take no new request until it does.
+  // (Whatever the buffer holds waits too: resume_responder_locked() has the engine read again.)
+  if (rx_.phase == Receive::Phase::Header && rx_.header_bytes == 0 &&
+      responder_full_.load(std::memory_order_relaxed))
+    return false;
+  if (ahead_.begin == ahead_.end) {
+    if (!read_socket()) return false;
+  } else {
+    take_ahead();
+  }
+  return !rc().failed() || rx_.phase != Receive::Phase::Header;
+}
+
+// The read-ahead buffer is empty: reads the socket. False when it has nothing now (or is gone).
+bool TcpConnection::read_socket() {
+  if (ahead_.bytes.empty()) ahead_.bytes.resize(kReadAhead);
+  ssize_t n = 0;
+  switch (rx_.phase) {
     case Receive::Phase::Header:
-      // Too many of our responses wait for the peer to read them: take no new request until it does.
-      if (rx_.header_bytes == 0 && responder_full_.load(std::memory_order_relaxed)) return false;
-      n = ::recv(socket_.get(), reinterpret_cast<char*>(&rx_.header) + rx_.header_bytes,
-                 sizeof(FrameHeader) - rx_.header_bytes, MSG_DONTWAIT);
+      n = ::recv(socket_.get(), ahead_.bytes.data(), ahead_.bytes.size(), MSG_DONTWAIT);
       break;
     case Receive::Phase::Payload: {
+      // The rest of the payload, then the buffer: the next frame's header comes in the same call.
+      std::array<iovec, kMaxSge + 1> iov;
+      std::uint32_t count = 0;
+      for (std::uint32_t i = rx_.iov_next; i < rx_.iov_count; ++i) iov[count++] = rx_.iov[i];
+      iov[count++] = iovec{ahead_.bytes.data(), ahead_.bytes.size()};
       msghdr message{};
-      message.msg_iov = &rx_.iov[rx_.iov_next];
-      message.msg_iovlen = rx_.iov_count - rx_.iov_next;
+      message.msg_iov = iov.data();
+      message.msg_iovlen = count;
       n = ::recvmsg(socket_.get(), &message, MSG_DONTWAIT);
       break;
     }
@@ -111,6 +137,8 @@ bool TcpConnection::read_some() {
       n = ::recv(socket_.get(), discard_buffer_.data(),
                  std::min<std::uint64_t>(rx_.discard_left, kDiscardChunk), MSG_DONTWAIT);
       break;
+    case Receive::Phase::RnrWait:
+      return false;
   }
   if (n == 0) {
     peer_gone("closed the connection");
@@ -126,23 +154,17 @@ bool TcpConnection::read_some() {
   auto got = static_cast<std::size_t>(n);
   switch (rx_.phase) {
     case Receive::Phase::Header:
-      rx_.header_bytes += got;
-      if (rx_.header_bytes == sizeof(FrameHeader)) {
-        rx_.header_bytes = 0;
-        dispatch_header();
-      }
+      ahead_.begin = 0;
+      ahead_.end = got;
+      take_ahead();
       break;
-    case Receive::Phase::Payload:
-      while (got > 0) {
-        iovec& part = rx_.iov[rx_.iov_next];
-        std::size_t take = std::min(got, part.iov_len);
-        part.iov_base = static_cast<char*>(part.iov_base) + take;
-        part.iov_len -= take;
-        got -= take;
-        if (part.iov_len == 0) ++rx_.iov_next;
-      }
+    case Receive::Phase::Payload: {
+      std::size_t payload = advance_payload(got);
+      ahead_.begin = 0;
+      ahead_.end = got - payload;  // what landed in the buffer behind the payload
       if (rx_.iov_next == rx_.iov_count) finish_payload();
       break;
+    }
     case Receive::Phase::Discard:
       rx_.discard_left -= got;
       if (rx_.discard_left == 0) finish_payload();
@@ -150,7 +172,64 @@ bool TcpConnection::read_some() {
     case Receive::Phase::RnrWait:
       break;
   }
-  return !rc().failed() || rx_.phase != Receive::Phase::Header;
+  return true;
+}
+
+// Moves the payload's iovecs past `got` bytes (at most what is left of it); returns how many it took.
+std::size_t TcpConnection::advance_payload(std::size_t got) {
+  std::size_t taken = 0;
+  while (got > 0 && rx_.iov_next < rx_.iov_count) {
+    iovec& part = rx_.iov[rx_.iov_next];
+    std::size_t take = std::min(got, part.iov_len);
+    part.iov_base = static_cast<char*>(part.iov_base) + take;
+    part.iov_len -= take;
+    got -= take;
+    taken += take;
+    if (part.iov_len == 0) ++rx_.iov_next;
+  }
+  return taken;
+}
+
+// One step from the read-ahead buffer: the header, the payload or the discarded bytes it holds.
+void TcpConnection::take_ahead() {
+  const std::byte* from = ahead_.bytes.data() + ahead_.begin;
+  std::size_t have = ahead_.end - ahead_.begin;
+  switch (rx_.phase) {
+    case Receive::Phase::Header: {
+      std::size_t take = std::min(have, sizeof(FrameHeader) - rx_.header_bytes);
+      std::memcpy(reinterpret_cast<std::byte*>(&rx_.header) + rx_.header_bytes, from, take);
+      ahead_.begin += take;
+      rx_.header_bytes += take;
+      if (rx_.header_bytes == sizeof(FrameHeader)) {
+        rx_.header_bytes = 0;
+        dispatch_header();
+      }
+      break;
+    }
+    case Receive::Phase::Payload: {
+      std::size_t done = 0;
+      while (done < have && rx_.iov_next < rx_.iov_count) {
+        iovec& part = rx_.iov[rx_.iov_next];
+        std::size_t take = std::min(have - done, part.iov_len);
+        std::memcpy(part.iov_base, from + done, take);
+        done += take;
+        advance_payload(take);
+      }
+      ahead_.begin += done;
+      if (rx_.iov_next == rx_.iov_count) finish_payload();
+      break;
+    }
+    case Receive::Phase::Discard: {
+      std::size_t take = static_cast<std::size_t>(std::min<std::uint64_t>(have, rx_.discard_left));
+      ahead_.begin += take;
+      rx_.discard_left -= take;
+      if (rx_.discard_left == 0) finish_payload();
+      break;
+    }
+    case Receive::Phase::RnrWait:
+      break;
+  }
+  if (ahead_.begin == ahead_.end) ahead_.begin = ahead_.end = 0;
 }
 
 void TcpConnection::dispatch_header() {
