@@ -17,7 +17,8 @@ packages=(
   rdma-core ibverbs-providers ibverbs-utils rdmacm-utils perftest qemu-system-x86 busybox-static cpio iproute2
   ucx-utils python3-matplotlib
   # per-operation profiles in bench/RESULTS.md: system calls per operation (strace -c) and instructions per
-  # operation (valgrind --tool=callgrind)
+  # operation (valgrind --tool=callgrind); valgrind's memcheck also runs the fd-exhaustion case that UBSan
+  # cannot check (tests/reliability/CMakeLists.txt)
   strace valgrind
   # collectives: the mpirun launch of the training example, and the Open MPI comparison
   openmpi-bin libopenmpi-dev
@@ -34,8 +35,6 @@ packages=(
   clang-16 libclang-rt-16-dev
   # the format check (scripts/format.sh --check, first stage of scripts/test.sh): one pinned formatter version
   clang-format-16
-  # memcheck of the fd-exhaustion case that UBSan cannot check (tests/reliability/CMakeLists.txt)
-  valgrind
   # the Python package (python/): pybind11 bindings for Debian's python3, its tests, `pip install .` into a
   # venv (setuptools + wheel drive CMake, no network), and numpy/torch, which the package and tests use
   pybind11-dev python3-dev python3-numpy python3-pytest python3-setuptools python3-wheel python3-pip
