@@ -70,14 +70,15 @@ TEST_P(Conformance, BlockingWaitSleepsUntilTheCompletionArrives) {
   auto out = region(*client_.context, 64, Access::LocalWrite);
   ASSERT_TRUE(inbox && out);
   auto recv_id = RDMAKIT_ASSERT_OK(server_.connection->post_recv(inbox->whole().value()));
+  // Nothing there yet: a short wait times out cleanly (before the sender may start: under load its sleep
+  // alone does not keep it behind this wait).
+  Completion batch[1];
+  auto empty = RDMAKIT_ASSERT_OK(server_.connection->recv_cq().wait(batch, 10ms, WaitMode::Block));
+  EXPECT_EQ(empty, 0u);
   std::thread sender([&] {
     std::this_thread::sleep_for(100ms);
     (void)client_.connection->send(out->whole().value());
   });
-  // Nothing there yet: a short wait times out cleanly.
-  Completion batch[1];
-  auto empty = RDMAKIT_ASSERT_OK(server_.connection->recv_cq().wait(batch, 10ms, WaitMode::Block));
-  EXPECT_EQ(empty, 0u);
   auto start = std::chrono::steady_clock::now();
   auto got = server_.connection->wait(recv_id, kWait);
   sender.join();
