@@ -192,7 +192,7 @@ void drop_if_unused(EngineCore& core, std::uintptr_t address) {
   auto it = core.memory.find(address);
   if (it == core.memory.end() || it->second.local || !it->second.published.empty()) return;
   (void)unlocked([&] { return core.engine->unregister_local(reinterpret_cast<void*>(address)); });
-  core.memory.erase(it);
+  core.memory.erase(address);  // by key: another Python thread may have changed the map meanwhile
 }
 
 void publish(PyXferEngine& self, const std::string& name, py::handle object) {
