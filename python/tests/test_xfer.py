@@ -2,9 +2,12 @@
 bytes are checked exactly, per-request outcomes, a dead owner, the broadcast, and every kind of bad input."""
 
 import pathlib
+import shutil
+import socket
 import subprocess
 import sys
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -228,3 +231,50 @@ def test_metadata_store_and_broadcast(server):
         with rdmakit.Context(transport="tcp") as ctx:
             xfer.broadcast_send(ctx, store, ctx.register(source), 1, size=size + 1)
     store.close()
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def redis_url(tmp_path):
+    """A real redis-server of this test on a loopback port of its own, stopped after."""
+    if shutil.which("redis-server") is None:
+        pytest.skip("redis-server is not installed (scripts/setup.sh installs it)")
+    port = free_port()
+    server = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                               "--appendonly", "no", "--dir", str(tmp_path)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while True:  # ready when it accepts a connection
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert server.poll() is None and time.monotonic() < deadline, "redis-server did not start"
+                time.sleep(0.02)
+        yield f"redis://127.0.0.1:{port}"
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def test_engine_over_a_real_redis(redis_url):
+    owner = xfer.Engine(xfer.open_metadata(redis_url, namespace="pytest"), transports=["tcp"])
+    peer = xfer.Engine(xfer.open_metadata(redis_url, namespace="pytest"), transports=["tcp"])
+    data = pattern(11, 1 << 16)
+    owner.publish("weights", data)
+    local = np.zeros_like(data)
+    peer.register_local(local)
+    segment = peer.open_segment("weights")
+    assert segment.owner == owner.name
+    peer.submit([(xfer.READ, local, segment, 0)]).wait(timeout=60)
+    np.testing.assert_array_equal(local, data)
+    with pytest.raises(rdmakit.NotFoundError):
+        peer.open_segment("absent")
+    peer.close()
+    owner.close()
