@@ -1,13 +1,11 @@
 """The transfer engine from Python: segments published by another process, batches of READs and WRITEs whose
 bytes are checked exactly, per-request outcomes, a dead owner, the broadcast, and every kind of bad input."""
 
+import os
 import pathlib
-import shutil
-import socket
 import subprocess
 import sys
 import threading
-import time
 
 import numpy as np
 import pytest
@@ -233,39 +231,27 @@ def test_metadata_store_and_broadcast(server):
     store.close()
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
-
-@pytest.fixture
-def redis_url(tmp_path):
-    """A real redis-server of this test on a loopback port of its own, stopped after."""
-    if shutil.which("redis-server") is None:
-        pytest.skip("redis-server is not installed (scripts/setup.sh installs it)")
-    port = free_port()
-    server = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-                               "--appendonly", "no", "--dir", str(tmp_path)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+@pytest.fixture(params=["redis", "etcd"])
+def server_url(request):
+    """A real redis-server or etcd on a loopback port of its own, started (and stopped after) by the C++ tests'
+    xfer_metadata_server, so both suites start servers the same way."""
+    build = os.environ.get("RDMAKIT_TEST_PYTEST_BUILD_DIR")
+    binary = pathlib.Path(build or ".") / "tests" / "xfer" / "metadata" / "xfer_metadata_server"
+    if not build or not binary.exists():
+        pytest.skip("xfer_metadata_server is not built (ctest sets RDMAKIT_TEST_PYTEST_BUILD_DIR)")
+    server = subprocess.Popen([str(binary), request.param], stdout=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + 30
-        while True:  # ready when it accepts a connection
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                assert server.poll() is None and time.monotonic() < deadline, "redis-server did not start"
-                time.sleep(0.02)
-        yield f"redis://127.0.0.1:{port}"
+        url = server.stdout.readline().strip()  # printed once the server answers
+        assert url.startswith(request.param + "://"), f"the {request.param} server did not start: {url!r}"
+        yield url
     finally:
         server.terminate()
-        server.wait(timeout=30)
+        server.wait(timeout=60)
 
-
-def test_engine_over_a_real_redis(redis_url):
-    owner = xfer.Engine(xfer.open_metadata(redis_url, namespace="pytest"), transports=["tcp"])
-    peer = xfer.Engine(xfer.open_metadata(redis_url, namespace="pytest"), transports=["tcp"])
+def test_engine_over_a_real_metadata_server(server_url):
+    owner = xfer.Engine(xfer.open_metadata(server_url, namespace="pytest"), transports=["tcp"])
+    peer = xfer.Engine(xfer.open_metadata(server_url, namespace="pytest"), transports=["tcp"])
     data = pattern(11, 1 << 16)
     owner.publish("weights", data)
     local = np.zeros_like(data)
