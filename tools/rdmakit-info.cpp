@@ -27,6 +27,7 @@ std::vector<std::pair<const char*, std::string>> capability_rows(const rdmakit::
       {"atomics_coherent_with_cpu", yes_no(c.atomics_coherent_with_cpu)},
       {"kernel_bypass", yes_no(c.kernel_bypass)},
       {"device_keys", yes_no(c.device_keys)},
+      {"same_host_only", yes_no(c.same_host_only)},
       {"max_message_size", std::to_string(c.max_message_size)},
       {"max_sge", std::to_string(c.max_sge)},
       {"max_inline", std::to_string(c.max_inline)},

@@ -36,6 +36,9 @@ struct Capabilities {
   bool misaligned_atomic_refused_at_post = false;
   // Addresses are names with this prefix (shm: "shm:"), not "host:port"; empty for IP transports.
   std::string address_prefix;
+  // Reaches only peers on this host (same boot, same IPC and mount namespaces: shm). Layers that pick a
+  // transport per peer (collectives, the transfer engine) prefer such a transport for same-host peers.
+  bool same_host_only = false;
   // Threads per context the transport runs to make progress (tcp: the engine; shm: the progress thread).
   std::uint32_t progress_threads = 0;
 };

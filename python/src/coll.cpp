@@ -3,6 +3,9 @@
 // (and waits in its destructor if it never was, so no collective writes into freed memory).
 #include <pybind11/stl.h>
 
+#include <string>
+#include <tuple>
+
 #include "array.hpp"
 #include "common.hpp"
 #include "rdmakit/coll/communicator.hpp"
@@ -73,16 +76,24 @@ struct PyWork {
   }
 };
 
+// How a collective sizes recv against send (n = world size), and which element count it passes.
+enum class Sizing {
+  Same,      // recv as send; the count: send's elements
+  Gather,    // recv = n x send; the count: send's elements
+  Scatter,   // send = n x recv; the count: recv's elements
+  AllToAll,  // recv as send, a multiple of n; the count: send's elements / n
+};
+
 // Send and receive sides of one call; recv None means in place.
 struct Operands {
   ArrayRef send;
   ArrayRef recv;
   py::object result;
   DataType type;
+  std::size_t count = 0;
 };
 
-Operands operands(py::handle send, py::handle recv, std::size_t recv_factor_num,
-                  std::size_t recv_factor_den) {
+Operands operands(py::handle send, py::handle recv, Sizing sizing, std::size_t n) {
   Operands o;
   const bool in_place = recv.is_none() || recv.is(send);
   o.send = array_ref(send, in_place);
@@ -90,10 +101,16 @@ Operands operands(py::handle send, py::handle recv, std::size_t recv_factor_num,
   o.result = py::reinterpret_borrow<py::object>(in_place ? send : recv);
   if (o.send.dtype != o.recv.dtype)
     raise(Errc::InvalidArgument, "send is " + o.send.dtype + " but recv is " + o.recv.dtype);
-  if (!in_place && o.recv.count * recv_factor_den != o.send.count * recv_factor_num)
+  const std::size_t num = sizing == Sizing::Gather ? n : 1, den = sizing == Sizing::Scatter ? n : 1;
+  if (!in_place && o.recv.count * den != o.send.count * num)
     raise(Errc::InvalidArgument, "recv has " + std::to_string(o.recv.count) + " elements; expected " +
-                                     std::to_string(o.send.count * recv_factor_num / recv_factor_den));
+                                     std::to_string(o.send.count * num / den));
+  if (sizing == Sizing::AllToAll && o.send.count % n != 0)
+    raise(Errc::InvalidArgument, "send's elements are not a multiple of the world size");
   o.type = data_type(o.send.dtype);
+  o.count = sizing == Sizing::Scatter    ? o.recv.count
+            : sizing == Sizing::AllToAll ? o.send.count / n
+                                         : o.send.count;
   return o;
 }
 
@@ -120,145 +137,84 @@ std::unique_ptr<PyWork> run_async(py::object self, Operands o, Call call) {
   return work;
 }
 
-// Defines name and name_async from one lambda taking (comm, operands, extra...) and a blocking flag.
-void bind_methods(py::class_<PyCommunicator>& cls) {
-  const auto size = [](py::handle self) {
-    return static_cast<std::size_t>(self.cast<PyCommunicator&>().get().size());
+// One collective: its blocking and async members (the same parameters after send, recv, count and type)
+// and how it sizes its arrays.
+template <typename... Extra>
+struct Collective {
+  Result<void> (Communicator::*blocking)(const void*, void*, std::size_t, DataType, Extra...);
+  coll::Work (Communicator::*async)(const void*, void*, std::size_t, DataType, Extra...);
+  Sizing sizing;
+};
+
+// Defines `name` and `name_async`. PyExtra are the Python parameters after (send, recv), in Python's order;
+// `convert` turns them into the C++ members' Extra parameters (a std::tuple, in C++'s order). `args`: the
+// pybind11 names and defaults of recv and the PyExtra.
+template <typename... PyExtra, typename... Extra, typename Convert, typename... Args>
+void def_collective(py::class_<PyCommunicator>& cls, const std::string& name, Collective<Extra...> c,
+                    Convert convert, const char* doc, Args... args) {
+  const auto prepare = [c](py::object self, py::object send, py::object recv) {
+    const auto n = static_cast<std::size_t>(self.cast<PyCommunicator&>().get().size());
+    return operands(send, recv, c.sizing, n);
   };
+  cls.def(
+      name.c_str(),
+      [c, convert, prepare](py::object self, py::object send, py::object recv, PyExtra... extra) {
+        auto o = prepare(self, send, recv);
+        auto& comm = self.cast<PyCommunicator&>().get();
+        return run_blocking(o, [&, cpp = convert(extra...)] {
+          return std::apply(
+              [&](auto... e) { return (comm.*c.blocking)(o.send.data, o.recv.data, o.count, o.type, e...); },
+              cpp);
+        });
+      },
+      py::arg("send"), args..., doc);
+  const auto async_doc = name + ", returning a Work.";
+  cls.def((name + "_async").c_str(),
+          [c, convert, prepare](py::object self, py::object send, py::object recv, PyExtra... extra) {
+            auto o = prepare(self, send, recv);
+            auto& comm = self.cast<PyCommunicator&>().get();
+            const auto cpp = convert(extra...);
+            return run_async(self, std::move(o), [&] {
+              return std::apply(
+                  [&](auto... e) { return (comm.*c.async)(o.send.data, o.recv.data, o.count, o.type, e...); },
+                  cpp);
+            });
+          },
+          py::arg("send"), args..., async_doc.c_str());
+}
 
-  cls.def(
-      "allreduce",
-      [](PyCommunicator& c, py::object send, py::object recv, py::object op) {
-        auto o = operands(send, recv, 1, 1);
-        return run_blocking(o, [&] {
-          return c.get().allreduce(o.send.data, o.recv.data, o.send.count, o.type, reduce_op(op));
-        });
-      },
-      py::arg("send"), py::arg("recv") = py::none(), py::arg("op") = "sum",
-      "recv = op over every rank's send (in place when recv is None); returns recv.");
-  cls.def(
-      "allreduce_async",
-      [](py::object self, py::object send, py::object recv, py::object op) {
-        auto o = operands(send, recv, 1, 1);
-        const auto rop = reduce_op(op);
-        auto& comm = self.cast<PyCommunicator&>().get();
-        return run_async(self, std::move(o), [&] {
-          return comm.allreduce_async(o.send.data, o.recv.data, o.send.count, o.type, rop);
-        });
-      },
-      py::arg("send"), py::arg("recv") = py::none(), py::arg("op") = "sum", "allreduce, returning a Work.");
+const auto kNoExtra = [] { return std::tuple<>(); };
+const auto kOp = [](py::object op) { return std::tuple(reduce_op(op)); };
 
-  cls.def(
-      "reduce",
-      [](PyCommunicator& c, py::object send, py::object recv, int root, py::object op) {
-        auto o = operands(send, recv, 1, 1);
-        return run_blocking(o, [&] {
-          return c.get().reduce(o.send.data, o.recv.data, o.send.count, o.type, reduce_op(op), root);
-        });
-      },
-      py::arg("send"), py::arg("recv") = py::none(), py::arg("root") = 0, py::arg("op") = "sum",
-      "recv (at root only) = op over every rank's send.");
-  cls.def(
-      "reduce_async",
-      [](py::object self, py::object send, py::object recv, int root, py::object op) {
-        auto o = operands(send, recv, 1, 1);
-        const auto rop = reduce_op(op);
-        auto& comm = self.cast<PyCommunicator&>().get();
-        return run_async(self, std::move(o), [&] {
-          return comm.reduce_async(o.send.data, o.recv.data, o.send.count, o.type, rop, root);
-        });
-      },
-      py::arg("send"), py::arg("recv") = py::none(), py::arg("root") = 0, py::arg("op") = "sum",
-      "reduce, returning a Work.");
-
-  cls.def(
-      "broadcast",
-      [](PyCommunicator& c, py::object send, py::object recv, int root) {
-        auto o = operands(send, recv, 1, 1);
-        return run_blocking(
-            o, [&] { return c.get().broadcast(o.send.data, o.recv.data, o.send.count, o.type, root); });
-      },
-      py::arg("send"), py::arg("recv") = py::none(), py::arg("root") = 0,
-      "recv = root's send on every rank (in place when recv is None).");
-  cls.def(
-      "broadcast_async",
-      [](py::object self, py::object send, py::object recv, int root) {
-        auto o = operands(send, recv, 1, 1);
-        auto& comm = self.cast<PyCommunicator&>().get();
-        return run_async(self, std::move(o), [&] {
-          return comm.broadcast_async(o.send.data, o.recv.data, o.send.count, o.type, root);
-        });
-      },
-      py::arg("send"), py::arg("recv") = py::none(), py::arg("root") = 0, "broadcast, returning a Work.");
-
-  cls.def(
-      "allgather",
-      [size](py::object self, py::object send, py::object recv) {
-        auto o = operands(send, recv, size(self), 1);
-        auto& comm = self.cast<PyCommunicator&>().get();
-        return run_blocking(o,
-                            [&] { return comm.allgather(o.send.data, o.recv.data, o.send.count, o.type); });
-      },
-      py::arg("send"), py::arg("recv"), "recv[r*n:(r+1)*n] = rank r's send (n = send's elements).");
-  cls.def(
-      "allgather_async",
-      [size](py::object self, py::object send, py::object recv) {
-        auto o = operands(send, recv, size(self), 1);
-        auto& comm = self.cast<PyCommunicator&>().get();
-        return run_async(self, std::move(o), [&] {
-          return comm.allgather_async(o.send.data, o.recv.data, o.send.count, o.type);
-        });
-      },
-      py::arg("send"), py::arg("recv"), "allgather, returning a Work.");
-
-  cls.def(
-      "reduce_scatter",
-      [size](py::object self, py::object send, py::object recv, py::object op) {
-        auto o = operands(send, recv, 1, size(self));
-        auto& comm = self.cast<PyCommunicator&>().get();
-        const auto rop = reduce_op(op);
-        return run_blocking(
-            o, [&] { return comm.reduce_scatter(o.send.data, o.recv.data, o.recv.count, o.type, rop); });
-      },
-      py::arg("send"), py::arg("recv"), py::arg("op") = "sum",
-      "recv (n elements) = op over every rank's send[rank*n:(rank+1)*n].");
-  cls.def(
-      "reduce_scatter_async",
-      [size](py::object self, py::object send, py::object recv, py::object op) {
-        auto o = operands(send, recv, 1, size(self));
-        auto& comm = self.cast<PyCommunicator&>().get();
-        const auto rop = reduce_op(op);
-        return run_async(self, std::move(o), [&] {
-          return comm.reduce_scatter_async(o.send.data, o.recv.data, o.recv.count, o.type, rop);
-        });
-      },
-      py::arg("send"), py::arg("recv"), py::arg("op") = "sum", "reduce_scatter, returning a Work.");
-
-  cls.def(
-      "all_to_all",
-      [size](py::object self, py::object send, py::object recv) {
-        auto o = operands(send, recv, 1, 1);
-        const auto n = size(self);
-        if (o.send.count % n != 0)
-          raise(Errc::InvalidArgument, "send's elements are not a multiple of the world size");
-        auto& comm = self.cast<PyCommunicator&>().get();
-        return run_blocking(
-            o, [&] { return comm.all_to_all(o.send.data, o.recv.data, o.send.count / n, o.type); });
-      },
-      py::arg("send"), py::arg("recv"), "recv[r*n:(r+1)*n] = rank r's send[me*n:(me+1)*n].");
-  cls.def(
-      "all_to_all_async",
-      [size](py::object self, py::object send, py::object recv) {
-        auto o = operands(send, recv, 1, 1);
-        const auto n = size(self);
-        if (o.send.count % n != 0)
-          raise(Errc::InvalidArgument, "send's elements are not a multiple of the world size");
-        auto& comm = self.cast<PyCommunicator&>().get();
-        return run_async(self, std::move(o), [&] {
-          return comm.all_to_all_async(o.send.data, o.recv.data, o.send.count / n, o.type);
-        });
-      },
-      py::arg("send"), py::arg("recv"), "all_to_all, returning a Work.");
+void bind_methods(py::class_<PyCommunicator>& cls) {
+  def_collective<py::object>(
+      cls, "allreduce",
+      Collective<ReduceOp>{&Communicator::allreduce, &Communicator::allreduce_async, Sizing::Same}, kOp,
+      "recv = op over every rank's send (in place when recv is None); returns recv.",
+      py::arg("recv") = py::none(), py::arg("op") = "sum");
+  def_collective<int, py::object>(
+      cls, "reduce",
+      Collective<ReduceOp, int>{&Communicator::reduce, &Communicator::reduce_async, Sizing::Same},
+      [](int root, py::object op) { return std::tuple(reduce_op(op), root); },
+      "recv (at root only) = op over every rank's send.", py::arg("recv") = py::none(), py::arg("root") = 0,
+      py::arg("op") = "sum");
+  def_collective<int>(
+      cls, "broadcast",
+      Collective<int>{&Communicator::broadcast, &Communicator::broadcast_async, Sizing::Same},
+      [](int root) { return std::tuple(root); },
+      "recv = root's send on every rank (in place when recv is None).", py::arg("recv") = py::none(),
+      py::arg("root") = 0);
+  def_collective<>(cls, "allgather",
+                   Collective<>{&Communicator::allgather, &Communicator::allgather_async, Sizing::Gather},
+                   kNoExtra, "recv[r*n:(r+1)*n] = rank r's send (n = send's elements).", py::arg("recv"));
+  def_collective<py::object>(cls, "reduce_scatter",
+                             Collective<ReduceOp>{&Communicator::reduce_scatter,
+                                                  &Communicator::reduce_scatter_async, Sizing::Scatter},
+                             kOp, "recv (n elements) = op over every rank's send[rank*n:(rank+1)*n].",
+                             py::arg("recv"), py::arg("op") = "sum");
+  def_collective<>(cls, "all_to_all",
+                   Collective<>{&Communicator::all_to_all, &Communicator::all_to_all_async, Sizing::AllToAll},
+                   kNoExtra, "recv[r*n:(r+1)*n] = rank r's send[me*n:(me+1)*n].", py::arg("recv"));
 
   cls.def(
       "barrier",

@@ -28,6 +28,10 @@ T unwrap(Result<T> result) {
   if constexpr (!std::is_void_v<T>) return std::move(*result);
 }
 
+// The rdmakit.errors exception for `error`, made but not raised (per-request outcomes of a batch). Needs
+// the GIL.
+py::object exception_for(const Error& error);
+
 // A timeout given in seconds (float). None: `fallback` (the bindings use a long one and wait in slices,
 // so Ctrl-C still interrupts). Negative or NaN values are refused.
 std::chrono::nanoseconds to_timeout(const std::optional<double>& seconds, std::chrono::nanoseconds fallback);
@@ -57,5 +61,7 @@ void bind_core(py::module_& m);
 void bind_connection(py::module_& m);
 void bind_coll(py::module_& m);
 void bind_ckpt(py::module_& m);
+void bind_xfer_metadata(py::module_& m);
+void bind_xfer_engine(py::module_& m);
 
 }  // namespace rdmakit::python

@@ -1,6 +1,9 @@
 // Bindings of the core: enums, descriptors, Context, Region, Slice, CompletionQueue, Listener.
 #include <pybind11/stl.h>
 
+#include <cctype>
+#include <map>
+#include <set>
 #include <string>
 
 #include "objects.hpp"
@@ -15,65 +18,83 @@ using namespace std::chrono;
 constexpr nanoseconds kForever = hours(24 * 365);
 
 template <typename T>
-void take(const py::kwargs& kwargs, const char* name, std::optional<T>& field) {
-  if (kwargs.contains(name)) field = kwargs[name].cast<T>();
-}
-template <typename Duration>
-void take_duration(const py::kwargs& kwargs, const char* name, std::optional<Duration>& field) {
-  if (kwargs.contains(name)) field = Duration(kwargs[name].cast<std::int64_t>());
+struct IsDuration : std::false_type {};
+template <typename Rep, typename Period>
+struct IsDuration<std::chrono::duration<Rep, Period>> : std::true_type {};
+
+// Sets one field of Options from a Python value; durations are given as integers in the option's unit
+// (timeout_ms=..., spin_us=...).
+template <auto Member>
+void set_option(Options& options, py::handle value) {
+  using T = typename std::remove_reference_t<decltype(options.*Member)>::value_type;
+  if constexpr (IsDuration<T>::value)
+    options.*Member = T(value.cast<std::int64_t>());
+  else
+    options.*Member = value.cast<T>();
 }
 
-// Context(transport=..., timeout_ms=..., ...): the names of rdmakit::Options (describe_options()).
+using OptionSetter = void (*)(Options&, py::handle);
+
+// The Options field behind each core option name (describe_options() is the list of names).
+const std::map<std::string, OptionSetter, std::less<>>& option_setters() {
+  static const std::map<std::string, OptionSetter, std::less<>> setters = {
+      {"transport", &set_option<&Options::transport>},
+      {"name", &set_option<&Options::name>},
+      {"listen_address", &set_option<&Options::listen_address>},
+      {"device", &set_option<&Options::device>},
+      {"port", &set_option<&Options::port>},
+      {"gid_index", &set_option<&Options::gid_index>},
+      {"mtu", &set_option<&Options::mtu>},
+      {"timeout_ms", &set_option<&Options::timeout>},
+      {"rnr_timeout_ms", &set_option<&Options::rnr_timeout>},
+      {"connect_timeout_ms", &set_option<&Options::connect_timeout>},
+      {"handshake_timeout_ms", &set_option<&Options::handshake_timeout>},
+      {"wait_mode", &set_option<&Options::wait_mode>},
+      {"spin_us", &set_option<&Options::spin>},
+      {"cq_depth", &set_option<&Options::cq_depth>},
+      {"send_queue_depth", &set_option<&Options::send_queue_depth>},
+      {"recv_queue_depth", &set_option<&Options::recv_queue_depth>},
+      {"max_sge", &set_option<&Options::max_sge>},
+      {"inline_size", &set_option<&Options::inline_size>},
+      {"registration_cache", &set_option<&Options::registration_cache>},
+      {"log_level", &set_option<&Options::log_level>},
+      {"shm_allowed_uids", &set_option<&Options::shm_allowed_uids>},
+  };
+  return setters;
+}
+
+std::string upper(std::string text) {
+  for (auto& c : text) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return text;
+}
+
+bool is_core_option(std::string_view name) {
+  static const auto names = [] {
+    std::set<std::string, std::less<>> out;
+    for (const auto& info : describe_options(Config{})) out.insert(info.name);
+    return out;
+  }();
+  return names.contains(name);
+}
+
+// Context(transport=..., timeout_ms=..., ...): the names describe_options() lists, checked against it.
 Options options_from(const py::kwargs& kwargs) {
-  static const char* const kKnown[] = {"transport",
-                                       "name",
-                                       "listen_address",
-                                       "device",
-                                       "port",
-                                       "gid_index",
-                                       "mtu",
-                                       "timeout_ms",
-                                       "rnr_timeout_ms",
-                                       "connect_timeout_ms",
-                                       "handshake_timeout_ms",
-                                       "wait_mode",
-                                       "spin_us",
-                                       "cq_depth",
-                                       "send_queue_depth",
-                                       "recv_queue_depth",
-                                       "max_sge",
-                                       "inline_size",
-                                       "registration_cache",
-                                       "log_level",
-                                       "shm_allowed_uids"};
-  for (auto item : kwargs) {
-    const auto key = item.first.cast<std::string>();
-    if (std::find_if(std::begin(kKnown), std::end(kKnown), [&](const char* k) { return key == k; }) ==
-        std::end(kKnown))
-      raise(Errc::InvalidArgument, "unknown Context option '" + key + "' (see rdmakit.describe_options())");
-  }
   Options options;
-  take(kwargs, "transport", options.transport);
-  take(kwargs, "name", options.name);
-  take(kwargs, "listen_address", options.listen_address);
-  take(kwargs, "device", options.device);
-  take(kwargs, "port", options.port);
-  take(kwargs, "gid_index", options.gid_index);
-  take(kwargs, "mtu", options.mtu);
-  take_duration(kwargs, "timeout_ms", options.timeout);
-  take_duration(kwargs, "rnr_timeout_ms", options.rnr_timeout);
-  take_duration(kwargs, "connect_timeout_ms", options.connect_timeout);
-  take_duration(kwargs, "handshake_timeout_ms", options.handshake_timeout);
-  take(kwargs, "wait_mode", options.wait_mode);
-  take_duration(kwargs, "spin_us", options.spin);
-  take(kwargs, "cq_depth", options.cq_depth);
-  take(kwargs, "send_queue_depth", options.send_queue_depth);
-  take(kwargs, "recv_queue_depth", options.recv_queue_depth);
-  take(kwargs, "max_sge", options.max_sge);
-  take(kwargs, "inline_size", options.inline_size);
-  take(kwargs, "registration_cache", options.registration_cache);
-  take(kwargs, "log_level", options.log_level);
-  take(kwargs, "shm_allowed_uids", options.shm_allowed_uids);
+  for (auto [key, value] : kwargs) {
+    const auto name = key.cast<std::string>();
+    if (!is_core_option(name))
+      raise(Errc::InvalidArgument, "unknown Context option '" + name + "' (see rdmakit.describe_options())");
+    const auto setter = option_setters().find(name);
+    if (setter == option_setters().end())
+      raise(Errc::NotSupported,
+            "Context option '" + name + "' cannot be set from Python yet (use RDMAKIT_" + upper(name) + ")");
+    try {
+      setter->second(options, value);
+    } catch (const py::cast_error&) {
+      raise(Errc::InvalidArgument,
+            "Context option '" + name + "': " + py::repr(value).cast<std::string>() + " has the wrong type");
+    }
+  }
   return options;
 }
 
@@ -383,6 +404,7 @@ void bind_context(py::module_& m) {
             d["one_sided_without_target_cpu"] = caps.one_sided_without_target_cpu;
             d["atomics_coherent_with_cpu"] = caps.atomics_coherent_with_cpu;
             d["kernel_bypass"] = caps.kernel_bypass, d["device_keys"] = caps.device_keys;
+            d["same_host_only"] = caps.same_host_only;
             d["max_message_size"] = caps.max_message_size, d["max_sge"] = caps.max_sge;
             d["max_inline"] = caps.max_inline;
             return d;

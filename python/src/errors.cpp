@@ -40,14 +40,17 @@ const char* class_for(const Error& error) {
 }
 
 void set_python_error(const Error& error) {
-  auto errors = py::module_::import("rdmakit.errors");
-  auto cls = errors.attr(class_for(error));
-  auto exception = cls(error.describe(), py::arg("errc") = error.code(), py::arg("status") = error.status(),
-                       py::arg("errno") = error.sys_errno());
-  PyErr_SetObject(cls.ptr(), exception.ptr());
+  auto exception = exception_for(error);
+  PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(exception.ptr())), exception.ptr());
 }
 
 }  // namespace
+
+py::object exception_for(const Error& error) {
+  auto cls = py::module_::import("rdmakit.errors").attr(class_for(error));
+  return cls(error.describe(), py::arg("errc") = error.code(), py::arg("status") = error.status(),
+             py::arg("errno") = error.sys_errno());
+}
 
 std::chrono::nanoseconds to_timeout(const std::optional<double>& seconds, std::chrono::nanoseconds fallback) {
   if (!seconds) return fallback;

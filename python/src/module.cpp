@@ -9,4 +9,6 @@ PYBIND11_MODULE(_rdmakit, m) {
   rdmakit::python::bind_connection(m);
   rdmakit::python::bind_coll(m);
   rdmakit::python::bind_ckpt(m);
+  rdmakit::python::bind_xfer_metadata(m);
+  rdmakit::python::bind_xfer_engine(m);
 }

@@ -19,6 +19,15 @@ def test_ipc_numpy_example(transport):
     assert "OK: the bytes landed in the receiver's own array" in result.stdout
 
 
+def test_xfer_kvcache_example():
+    result = subprocess.run([sys.executable, str(EXAMPLES / "xfer_kvcache.py"), "--transport", "tcp", "--blocks", "8",
+                             "--table", "6", "--block-kib", "256", "--local", "numpy"],
+                            capture_output=True, text=True, timeout=120, env=dict(os.environ))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "6 blocks of 256 KiB into a numpy array over tcp" in result.stdout
+    assert "OK: every block checked on arrival, and the write back landed" in result.stdout
+
+
 def test_ckpt_resume_example_survives_kill(tmp_path):
     script = str(EXAMPLES / "ckpt_resume.py")
     common = ["--steps", "60", "--every", "7", "--features", "512", "--print-hash"]

@@ -67,6 +67,15 @@ def test_describe_options_lists_every_option():
     assert {"transport", "timeout_ms"} <= names
 
 
+def test_every_described_option_is_a_context_keyword():
+    # Each name reaches its setter (a wrong type names the option) rather than "unknown option".
+    for name in (option["name"] for option in rdmakit.describe_options()):
+        with pytest.raises(rdmakit.InvalidArgumentError, match=f"Context option '{name}': .* has the wrong type"):
+            rdmakit.Context(**{name: object()})
+    with pytest.raises(rdmakit.InvalidArgumentError, match="unknown Context option 'timeout'"):
+        rdmakit.Context(timeout=5)
+
+
 def test_every_public_name_has_a_docstring():
     missing = []
     for name in rdmakit.__all__:

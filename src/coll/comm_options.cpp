@@ -13,6 +13,7 @@
 #include "core/log.hpp"
 #include "core/net.hpp"
 #include "rdmakit/context.hpp"
+#include "rdmakit/transports.hpp"
 
 namespace rdmakit::coll {
 // Found by the option table through argument-dependent lookup.
@@ -37,7 +38,7 @@ namespace {
 // What the coll table itself resolves: the RDMAKIT_COLL_* options. The transport, listen address, job
 // secret and bootstrap timeout are the core's and the bootstrap's options, resolved by their tables.
 struct CollConfig {
-  std::optional<std::string> local_transport;  // unset: shm when built, else the network transport
+  std::optional<std::string> local_transport;  // unset: a same-host transport (shm), else the network one
   std::chrono::milliseconds timeout{};
   std::chrono::microseconds spin{};
   std::size_t chunk_bytes = 0;
@@ -54,8 +55,8 @@ using O = CommOptions;
 std::vector<options::Spec<C, O>> specs() {
   return {
       option("coll_local_transport", nullptr,
-             "collectives: transport between ranks of one host; unset = shm "
-             "(the network transport when shm is not built)",
+             "collectives: transport between ranks of one host; unset = the first built transport "
+             "that reaches only this host (shm), else the network transport",
              "a transport name", &C::local_transport, &O::local_transport),
       option("coll_timeout_ms", "60000", "collectives: one collective fails after this", "milliseconds",
              &C::timeout, &O::timeout),
@@ -102,12 +103,18 @@ const options::OptionTable<C, O>& table() {
   return table;
 }
 
-// shm is the default for same-host peers; a build without it falls back to the network transport.
+// Same-host peers use the first built transport that reaches only this host (Capabilities::same_host_only)
+// and opens here; without one they use the network transport. No transport is named here, so a new
+// same-host transport needs no change.
 std::string default_local_transport(const std::string& network) {
-  auto probe = Context::open(Options{.transport = "shm"});
-  if (probe) return "shm";
-  log::info("coll",
-            "shm transport unavailable (" + probe.error().message() + "); same-host peers use " + network);
+  std::string why;
+  for (const auto& info : built_transports()) {
+    if (info.wraps_inner || info.name == network) continue;
+    auto probe = Context::open(Options{.transport = info.name});
+    if (probe && (*probe)->capabilities().same_host_only) return info.name;
+    if (!probe) why += "; " + info.name + ": " + probe.error().message();
+  }
+  log::info("coll", "no same-host transport opens here" + why + "; same-host peers use " + network);
   return network;
 }
 

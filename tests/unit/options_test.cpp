@@ -10,7 +10,9 @@
 
 #include "coll/comm_options.hpp"
 #include "core/option_table.hpp"
+#include "rdmakit/context.hpp"
 #include "rdmakit/options.hpp"
+#include "rdmakit/transports.hpp"
 
 namespace rdmakit {
 namespace {
@@ -328,6 +330,29 @@ TEST_F(OptionsTest, CommOptionsSetInCodeBeatTheEnvironment) {
   EXPECT_EQ(from_code->spin, std::chrono::microseconds(0));
   EXPECT_EQ(from_code->slots, 2u);
   EXPECT_EQ(from_code->algorithm, coll::Algorithm::Auto);
+}
+
+// Unset, coll_local_transport is the first built transport that reaches only this host and opens here
+// (shm when built), found by its capabilities rather than its name; without one, the network transport.
+TEST_F(OptionsTest, CommDefaultLocalTransportIsTheSameHostOne) {
+  auto resolved = coll::detail::resolve_options({.network_transport = "tcp"});
+  ASSERT_TRUE(resolved.has_value()) << resolved.error().describe();
+  std::string expected = "tcp";
+  for (const auto& info : built_transports()) {
+    auto context =
+        info.wraps_inner ? nullptr : Context::open(Options{.transport = info.name}).value_or(nullptr);
+    if (context && context->capabilities().same_host_only) {
+      expected = info.name;
+      break;
+    }
+  }
+  EXPECT_EQ(resolved->local_transport, expected);
+  auto local = Context::open(Options{.transport = resolved->local_transport});
+  ASSERT_TRUE(local.has_value()) << local.error().describe();
+  EXPECT_EQ((*local)->capabilities().same_host_only, expected != "tcp");
+  auto tcp = Context::open(Options{.transport = "tcp"});
+  ASSERT_TRUE(tcp.has_value()) << tcp.error().describe();
+  EXPECT_FALSE((*tcp)->capabilities().same_host_only);  // reaches other hosts
 }
 
 }  // namespace

@@ -123,6 +123,7 @@ Capabilities ShmContext::capabilities() const {
       .max_inline = 0,
       .misaligned_atomic_refused_at_post = false,  // completes RemoteInvalidRequest
       .address_prefix = "shm:",
+      .same_host_only = true,
       .progress_threads = 1};
 }
 

@@ -1,0 +1,442 @@
+// Bindings of the transfer engine (rdmakit::xfer::Engine): segments, local memory and batches.
+//
+// Who keeps whom alive: every Python object of an engine (the engine, its segments, batches and the arrays
+// over allocated segments) holds the EngineCore. The core holds the engine, the metadata store it uses, the
+// Python buffers it was given (registered or published) and the buffers of batches still in flight. It
+// stops the engine first (its threads end, requests still in flight fail) and only then gives the buffers
+// back, so no memory a transport or a peer may still touch returns to Python early. close() unpublishes
+// this engine's names and drops the handle.
+#include <pybind11/numpy.h>
+#include <pybind11/stl.h>
+
+#include <map>
+#include <set>
+#include <string>
+
+#include "buffer.hpp"
+#include "rdmakit/xfer/engine.hpp"
+#include "xfer.hpp"
+
+namespace rdmakit::python {
+namespace {
+
+using namespace std::chrono;
+
+constexpr nanoseconds kForever = hours(24 * 365);
+
+// Python memory the engine was given: registered for requests, published under names, or both.
+struct HeldMemory {
+  std::shared_ptr<HeldBuffer> buffer;
+  bool local = false;
+  std::set<std::string> published;
+};
+
+// A submitted batch and the buffers its requests read or write.
+struct InFlight {
+  std::shared_ptr<xfer::Batch> batch;
+  std::vector<std::shared_ptr<HeldBuffer>> buffers;
+};
+
+struct EngineCore {
+  std::shared_ptr<xfer::MetadataStore> metadata;
+  std::map<std::uintptr_t, HeldMemory> memory;  // by address
+  std::vector<InFlight> inflight;
+  std::set<std::string> allocated;  // names of allocate_segment()
+  std::unique_ptr<xfer::Engine> engine;
+
+  EngineCore() = default;
+  EngineCore(const EngineCore&) = delete;
+  EngineCore& operator=(const EngineCore&) = delete;
+  ~EngineCore() {
+    without_gil([&] { engine.reset(); });
+    inflight.clear();  // GIL held: the buffers go back to Python
+    memory.clear();
+    without_gil([&] { metadata.reset(); });
+  }
+  // Lets go of the buffers of batches that finished.
+  void prune() {
+    std::erase_if(inflight, [](const InFlight& f) { return f.batch->done(); });
+  }
+};
+
+using Core = std::shared_ptr<EngineCore>;
+
+class PyXferEngine {
+ public:
+  explicit PyXferEngine(Core core) : core_(std::move(core)) {}
+  const Core& get() const {
+    if (!core_) raise(Errc::InvalidArgument, "the xfer engine is closed");
+    return core_;
+  }
+  xfer::Engine& engine() const { return *get()->engine; }
+  bool closed() const noexcept { return !core_; }
+  // Unpublishes what this engine published (peers see the names go), then drops the handle.
+  void close();
+
+ private:
+  Core core_;
+};
+
+struct PySegment {
+  Core core;
+  std::uint32_t handle = 0;
+  std::string name;
+
+  xfer::SegmentInfo info() const { return unwrap(core->engine->segment_info(xfer::SegmentHandle{handle})); }
+};
+
+// The bytes of an allocated segment; the numpy array allocate_segment() returns keeps it (and the engine).
+struct SegmentMemory {
+  Core core;
+  std::span<std::byte> bytes;
+};
+
+struct PyBatch {
+  Core core;
+  std::shared_ptr<xfer::Batch> batch;
+};
+
+void PyXferEngine::close() {
+  if (!core_) return;
+  std::vector<std::string> names(core_->allocated.begin(), core_->allocated.end());
+  for (const auto& [address, held] : core_->memory)
+    names.insert(names.end(), held.published.begin(), held.published.end());
+  {
+    py::gil_scoped_release unlocked;
+    for (const auto& name : names) (void)core_->engine->unpublish(name);
+  }
+  core_->allocated.clear();
+  for (auto& [address, held] : core_->memory) held.published.clear();
+  core_.reset();
+}
+
+std::uintptr_t address_of(const HeldBuffer& buffer) {
+  return reinterpret_cast<std::uintptr_t>(buffer.data());
+}
+
+template <typename Call>
+auto unlocked(Call call) {
+  py::gil_scoped_release released;
+  return call();
+}
+
+milliseconds positive_ms(double seconds, const char* what) {
+  if (!(seconds > 0) || seconds > 1e9)
+    raise(Errc::InvalidArgument, std::string(what) + " must be a positive number of seconds");
+  return std::max(milliseconds(1), duration_cast<milliseconds>(duration<double>(seconds)));
+}
+
+std::string type_name(py::handle value) {
+  return py::str(py::type::handle_of(value).attr("__name__")).cast<std::string>();
+}
+
+xfer::EngineOptions engine_options(const py::kwargs& kwargs) {
+  xfer::EngineOptions options;
+  // {name, setter}: the Python keyword and the EngineOptions field it sets.
+  using Setter = void (*)(xfer::EngineOptions&, py::handle);
+  static const std::pair<const char*, Setter> kFields[] = {
+      {"name", [](auto& o, py::handle v) { o.name = v.cast<std::string>(); }},
+      {"transports", [](auto& o, py::handle v) { o.transports = v.cast<std::vector<std::string>>(); }},
+      {"verbs_devices", [](auto& o, py::handle v) { o.verbs_devices = v.cast<std::vector<std::string>>(); }},
+      {"listen_address", [](auto& o, py::handle v) { o.listen_address = v.cast<std::string>(); }},
+      {"transport", [](auto& o, py::handle v) { o.transport = v.cast<std::string>(); }},
+      {"connections_per_rail",
+       [](auto& o, py::handle v) { o.connections_per_rail = v.cast<std::uint32_t>(); }},
+      {"stripe_bytes", [](auto& o, py::handle v) { o.stripe_bytes = v.cast<std::uint64_t>(); }},
+      {"coalesce_bytes", [](auto& o, py::handle v) { o.coalesce_bytes = v.cast<std::uint64_t>(); }},
+      {"max_inflight_per_peer",
+       [](auto& o, py::handle v) { o.max_inflight_per_peer = v.cast<std::uint32_t>(); }},
+      {"max_inflight_per_rail",
+       [](auto& o, py::handle v) { o.max_inflight_per_rail = v.cast<std::uint32_t>(); }},
+      {"max_retries", [](auto& o, py::handle v) { o.max_retries = v.cast<std::uint32_t>(); }},
+      {"peer_timeout",
+       [](auto& o, py::handle v) { o.peer_timeout = positive_ms(v.cast<double>(), "peer_timeout"); }},
+      {"connect_timeout",
+       [](auto& o, py::handle v) { o.connect_timeout = positive_ms(v.cast<double>(), "connect_timeout"); }},
+      {"submit_timeout",
+       [](auto& o, py::handle v) { o.submit_timeout = positive_ms(v.cast<double>(), "submit_timeout"); }},
+  };
+  for (auto [key, value] : kwargs) {
+    const auto name = key.cast<std::string>();
+    const auto* field =
+        std::find_if(std::begin(kFields), std::end(kFields), [&](const auto& f) { return name == f.first; });
+    if (field == std::end(kFields)) raise(Errc::InvalidArgument, "unknown xfer Engine option '" + name + "'");
+    try {
+      field->second(options, value);
+    } catch (const py::cast_error&) {
+      raise(Errc::InvalidArgument,
+            "xfer Engine option '" + name + "' has the wrong type (" + type_name(value) + ")");
+    }
+  }
+  return options;
+}
+
+Core make_core(const PyMetadata& metadata, const py::kwargs& kwargs) {
+  auto core = std::make_shared<EngineCore>();
+  core->metadata = metadata.get();
+  const auto options = engine_options(kwargs);
+  auto engine = unlocked([&] { return xfer::Engine::create(*core->metadata, options); });
+  core->engine = unwrap(std::move(engine));
+  return core;
+}
+
+// Python memory for the engine: the existing hold at its address, or a new one.
+HeldMemory& hold(EngineCore& core, const std::shared_ptr<HeldBuffer>& buffer) {
+  auto [it, added] = core.memory.try_emplace(address_of(*buffer), HeldMemory{buffer});
+  return it->second;
+}
+
+// Gives memory back to the engine's registrations and to Python once neither a name nor register_local()
+// keeps it (batches in flight hold their own buffers).
+void drop_if_unused(EngineCore& core, std::uintptr_t address) {
+  auto it = core.memory.find(address);
+  if (it == core.memory.end() || it->second.local || !it->second.published.empty()) return;
+  (void)unlocked([&] { return core.engine->unregister_local(reinterpret_cast<void*>(address)); });
+  core.memory.erase(address);  // by key: another Python thread may have changed the map meanwhile
+}
+
+void publish(PyXferEngine& self, const std::string& name, py::handle object) {
+  const auto& core = self.get();
+  auto buffer = std::make_shared<HeldBuffer>(object, true);  // peers WRITE into it
+  unwrap(unlocked([&] { return core->engine->publish(name, buffer->data(), buffer->size()); }));
+  hold(*core, buffer).published.insert(name);
+}
+
+void unpublish(PyXferEngine& self, const std::string& name) {
+  const auto& core = self.get();
+  unwrap(unlocked([&] { return core->engine->unpublish(name); }));
+  core->allocated.erase(name);
+  for (auto& [address, held] : core->memory) {
+    if (held.published.erase(name) != 0) return drop_if_unused(*core, address);
+  }
+}
+
+void register_local(PyXferEngine& self, py::handle object) {
+  const auto& core = self.get();
+  auto buffer = std::make_shared<HeldBuffer>(object, true);  // READs land in it
+  auto known = core->memory.find(address_of(*buffer));
+  const bool same = known != core->memory.end() && known->second.buffer->size() == buffer->size();
+  if (same && known->second.local)
+    raise(Errc::InvalidArgument, "register_local: this memory is registered already");
+  if (!same) unwrap(unlocked([&] { return core->engine->register_local(buffer->data(), buffer->size()); }));
+  hold(*core, buffer).local = true;  // a published buffer of the same bytes is registered already
+}
+
+void unregister_local(PyXferEngine& self, py::handle object) {
+  const auto& core = self.get();
+  const auto address = address_of(HeldBuffer(object, false));
+  auto it = core->memory.find(address);
+  if (it == core->memory.end() || !it->second.local)
+    raise(Errc::NotFound, "unregister_local: this memory was not registered with register_local()");
+  it->second.local = false;
+  drop_if_unused(*core, address);
+}
+
+py::array allocate_segment(PyXferEngine& self, const std::string& name, std::size_t size) {
+  const auto& core = self.get();
+  auto bytes = unwrap(unlocked([&] { return core->engine->allocate_segment(name, size); }));
+  core->allocated.insert(name);
+  auto owner = py::cast(SegmentMemory{core, bytes});
+  return py::array(py::dtype::of<std::uint8_t>(), {static_cast<py::ssize_t>(bytes.size())}, {1}, bytes.data(),
+                   owner);
+}
+
+xfer::Op op_of(py::handle value) {
+  if (py::isinstance<py::str>(value)) {
+    const auto text = value.cast<std::string>();
+    if (text == "read" || text == "READ") return xfer::Op::Read;
+    if (text == "write" || text == "WRITE") return xfer::Op::Write;
+    raise(Errc::InvalidArgument, "op '" + text + "' is neither READ nor WRITE");
+  }
+  return value.cast<xfer::Op>();  // a cast_error names the field below
+}
+
+Error for_request(std::size_t i, const Error& error) {
+  return Error(error.code(), "request " + std::to_string(i) + ": " + error.message(), error.sys_errno(),
+               error.status());
+}
+
+// (op, local, segment, offset[, length]) -> a Request whose local memory `keep` holds. Every problem is
+// rdmakit.InvalidArgumentError naming the request and the field.
+xfer::Request parse_request(const EngineCore& core, py::handle item, std::size_t i,
+                            std::vector<std::shared_ptr<HeldBuffer>>& keep) {
+  static const char* const kFields[] = {"op", "local", "segment", "offset", "length"};
+  static const char* const kExpected[] = {"rdmakit.xfer.READ or WRITE", "a buffer", "an rdmakit.xfer.Segment",
+                                          "an int >= 0", "an int >= 0 or None"};
+  if (!py::isinstance<py::sequence>(item) || py::isinstance<py::str>(item) || py::len(item) < 4 ||
+      py::len(item) > 5)
+    raise(Errc::InvalidArgument,
+          "request " + std::to_string(i) + ": expected (op, local, segment, offset[, length])");
+  const auto fields = py::reinterpret_borrow<py::sequence>(item);
+  xfer::Request request;
+  std::size_t at = 0;  // the field being read, for the message
+  try {
+    request.op = op_of(fields[at]);
+    at = 2;
+    const auto& segment = fields[at].cast<const PySegment&>();
+    if (segment.core.get() != &core)
+      raise(Errc::InvalidArgument, "segment '" + segment.name + "' was opened by another engine");
+    request.segment = xfer::SegmentHandle{segment.handle};
+    request.offset = fields[at = 3].cast<std::uint64_t>();
+    at = 1;
+    keep.push_back(std::make_shared<HeldBuffer>(fields[at], request.op == xfer::Op::Read));
+    request.local = keep.back()->data();
+    at = 4;
+    const auto size = keep.back()->size();
+    request.length = py::len(fields) == 5 && !fields[at].is_none() ? fields[at].cast<std::uint64_t>() : size;
+    if (request.length > size)
+      raise(Errc::InvalidArgument, "length " + std::to_string(request.length) +
+                                       " exceeds the local buffer (" + std::to_string(size) + " bytes)");
+  } catch (const py::cast_error&) {
+    raise(Errc::InvalidArgument, "request " + std::to_string(i) + ": " + kFields[at] + " " +
+                                     py::repr(fields[at]).cast<std::string>() + " (" + type_name(fields[at]) +
+                                     ") is not " + kExpected[at]);
+  } catch (const RaisedError& raised) {
+    raise(for_request(i, raised.error));
+  }
+  return request;
+}
+
+PyBatch submit(PyXferEngine& self, const py::sequence& items) {
+  const auto& core = self.get();
+  core->prune();
+  std::vector<xfer::Request> requests;
+  InFlight inflight;
+  for (std::size_t i = 0; i < py::len(items); ++i)
+    requests.push_back(parse_request(*core, items[i], i, inflight.buffers));
+  if (requests.empty()) raise(Errc::InvalidArgument, "submit: the batch is empty");
+  inflight.batch = unwrap(unlocked([&] { return core->engine->submit(requests); }));
+  core->inflight.push_back(inflight);
+  return PyBatch{core, inflight.batch};
+}
+
+py::list results(const PyBatch& self) {
+  if (!self.batch->done()) raise(Errc::InvalidArgument, "the batch is still in flight: wait() for it first");
+  py::list out;
+  for (std::size_t i = 0; i < self.batch->size(); ++i) {
+    const auto status = self.batch->status(i);
+    if (status && *status)
+      out.append(py::none());
+    else
+      out.append(exception_for(for_request(i, status->error())));
+  }
+  return out;
+}
+
+py::list wait(PyBatch& self, std::optional<double> timeout, bool check) {
+  const auto batch = self.batch;
+  unwrap(
+      wait_in_slices(to_timeout(timeout, kForever), [&](nanoseconds slice) { return batch->wait(slice); }));
+  if (check && batch->failed() != 0) {
+    for (std::size_t i = 0; i < batch->size(); ++i) {
+      const auto status = batch->status(i);
+      if (status && !*status) raise(for_request(i, status->error()));
+    }
+  }
+  return results(self);
+}
+
+py::dict stats_dict(const xfer::EngineStats& s) {
+  py::dict d;
+  d["requests"] = s.requests, d["work_requests"] = s.work_requests, d["coalesced"] = s.coalesced;
+  d["retries"] = s.retries, d["resolves"] = s.resolves,
+  d["peak_inflight_per_peer"] = s.peak_inflight_per_peer;
+  return d;
+}
+
+void bind_segment(py::module_& m) {
+  py::class_<SegmentMemory>(m, "_SegmentMemory", "Keeps an allocated segment's engine alive.");
+  py::class_<PySegment>(m, "Segment",
+                        "A segment opened by name (Engine.open_segment): the target of requests.")
+      .def_readonly("name", &PySegment::name, "The segment's name.")
+      .def_readonly("handle", &PySegment::handle, "The engine's handle (never 0).")
+      .def_property_readonly(
+          "length", [](const PySegment& s) { return s.info().length; }, "Bytes of the segment.")
+      .def_property_readonly(
+          "owner", [](const PySegment& s) { return s.info().owner; }, "Name of the engine that published it.")
+      .def_property_readonly(
+          "transport", [](const PySegment& s) { return s.info().transport; },
+          "The transport chosen to reach it.")
+      .def("__repr__", [](const PySegment& s) { return "Segment('" + s.name + "')"; });
+}
+
+void bind_batch(py::module_& m) {
+  py::class_<PyBatch>(m, "Batch", "The requests of one Engine.submit(), each with its own outcome.")
+      .def("__len__", [](const PyBatch& b) { return b.batch->size(); })
+      .def_property_readonly(
+          "done", [](const PyBatch& b) { return b.batch->done(); }, "Whether every request has finished.")
+      .def_property_readonly(
+          "failed", [](const PyBatch& b) { return b.batch->failed(); }, "Requests that failed so far.")
+      .def("wait", &wait, py::arg("timeout") = py::none(), py::arg("check") = true,
+           "Waits (GIL released) until every request finished; rdmakit.TimeoutError after `timeout` seconds. "
+           "With `check`, raises the first failed request's error (its message names the request). Returns "
+           "results().")
+      .def("results", &results,
+           "One entry per request once done: None when its bytes landed, else the rdmakit.Error "
+           "(not raised) saying why it failed.");
+}
+
+void bind_engine(py::module_& m) {
+  py::enum_<xfer::Op>(m, "XferOp", "What a transfer request does: READ from the segment or WRITE into it.")
+      .value("READ", xfer::Op::Read)
+      .value("WRITE", xfer::Op::Write);
+  py::class_<PyXferEngine>(
+      m, "Engine",
+      "The transfer engine: publishes named segments and moves batches of READs and WRITEs "
+      "between local memory and peers' segments. Engine(metadata, name=..., transports=[...], "
+      "transport=..., ...) takes rdmakit::xfer::EngineOptions' fields (timeouts in seconds).")
+      .def(py::init([](const PyMetadata& metadata, const py::kwargs& kwargs) {
+             return PyXferEngine(make_core(metadata, kwargs));
+           }),
+           py::arg("metadata"))
+      .def_property_readonly(
+          "name", [](const PyXferEngine& e) { return e.engine().options().name; }, "This engine's name.")
+      .def_property_readonly(
+          "transports", [](const PyXferEngine& e) { return e.engine().options().transports; },
+          "Transports it offers and uses.")
+      .def_property_readonly("closed", &PyXferEngine::closed, "Whether close() was called.")
+      .def(
+          "allocate_segment", &allocate_segment, py::arg("name"), py::arg("size"),
+          "Allocates `size` bytes every transport reaches fast, publishes them as `name` and returns them as "
+          "a writable uint8 numpy array (usable as local memory too).")
+      .def("publish", &publish, py::arg("name"), py::arg("obj"),
+           "Publishes the memory of `obj` (a writable buffer: numpy array, bytearray, CPU tensor) as `name`, "
+           "without copying; the engine keeps `obj` alive until unpublish(). Usable as local memory too.")
+      .def("unpublish", &unpublish, py::arg("name"), "Removes a segment this engine published.")
+      .def("register_local", &register_local, py::arg("obj"),
+           "Registers the memory of `obj` (writable buffer or CPU tensor) for requests to READ into or WRITE "
+           "from (any slice of it); kept alive until unregister_local().")
+      .def("unregister_local", &unregister_local, py::arg("obj"), "Undoes register_local(obj).")
+      .def(
+          "open_segment",
+          [](PyXferEngine& self, const std::string& name) {
+            const auto& core = self.get();
+            auto handle = unwrap(unlocked([&] { return core->engine->open_segment(name); }));
+            return PySegment{core, handle.value, name};
+          },
+          py::arg("name"),
+          "Resolves `name` (one metadata lookup, then cached); NotFoundError when unpublished.")
+      .def(
+          "submit", &submit, py::arg("requests"),
+          "Submits (op, local, segment, offset[, length]) requests: op READ or WRITE, local a registered "
+          "buffer (or a slice of one), length defaulting to the local buffer's size. Refuses the whole batch "
+          "naming the first bad request; may block (GIL released) on back-pressure.")
+      .def(
+          "stats", [](const PyXferEngine& e) { return stats_dict(e.engine().stats()); },
+          "Counters: requests, work_requests, coalesced, retries, resolves, peak_inflight_per_peer.")
+      .def("close", &PyXferEngine::close,
+           "Unpublishes this engine's segments and drops the handle; the engine stops when its last batch, "
+           "segment and allocated array are gone.")
+      .def("__enter__", [](py::object self) { return self; })
+      .def("__exit__", [](PyXferEngine& e, py::args) { e.close(); });
+}
+
+}  // namespace
+
+void bind_xfer_engine(py::module_& m) {
+  bind_segment(m);
+  bind_batch(m);
+  bind_engine(m);
+}
+
+}  // namespace rdmakit::python
