@@ -29,6 +29,15 @@ std::string print_value(Algorithm algorithm) {
          : algorithm == Algorithm::HalvingDoubling   ? "hd"
                                                      : "auto";
 }
+bool parse_value(std::string_view text, Hierarchy& out) {
+  if (text == "auto") return out = Hierarchy::Auto, true;
+  if (text == "on") return out = Hierarchy::On, true;
+  if (text == "off") return out = Hierarchy::Off, true;
+  return false;
+}
+std::string print_value(Hierarchy hierarchy) {
+  return hierarchy == Hierarchy::On ? "on" : hierarchy == Hierarchy::Off ? "off" : "auto";
+}
 }  // namespace rdmakit::coll
 
 namespace rdmakit::coll::detail {
@@ -44,6 +53,7 @@ struct CollConfig {
   std::uint32_t slots = 0;
   std::size_t small_bytes = 0;
   Algorithm algorithm = Algorithm::Auto;
+  Hierarchy hierarchical = Hierarchy::Auto;
   std::optional<std::string> host_id;  // unset: hostname + network namespace
 };
 
@@ -76,6 +86,11 @@ std::vector<options::Spec<C, O>> specs() {
              "collectives: allreduce algorithm: auto, ring, rd (recursive doubling) or hd "
              "(halving-doubling)",
              "auto, ring, rd or hd", &C::algorithm, &O::algorithm),
+      option("coll_hierarchical", "auto",
+             "collectives: allreduce reduces inside each host, runs coll_algo among one leader per "
+             "host, then broadcasts inside each host: auto (when ranks share hosts and there are "
+             "several hosts), on or off",
+             "auto, on or off", &C::hierarchical, &O::hierarchical),
       option("coll_host_id", nullptr,
              "collectives: this rank's host as peers compare it; unset = hostname + "
              "network namespace",
@@ -124,6 +139,7 @@ Result<CommConfig> resolve_options(const CommOptions& given) {
                .slots = coll->slots,
                .small_bytes = coll->small_bytes,
                .algorithm = coll->algorithm,
+               .hierarchical = coll->hierarchical,
                .key_prefix = given.key_prefix};
   if (given.network_transport) {
     o.network_transport = *given.network_transport;

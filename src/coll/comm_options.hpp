@@ -18,6 +18,7 @@ struct CommConfig {
   std::uint32_t slots = 0;
   std::size_t small_bytes = 0;
   Algorithm algorithm = Algorithm::Auto;
+  Hierarchy hierarchical = Hierarchy::Auto;
   std::string host_id;
   std::string listen_address;  // empty: the network transport's default
   std::string key_prefix;

@@ -52,6 +52,7 @@ struct Communicator::Impl {
   std::shared_ptr<bootstrap::Store> store;
   detail::Exchange exchange;
   detail::MeshInfo mesh;
+  detail::HostGroups groups;  // this rank's host and the hosts' leaders
 
   std::mutex mutex;
   std::condition_variable changed;
@@ -188,6 +189,7 @@ Result<std::unique_ptr<Communicator>> Communicator::create(std::shared_ptr<boots
     return std::unexpected(info.error());
   }
   impl->mesh = *info;
+  impl->groups = detail::host_groups(impl->mesh.host_of, rank);
   // Everyone connected and armed before the first collective: setup errors surface here, on every rank.
   if (auto ok = detail::barrier_dissemination(impl->exchange); !ok) return std::unexpected(ok.error());
   return std::unique_ptr<Communicator>(new Communicator(std::move(impl)));
@@ -273,13 +275,29 @@ Result<void> check_reduce_scatter(const Communicator& comm, const void* send, vo
       {check_per_rank(comm, send, recv, count, type, "reduce_scatter"), check_op(op, "reduce_scatter")});
 }
 
+bool runs_hierarchically(const Communicator::Impl* impl) {
+  Hierarchy h = impl->options.hierarchical;
+  return h == Hierarchy::On || (h == Hierarchy::Auto && detail::hierarchy_applies(impl->groups));
+}
+
+struct AllreducePlan {
+  bool hierarchical = false;
+  Algorithm algorithm = Algorithm::Ring;  // flat, or among the leaders
+};
+
+AllreducePlan plan_allreduce(const Communicator::Impl* impl, std::size_t bytes) {
+  AllreducePlan plan{.hierarchical = runs_hierarchically(impl), .algorithm = impl->options.algorithm};
+  int n = plan.hierarchical ? static_cast<int>(impl->groups.leaders.size()) : impl->exchange.size();
+  if (plan.algorithm == Algorithm::Auto)
+    plan.algorithm = detail::choose_allreduce(bytes, n, impl->options.small_bytes);
+  return plan;
+}
+
 Result<void> allreduce_with(Communicator::Impl* impl, const detail::Buffers& b) {
-  Algorithm a = impl->options.algorithm;
-  if (a == Algorithm::Auto)
-    a = detail::choose_allreduce(b.count * size_of(b.type), impl->exchange.size(), impl->options.small_bytes);
-  if (a == Algorithm::RecursiveDoubling) return detail::allreduce_doubling(impl->exchange, b);
-  if (a == Algorithm::HalvingDoubling) return detail::allreduce_halving(impl->exchange, b);
-  return detail::allreduce_ring(impl->exchange, b);
+  AllreducePlan plan = plan_allreduce(impl, b.count * size_of(b.type));
+  if (plan.hierarchical)
+    return detail::allreduce_hierarchical(impl->exchange, b, impl->groups, plan.algorithm);
+  return detail::allreduce_flat(impl->exchange, b, plan.algorithm);
 }
 
 // The ops the queue runs: the algorithm for the arguments, on the executing thread. Avg over 16-bit
@@ -332,6 +350,11 @@ Op all_to_all_op(Communicator::Impl* impl, const void* send, void* recv, std::si
 }
 
 }  // namespace
+
+std::string Communicator::allreduce_algorithm(std::size_t bytes) const {
+  AllreducePlan plan = plan_allreduce(impl_.get(), bytes);
+  return (plan.hierarchical ? "hier:" : "") + std::string(to_string(plan.algorithm));
+}
 
 Result<void> Communicator::allreduce(const void* send, void* recv, std::size_t count, DataType type,
                                      ReduceOp op) {

@@ -9,6 +9,8 @@
 // A failure names the rank to blame, agreed between the survivors (diagnosis.hpp): a timeout asks the
 // peers what they wait for, and a failing rank tells its peers whom it blames before it closes.
 // One thread drives an Exchange at a time (the communicator's executing thread): no locks inside.
+// A Subgroup renumbers it for a part of the world (the ranks of one host, the hosts' leaders), so the
+// same algorithms run inside a host and between hosts; failures and diagnosis keep naming world ranks.
 #pragma once
 
 #include <chrono>
@@ -58,14 +60,34 @@ class Exchange {
   Exchange(int rank, int size, std::size_t chunk, std::uint32_t slots, std::chrono::milliseconds timeout,
            std::chrono::microseconds spin);
 
-  int rank() const noexcept { return rank_; }
-  int size() const noexcept { return size_; }
+  // This rank and the world's size, or its position in and the size of the Subgroup in scope.
+  int rank() const noexcept { return members_.empty() ? rank_ : group_rank_; }
+  int size() const noexcept { return members_.empty() ? size_ : static_cast<int>(members_.size()); }
+  // The world rank of `rank` as rank() counts (for messages: a subgroup position means nothing to users).
+  int world_rank(int rank) const noexcept {
+    return members_.empty() ? rank : members_[static_cast<std::size_t>(rank)];
+  }
+
+  // While it lives, rank(), size() and the ranks given to send/recv/release count within `members`
+  // (world ranks, ascending, this rank among them). Nests: the previous numbering comes back at the end.
+  class Subgroup {
+   public:
+    Subgroup(Exchange& ex, std::vector<int> members);
+    ~Subgroup();
+    Subgroup(const Subgroup&) = delete;
+    Subgroup& operator=(const Subgroup&) = delete;
+
+   private:
+    Exchange& ex_;
+    std::vector<int> saved_members_;
+    int saved_rank_;
+  };
   std::size_t chunk() const noexcept { return chunk_; }
   std::uint32_t slots() const noexcept { return slots_; }
 
   // Setup: the fabrics and one peer per other rank (filled in by mesh.cpp), then arm() posts receives.
   std::vector<std::unique_ptr<Fabric>>& fabrics() noexcept { return fabrics_; }
-  Peer& peer(int rank) noexcept { return peers_[static_cast<std::size_t>(rank)]; }
+  Peer& peer(int rank) noexcept { return peers_[static_cast<std::size_t>(rank)]; }  // world rank
   Result<void> arm();
 
   // `bytes` <= chunk(). Returns once the data is copied out of `data`.
@@ -97,6 +119,8 @@ class Exchange {
   Error refused(Peer& p, const char* what, const Error& error);
 
   int rank_, size_;
+  std::vector<int> members_;  // the Subgroup in scope (world ranks); empty: the world
+  int group_rank_ = 0;        // this rank's position in members_
   std::size_t chunk_;
   std::uint32_t slots_;
   std::chrono::milliseconds timeout_;
