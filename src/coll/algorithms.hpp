@@ -23,9 +23,6 @@ struct Buffers {
   ReduceOp op = ReduceOp::Sum;
 };
 
-// Which allreduce algorithm to run for `bytes` on `n` ranks when the caller left it to us.
-Algorithm choose_allreduce(std::size_t bytes, int n, std::size_t small_bytes) noexcept;
-
 Result<void> allreduce_ring(Exchange& ex, const Buffers& b);
 Result<void> allreduce_doubling(Exchange& ex, const Buffers& b);
 Result<void> allreduce_halving(Exchange& ex, const Buffers& b);

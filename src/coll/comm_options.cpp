@@ -51,7 +51,6 @@ struct CollConfig {
   std::chrono::microseconds spin{};
   std::size_t chunk_bytes = 0;
   std::uint32_t slots = 0;
-  std::size_t small_bytes = 0;
   Algorithm algorithm = Algorithm::Auto;
   Hierarchy hierarchical = Hierarchy::Auto;
   std::optional<std::string> host_id;  // unset: hostname + network namespace
@@ -79,9 +78,6 @@ std::vector<options::Spec<C, O>> specs() {
              "an integer", &C::chunk_bytes, &O::chunk_bytes),
       option("coll_slots", "4", "collectives: chunks in flight per peer (1..256)", "an integer", &C::slots,
              &O::slots),
-      option("coll_small_bytes", "65536",
-             "collectives: allreduce uses recursive doubling up to this many bytes", "an integer",
-             &C::small_bytes, &O::small_bytes),
       option("coll_algo", "auto",
              "collectives: allreduce algorithm: auto, ring, rd (recursive doubling) or hd "
              "(halving-doubling)",
@@ -108,7 +104,6 @@ Result<void> check(C& c, const options::SetOptions&) {
                "must be a multiple of 64 up to 1 GiB, got " + std::to_string(c.chunk_bytes));
   if (c.slots == 0 || c.slots > 256)
     return bad("coll_slots", "must be 1..256, got " + std::to_string(c.slots));
-  if (c.small_bytes == 0) return bad("coll_small_bytes", "must be at least 1");
   return {};
 }
 
@@ -137,7 +132,6 @@ Result<CommConfig> resolve_options(const CommOptions& given) {
                .spin = coll->spin,
                .chunk_bytes = coll->chunk_bytes,
                .slots = coll->slots,
-               .small_bytes = coll->small_bytes,
                .algorithm = coll->algorithm,
                .hierarchical = coll->hierarchical,
                .key_prefix = given.key_prefix};

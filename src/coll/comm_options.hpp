@@ -16,7 +16,6 @@ struct CommConfig {
   std::chrono::microseconds spin{};
   std::size_t chunk_bytes = 0;
   std::uint32_t slots = 0;
-  std::size_t small_bytes = 0;
   Algorithm algorithm = Algorithm::Auto;
   Hierarchy hierarchical = Hierarchy::Auto;
   std::string host_id;

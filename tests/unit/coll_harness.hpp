@@ -143,7 +143,6 @@ inline CommOptions small_chunks(std::string local_transport, Algorithm algorithm
                      .bootstrap_timeout = std::chrono::milliseconds(30000),
                      .chunk_bytes = 64,
                      .slots = 2,
-                     .small_bytes = 256,
                      .algorithm = algorithm};
 }
 

@@ -5,6 +5,7 @@
 // a host and who leads it, and the Exchange's renumbering for a subgroup.
 #include <gtest/gtest.h>
 
+#include "coll/cost_model.hpp"
 #include "coll/exchange.hpp"
 #include "coll/hierarchy.hpp"
 #include "coll_harness.hpp"
@@ -67,6 +68,49 @@ TEST(CollHierarchy, SubgroupRenumbersAndNests) {
   EXPECT_EQ(ex.world_rank(3), 3);
 }
 
+TEST(CollCostModel, ChoosesByLatencyForSmallAndBandwidthForLargeMessages) {
+  detail::Topology one_host{
+      .ranks = 8, .local = detail::link_cost("shm"), .network = detail::link_cost("tcp")};
+  auto small = detail::choose_allreduce(one_host, 1024, Algorithm::Auto, Hierarchy::Auto);
+  EXPECT_EQ(small.algorithm, Algorithm::RecursiveDoubling);  // log2(8) steps beat 14
+  EXPECT_FALSE(small.hierarchical);                          // one host: nothing to save
+  auto large = detail::choose_allreduce(one_host, 64 << 20, Algorithm::Auto, Hierarchy::Auto);
+  EXPECT_NE(large.algorithm, Algorithm::RecursiveDoubling);  // rd moves the whole message log2(8) times
+  EXPECT_GT(large.predicted_us, small.predicted_us);
+  EXPECT_EQ(detail::ring_cost(one_host.local, 1, 1 << 20), 0);
+  // The ring's bandwidth term approaches 2 bytes moved per byte of message; rd's grows with log2(n).
+  EXPECT_LT(detail::ring_cost(one_host.local, 64, 1 << 30),
+            detail::doubling_cost(one_host.local, 64, 1 << 30));
+}
+
+TEST(CollCostModel, HierarchyPaysAcrossHostsAndOptionsForceThePlan) {
+  detail::Topology cluster{.ranks = 1024,
+                           .hosts = 128,
+                           .per_host = 8,
+                           .local = detail::link_cost("shm"),
+                           .network = detail::link_cost("tcp")};
+  // Latency: 2 * 1023 ring steps, or doubling steps that all share a host's link, against two local
+  // trees and the steps among 128 leaders.
+  for (double bytes : {4096.0, double(1 << 20)})
+    EXPECT_TRUE(detail::choose_allreduce(cluster, bytes, Algorithm::Auto, Hierarchy::Auto).hierarchical)
+        << bytes;
+  // Bandwidth: a ring over consecutive hosts crosses each host's link once, as the leaders' ring does,
+  // without the local stages on top.
+  auto huge = detail::choose_allreduce(cluster, double(1 << 30), Algorithm::Auto, Hierarchy::Auto);
+  EXPECT_FALSE(huge.hierarchical);
+  EXPECT_EQ(huge.algorithm, Algorithm::Ring);
+  auto off = detail::choose_allreduce(cluster, 1 << 20, Algorithm::Auto, Hierarchy::Off);
+  EXPECT_FALSE(off.hierarchical);
+  auto forced = detail::choose_allreduce(cluster, 4096, Algorithm::Ring, Hierarchy::Off);
+  EXPECT_EQ(forced.algorithm, Algorithm::Ring);
+  EXPECT_FALSE(forced.hierarchical);
+  detail::Topology single = cluster;
+  single.hosts = 1, single.per_host = 1024;
+  EXPECT_TRUE(detail::choose_allreduce(single, 4096, Algorithm::HalvingDoubling, Hierarchy::On).hierarchical);
+  EXPECT_EQ(detail::choose_allreduce(single, 4096, Algorithm::HalvingDoubling, Hierarchy::On).algorithm,
+            Algorithm::HalvingDoubling);
+}
+
 struct Layout {
   const char* name;
   std::vector<int> host_of;
@@ -114,13 +158,24 @@ TEST_P(CollHierarchyThreads, EveryTypeOperatorAndLeaderAlgorithmIsExact) {
   }
 }
 
-TEST_P(CollHierarchyThreads, AutoChoosesTheHierarchyWhenHostsAreSharedAndOffDisablesIt) {
+TEST_P(CollHierarchyThreads, AutoFollowsTheCostModelAndOffDisablesTheHierarchy) {
   std::vector<int> host_of = hosts();
-  bool applies = detail::hierarchy_applies(detail::host_groups(host_of, 0));
+  HostGroups groups = detail::host_groups(host_of, 0);
+  detail::Topology topology{.ranks = n(),
+                            .hosts = static_cast<int>(groups.leaders.size()),
+                            .per_host = groups.largest_host,
+                            .local = detail::link_cost(local()),
+                            .network = detail::link_cost("tcp")};
+  auto model = detail::choose_allreduce(topology, 4096, Algorithm::Auto, Hierarchy::Auto);
+  // The layout CI runs across namespaces: two hosts of two ranks over shm and tcp go hierarchical.
+  if (local() == "shm" && std::get<1>(GetParam()).name == std::string("two_hosts_of_two")) {
+    EXPECT_TRUE(model.hierarchical);
+  }
   for (Hierarchy h : {Hierarchy::Auto, Hierarchy::Off}) {
     run_ranks(n(), options(Algorithm::Auto, h), [&](Communicator& comm) {
-      bool hier = comm.allreduce_algorithm(4096).starts_with("hier:");
-      EXPECT_EQ(hier, h == Hierarchy::Auto && applies) << comm.allreduce_algorithm(4096);
+      std::string plan = comm.allreduce_algorithm(4096);
+      EXPECT_EQ(plan.starts_with("hier:"), h == Hierarchy::Auto && model.hierarchical) << plan;
+      EXPECT_TRUE(plan.ends_with(to_string(model.algorithm)) || h == Hierarchy::Off) << plan;
       EXPECT_EQ(comm.local_size(),
                 std::count(host_of.begin(), host_of.end(), host_of[static_cast<std::size_t>(comm.rank())]));
       // Other collectives and async allreduce share the connections with the hierarchical stages.

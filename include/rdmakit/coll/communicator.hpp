@@ -51,12 +51,11 @@ struct CommOptions {
                // the CPU between polls) this long before it sleeps; 0 sleeps at once
   std::optional<std::size_t> chunk_bytes{};  // coll_chunk_bytes, default 512 KiB: pipeline unit and slot size
   std::optional<std::uint32_t> slots{};      // coll_slots, default 4: chunks in flight per peer
-  std::optional<std::size_t>
-      small_bytes{};                        // coll_small_bytes, default 64 KiB: recursive doubling up to this
-  std::optional<Algorithm> algorithm{};     // coll_algo: auto, ring, rd, hd (default auto); when
-                                            // hierarchical, the algorithm among the hosts' leaders
-  std::optional<Hierarchy> hierarchical{};  // coll_hierarchical: auto, on, off (default auto)
-  std::optional<std::string> host_id{};     // coll_host_id, default hostname + network namespace
+  std::optional<Algorithm> algorithm{};      // coll_algo: auto, ring, rd, hd (default auto: the cost
+                                             // model's cheapest, docs/allreduce-model.md); when
+                                             // hierarchical, the algorithm among the hosts' leaders
+  std::optional<Hierarchy> hierarchical{};   // coll_hierarchical: auto, on, off (default auto)
+  std::optional<std::string> host_id{};      // coll_host_id, default hostname + network namespace
   std::optional<std::string>
       listen_address{};      // option listen_address (RDMAKIT_LISTEN_ADDRESS) of the
                              // network transport; unset: from_environment() picks the
