@@ -27,10 +27,11 @@ double fold_cost(const LinkCost& link, int n, double bytes) noexcept {
 
 // Fitted by bench/coll/model.py to bench/coll/results-model.jsonl (docs/allreduce-model.md): shm among
 // 2-8 ranks on one host, tcp across network namespaces (veth), on a shared 2-core machine (the best of the
-// repetitions). gamma came out 0: the reductions hide inside the copies' cost at these bandwidths.
+// repetitions, each divided by ranks / cores: 2 cores). gamma came out 0: the reductions hide inside the
+// copies' cost at these bandwidths.
 LinkCost link_cost(std::string_view transport) noexcept {
-  if (transport == "shm") return LinkCost{.alpha_us = 3.6, .beta_us = 1.0 / 1900, .gamma_us = 0};
-  return LinkCost{.alpha_us = 52, .beta_us = 1.0 / 300, .gamma_us = 0};
+  if (transport == "shm") return LinkCost{.alpha_us = 3.3, .beta_us = 1.0 / 2060, .gamma_us = 0};
+  return LinkCost{.alpha_us = 26, .beta_us = 1.0 / 600, .gamma_us = 0};
 }
 
 double ring_cost(const LinkCost& link, int n, double bytes) noexcept {
