@@ -317,8 +317,11 @@ Result<std::span<const std::byte>> Exchange::recv(int member) {
 Result<void> Exchange::release(int member) {
   Peer& p = peer(world_rank(member));
   ++p.consumed;
-  // The credit is unsignaled: nothing waits for its completion, and a failure still completes.
-  WorkRequest credit{.opcode = Opcode::Send, .local = {}, .imm = 1, .with_imm = true, .signaled = false};
+  if (++p.unreturned < std::max<std::uint32_t>(1, slots_ / 2)) return {};
+  // The credits are unsignaled: nothing waits for their completion, and a failure still completes.
+  WorkRequest credit{
+      .opcode = Opcode::Send, .local = {}, .imm = p.unreturned, .with_imm = true, .signaled = false};
+  p.unreturned = 0;
   if (auto id = p.connection->post(std::span<const WorkRequest>(&credit, 1)); !id)
     return std::unexpected(refused(p, "credit", id.error()));
   return {};

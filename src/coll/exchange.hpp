@@ -3,7 +3,10 @@
 //  * the receiver registered, at creation, `slots` staging slots of `chunk` bytes for each peer;
 //  * send() copies the chunk into a local registered outbound slot and WRITEs it with immediate into
 //    the next slot at the receiver: the write-with-immediate is the "data arrived" signal;
-//  * release() hands the slot back with a zero-byte SEND whose immediate is the credit;
+//  * release() hands slots back with a zero-byte SEND whose immediate is the number of credits, once
+//    half the slots (at least one) were consumed: half the messages of one credit each, and safe because
+//    a receiver consumes in order, so a sender waiting for a credit waits for at most slots/2 chunks the
+//    receiver already holds (with slots >= 2 the sender may always have one chunk in flight);
 //  * a sender holds at most `slots` unreleased chunks per peer (credits), so no slot is overwritten
 //    before it was consumed and no receive queue can run dry.
 // A failure names the rank to blame, agreed between the survivors (diagnosis.hpp): a timeout asks the
@@ -49,7 +52,8 @@ struct Peer {
   std::byte* inbound = nullptr;  // the peer's first slot here
   std::byte* outbound = nullptr;
   std::uint32_t outbound_lkey = 0;
-  std::uint32_t credits = 0;  // free slots at the peer
+  std::uint32_t credits = 0;     // free slots at the peer
+  std::uint32_t unreturned = 0;  // slots of the peer's consumed here whose credit is not sent yet
   std::uint64_t sent = 0, send_done = 0;
   std::uint64_t arrived = 0, consumed = 0;
   std::vector<std::uint32_t> arrived_bytes;  // by slot
