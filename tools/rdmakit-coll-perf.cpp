@@ -172,7 +172,7 @@ int main(int argc, char** argv) {
     std::printf(
         "# rdmakit-coll-perf %s ranks %d transports %s (f32, sum, %s)\n#%12s %12s %12s %10s %10s %8s\n",
         a.op.c_str(), n, c.transports().c_str(), a.in_place ? "in-place" : "out-of-place", "size(B)", "count",
-        "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong");
+        "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong  algorithm");
   int failures = 0;
   for (std::size_t bytes = a.min_bytes; bytes <= a.max_bytes; bytes *= a.factor) {
     Case k = shape(a.op, bytes, n);
@@ -204,16 +204,18 @@ int main(int argc, char** argv) {
     double size = static_cast<double>(std::max(k.send_elems, k.recv_elems) * 4);
     double algbw = size / us / 1e3, busbw = algbw * k.bus_factor;
     failures += wrong > 0;
+    // What allreduce ran (the bytes it moved: the f32 buffer).
+    std::string algorithm = a.op == "allreduce" ? c.allreduce_algorithm(k.count * 4) : "-";
     if (c.rank() == 0) {
       if (a.json)
         std::printf(
-            "{\"op\":\"%s\",\"ranks\":%d,\"transports\":\"%s\",\"bytes\":%.0f,\"iters\":%d,\"time_us\":%.2f,"
-            "\"algbw_gbs\":%.4f,\"busbw_gbs\":%.4f,\"wrong\":%lld}\n",
-            a.op.c_str(), n, c.transports().c_str(), size, iters, us, algbw, busbw,
+            "{\"op\":\"%s\",\"ranks\":%d,\"transports\":\"%s\",\"algorithm\":\"%s\",\"bytes\":%.0f,"
+            "\"iters\":%d,\"time_us\":%.2f,\"algbw_gbs\":%.4f,\"busbw_gbs\":%.4f,\"wrong\":%lld}\n",
+            a.op.c_str(), n, c.transports().c_str(), algorithm.c_str(), size, iters, us, algbw, busbw,
             static_cast<long long>(wrong));
       else
-        std::printf(" %12.0f %12zu %12.2f %10.3f %10.3f %8lld\n", size, k.count, us, algbw, busbw,
-                    static_cast<long long>(wrong));
+        std::printf(" %12.0f %12zu %12.2f %10.3f %10.3f %8lld  %s\n", size, k.count, us, algbw, busbw,
+                    static_cast<long long>(wrong), algorithm.c_str());
       std::fflush(stdout);
     }
   }

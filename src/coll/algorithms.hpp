@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "coll/exchange.hpp"
+#include "coll/hierarchy.hpp"
 #include "coll/reduce.hpp"
 #include "coll/schedule.hpp"
 #include "rdmakit/coll/types.hpp"
@@ -22,12 +23,15 @@ struct Buffers {
   ReduceOp op = ReduceOp::Sum;
 };
 
-// Which allreduce algorithm to run for `bytes` on `n` ranks when the caller left it to us.
-Algorithm choose_allreduce(std::size_t bytes, int n, std::size_t small_bytes) noexcept;
-
 Result<void> allreduce_ring(Exchange& ex, const Buffers& b);
 Result<void> allreduce_doubling(Exchange& ex, const Buffers& b);
 Result<void> allreduce_halving(Exchange& ex, const Buffers& b);
+// One of the three above (Auto is not one).
+Result<void> allreduce_flat(Exchange& ex, const Buffers& b, Algorithm algorithm);
+// Reduce to each host's leader, `among_leaders` (ring, rd or hd) between the leaders, broadcast from
+// each leader inside its host. Every rank passes its own groups of one consistent layout.
+Result<void> allreduce_hierarchical(Exchange& ex, const Buffers& b, const HostGroups& groups,
+                                    Algorithm among_leaders);
 Result<void> reduce_tree(Exchange& ex, const Buffers& b, int root);
 Result<void> broadcast_tree(Exchange& ex, const Buffers& b, int root);
 Result<void> allgather_ring(Exchange& ex, const Buffers& b);
@@ -55,12 +59,13 @@ Result<void> stream(Exchange& ex, int to, const std::byte* source, std::size_t s
       if (!data) return std::unexpected(data.error());
       std::size_t expected = std::min(step, recv_bytes - std::min(offset, recv_bytes));
       if (data->size() != expected)
-        return std::unexpected(ex.fail_all(
-            Error(Errc::ProtocolError, "rank " + std::to_string(ex.rank()) + ": rank " +
-                                           std::to_string(from) + " sent " + std::to_string(data->size()) +
-                                           " bytes where " + std::to_string(expected) +
-                                           " were expected (were the collectives issued in the same "
-                                           "order with the same counts on every rank?)")));
+        return std::unexpected(
+            ex.fail_all(Error(Errc::ProtocolError,
+                              "rank " + std::to_string(ex.world_rank(ex.rank())) + ": rank " +
+                                  std::to_string(ex.world_rank(from)) + " sent " +
+                                  std::to_string(data->size()) + " bytes where " + std::to_string(expected) +
+                                  " were expected (were the collectives issued in the same "
+                                  "order with the same counts on every rank?)")));
       sink(offset, *data);
       if (auto ok = ex.release(from); !ok) return ok;
     }

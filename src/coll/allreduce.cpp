@@ -1,5 +1,5 @@
 // Allreduce: ring (bandwidth-optimal, large messages), recursive doubling (latency-optimal, small
-// messages) and halving-doubling (in between), as NCCL and MPICH choose.
+// messages) and halving-doubling (in between); cost_model.hpp chooses among them.
 #include "coll/algorithms.hpp"
 #include "coll/reduce.hpp"
 
@@ -48,15 +48,6 @@ Block span_of(std::size_t count, int p, Block parts) {
 }
 
 }  // namespace
-
-Algorithm choose_allreduce(std::size_t bytes, int n, std::size_t small_bytes) noexcept {
-  if (bytes <= small_bytes) return Algorithm::RecursiveDoubling;
-  // Halving-doubling moves as few bytes as the ring in log2(n) instead of 2(n-1) steps; the ring pipelines
-  // better once each block spans several chunks.
-  bool power_of_two = (n & (n - 1)) == 0;
-  if (n > 2 && power_of_two && bytes <= 16 * small_bytes) return Algorithm::HalvingDoubling;
-  return Algorithm::Ring;
-}
 
 Result<void> allreduce_ring(Exchange& ex, const Buffers& b) {
   prepare(b);

@@ -17,8 +17,9 @@ Result<void> reduce_tree(Exchange& ex, const Buffers& b, int root) {
       auto data = ex.recv(child);
       if (!data) return std::unexpected(data.error());
       if (data->size() != c.count)
-        return std::unexpected(ex.fail_all(Error(
-            Errc::ProtocolError, "reduce: rank " + std::to_string(child) + " sent a chunk of another size")));
+        return std::unexpected(
+            ex.fail_all(Error(Errc::ProtocolError, "reduce: rank " + std::to_string(ex.world_rank(child)) +
+                                                       " sent a chunk of another size")));
       reduce(acc.data(), acc.data(), data->data(), c.count / e, b.type, b.op);
       if (auto ok = ex.release(child); !ok) return ok;
     }
@@ -41,9 +42,9 @@ Result<void> broadcast_tree(Exchange& ex, const Buffers& b, int root) {
       auto data = ex.recv(node.parent);
       if (!data) return std::unexpected(data.error());
       if (data->size() != c.count)
-        return std::unexpected(
-            ex.fail_all(Error(Errc::ProtocolError, "broadcast: rank " + std::to_string(node.parent) +
-                                                       " sent a chunk of another size")));
+        return std::unexpected(ex.fail_all(
+            Error(Errc::ProtocolError, "broadcast: rank " + std::to_string(ex.world_rank(node.parent)) +
+                                           " sent a chunk of another size")));
       if (c.count > 0) std::memcpy(b.recv + c.offset, data->data(), c.count);
       if (auto ok = ex.release(node.parent); !ok) return ok;
     }

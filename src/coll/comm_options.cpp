@@ -30,6 +30,15 @@ std::string print_value(Algorithm algorithm) {
          : algorithm == Algorithm::HalvingDoubling   ? "hd"
                                                      : "auto";
 }
+bool parse_value(std::string_view text, Hierarchy& out) {
+  if (text == "auto") return out = Hierarchy::Auto, true;
+  if (text == "on") return out = Hierarchy::On, true;
+  if (text == "off") return out = Hierarchy::Off, true;
+  return false;
+}
+std::string print_value(Hierarchy hierarchy) {
+  return hierarchy == Hierarchy::On ? "on" : hierarchy == Hierarchy::Off ? "off" : "auto";
+}
 }  // namespace rdmakit::coll
 
 namespace rdmakit::coll::detail {
@@ -43,8 +52,8 @@ struct CollConfig {
   std::chrono::microseconds spin{};
   std::size_t chunk_bytes = 0;
   std::uint32_t slots = 0;
-  std::size_t small_bytes = 0;
   Algorithm algorithm = Algorithm::Auto;
+  Hierarchy hierarchical = Hierarchy::Auto;
   std::optional<std::string> host_id;  // unset: hostname + network namespace
 };
 
@@ -70,13 +79,15 @@ std::vector<options::Spec<C, O>> specs() {
              "an integer", &C::chunk_bytes, &O::chunk_bytes),
       option("coll_slots", "4", "collectives: chunks in flight per peer (1..256)", "an integer", &C::slots,
              &O::slots),
-      option("coll_small_bytes", "65536",
-             "collectives: allreduce uses recursive doubling up to this many bytes", "an integer",
-             &C::small_bytes, &O::small_bytes),
       option("coll_algo", "auto",
              "collectives: allreduce algorithm: auto, ring, rd (recursive doubling) or hd "
              "(halving-doubling)",
              "auto, ring, rd or hd", &C::algorithm, &O::algorithm),
+      option("coll_hierarchical", "auto",
+             "collectives: allreduce reduces inside each host, runs coll_algo among one leader per "
+             "host, then broadcasts inside each host: auto (when ranks share hosts and there are "
+             "several hosts), on or off",
+             "auto, on or off", &C::hierarchical, &O::hierarchical),
       option("coll_host_id", nullptr,
              "collectives: this rank's host as peers compare it; unset = hostname + "
              "network namespace",
@@ -94,7 +105,6 @@ Result<void> check(C& c, const options::SetOptions&) {
                "must be a multiple of 64 up to 1 GiB, got " + std::to_string(c.chunk_bytes));
   if (c.slots == 0 || c.slots > 256)
     return bad("coll_slots", "must be 1..256, got " + std::to_string(c.slots));
-  if (c.small_bytes == 0) return bad("coll_small_bytes", "must be at least 1");
   return {};
 }
 
@@ -129,8 +139,8 @@ Result<CommConfig> resolve_options(const CommOptions& given) {
                .spin = coll->spin,
                .chunk_bytes = coll->chunk_bytes,
                .slots = coll->slots,
-               .small_bytes = coll->small_bytes,
                .algorithm = coll->algorithm,
+               .hierarchical = coll->hierarchical,
                .key_prefix = given.key_prefix};
   if (given.network_transport) {
     o.network_transport = *given.network_transport;

@@ -16,8 +16,8 @@ struct CommConfig {
   std::chrono::microseconds spin{};
   std::size_t chunk_bytes = 0;
   std::uint32_t slots = 0;
-  std::size_t small_bytes = 0;
   Algorithm algorithm = Algorithm::Auto;
+  Hierarchy hierarchical = Hierarchy::Auto;
   std::string host_id;
   std::string listen_address;  // empty: the network transport's default
   std::string key_prefix;

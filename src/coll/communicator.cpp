@@ -3,6 +3,7 @@
 // otherwise collectives run on a worker thread started at the first _async call.
 #include "rdmakit/coll/communicator.hpp"
 
+#include <algorithm>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -12,6 +13,7 @@
 
 #include "coll/algorithms.hpp"
 #include "coll/comm_options.hpp"
+#include "coll/cost_model.hpp"
 #include "coll/mesh.hpp"
 
 namespace rdmakit::coll {
@@ -52,6 +54,8 @@ struct Communicator::Impl {
   std::shared_ptr<bootstrap::Store> store;
   detail::Exchange exchange;
   detail::MeshInfo mesh;
+  detail::HostGroups groups;  // this rank's host and the hosts' leaders
+  detail::Topology topology;  // what the cost model knows of the job
 
   std::mutex mutex;
   std::condition_variable changed;
@@ -188,6 +192,14 @@ Result<std::unique_ptr<Communicator>> Communicator::create(std::shared_ptr<boots
     return std::unexpected(info.error());
   }
   impl->mesh = *info;
+  impl->groups = detail::host_groups(impl->mesh.host_of, rank);
+  impl->topology =
+      detail::Topology{.ranks = world_size,
+                       .hosts = static_cast<int>(impl->groups.leaders.size()),
+                       .per_host = impl->groups.largest_host,
+                       .contiguous = std::is_sorted(impl->mesh.host_of.begin(), impl->mesh.host_of.end()),
+                       .local = detail::link_cost(options->local_transport),
+                       .network = detail::link_cost(options->network_transport)};
   // Everyone connected and armed before the first collective: setup errors surface here, on every rank.
   if (auto ok = detail::barrier_dissemination(impl->exchange); !ok) return std::unexpected(ok.error());
   return std::unique_ptr<Communicator>(new Communicator(std::move(impl)));
@@ -273,13 +285,17 @@ Result<void> check_reduce_scatter(const Communicator& comm, const void* send, vo
       {check_per_rank(comm, send, recv, count, type, "reduce_scatter"), check_op(op, "reduce_scatter")});
 }
 
+// The cost model's cheapest plan within what the options force.
+detail::AllreduceChoice plan_allreduce(const Communicator::Impl* impl, std::size_t bytes) {
+  return detail::choose_allreduce(impl->topology, static_cast<double>(bytes), impl->options.algorithm,
+                                  impl->options.hierarchical);
+}
+
 Result<void> allreduce_with(Communicator::Impl* impl, const detail::Buffers& b) {
-  Algorithm a = impl->options.algorithm;
-  if (a == Algorithm::Auto)
-    a = detail::choose_allreduce(b.count * size_of(b.type), impl->exchange.size(), impl->options.small_bytes);
-  if (a == Algorithm::RecursiveDoubling) return detail::allreduce_doubling(impl->exchange, b);
-  if (a == Algorithm::HalvingDoubling) return detail::allreduce_halving(impl->exchange, b);
-  return detail::allreduce_ring(impl->exchange, b);
+  detail::AllreduceChoice plan = plan_allreduce(impl, b.count * size_of(b.type));
+  if (plan.hierarchical)
+    return detail::allreduce_hierarchical(impl->exchange, b, impl->groups, plan.algorithm);
+  return detail::allreduce_flat(impl->exchange, b, plan.algorithm);
 }
 
 // The ops the queue runs: the algorithm for the arguments, on the executing thread. Avg over 16-bit
@@ -332,6 +348,11 @@ Op all_to_all_op(Communicator::Impl* impl, const void* send, void* recv, std::si
 }
 
 }  // namespace
+
+std::string Communicator::allreduce_algorithm(std::size_t bytes) const {
+  detail::AllreduceChoice plan = plan_allreduce(impl_.get(), bytes);
+  return (plan.hierarchical ? "hier:" : "") + std::string(to_string(plan.algorithm));
+}
 
 Result<void> Communicator::allreduce(const void* send, void* recv, std::size_t count, DataType type,
                                      ReduceOp op) {

@@ -36,6 +36,18 @@ Exchange::Exchange(int rank, int size, std::size_t chunk, std::uint32_t slots,
       spin_(spin),
       peers_(static_cast<std::size_t>(size)) {}
 
+Exchange::Subgroup::Subgroup(Exchange& ex, std::vector<int> members)
+    : ex_(ex), saved_members_(std::move(ex.members_)), saved_rank_(ex.group_rank_) {
+  auto mine = std::find(members.begin(), members.end(), ex.rank_);
+  ex.group_rank_ = static_cast<int>(mine - members.begin());
+  ex.members_ = std::move(members);
+}
+
+Exchange::Subgroup::~Subgroup() {
+  ex_.members_ = std::move(saved_members_);
+  ex_.group_rank_ = saved_rank_;
+}
+
 Result<void> Exchange::arm() {
   // Each connection receives at most `slots` data chunks and `slots` credits before this rank reposts.
   for (Peer& p : peers_) {
@@ -269,7 +281,8 @@ Result<void> Exchange::wait_until(Ready ready, int rank, const char* what) {
   }
 }
 
-Result<void> Exchange::send(int to, const void* data, std::size_t bytes) {
+Result<void> Exchange::send(int member, const void* data, std::size_t bytes) {
+  int to = world_rank(member);
   Peer& p = peer(to);
   if (auto ok =
           wait_until([&] { return p.credits > 0 && p.sent - p.send_done < slots_; }, to, "a free slot at");
@@ -292,7 +305,8 @@ Result<void> Exchange::send(int to, const void* data, std::size_t bytes) {
   return {};
 }
 
-Result<std::span<const std::byte>> Exchange::recv(int from) {
+Result<std::span<const std::byte>> Exchange::recv(int member) {
+  int from = world_rank(member);
   Peer& p = peer(from);
   if (auto ok = wait_until([&] { return p.arrived > p.consumed; }, from, "data from"); !ok)
     return std::unexpected(ok.error());
@@ -300,11 +314,14 @@ Result<std::span<const std::byte>> Exchange::recv(int from) {
   return std::span<const std::byte>(p.inbound + slot * chunk_, p.arrived_bytes[slot]);
 }
 
-Result<void> Exchange::release(int from) {
-  Peer& p = peer(from);
+Result<void> Exchange::release(int member) {
+  Peer& p = peer(world_rank(member));
   ++p.consumed;
-  // The credit is unsignaled: nothing waits for its completion, and a failure still completes.
-  WorkRequest credit{.opcode = Opcode::Send, .local = {}, .imm = 1, .with_imm = true, .signaled = false};
+  if (++p.unreturned < std::max<std::uint32_t>(1, slots_ / 2)) return {};
+  // The credits are unsignaled: nothing waits for their completion, and a failure still completes.
+  WorkRequest credit{
+      .opcode = Opcode::Send, .local = {}, .imm = p.unreturned, .with_imm = true, .signaled = false};
+  p.unreturned = 0;
   if (auto id = p.connection->post(std::span<const WorkRequest>(&credit, 1)); !id)
     return std::unexpected(refused(p, "credit", id.error()));
   return {};

@@ -3,12 +3,17 @@
 //  * the receiver registered, at creation, `slots` staging slots of `chunk` bytes for each peer;
 //  * send() copies the chunk into a local registered outbound slot and WRITEs it with immediate into
 //    the next slot at the receiver: the write-with-immediate is the "data arrived" signal;
-//  * release() hands the slot back with a zero-byte SEND whose immediate is the credit;
+//  * release() hands slots back with a zero-byte SEND whose immediate is the number of credits, once
+//    half the slots (at least one) were consumed: half the messages of one credit each, and safe because
+//    a receiver consumes in order, so a sender waiting for a credit waits for at most slots/2 chunks the
+//    receiver already holds (with slots >= 2 the sender may always have one chunk in flight);
 //  * a sender holds at most `slots` unreleased chunks per peer (credits), so no slot is overwritten
 //    before it was consumed and no receive queue can run dry.
 // A failure names the rank to blame, agreed between the survivors (diagnosis.hpp): a timeout asks the
 // peers what they wait for, and a failing rank tells its peers whom it blames before it closes.
 // One thread drives an Exchange at a time (the communicator's executing thread): no locks inside.
+// A Subgroup renumbers it for a part of the world (the ranks of one host, the hosts' leaders), so the
+// same algorithms run inside a host and between hosts; failures and diagnosis keep naming world ranks.
 #pragma once
 
 #include <chrono>
@@ -47,7 +52,8 @@ struct Peer {
   std::byte* inbound = nullptr;  // the peer's first slot here
   std::byte* outbound = nullptr;
   std::uint32_t outbound_lkey = 0;
-  std::uint32_t credits = 0;  // free slots at the peer
+  std::uint32_t credits = 0;     // free slots at the peer
+  std::uint32_t unreturned = 0;  // slots of the peer's consumed here whose credit is not sent yet
   std::uint64_t sent = 0, send_done = 0;
   std::uint64_t arrived = 0, consumed = 0;
   std::vector<std::uint32_t> arrived_bytes;  // by slot
@@ -58,14 +64,34 @@ class Exchange {
   Exchange(int rank, int size, std::size_t chunk, std::uint32_t slots, std::chrono::milliseconds timeout,
            std::chrono::microseconds spin);
 
-  int rank() const noexcept { return rank_; }
-  int size() const noexcept { return size_; }
+  // This rank and the world's size, or its position in and the size of the Subgroup in scope.
+  int rank() const noexcept { return members_.empty() ? rank_ : group_rank_; }
+  int size() const noexcept { return members_.empty() ? size_ : static_cast<int>(members_.size()); }
+  // The world rank of `rank` as rank() counts (for messages: a subgroup position means nothing to users).
+  int world_rank(int rank) const noexcept {
+    return members_.empty() ? rank : members_[static_cast<std::size_t>(rank)];
+  }
+
+  // While it lives, rank(), size() and the ranks given to send/recv/release count within `members`
+  // (world ranks, ascending, this rank among them). Nests: the previous numbering comes back at the end.
+  class Subgroup {
+   public:
+    Subgroup(Exchange& ex, std::vector<int> members);
+    ~Subgroup();
+    Subgroup(const Subgroup&) = delete;
+    Subgroup& operator=(const Subgroup&) = delete;
+
+   private:
+    Exchange& ex_;
+    std::vector<int> saved_members_;
+    int saved_rank_;
+  };
   std::size_t chunk() const noexcept { return chunk_; }
   std::uint32_t slots() const noexcept { return slots_; }
 
   // Setup: the fabrics and one peer per other rank (filled in by mesh.cpp), then arm() posts receives.
   std::vector<std::unique_ptr<Fabric>>& fabrics() noexcept { return fabrics_; }
-  Peer& peer(int rank) noexcept { return peers_[static_cast<std::size_t>(rank)]; }
+  Peer& peer(int rank) noexcept { return peers_[static_cast<std::size_t>(rank)]; }  // world rank
   Result<void> arm();
 
   // `bytes` <= chunk(). Returns once the data is copied out of `data`.
@@ -97,6 +123,8 @@ class Exchange {
   Error refused(Peer& p, const char* what, const Error& error);
 
   int rank_, size_;
+  std::vector<int> members_;  // the Subgroup in scope (world ranks); empty: the world
+  int group_rank_ = 0;        // this rank's position in members_
   std::size_t chunk_;
   std::uint32_t slots_;
   std::chrono::milliseconds timeout_;

@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "coll/handshake.hpp"
+#include "coll/hierarchy.hpp"
 #include "core/log.hpp"
 
 namespace rdmakit::coll::detail {
@@ -255,6 +256,7 @@ Result<MeshInfo> build_mesh(bootstrap::Store& store, const MeshConfig& config, E
   info.local_rank =
       static_cast<int>(std::count(layout->hosts.begin(), layout->hosts.begin() + ex.rank(), mine));
   info.local_size = static_cast<int>(std::count(layout->hosts.begin(), layout->hosts.end(), mine));
+  info.host_of = number_hosts(layout->hosts);
   for (auto& f : ex.fabrics()) info.transports += (info.transports.empty() ? "" : "+") + f->name;
   if (info.transports.empty()) info.transports = "none";
   return info;

@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <string>
+#include <vector>
 
 #include "coll/exchange.hpp"
 #include "rdmakit/bootstrap.hpp"
@@ -26,7 +27,8 @@ struct MeshConfig {
 struct MeshInfo {
   int local_rank = 0;
   int local_size = 1;
-  std::string transports;  // e.g. "shm+tcp"
+  std::string transports;    // e.g. "shm+tcp"
+  std::vector<int> host_of;  // by rank: its host, numbered densely (number_hosts())
 };
 
 Result<MeshInfo> build_mesh(bootstrap::Store& store, const MeshConfig& config, Exchange& exchange);

@@ -113,17 +113,25 @@ inline void check_reduced(DataType t, ReduceOp op, int n, const std::byte* data,
   }
 }
 
-// Runs body(comm) on n threads, each a rank with its own communicator, over one in-memory store.
-inline void run_ranks(int n, const CommOptions& options, const std::function<void(Communicator&)>& body) {
+// Runs body(comm) on n threads, each a rank with its own communicator made with options_of(rank), over
+// one in-memory store.
+inline void run_ranks(int n, const std::function<CommOptions(int)>& options_of,
+                      const std::function<void(Communicator&)>& body) {
   auto store = bootstrap::make_memory_store();
   std::vector<std::thread> threads;
   for (int r = 0; r < n; ++r)
     threads.emplace_back([&, r] {
-      auto comm = Communicator::create(store, r, n, options);
+      auto comm = Communicator::create(store, r, n, options_of(r));
       ASSERT_TRUE(comm.has_value()) << "rank " << r << ": " << comm.error().describe();
       body(**comm);
     });
   for (auto& t : threads) t.join();
+}
+
+// The same options on every rank.
+inline void run_ranks(int n, const CommOptions& options, const std::function<void(Communicator&)>& body) {
+  run_ranks(
+      n, [&](int) { return options; }, body);
 }
 
 inline CommOptions small_chunks(std::string local_transport, Algorithm algorithm = Algorithm::Auto) {
@@ -135,7 +143,6 @@ inline CommOptions small_chunks(std::string local_transport, Algorithm algorithm
                      .bootstrap_timeout = std::chrono::milliseconds(30000),
                      .chunk_bytes = 64,
                      .slots = 2,
-                     .small_bytes = 256,
                      .algorithm = algorithm};
 }
 

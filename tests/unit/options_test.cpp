@@ -266,7 +266,7 @@ TEST_F(OptionsTest, EveryLayerIsListedOnceWithItsEffectiveValue) {
   EXPECT_EQ(by_env["RDMAKIT_TIMEOUT_MS"].layer, "core");
   for (const char* env :
        {"RDMAKIT_STORE_ADDR", "RDMAKIT_JOB_SECRET", "RDMAKIT_STORE_MAX_CLIENTS", "RDMAKIT_COLL_ALGO",
-        "RDMAKIT_COLL_SPIN_US", "RDMAKIT_COLL_CHUNK_BYTES", "RDMAKIT_COLL_SMALL_BYTES",
+        "RDMAKIT_COLL_SPIN_US", "RDMAKIT_COLL_CHUNK_BYTES", "RDMAKIT_COLL_HIERARCHICAL",
         "RDMAKIT_COLL_TIMEOUT_MS", "RDMAKIT_COLL_HOST_ID", "RDMAKIT_COLL_LOCAL_TRANSPORT"})
     EXPECT_TRUE(by_env.contains(env)) << env;
   EXPECT_EQ(by_env["RDMAKIT_STORE_ADDR"].value, "") << "unset, and no default";
@@ -275,11 +275,10 @@ TEST_F(OptionsTest, EveryLayerIsListedOnceWithItsEffectiveValue) {
 }
 
 TEST_F(OptionsTest, LayerErrorsNameTheOption) {
-  const std::pair<const char*, const char*> cases[] = {{"RDMAKIT_COLL_SLOTS", "0"},
-                                                       {"RDMAKIT_COLL_CHUNK_BYTES", "100"},
-                                                       {"RDMAKIT_COLL_ALGO", "fastest"},
-                                                       {"RDMAKIT_BOOTSTRAP_TIMEOUT_MS", "0"},
-                                                       {"RDMAKIT_STORE_MAX_REQUEST_BYTES", "10"}};
+  const std::pair<const char*, const char*> cases[] = {
+      {"RDMAKIT_COLL_SLOTS", "0"},           {"RDMAKIT_COLL_CHUNK_BYTES", "100"},
+      {"RDMAKIT_COLL_ALGO", "fastest"},      {"RDMAKIT_COLL_HIERARCHICAL", "maybe"},
+      {"RDMAKIT_BOOTSTRAP_TIMEOUT_MS", "0"}, {"RDMAKIT_STORE_MAX_REQUEST_BYTES", "10"}};
   for (const auto& [env, value] : cases) {
     SCOPED_TRACE(env);
     set(env, value);

@@ -51,10 +51,11 @@ struct CommOptions {
                // the CPU between polls) this long before it sleeps; 0 sleeps at once
   std::optional<std::size_t> chunk_bytes{};  // coll_chunk_bytes, default 512 KiB: pipeline unit and slot size
   std::optional<std::uint32_t> slots{};      // coll_slots, default 4: chunks in flight per peer
-  std::optional<std::size_t>
-      small_bytes{};                     // coll_small_bytes, default 64 KiB: recursive doubling up to this
-  std::optional<Algorithm> algorithm{};  // coll_algo: auto, ring, rd, hd (default auto)
-  std::optional<std::string> host_id{};  // coll_host_id, default hostname + network namespace
+  std::optional<Algorithm> algorithm{};      // coll_algo: auto, ring, rd, hd (default auto: the cost
+                                             // model's cheapest, docs/allreduce-model.md); when
+                                             // hierarchical, the algorithm among the hosts' leaders
+  std::optional<Hierarchy> hierarchical{};   // coll_hierarchical: auto, on, off (default auto)
+  std::optional<std::string> host_id{};      // coll_host_id, default hostname + network namespace
   std::optional<std::string>
       listen_address{};      // option listen_address (RDMAKIT_LISTEN_ADDRESS) of the
                              // network transport; unset: from_environment() picks the
@@ -84,6 +85,9 @@ class Communicator {
   int local_size() const noexcept;
   // "tcp", "shm" or "shm+tcp": what carries this rank's traffic.
   std::string transports() const;
+  // What allreduce runs for a message of `bytes` bytes: "ring", "rd", "hd", or "hier:" followed by
+  // the algorithm among the hosts' leaders (options coll_algo, coll_hierarchical).
+  std::string allreduce_algorithm(std::size_t bytes) const;
 
   // recv = op over every rank's send (count elements each).
   Result<void> allreduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op);

@@ -39,4 +39,9 @@ std::string_view to_string(ReduceOp op) noexcept;
 enum class Algorithm : std::uint8_t { Auto, Ring, RecursiveDoubling, HalvingDoubling };
 std::string_view to_string(Algorithm algorithm) noexcept;
 
+// Whether allreduce runs hierarchically: reduce inside each host (local transport), allreduce among one
+// leader per host (network transport, with the Algorithm above), broadcast inside each host. Auto: when
+// ranks share hosts and there are several hosts.
+enum class Hierarchy : std::uint8_t { Auto, On, Off };
+
 }  // namespace rdmakit::coll
