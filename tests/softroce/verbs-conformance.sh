@@ -6,12 +6,15 @@
 #     diagnostic both sides get), a connect to a port nobody listens on;
 #   * the example pair (examples/write_read_server + write_read_client) over verbs;
 #   * the transfer engine (xfer-guest.sh): its verbs tests, the KV-cache example and a short
-#     rdmakit-xfer-bench run, on one device and striped over two.
+#     rdmakit-xfer-bench run, on one device and striped over two;
+#   * with two devices, a short netem set (netem-guest.sh: 1 % loss and 5 % duplication on the veth pair,
+#     rdmakit-soak over verbs and tcp, every byte and atomic checked).
 #
 # Usage: tests/softroce/verbs-conformance.sh [--one|--two] [BUILD_DIR] [-- extra gtest args]
 #   BUILD_DIR defaults to build-verbs; it must hold conformance, conformance_peer, unit_verbs_device, the
 #   examples and the transfer engine's binaries (make conformance conformance_peer unit_verbs_device
-#   write_read_server write_read_client xfer_engine_test xfer_peer xfer_kvcache rdmakit-xfer-bench).
+#   write_read_server write_read_client xfer_engine_test xfer_peer xfer_kvcache rdmakit-xfer-bench
+#   rdmakit-soak).
 # Exit status: non-zero if any part failed in any configuration.
 set -euo pipefail
 trap 'echo "verbs-conformance.sh: error: command failed (status $?) at line $LINENO" >&2' ERR
@@ -30,7 +33,7 @@ gtest_extra="$*"
 
 bins=(tests/conformance tests/conformance_peer tests/unit_verbs_device examples/write_read_server
       examples/write_read_client tests/xfer/xfer_engine_test tests/xfer/xfer_peer examples/xfer_kvcache
-      tools/rdmakit-xfer-bench)
+      tools/rdmakit-xfer-bench tools/rdmakit-soak)
 for bin in "${bins[@]}"; do
     [[ -x "$build/$bin" ]] || { echo "verbs-conformance.sh: error: $build/$bin missing (build it first)" >&2; exit 1; }
 done
@@ -91,6 +94,10 @@ if [ "$RDMAKIT_VM_NDEVS" = 2 ]; then
     echo "veth $RDMAKIT_VM_NETDEV0 sent $((after - before)) packets"
     [ $((after - before)) -gt 100 ]
     check $? "traffic crossed the veth pair"
+
+    # Faults on the wire (the full set and its figures: docs/reliability.md); 300 operations a case.
+    sh "$repo/tests/softroce/netem-guest.sh" "$b" 300 8 120 loss1 duplicate
+    check $? "netem loss 1 % and duplication 5 %, verbs and tcp"
 fi
 # The transfer engine (its own steps and PASS/FAIL lines; its exit status counts its failures).
 sh "$repo/tests/softroce/xfer-guest.sh" "$b" "$repo"
@@ -111,7 +118,7 @@ for mode in "${modes[@]}"; do
     for bin in "${bins[@]}"; do files+=(--file "$build/$bin"); done
     # bash for examples/xfer_kvcache.sh (the VM has dash and busybox only).
     "$here/run-in-vm.sh" "${opts[@]}" --timeout 1500 "${libs[@]}" "${files[@]}" --file /bin/bash \
-        --file "$here/xfer-guest.sh" --file "$repo/examples/xfer_kvcache.sh" \
+        --file "$here/xfer-guest.sh" --file "$here/netem-guest.sh" --file "$repo/examples/xfer_kvcache.sh" \
         -- "$guest" "$build" "$repo" $gtest_extra || rc=$?
     summary+=("$mode device(s): exit $rc")
     ((rc == 0)) || status=1
