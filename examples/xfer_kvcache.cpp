@@ -1,7 +1,11 @@
 // Disaggregated serving: a prefill process moves paged KV-cache blocks into a decode process's pool.
 //
-//   xfer_kvcache decode  [--metadata URL] [--transport shm|tcp|verbs] [--slots 64]
-//   xfer_kvcache prefill --metadata URL [--transport ...] [--blocks 16] [--layout block|layer] [--seed 1]
+//   xfer_kvcache decode  [--metadata URL] [--transport shm|tcp|verbs] [--devices D1,D2] [--slots 64]
+//   xfer_kvcache prefill --metadata URL [--transport ...] [--devices D1,D2] [--blocks 16] [--layout
+//   block|layer]
+//                        [--seed 1]
+// --devices: the verbs devices, one rail each (default: the first active device); prefill's rail i pairs
+// with decode's rail i, and large batches are striped over every rail.
 //
 // A block is 16 tokens x 32 layers x (K, V) x 8 heads x 128 dims of bf16 = 2 MiB. The decode process
 // publishes its pool ("kv-pool", `slots` blocks) and a control segment ("kv-ctl"); prefill picks a random
@@ -50,6 +54,7 @@ constexpr std::size_t kTableOffset = 64;
 
 struct Args {
   std::string role, metadata, transport = "shm", layout = "block";
+  std::vector<std::string> devices;
   std::size_t blocks = 16, slots = 64;
   std::uint32_t seed = 1;
 };
@@ -72,7 +77,8 @@ std::unique_ptr<MetadataStore> open_store(const std::string& url) {
 }
 
 std::unique_ptr<Engine> open_engine(MetadataStore& metadata, const Args& args, const std::string& name) {
-  auto engine = Engine::create(metadata, {.name = name, .transports = {args.transport}});
+  auto engine =
+      Engine::create(metadata, {.name = name, .transports = {args.transport}, .verbs_devices = args.devices});
   if (!engine) throw std::runtime_error(engine.error().describe());
   return std::move(*engine);
 }
@@ -211,6 +217,16 @@ int prefill(const Args& args) {
   return 0;
 }
 
+std::vector<std::string> split(const std::string& list) {
+  std::vector<std::string> out;
+  for (std::size_t start = 0; start <= list.size();) {
+    auto comma = std::min(list.find(',', start), list.size());
+    if (comma > start) out.push_back(list.substr(start, comma - start));
+    start = comma + 1;
+  }
+  return out;
+}
+
 Args parse(int argc, char** argv) {
   Args args;
   if (argc < 2)
@@ -224,6 +240,8 @@ Args parse(int argc, char** argv) {
       args.transport = v;
     else if (flag == "--layout")
       args.layout = v;
+    else if (flag == "--devices")
+      args.devices = split(v);
     else if (flag == "--blocks")
       args.blocks = std::stoul(v);
     else if (flag == "--slots")

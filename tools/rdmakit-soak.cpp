@@ -1,5 +1,9 @@
 // rdmakit-soak: a long run of mixed operations with every byte checked and resource counts watched.
 //   rdmakit-soak [-n ops] [-c connections] [--transport tcp|shm|verbs] [--seed s] [-w window] [--phases p]
+//                [--listen host:port] [--target-device D] [--initiator-device D]
+// --listen: the target's listen address (default: the listen_address option); --target-device and
+// --initiator-device: each context's verbs device (default: the device option). With two devices on one
+// host (the Soft-RoCE VM's rxe0 and rxe1 on a veth pair), the traffic then crosses the wire.
 // A target context and an initiator context in this process, joined by `-c` connections. The initiator
 // keeps `-w` operations in flight, each on a random connection: WRITE, WRITE with immediate, READ, SEND
 // (into a receive the target posts just before), fetch_add and compare_swap on a few counters that every
@@ -69,6 +73,7 @@ struct Args {
   std::uint32_t phases = 10;
   std::uint64_t seed = 1;
   std::string transport = "tcp";
+  std::string listen{}, target_device{}, initiator_device{};  // empty: the options' (environment) default
   // A defect planted on purpose, to show that the checks catch it (tests/reliability): "corrupt" flips a
   // byte a WRITE landed, "atomic" adds to a counter behind the initiator's back, "leak" keeps every
   // connection it should close.
@@ -106,6 +111,12 @@ bool parse(int argc, char** argv, Args& a) {
       a.transport = v;
     else if (k == "--inject")
       a.inject = v;
+    else if (k == "--listen")
+      a.listen = v;
+    else if (k == "--target-device")
+      a.target_device = v;
+    else if (k == "--initiator-device")
+      a.initiator_device = v;
     else
       return false;
   }
@@ -269,8 +280,11 @@ void Soak::open_contexts() {
   Options options;
   options.transport = args_.transport;
   options.name = "soak-target";
+  if (!args_.target_device.empty()) options.device = args_.target_device;
   target_ctx_ = must(Context::open(options), "open the target context");
   options.name = "soak-initiator";
+  options.device = std::nullopt;
+  if (!args_.initiator_device.empty()) options.device = args_.initiator_device;
   initiator_ctx_ = must(Context::open(options), "open the initiator context");
   // The shared queues hold at most what is in flight: one send completion per slot on the initiator,
   // one receive per slot on the target (with margin for the churned connections' flushes).
@@ -283,7 +297,7 @@ void Soak::open_contexts() {
   source_ = must(initiator_ctx_->allocate(bytes, Access::LocalWrite), "allocate the source buffers");
   sink_ = must(target_ctx_->allocate(bytes, Access::All), "allocate the target buffers");
   counters_ = must(target_ctx_->allocate(4096, Access::All), "allocate the counters");
-  listener_ = must(target_ctx_->listen(), "listen");
+  listener_ = must(target_ctx_->listen(args_.listen), "listen");  // empty: the listen_address option
   // Touch every page now, so that the resident size after warm-up is the run's steady state.
   std::memset(source_->data(), 0, source_->size());
   std::memset(sink_->data(), 0, sink_->size());
@@ -625,7 +639,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr,
                  "usage: rdmakit-soak [-n ops] [-c connections] [--transport tcp|shm|verbs] [--seed s] [-w "
                  "window 1-1024] "
-                 "[--phases p>=2] [--inject corrupt|atomic|leak]\n");
+                 "[--phases p>=2] [--inject corrupt|atomic|leak] [--listen host:port] [--target-device D] "
+                 "[--initiator-device D]\n");
     return 2;
   }
   return Soak(args).run();

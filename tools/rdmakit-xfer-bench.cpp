@@ -2,6 +2,7 @@
 //
 //   rdmakit-xfer-bench [--transport shm|tcp|verbs] [--op write|read] [--block 64K] [--batch 16] [--threads 1]
 //                      [--connections 2] [--duration 3] [--segment 256M] [--inflight 256]
+//                      [--devices D1,D2] [--owner-devices D2,D1] [--peer-timeout-ms 2000]
 //   rdmakit-xfer-bench --broadcast 1,2,3 [--transport tcp] [--bcast-size 256M] [--chunk 4M]
 //
 // The segment owner runs in a second process (this program with --serve, started and stopped here). Each
@@ -9,6 +10,10 @@
 // batch's latency is submit to done. Progress every second, then a summary table. The bytes are verified
 // after the timed run (a pattern WRITten and READ back). The metadata store: --metadata URL (builtin://,
 // redis://, etcd://host:port, see open_metadata), or by default a builtin server this process runs itself.
+// --devices: the verbs devices of this side, one rail each (default: the first active device); the owner's
+// are --owner-devices (default: the same). Rail i pairs with the owner's rail i, and each batch is striped
+// over every rail: two devices on one host (the Soft-RoCE VM's rxe0 and rxe1 on a veth pair) cross the
+// wire both ways with --devices rxe0,rxe1 --owner-devices rxe1,rxe0.
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -36,9 +41,10 @@ using namespace rdmakit::xfer;
 using Clock = std::chrono::steady_clock;
 
 struct Args {
-  std::string transport = "tcp", op = "write", metadata, broadcast;
+  std::string transport = "tcp", op = "write", metadata, broadcast, devices, owner_devices;
   std::uint64_t block = 64 << 10, segment = 256 << 20, bcast_size = 256 << 20, chunk = 4 << 20;
   std::uint32_t batch = 16, threads = 1, connections = 2, inflight = 256;
+  std::chrono::milliseconds peer_timeout = EngineOptions{}.peer_timeout;
   double duration = 3;
   bool serve = false;
 };
@@ -93,6 +99,12 @@ Args parse(int argc, char** argv) {
       a.metadata = v;
     else if (flag == "--broadcast")
       a.broadcast = v;
+    else if (flag == "--devices")
+      a.devices = v;
+    else if (flag == "--owner-devices")
+      a.owner_devices = v;
+    else if (flag == "--peer-timeout-ms")
+      a.peer_timeout = std::chrono::milliseconds(std::stoul(v));
     else if (flag == "--bcast-size")
       a.bcast_size = parse_size(v);
     else if (flag == "--chunk")
@@ -106,6 +118,7 @@ Args parse(int argc, char** argv) {
   // Requests go to slots of `block` bytes in turn: a segment of one block makes every request hit the same
   // bytes (the footprint of rdmakit-perf's reused buffer).
   a.segment = std::max(a.segment, a.block);
+  if (a.owner_devices.empty()) a.owner_devices = a.devices;
   return a;
 }
 
@@ -122,10 +135,23 @@ std::unique_ptr<MetadataStore> open_store(const Args& a, const char* name_space)
   return must(open_metadata(a.metadata, {.name_space = name_space}), ("metadata " + a.metadata).c_str());
 }
 
+std::vector<std::string> split(const std::string& list) {
+  std::vector<std::string> out;
+  for (std::size_t start = 0; start <= list.size();) {
+    auto comma = std::min(list.find(',', start), list.size());
+    if (comma > start) out.push_back(list.substr(start, comma - start));
+    start = comma + 1;
+  }
+  return out;
+}
+
 int serve(const Args& a) {
   auto metadata = open_store(a, "bench");
-  auto engine =
-      must(Engine::create(*metadata, {.name = "bench-owner", .transports = {a.transport}}), "engine");
+  auto engine = must(Engine::create(*metadata, {.name = "bench-owner",
+                                                .transports = {a.transport},
+                                                .verbs_devices = split(a.owner_devices),
+                                                .peer_timeout = a.peer_timeout}),
+                     "engine");
   must(engine->allocate_segment("bench", a.segment), "allocate the segment");
   std::cout << "ready" << std::endl;
   std::string line;
@@ -147,8 +173,10 @@ class Owner {
       ::close(in[1]);  // else stdin never reaches its end
       ::close(out[0]);
       auto segment = std::to_string(a.segment);
+      auto timeout = std::to_string(a.peer_timeout.count());
       ::execl("/proc/self/exe", "rdmakit-xfer-bench", "--serve", "--transport", a.transport.c_str(),
-              "--metadata", a.metadata.c_str(), "--segment", segment.c_str(), nullptr);
+              "--metadata", a.metadata.c_str(), "--segment", segment.c_str(), "--owner-devices",
+              a.owner_devices.c_str(), "--peer-timeout-ms", timeout.c_str(), nullptr);
       ::_exit(127);
     }
     ::close(in[0]);
@@ -232,9 +260,11 @@ int run(Args a) {
   auto metadata = open_store(a, "bench");
   auto engine = must(Engine::create(*metadata, {.name = "bench-client",
                                                 .transports = {a.transport},
+                                                .verbs_devices = split(a.devices),
                                                 .connections_per_rail = a.connections,
                                                 .max_inflight_per_peer = a.inflight,
-                                                .max_inflight_per_rail = std::max(1024u, a.inflight)}),
+                                                .max_inflight_per_rail = std::max(1024u, a.inflight),
+                                                .peer_timeout = a.peer_timeout}),
                      "engine");
   std::vector<std::byte> local(a.segment), back(a.segment);
   must(engine->register_local(local.data(), local.size()), "register");

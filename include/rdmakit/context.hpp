@@ -24,8 +24,9 @@ struct Capabilities {
   // Memory keys come from the device (verbs), by its own rule: rxe and mlx5 make them of a region index and
   // 8 random bits, so one key's neighbours are guessable. The software transports draw 32 random bits.
   bool device_keys = false;
-  // A receive posted to a failed connection completes Flushed. verbs leaves that to the device, and Soft-RoCE
-  // (rxe in Debian 12's kernel 6.1) leaves such a receive pending: false there.
+  // A receive posted to a failed connection completes Flushed. true on every transport of rdmakit (verbs
+  // flushes it in software, since a device may leave it pending: rxe in Debian 12's kernel 6.1 does); a
+  // transport that cannot says false, and callers must not wait for such a receive there.
   bool flushes_receives_posted_in_error = true;
   std::uint64_t max_message_size = 0;  // bytes of one operation's local segments together
   std::uint32_t max_sge = 0;           // scatter-gather entries per operation (the max_sge option, capped)

@@ -13,6 +13,8 @@
 #   kernel-<ver>/vmlinuz                   the original bzImage (fallback)
 #   kernel-<ver>/modules/*.ko              uncompressed modules needed for rdma_rxe
 #   kernel-<ver>/modules/order             insmod order (dependencies first)
+#   kernel-<ver>/modules/roots             the module list (modules.roots) they were collected for: a
+#                                          changed list collects them again from the cached .deb
 #   current                                file naming the ready kernel-<ver> directory
 #
 # Environment:
@@ -42,7 +44,7 @@ check_tools() {
     local -A need=(
         [qemu-system-x86_64]=qemu-system-x86 [cpio]=cpio [gzip]=gzip [xz]=xz-utils
         [dpkg-deb]=dpkg [apt-get]=apt [ldd]=libc-bin [ip]=iproute2 [rdma]=iproute2
-        [dash]=dash [ibv_devinfo]=ibverbs-utils [od]=coreutils [dd]=coreutils
+        [dash]=dash [ibv_devinfo]=ibverbs-utils [od]=coreutils [dd]=coreutils [tc]=iproute2
     )
     for t in "${!need[@]}"; do
         command -v "$t" >/dev/null 2>&1 || { missing+=("$t"); pkgs+=("${need[$t]}"); }
@@ -67,6 +69,11 @@ check_tools() {
 check_tools
 
 mkdir -p "$cache/debs"
+# The modules the VM loads (and their dependencies): one name a line in modules.roots.
+wanted_roots="$(grep -v -e '^#' -e '^ *$' "$here/modules.roots" | tr -d ' ')"
+mapfile -t roots <<<"$wanted_roots"
+# ready DIR: a kernel prepared for these roots.
+ready() { [[ -e "$1/.complete" && "$(cat "$1/modules/roots" 2>/dev/null)" == "$wanted_roots" ]]; }
 
 # --- which kernel -----------------------------------------------------------
 pkg="${RDMAKIT_SOFTROCE_KERNEL_PKG:-}"
@@ -76,17 +83,21 @@ if [[ -z "$pkg" ]]; then
            awk '/Depends: linux-image-[0-9]/ && !f {print $2; f = 1}')" || true
     if [[ -z "$pkg" ]]; then
         # apt lists may be empty (fresh container); a ready cache is still usable.
-        if [[ -s "$cache/current" && -e "$(cat "$cache/current")/vmlinux" ]]; then
+        if [[ -s "$cache/current" ]] && ready "$(cat "$cache/current")"; then
             say "apt-cache knows no linux-image-amd64; using cached $(cat "$cache/current")"
             exit 0
         fi
-        die "cannot resolve linux-image-amd64 (run 'apt-get update' first?)"
+        # A cached package whose modules must be collected again (modules.roots changed).
+        deb="$(ls "$cache/debs/linux-image-"*.deb 2>/dev/null | head -n1 || true)"
+        [[ -n "$deb" ]] || die "cannot resolve linux-image-amd64 (run 'apt-get update' first?)"
+        pkg="$(basename "$deb")"
+        pkg="${pkg%%_*}"
     fi
 fi
 kver="${pkg#linux-image-}"
 kdir="$cache/kernel-$kver"
 
-if [[ -e "$kdir/.complete" ]]; then
+if ready "$kdir"; then
     echo "$kdir" >"$cache/current"
     say "kernel $kver already prepared in $kdir"
     exit 0
@@ -146,9 +157,7 @@ dd if="$vmlinuz" iflag=skip_bytes,count_bytes skip="$start" count="$plen" bs=1M 
 # There is no modules.dep in the package (depmod runs at install time) and no
 # kmod on the host necessarily, so read each module's "depends=" from its
 # .modinfo strings and load dependencies first (depth-first, post-order).
-# crc32_generic is not a symbol dependency of anything but rdma_rxe needs the
-# crypto algorithm ("failed to init crc32 algorithm" without it), so it is a root.
-roots=(crc32_generic dummy veth rdma_rxe rdma_ucm)
+# The roots come from modules.roots (read above).
 declare -A path_of=() state=()
 while IFS= read -r -d '' f; do
     n="$(basename "$f")"; n="${n%%.ko*}"; n="${n//-/_}"
@@ -183,6 +192,7 @@ visit() {
 }
 for r in "${roots[@]}"; do visit "$r"; done
 printf '%s\n' "${order[@]}" >"$tmp/out/modules/order"
+echo "$wanted_roots" >"$tmp/out/modules/roots"
 say "modules: ${order[*]}"
 
 echo "$pkg" >"$tmp/out/package"

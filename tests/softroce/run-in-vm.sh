@@ -98,7 +98,10 @@ done
 # --- kernel -------------------------------------------------------------------
 # prepare.sh asks apt which kernel is current; once a kernel is cached, keep
 # using it (faster, and stable) until prepare.sh is run again explicitly.
-if [[ ! -s "$cache/current" || ! -e "$(cat "$cache/current")/.complete" ]]; then
+# A changed modules.roots makes prepare.sh collect the modules again.
+wanted_roots="$(grep -v -e '^#' -e '^ *$' "$here/modules.roots" | tr -d ' ')"
+if [[ ! -s "$cache/current" || ! -e "$(cat "$cache/current")/.complete" ||
+      "$(cat "$(cat "$cache/current")/modules/roots" 2>/dev/null)" != "$wanted_roots" ]]; then
     "$here/prepare.sh" --quiet || die "prepare.sh failed"
 fi
 kdir="$(cat "$cache/current")"
@@ -150,11 +153,12 @@ put() {
 }
 
 # --- base initramfs (cached) ---------------------------------------------------
-# Everything that does not depend on the test: busybox, dash, ip, rdma,
-# ibv_devinfo, the rxe userspace provider, kernel modules, /init.
+# Everything that does not depend on the test: busybox, dash, ip, rdma, tc
+# (busybox's lacks netem), ibv_devinfo, the rxe userspace provider, kernel
+# modules, /init.
 tool() { command -v "$1" 2>/dev/null || die "host tool $1 not found (run prepare.sh for the package list)"; }
 rxe_provider=/usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav34.so
-base_bins=("$(tool dash)" "$(tool ip)" "$(tool rdma)" "$(tool ibv_devinfo)" "$rxe_provider")
+base_bins=("$(tool dash)" "$(tool ip)" "$(tool rdma)" "$(tool tc)" "$(tool ibv_devinfo)" "$rxe_provider")
 # glibc dlopens libgcc_s for thread cancellation/unwinding; without it threads abort.
 libgcc="$(ldconfig -p 2>/dev/null | awk '/libgcc_s\.so\.1 .*x86-64/ && !f {print $NF; f = 1}')"
 [[ -n "$libgcc" ]] || libgcc=/lib/x86_64-linux-gnu/libgcc_s.so.1

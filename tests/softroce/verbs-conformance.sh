@@ -4,11 +4,17 @@
 #     and between two devices (rxe0 <-> rxe1 over a veth pair: server context on rxe1, client on rxe0);
 #   * unit_verbs_device: every verb, the registration cache, mismatched MTUs on the two sides (prints the
 #     diagnostic both sides get), a connect to a port nobody listens on;
-#   * the example pair (examples/write_read_server + write_read_client) over verbs.
+#   * the example pair (examples/write_read_server + write_read_client) over verbs;
+#   * the transfer engine (xfer-guest.sh): its verbs tests, the KV-cache example and a short
+#     rdmakit-xfer-bench run, on one device and striped over two;
+#   * with two devices, a short netem set (netem-guest.sh: 1 % loss and 5 % duplication on the veth pair,
+#     rdmakit-soak over verbs and tcp, every byte and atomic checked).
 #
 # Usage: tests/softroce/verbs-conformance.sh [--one|--two] [BUILD_DIR] [-- extra gtest args]
-#   BUILD_DIR defaults to build-verbs; it must hold conformance, conformance_peer, unit_verbs_device and
-#   the examples (make conformance conformance_peer unit_verbs_device write_read_server write_read_client).
+#   BUILD_DIR defaults to build-verbs; it must hold conformance, conformance_peer, unit_verbs_device, the
+#   examples and the transfer engine's binaries (make conformance conformance_peer unit_verbs_device
+#   write_read_server write_read_client xfer_engine_test xfer_peer xfer_kvcache rdmakit-xfer-bench
+#   rdmakit-soak).
 # Exit status: non-zero if any part failed in any configuration.
 set -euo pipefail
 trap 'echo "verbs-conformance.sh: error: command failed (status $?) at line $LINENO" >&2' ERR
@@ -25,8 +31,10 @@ build="$(cd "${1:-$repo/build-verbs}" && pwd)"
 [[ "${1:-}" == "--" ]] && shift
 gtest_extra="$*"
 
-for bin in tests/conformance tests/conformance_peer tests/unit_verbs_device examples/write_read_server \
-           examples/write_read_client; do
+bins=(tests/conformance tests/conformance_peer tests/unit_verbs_device examples/write_read_server
+      examples/write_read_client tests/xfer/xfer_engine_test tests/xfer/xfer_peer examples/xfer_kvcache
+      tools/rdmakit-xfer-bench tools/rdmakit-soak)
+for bin in "${bins[@]}"; do
     [[ -x "$build/$bin" ]] || { echo "verbs-conformance.sh: error: $build/$bin missing (build it first)" >&2; exit 1; }
 done
 
@@ -41,8 +49,8 @@ guest="$(mktemp /tmp/verbs-conformance-guest.XXXXXX.sh)"
 trap 'rm -f "$guest"' EXIT
 cat >"$guest" <<'GUEST'
 #!/bin/sh
-# Runs inside the VM. $1 = build dir, rest = extra gtest args.
-b=$1; shift
+# Runs inside the VM. $1 = build dir, $2 = repo dir, rest = extra gtest args.
+b=$1 repo=$2; shift 2
 fails=0
 step() { echo "===== verbs: $*"; }
 check() { if [ "$1" = 0 ]; then echo "VERBS PASS: $2"; else echo "VERBS FAIL: $2 (exit $1)"; fails=$((fails + 1)); fi; }
@@ -86,7 +94,15 @@ if [ "$RDMAKIT_VM_NDEVS" = 2 ]; then
     echo "veth $RDMAKIT_VM_NETDEV0 sent $((after - before)) packets"
     [ $((after - before)) -gt 100 ]
     check $? "traffic crossed the veth pair"
+
+    # Faults on the wire (the full set and its figures: docs/reliability.md); 300 operations a case.
+    sh "$repo/tests/softroce/netem-guest.sh" "$b" 300 8 120 loss1 duplicate
+    check $? "netem loss 1 % and duplication 5 %, verbs and tcp"
 fi
+# The transfer engine (its own steps and PASS/FAIL lines; its exit status counts its failures).
+sh "$repo/tests/softroce/xfer-guest.sh" "$b" "$repo"
+xfails=$?
+fails=$((fails + xfails))
 echo "verbs: $fails failure(s)"
 exit $fails
 GUEST
@@ -98,11 +114,12 @@ for mode in "${modes[@]}"; do
     [[ $mode == two ]] && opts+=(--two-devices)
     echo "===== verbs-conformance: $mode device(s)"
     rc=0
-    "$here/run-in-vm.sh" "${opts[@]}" --timeout 1500 "${libs[@]}" \
-        --file "$build/tests/conformance" --file "$build/tests/conformance_peer" \
-        --file "$build/tests/unit_verbs_device" \
-        --file "$build/examples/write_read_server" --file "$build/examples/write_read_client" \
-        -- "$guest" "$build" $gtest_extra || rc=$?
+    files=()
+    for bin in "${bins[@]}"; do files+=(--file "$build/$bin"); done
+    # bash for examples/xfer_kvcache.sh (the VM has dash and busybox only).
+    "$here/run-in-vm.sh" "${opts[@]}" --timeout 1500 "${libs[@]}" "${files[@]}" --file /bin/bash \
+        --file "$here/xfer-guest.sh" --file "$here/netem-guest.sh" --file "$repo/examples/xfer_kvcache.sh" \
+        -- "$guest" "$build" "$repo" $gtest_extra || rc=$?
     summary+=("$mode device(s): exit $rc")
     ((rc == 0)) || status=1
 done

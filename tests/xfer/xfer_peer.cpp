@@ -1,6 +1,7 @@
 // A segment owner in a process of its own, for the tests that kill one:
 //   xfer_peer <metadata dir> <segment name> <bytes> <transport>
-// publishes a zeroed segment, prints "ready" and serves until stdin closes (or it is killed).
+// publishes a zeroed segment, prints "ready" and serves until stdin closes (or it is killed). Over verbs, on
+// the owner's devices of RDMAKIT_TEST_XFER_VERBS_DEVICES (verbs_devices.hpp).
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -8,6 +9,7 @@
 
 #include "rdmakit/xfer/engine.hpp"
 #include "xfer/file_metadata.hpp"
+#include "xfer/verbs_devices.hpp"
 
 int main(int argc, char** argv) {
   if (argc != 5) {
@@ -15,7 +17,10 @@ int main(int argc, char** argv) {
     return 2;
   }
   rdmakit::xfer::testing::FileMetadataStore metadata(argv[1]);
-  auto engine = rdmakit::xfer::Engine::create(metadata, {.transports = {argv[4]}});
+  rdmakit::xfer::EngineOptions options{.transports = {argv[4]}};
+  if (options.transports.front() == "verbs")
+    options.verbs_devices = rdmakit::xfer::testing::owner_verbs_devices();
+  auto engine = rdmakit::xfer::Engine::create(metadata, options);
   if (!engine) {
     std::fprintf(stderr, "xfer_peer: %s\n", engine.error().describe().c_str());
     return 1;

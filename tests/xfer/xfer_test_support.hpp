@@ -11,6 +11,7 @@
 
 #include "rdmakit/xfer/engine.hpp"
 #include "xfer/file_metadata.hpp"
+#include "xfer/verbs_devices.hpp"
 
 namespace rdmakit::xfer::testing {
 

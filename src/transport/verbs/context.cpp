@@ -52,7 +52,7 @@ Capabilities VerbsContext::capabilities() const {
   // IBV_ATOMIC_GLOB: the HCA's atomics are atomic against the CPU's too; IBV_ATOMIC_HCA only among HCAs.
   c.atomics_coherent_with_cpu = device_->attr().atomic_cap == IBV_ATOMIC_GLOB;
   c.kernel_bypass = true;
-  c.flushes_receives_posted_in_error = false;  // the device decides; rxe does not (see Capabilities)
+  c.flushes_receives_posted_in_error = true;  // in software where the device does not (rxe: flush_recv)
   c.device_keys = true;
   c.max_message_size = device_->port_attr().max_msg_sz;
   c.max_sge = std::min<std::uint32_t>(config().max_sge, static_cast<std::uint32_t>(device_->attr().max_sge));

@@ -3,6 +3,8 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
@@ -46,6 +48,8 @@ Result<std::shared_ptr<VerbsCompletionQueue>> VerbsCompletionQueue::create(std::
   // Non-blocking: several sleepers may wake for one event; the losers must not block in get_cq_event.
   int flags = fcntl(q->channel_->fd, F_GETFL);
   if (fcntl(q->channel_->fd, F_SETFL, flags | O_NONBLOCK) != 0) return fail_errno("fcntl(O_NONBLOCK)", errno);
+  q->wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (q->wake_fd_ < 0) return fail_errno("eventfd (completion queue)", errno);
   q->depth_ = std::min<std::uint32_t>(depth, static_cast<std::uint32_t>(device->attr().max_cqe));
   // The CQ's context is the queue, so that an asynchronous CQ error (overflow) finds it.
   q->cq_ = api.create_cq(device->context(), static_cast<int>(q->depth_), q.get(), q->channel_, 0);
@@ -59,6 +63,7 @@ VerbsCompletionQueue::~VerbsCompletionQueue() {
   const Api& api = device_->api();
   if (cq_) api.destroy_cq(cq_);
   if (channel_) api.destroy_comp_channel(channel_);
+  if (wake_fd_ >= 0) ::close(wake_fd_);
 }
 
 void VerbsCompletionQueue::attach_track(std::shared_ptr<detail::RcState> track) {
@@ -97,6 +102,25 @@ std::size_t VerbsCompletionQueue::poll_locked(std::span<Completion> out) {
   return got > 0 ? static_cast<std::size_t>(got) : 0;
 }
 
+std::size_t VerbsCompletionQueue::take_flushed_locked(std::span<Completion> out) {
+  std::size_t n = 0;
+  // Two threads posting receives to one connection may have queued them out of order: look again after
+  // each one taken, since it may be the turn of one queued before it.
+  for (bool took = true; took && n < out.size();) {
+    took = false;
+    for (auto it = flushed_.begin(); it != flushed_.end(); ++it) {
+      const auto sequence = detail::RcState::sequence_of(it->completion.id);
+      if (it->track->recv_done.load(std::memory_order_relaxed) < sequence) continue;  // earlier ones pending
+      it->track->completed(it->completion);
+      out[n++] = it->completion;
+      flushed_.erase(it);
+      took = true;
+      break;
+    }
+  }
+  return n;
+}
+
 std::size_t VerbsCompletionQueue::poll_transport(std::span<Completion> out) {
   std::lock_guard lock(mutex_);
   std::size_t n = 0;
@@ -107,7 +131,11 @@ std::size_t VerbsCompletionQueue::poll_transport(std::span<Completion> out) {
     }
     has_backlog_.store(!backlog_.empty(), std::memory_order_relaxed);
   }
+  // The software completions only after the backlog (the receives before them may wait there), and again
+  // after the device's: its completions may be the earlier receives they wait for.
+  if (n < out.size() && !flushed_.empty()) n += take_flushed_locked(out.subspan(n));
   if (n < out.size()) n += poll_locked(out.subspan(n));
+  if (n < out.size() && !flushed_.empty()) n += take_flushed_locked(out.subspan(n));
   return n;
 }
 
@@ -117,9 +145,21 @@ void VerbsCompletionQueue::drain(const detail::RcState& track,
   while (track.outstanding() > 0 && std::chrono::steady_clock::now() < deadline) {
     std::lock_guard lock(mutex_);
     std::size_t n = poll_locked(batch);
+    n += take_flushed_locked(std::span(batch).subspan(n));
     backlog_.insert(backlog_.end(), batch.begin(), batch.begin() + static_cast<std::ptrdiff_t>(n));
     has_backlog_.store(!backlog_.empty(), std::memory_order_relaxed);
   }
+}
+
+void VerbsCompletionQueue::flush_recv(std::shared_ptr<detail::RcState> track, std::uint64_t id) {
+  {
+    std::lock_guard lock(mutex_);
+    const Completion completion{
+        .id = id, .status = Status::Flushed, .opcode = Opcode::Recv, .connection = track->number()};
+    flushed_.push_back(FlushedRecv{std::move(track), completion});
+  }
+  const std::uint64_t one = 1;
+  [[maybe_unused]] auto written = ::write(wake_fd_, &one, sizeof(one));  // full counter: awake anyway
 }
 
 Result<void> VerbsCompletionQueue::health() const {
@@ -155,7 +195,9 @@ Result<void> VerbsCompletionQueue::sleep_until(std::chrono::steady_clock::time_p
     // Re-poll after arming: what arrived before the arming raised no event and would be slept past.
     std::lock_guard lock(mutex_);
     std::array<Completion, 16> batch;
-    if (std::size_t n = poll_locked(batch)) {
+    std::size_t n = poll_locked(batch);
+    n += take_flushed_locked(std::span(batch).subspan(n));
+    if (n > 0) {
       backlog_.insert(backlog_.end(), batch.begin(), batch.begin() + static_cast<std::ptrdiff_t>(n));
       has_backlog_.store(true, std::memory_order_relaxed);
       return {};
@@ -163,10 +205,14 @@ Result<void> VerbsCompletionQueue::sleep_until(std::chrono::steady_clock::time_p
   }
   auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
   if (left.count() <= 0) return {};
-  pollfd fd{channel_->fd, POLLIN, 0};
-  int ready = ::poll(&fd, 1, static_cast<int>(std::min<std::int64_t>(left.count(), 1000000)));
+  std::array<pollfd, 2> fds{pollfd{channel_->fd, POLLIN, 0}, pollfd{wake_fd_, POLLIN, 0}};
+  int ready = ::poll(fds.data(), fds.size(), static_cast<int>(std::min<std::int64_t>(left.count(), 1000000)));
   if (ready < 0 && errno != EINTR) return fail_errno("poll(completion channel)", errno);
-  if (ready > 0) {
+  if (ready > 0 && (fds[1].revents & POLLIN)) {
+    std::uint64_t count = 0;
+    [[maybe_unused]] auto read = ::read(wake_fd_, &count, sizeof(count));  // another sleeper may have won
+  }
+  if (ready > 0 && (fds[0].revents & POLLIN)) {
     ibv_cq* event_cq = nullptr;
     void* cq_context = nullptr;
     if (device_->api().get_cq_event(channel_, &event_cq, &cq_context) == 0)

@@ -1,6 +1,8 @@
 // A completion queue on an ibv_cq, with a completion channel for blocking waits. Busy polling is a
 // plain ibv_poll_cq; sleep_until arms the CQ, polls again (a completion that arrived between the last
 // poll and the arming raises no event) and then sleeps on the channel's fd until the deadline.
+// Besides the device's completions it delivers software ones: the Flushed completions of receives posted
+// to a connection that had failed (flush_recv), which some devices never flush themselves.
 #pragma once
 
 #include <atomic>
@@ -37,6 +39,11 @@ class VerbsCompletionQueue final : public CompletionQueue {
   // close(): polls into the backlog (where poll() finds them) until the track has nothing outstanding
   // or the deadline passes.
   void drain(const detail::RcState& track, std::chrono::steady_clock::time_point deadline);
+  // A receive posted to a connection that has failed, completed Flushed in software instead of being posted:
+  // its QP is in the error state, where the device should flush it, but rxe (Debian 12's kernel 6.1) leaves
+  // it pending (its userspace post_recv never tells the kernel). Receives complete in order, so the Flushed
+  // completion is delivered once every receive the connection posted before it has completed.
+  void flush_recv(std::shared_ptr<detail::RcState> track, std::uint64_t id);
 
  protected:
   std::size_t poll_transport(std::span<Completion> out) override;
@@ -46,6 +53,9 @@ class VerbsCompletionQueue final : public CompletionQueue {
   VerbsCompletionQueue(std::shared_ptr<Device> device, WaitMode mode, std::chrono::microseconds spin)
       : CompletionQueue(mode, spin), device_(std::move(device)) {}
   std::size_t poll_locked(std::span<Completion> out);
+  // Moves the software completions whose turn has come (every earlier receive of their connection done)
+  // into `out`, in order; how many.
+  std::size_t take_flushed_locked(std::span<Completion> out);
   detail::RcState* find(std::uint32_t number);
 
   std::shared_ptr<Device> device_;
@@ -60,6 +70,13 @@ class VerbsCompletionQueue final : public CompletionQueue {
   std::atomic<bool> has_backlog_{false};
   std::atomic<bool> overflowed_{false};
   std::deque<Completion> backlog_;
+  // Software Flushed receives waiting for their turn (flush_recv), in the order they were posted.
+  struct FlushedRecv {
+    std::shared_ptr<detail::RcState> track;
+    Completion completion;
+  };
+  std::deque<FlushedRecv> flushed_;
+  int wake_fd_ = -1;  // eventfd: wakes a waiter asleep on the channel when flush_recv adds a completion
 };
 
 // Reads a device's asynchronous events on the CM monitor's thread. A CQ that overflowed (IBV_EVENT_CQ_ERR)

@@ -103,6 +103,12 @@ Result<std::uint64_t> VerbsConnection::post_recv(std::span<const Segment> sgl) {
   if (auto ok = check_recv(sgl, caps_); !ok) [[unlikely]]
     return std::unexpected(ok.error());
   const std::uint64_t sequence = track_->take_recv();
+  if (track_->failed()) [[unlikely]] {
+    // The QP is in the error state (or about to be, where the peer's disconnect failed it): the receive
+    // completes Flushed, in software, since a device may leave it pending (rxe does; see flush_recv).
+    recv_cq_->flush_recv(track_, make_id(sequence, true));
+    return make_id(sequence, true);
+  }
   ibv_recv_wr wr{};
   wr.wr_id = make_id(sequence, true);
   wr.sg_list = as_sges(sgl);
