@@ -79,7 +79,8 @@ class Batch {
   // Polling: whether every request has finished (succeeded or failed).
   virtual bool done() const noexcept = 0;
   // Waits until done(); Errc::Timeout if not done in time (the requests go on). It reaps completions itself
-  // when no other thread is (no hand-off from the progress thread), spinning briefly, then sleeping in slices.
+  // when no other thread is (no hand-off from the progress thread), spinning briefly, then sleeping in
+  // slices.
   virtual Result<void> wait(std::chrono::nanoseconds timeout) = 0;
   // Request i's outcome: nullopt while it is in flight.
   virtual std::optional<Result<void>> status(std::size_t i) const = 0;
