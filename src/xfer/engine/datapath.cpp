@@ -214,6 +214,9 @@ void EngineImpl::post_chain(Link& link, std::vector<std::unique_ptr<InflightOp>>
 // usually reaps its own batch; a wake-up per completion would cost more than the bytes on shm, where they
 // move within the post); with nothing in flight it sleeps until a post takes a credit.
 void EngineImpl::progress_loop(Rail& rail) {
+  // Empty polls before napping or sleeping: back-to-back batches find the thread still awake, instead of
+  // paying a wake-up each (the idle sleep is entered only after this many empty polls, too).
+  constexpr std::uint32_t kLingerPolls = 64;
   auto drain_deadline = Clock::time_point::max();
   std::uint32_t empty_polls = 0;
   while (true) {
@@ -221,7 +224,7 @@ void EngineImpl::progress_loop(Rail& rail) {
       if (drain_deadline == Clock::time_point::max()) drain_deadline = Clock::now() + options_.peer_timeout;
       std::lock_guard lock(rail.ops_mutex);
       if (rail.chains.empty() || Clock::now() > drain_deadline) return;
-    } else if (rail.credits->in_use() == 0) {
+    } else if (rail.credits->in_use() == 0 && empty_polls >= kLingerPolls) {
       std::unique_lock lock(rail.idle_mutex);
       rail.progress_sleeping.store(true);
       rail.work_posted.wait_for(lock, std::chrono::milliseconds(20),
@@ -231,7 +234,7 @@ void EngineImpl::progress_loop(Rail& rail) {
     }
     if (reap(rail)) {
       empty_polls = 0;
-    } else if (++empty_polls < 64) {
+    } else if (++empty_polls < kLingerPolls) {
       std::this_thread::yield();
     } else {
       std::this_thread::sleep_for(std::chrono::microseconds(50));
