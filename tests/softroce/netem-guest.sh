@@ -11,7 +11,8 @@
 # "NETEM PASS/FAIL: <transport> <case>: <seconds> s ..." and what netem did (tc -s), then a table.
 #
 # Usage: netem-guest.sh BUILD_DIR OPS CONNECTIONS LIMIT_S [CASE ...]
-#   CASE: baseline loss1 loss10 delay reorder duplicate (default: all), each over verbs and tcp.
+#   CASE: baseline loss1 loss10 delay reorder duplicate (default: all), each over the transports in
+#   NETEM_TRANSPORTS (default: "verbs tcp").
 # Exit status: the number of failed cases.
 b=$1 ops=$2 conns=$3 limit=$4
 shift 4
@@ -57,7 +58,7 @@ uptime_s() { cut -d' ' -f1 /proc/uptime; }
 
 for case in $cases; do
     spec=$(netem_of "$case") || { echo "netem-guest.sh: unknown case $case"; exit 1; }
-    for transport in verbs tcp; do
+    for transport in ${NETEM_TRANSPORTS:-verbs tcp}; do
         if ! set_netem "$spec"; then
             echo "NETEM FAIL: $transport $case: tc qdisc add ... netem $spec failed"
             fails=$((fails + 1))
