@@ -78,7 +78,9 @@ Result<void> EngineImpl::open_rail(const std::string& transport, const std::stri
   rail->transport = transport;
   rail->context = *context;
   rail->caps = rail->context->capabilities();
-  auto listener = rail->context->listen(transport == "shm" ? std::string_view{} : options_.listen_address);
+  // listen_address is "host:port"; a transport whose addresses are names (shm) picks its own.
+  auto listener = rail->context->listen(
+      rail->caps.address_prefix.empty() ? std::string_view{options_.listen_address} : std::string_view{});
   if (!listener) return std::unexpected(listener.error());
   rail->listener = *listener;
   auto cq = rail->context->create_cq(options_.max_inflight_per_rail);
