@@ -225,8 +225,10 @@ TEST_P(CollBlame, EverySurvivorNamesTheRankThatDiedOrStopped) {
     EXPECT_EQ(codes[i++], 0) << "rank " << r << (codes[i - 1] == 999 ? " hung" : " did not fail cleanly");
     EXPECT_EQ(blamed(message), std::set<int>{v.victim}) << "rank " << r << ": " << message;
   }
-  // Failing takes the timeout at most (a stopped rank), plus the probe, plus a loaded machine's slack.
-  EXPECT_LT(elapsed, kTimeout + std::chrono::milliseconds(4000));
+  // Failing takes the timeout at most (a stopped rank), plus the probe, plus a loaded machine's slack: about
+  // 2.6 s in the normal build, 6.5 s seen once under ASan on a busy CI machine. The bound says "bounded, not
+  // hung" (reap() above gives up at 30 s), not how fast.
+  EXPECT_LT(elapsed, kTimeout + std::chrono::milliseconds(15000));
 }
 
 INSTANTIATE_TEST_SUITE_P(Victims, CollBlame,
