@@ -20,6 +20,8 @@ packages=(
   # operation (valgrind --tool=callgrind); valgrind's memcheck also runs the fd-exhaustion case that UBSan
   # cannot check (tests/reliability/CMakeLists.txt)
   strace valgrind
+  # the test watchdog prints every thread's stack of a hung test and of its child processes
+  gdb
   # collectives: the mpirun launch of the training example, and the Open MPI comparison
   openmpi-bin libopenmpi-dev
   # collectives: the srun launch of the training example on a single-node Slurm (tests/coll/slurm_train.sh)
