@@ -36,7 +36,9 @@ class CurrentTest : public ::testing::EmptyTestEventListener {
 std::string stack_dump_command(pid_t self) {
   std::string pid = std::to_string(self);
   return "command -v gdb > /dev/null || { echo 'WATCHDOG: gdb not installed: no stacks'; exit 0; }; "
-         "for p in " + pid + " $(pgrep -P " + pid + " | grep -vx $$); do "
+         "for p in " +
+         pid + " $(pgrep -P " + pid +
+         " | grep -vx $$); do "
          "echo \"WATCHDOG: stacks of pid $p: $(tr '\\0' ' ' < /proc/$p/cmdline)\"; "
          "timeout 60 gdb -p $p -batch -nx -ex 'thread apply all bt' 2>&1 | grep -E '^(#|Thread )'; "
          "done 1>&2";
