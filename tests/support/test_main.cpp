@@ -31,8 +31,9 @@ class CurrentTest : public ::testing::EmptyTestEventListener {
   }
 };
 
-// A shell loop over this process and its children: each one's command line and, through gdb (bounded by
-// `timeout`), every thread's backtrace, on stderr.
+// A shell loop over this process and its children: each one's command line, each thread's state and kernel
+// stack (a thread blocked in the kernel shows where), and, through gdb (bounded by `timeout`), every thread's
+// backtrace, on stderr.
 std::string stack_dump_command(pid_t self) {
   std::string pid = std::to_string(self);
   return "command -v gdb > /dev/null || { echo 'WATCHDOG: gdb not installed: no stacks'; exit 0; }; "
@@ -40,6 +41,10 @@ std::string stack_dump_command(pid_t self) {
          pid + " $(pgrep -P " + pid +
          " | grep -vx $$); do "
          "echo \"WATCHDOG: stacks of pid $p: $(tr '\\0' ' ' < /proc/$p/cmdline)\"; "
+         "for t in /proc/$p/task/*; do "
+         "echo \"thread ${t##*/}: state $(cut -d' ' -f3 $t/stat) in $(cat $t/wchan)\"; cat $t/stack "
+         "2>/dev/null; "
+         "done; "
          "timeout 60 gdb -p $p -batch -nx -ex 'thread apply all bt' 2>&1 | grep -E '^(#|Thread )'; "
          "done 1>&2";
 }
