@@ -20,6 +20,14 @@ namespace {
 
 std::string yes_no(bool value) { return value ? "yes" : "no"; }
 
+// A declared figure, or "undeclared" for 0 (the layers that use it assume tcp's).
+std::string declared(double value) {
+  if (value <= 0) return "undeclared";
+  char text[32];
+  std::snprintf(text, sizeof text, "%g", value);
+  return text;
+}
+
 // One row per field of rdmakit::Capabilities: a new field is one more line here.
 std::vector<std::pair<const char*, std::string>> capability_rows(const rdmakit::Capabilities& c) {
   return {
@@ -31,6 +39,8 @@ std::vector<std::pair<const char*, std::string>> capability_rows(const rdmakit::
       {"max_message_size", std::to_string(c.max_message_size)},
       {"max_sge", std::to_string(c.max_sge)},
       {"max_inline", std::to_string(c.max_inline)},
+      {"message_cost_us", declared(c.message_cost_us)},
+      {"bandwidth_bytes_per_us", declared(c.bandwidth_bytes_per_us)},
   };
 }
 

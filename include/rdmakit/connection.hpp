@@ -88,7 +88,9 @@ class Connection {
   Result<std::uint64_t> post_recv(Segment sgl);
 
   // Waits for operation `id` (a send-side or a receive id) on the queue it completes on. InvalidArgument at
-  // once for an id this connection never issued, or whose completion was already taken (poll or wait).
+  // once for an id this connection never issued, or whose completion was already taken (poll or wait),
+  // however long ago; also for an unsignaled success once 2-4 times the deeper queue's depth of operations
+  // were posted after it (it has no completion: until then a wait on it times out).
   Result<Completion> wait(std::uint64_t id, std::chrono::nanoseconds timeout);
 
   CompletionQueue& send_cq() const noexcept { return *send_cq_; }

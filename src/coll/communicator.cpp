@@ -165,6 +165,16 @@ Result<void> check_root(int root, int size, const char* what) {
   return {};
 }
 
+// The cost of a link of `transport`, as the transport declares it: from this rank's context of it, or from
+// one opened to ask when no peer of this rank uses it (alone on its host, say), so that every rank models
+// the same topology and picks the same plan.
+detail::LinkCost declared_cost(detail::Exchange& exchange, const std::string& transport) {
+  for (const auto& fabric : exchange.fabrics())
+    if (fabric->name == transport) return detail::link_cost(fabric->context->capabilities());
+  auto probe = Context::open(Options{.transport = transport});
+  return detail::link_cost(probe ? (*probe)->capabilities() : Capabilities{});
+}
+
 }  // namespace
 
 Communicator::Communicator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -197,9 +207,13 @@ Result<std::unique_ptr<Communicator>> Communicator::create(std::shared_ptr<boots
       detail::Topology{.ranks = world_size,
                        .hosts = static_cast<int>(impl->groups.leaders.size()),
                        .per_host = impl->groups.largest_host,
-                       .contiguous = std::is_sorted(impl->mesh.host_of.begin(), impl->mesh.host_of.end()),
-                       .local = detail::link_cost(options->local_transport),
-                       .network = detail::link_cost(options->network_transport)};
+                       .contiguous = std::is_sorted(impl->mesh.host_of.begin(), impl->mesh.host_of.end())};
+  // A kind of link that no rank uses (one host; one rank per host) plays no part in the model.
+  impl->topology.local = impl->topology.per_host > 1 ? declared_cost(impl->exchange, options->local_transport)
+                                                     : detail::link_cost(Capabilities{});
+  impl->topology.network = impl->topology.hosts > 1
+                               ? declared_cost(impl->exchange, options->network_transport)
+                               : detail::link_cost(Capabilities{});
   // Everyone connected and armed before the first collective: setup errors surface here, on every rank.
   if (auto ok = detail::barrier_dissemination(impl->exchange); !ok) return std::unexpected(ok.error());
   return std::unique_ptr<Communicator>(new Communicator(std::move(impl)));

@@ -25,14 +25,17 @@ double fold_cost(const LinkCost& link, int n, double bytes) noexcept {
 
 }  // namespace
 
-// Fitted by bench/coll/model.py to bench/coll/results-model.jsonl (docs/allreduce-model.md): shm among
-// 2-8 ranks on one host, tcp across network namespaces (veth), on a shared 2-core machine (the best of the
-// repetitions, each divided by ranks / cores: 2 cores). gamma is measured apart (a vectorized f32 add over
-// cache-resident buffers, 15 GB/s): fitted with the rest, the noise made it 0.
-LinkCost link_cost(std::string_view transport) noexcept {
+// alpha and beta are what the transport declares (Capabilities::message_cost_us, bandwidth_bytes_per_us,
+// fitted by bench/coll/model.py: docs/allreduce-model.md); a transport that declares none gets tcp's
+// figures. gamma is measured apart (a vectorized f32 add over cache-resident buffers, 15 GB/s): fitted with
+// the rest, the noise made it 0.
+LinkCost link_cost(const Capabilities& declared) noexcept {
   constexpr double kGamma = 1.0 / 15000;
-  if (transport == "shm") return LinkCost{.alpha_us = 3.2, .beta_us = 1.0 / 2290, .gamma_us = kGamma};
-  return LinkCost{.alpha_us = 26, .beta_us = 1.0 / 620, .gamma_us = kGamma};
+  constexpr double kUndeclaredAlpha = 26, kUndeclaredBandwidth = 620;  // tcp across veth
+  const bool has_cost = declared.message_cost_us > 0 && declared.bandwidth_bytes_per_us > 0;
+  return LinkCost{.alpha_us = has_cost ? declared.message_cost_us : kUndeclaredAlpha,
+                  .beta_us = 1.0 / (has_cost ? declared.bandwidth_bytes_per_us : kUndeclaredBandwidth),
+                  .gamma_us = kGamma};
 }
 
 double ring_cost(const LinkCost& link, int n, double bytes) noexcept {

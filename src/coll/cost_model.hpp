@@ -6,9 +6,9 @@
 #pragma once
 
 #include <cstddef>
-#include <string_view>
 
 #include "rdmakit/coll/types.hpp"
+#include "rdmakit/context.hpp"
 
 namespace rdmakit::coll::detail {
 
@@ -18,8 +18,9 @@ struct LinkCost {
   double gamma_us = 0;  // per byte reduced
 };
 
-// Fitted constants of the transports measured (bench/coll/model.py); other transports get tcp's.
-LinkCost link_cost(std::string_view transport) noexcept;
+// A link's cost as its transport declares it (Capabilities::message_cost_us, bandwidth_bytes_per_us);
+// a transport that declares none gets tcp's.
+LinkCost link_cost(const Capabilities& declared) noexcept;
 
 // Predicted µs of one allreduce of `bytes` over n ranks whose every step crosses `link`.
 double ring_cost(const LinkCost& link, int n, double bytes) noexcept;

@@ -71,8 +71,14 @@ Result<std::uint64_t> Connection::send_imm(Segment local, std::uint32_t imm) {
 Result<std::uint64_t> Connection::post_recv(Segment sgl) { return post_recv(std::span(&sgl, 1)); }
 
 Result<Completion> Connection::wait(std::uint64_t id, std::chrono::nanoseconds timeout) {
-  if (auto ok = state_->check_waitable(id); !ok) return std::unexpected(ok.error());
-  return (is_recv_id(id) ? recv_cq_ : send_cq_)->wait_for(id, timeout);
+  auto waitable = state_->check_waitable(id);  // before looking in the queue (RcState::check_waitable)
+  if (!waitable) return std::unexpected(waitable.error());
+  CompletionQueue& queue = is_recv_id(id) ? *recv_cq_ : *send_cq_;
+  if (*waitable == detail::RcState::Waitable::Yes) return queue.wait_for(id, timeout);
+  // Done long ago: one look in the queue (no wait) finds its completion, or it was taken.
+  auto queued = queue.wait_for(id, std::chrono::nanoseconds::zero());
+  if (!queued && queued.error().code() == Errc::Timeout) return detail::RcState::taken_error(id);
+  return queued;
 }
 
 }  // namespace rdmakit

@@ -90,7 +90,7 @@ ConnectionStats RcState::stats(const PeerInfo& peer) const {
   return s;
 }
 
-Result<void> RcState::check_waitable(std::uint64_t id) const {
+Result<RcState::Waitable> RcState::check_waitable(std::uint64_t id) const {
   if (Connection::connection_of(id) != number_)
     return rdmakit::fail(Errc::InvalidArgument, "wait: id " + std::to_string(id) + " belongs to connection " +
                                                     std::to_string(Connection::connection_of(id)) +
@@ -103,11 +103,20 @@ Result<void> RcState::check_waitable(std::uint64_t id) const {
                                                     " was never issued by connection " +
                                                     std::to_string(number_) + " (" + std::to_string(issued) +
                                                     " " + (recv ? "receives" : "sends") + " posted)");
+  const std::uint64_t span = taken_mask_ + 1;
+  if (issued - sequence > span) {
+    const std::uint64_t done = (recv ? recv_done : send_done).load(std::memory_order_acquire);
+    return sequence < done ? Waitable::IfQueued : Waitable::Yes;
+  }
   const auto& ring = recv ? taken_recv_ : taken_send_;
-  if (ring[sequence & taken_mask_].load(std::memory_order_acquire) == sequence + 1)
-    return rdmakit::fail(Errc::InvalidArgument, "wait: the completion of id " + std::to_string(id) +
-                                                    " was already taken (by poll or wait)");
-  return {};
+  if (ring[sequence & taken_mask_].load(std::memory_order_acquire) == sequence + 1) return taken_error(id);
+  return Waitable::Yes;
+}
+
+std::unexpected<Error> RcState::taken_error(std::uint64_t id) {
+  return rdmakit::fail(Errc::InvalidArgument,
+                       "wait: the completion of id " + std::to_string(id) +
+                           " was already taken (by poll or wait), or it has none (an unsignaled success)");
 }
 
 void RcState::taken(std::uint64_t id) noexcept {

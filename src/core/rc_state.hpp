@@ -6,7 +6,7 @@
 //  * an operation posted behind a failure is accepted and completes Flushed (a QP in the error state);
 //  * a connection closed by this side refuses posts (its queue pair is gone);
 //  * wait() on an id that this connection never issued, or whose completion was already taken, fails at
-//    once with InvalidArgument.
+//    once with InvalidArgument, however long ago it was taken (check_waitable).
 // Counters are written on the data path without locks; the failure has a small lock of its own.
 #pragma once
 
@@ -100,11 +100,22 @@ class RcState {
   ConnectionStats stats(const PeerInfo& peer) const;
 
   // ---- waits
-  // Ok when `id` is an id this connection issued whose completion was not taken yet (as far as the ring
-  // of taken completions remembers); InvalidArgument naming the problem otherwise.
-  Result<void> check_waitable(std::uint64_t id) const;
+  enum class Waitable {
+    Yes,       // not taken yet: wait for it
+    IfQueued,  // done: waitable only if its completion is still queued, else it was taken (or has none)
+  };
+  // Whether wait() may wait for `id`; InvalidArgument naming the problem for an id of another connection,
+  // one never issued, or one whose completion was taken. Exact at any age: the ring of taken completions
+  // answers for the recent ids; an older id, with more than the ring's span of operations posted after it,
+  // is done (each queue holds at most its depth, less than the span), and once this connection counted it
+  // done its completion, if it has one, was queued (the software transports queue it under the lock that
+  // frees its slot; verbs counts it when it polls it): either it is still queued, or it was taken, or it has
+  // none (an unsignaled success). Call it before looking in the queue.
+  Result<Waitable> check_waitable(std::uint64_t id) const;
   // The application took the completion of `id` (poll or wait): a later wait on it fails at once.
   void taken(std::uint64_t id) noexcept;
+  // wait()'s error for an id whose completion was taken.
+  static std::unexpected<Error> taken_error(std::uint64_t id);
 
  private:
   std::uint64_t id_of(std::uint64_t sequence, bool recv) const noexcept {

@@ -44,7 +44,8 @@ Result<std::shared_ptr<Context>> open(const Config& config) {
 std::vector<TransportInfo> built_transports() {
   std::vector<TransportInfo> out;
   for (const transport::Registration& entry : transport::builtin())
-    out.push_back(TransportInfo{std::string(entry.name), std::string(entry.summary), entry.wraps_inner});
+    out.push_back(TransportInfo{std::string(entry.name), std::string(entry.summary), entry.wraps_inner,
+                                entry.picks_device});
   return out;
 }
 

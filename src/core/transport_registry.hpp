@@ -14,9 +14,10 @@
 namespace rdmakit::transport {
 
 struct Registration {
-  std::string_view name;     // what Config::transport names: "tcp", or "fault" for "fault:<inner>"
-  std::string_view summary;  // one line for rdmakit-info
-  bool wraps_inner = false;  // opened as "<name>:<inner>": it wraps a context of another transport
+  std::string_view name;      // what Config::transport names: "tcp", or "fault" for "fault:<inner>"
+  std::string_view summary;   // one line for rdmakit-info
+  bool wraps_inner = false;   // opened as "<name>:<inner>": it wraps a context of another transport
+  bool picks_device = false;  // Options::device names one of several devices (verbs)
   // Opens a context; `config.transport` is the full name (e.g. "fault:tcp").
   Result<std::shared_ptr<Context>> (*open)(const Config& config) = nullptr;
 };

@@ -26,6 +26,8 @@ std::shared_ptr<Context> Conformance::open_context(bool server, const Options& e
   if (extra.rnr_timeout) o.rnr_timeout = extra.rnr_timeout;
   if (extra.wait_mode) o.wait_mode = extra.wait_mode;
   if (extra.send_queue_depth) o.send_queue_depth = extra.send_queue_depth;
+  if (extra.recv_queue_depth) o.recv_queue_depth = extra.recv_queue_depth;
+  if (extra.cq_depth) o.cq_depth = extra.cq_depth;
   auto context = Context::open(o);
   if (!context) {
     ADD_FAILURE() << "cannot open transport " << GetParam() << ": " << context.error().describe();

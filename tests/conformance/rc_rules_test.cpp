@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdio>
+#include <utility>
 
 #include "conformance/fixture.hpp"
 
@@ -184,6 +185,50 @@ TEST_P(RcRules, WaitOnAnIdThatCannotCompleteFailsAtOnce) {
   EXPECT_EQ(batch[0].id, polled);
   expect_refused(polled, "an id taken by poll()");
   EXPECT_LT(std::chrono::steady_clock::now() - start, 10s) << "a refused wait waited";
+}
+
+// However long ago it was taken: ids with many times a queue's depth of operations posted after them (more
+// than any bounded memory of taken ids would hold) are refused at once, whether wait() or poll() took the
+// completion, and so is an unsignaled success (it has no completion to take).
+TEST_P(RcRules, WaitOnAnIdTakenLongAgoFailsAtOnce) {
+  constexpr std::uint32_t kDepth = 16;
+  Endpoint client, server{.context = server_.context, .connection = nullptr};
+  client.context = open_context(false, Options{.send_queue_depth = kDepth, .recv_queue_depth = kDepth});
+  ASSERT_TRUE(client.context);
+  connect_pair(client, server);
+  ASSERT_TRUE(client.connection);
+  auto source = region(*client.context, 64, Access::LocalWrite);
+  ASSERT_TRUE(source);
+  Connection& connection = *client.connection;
+  auto write = [&](bool signaled) {
+    return connection.write(source->slice(0, 8), target_->descriptor().at(0), signaled);
+  };
+  const std::uint64_t by_wait = RDMAKIT_ASSERT_OK(write(true));
+  ASSERT_EQ(wait(connection, by_wait).status, Status::Success);
+  const std::uint64_t by_poll = RDMAKIT_ASSERT_OK(write(true));
+  std::array<Completion, 4> batch;
+  std::size_t got = 0;
+  for (auto deadline = std::chrono::steady_clock::now() + kWait;
+       got == 0 && std::chrono::steady_clock::now() < deadline;)
+    got = connection.send_cq().poll(batch);
+  ASSERT_EQ(got, 1u);
+  ASSERT_EQ(batch[0].id, by_poll);
+  const std::uint64_t unsignaled = RDMAKIT_ASSERT_OK(write(false));
+  std::uint64_t last = 0;
+  for (std::uint32_t i = 0; i < 8 * kDepth; ++i) {
+    last = RDMAKIT_ASSERT_OK(write(true));
+    ASSERT_EQ(wait(connection, last).status, Status::Success) << "write " << i;
+  }
+  const auto start = std::chrono::steady_clock::now();
+  for (auto [id, what] : {std::pair{by_wait, "taken by wait() long ago"},
+                          {by_poll, "taken by poll() long ago"},
+                          {unsignaled, "an unsignaled success long ago"},
+                          {last, "taken by wait() just now"}}) {
+    auto waited = connection.wait(id, kWait);
+    ASSERT_FALSE(waited.has_value()) << what;
+    EXPECT_EQ(waited.error().code(), Errc::InvalidArgument) << what << ": " << waited.error().describe();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, kWait / 3) << "a refused wait waited";
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, RcRules, ::testing::ValuesIn(conformance_transports()),

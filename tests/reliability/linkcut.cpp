@@ -77,25 +77,33 @@ class LinkedNamespaces {
   bool made_ = false;
 };
 
-std::string start(LinkedNamespaces& net, Rig& rig, std::chrono::milliseconds timeout) {
+std::string start(const std::string& transport, LinkedNamespaces& net, Rig& rig,
+                  std::chrono::milliseconds timeout) {
   if (auto bad = net.make(); !bad.empty()) {
     if (bad == kSkipped) std::printf("SKIP: cannot create network namespaces here (needs CAP_SYS_ADMIN)\n");
     return bad;
   }
-  return rig.start("tcp", timeout, "10.79.0.1:0", net.peer_ns());
+  return rig.start(transport, timeout, "10.79.0.1:0", net.peer_ns());
 }
 
-std::string only_tcp(const std::string& transport) {
-  return transport == "tcp" ? "" : "a link cut needs a network transport (tcp), not " + transport;
+// A link cut between network namespaces reaches only a transport that goes between hosts over IP addresses
+// (tcp; verbs would need an RDMA device on the veth pair).
+std::string needs_network(const std::string& transport) {
+  auto probe = Context::open(Options{.transport = transport});
+  if (!probe) return "open " + transport + ": " + probe.error().describe();
+  const Capabilities caps = (*probe)->capabilities();
+  if (caps.same_host_only || !caps.address_prefix.empty())
+    return "a link cut needs a transport that reaches other hosts by IP address, not " + transport;
+  return "";
 }
 
 }  // namespace
 
 std::string linkcut_short(const std::string& transport) {
-  if (auto bad = only_tcp(transport); !bad.empty()) return bad;
+  if (auto bad = needs_network(transport); !bad.empty()) return bad;
   LinkedNamespaces net;
   Rig rig;
-  if (auto bad = start(net, rig, 6000ms); !bad.empty()) return bad;
+  if (auto bad = start(transport, net, rig, 6000ms); !bad.empty()) return bad;
   if (auto bad = rig.post_mix(0); !bad.empty()) return bad;
   if (!net.set_link(false)) return "ip link set down failed";
   if (auto bad = rig.post_mix(1); !bad.empty()) return bad;  // posted into the cut
@@ -109,18 +117,18 @@ std::string linkcut_short(const std::string& transport) {
       return "operation #" + std::to_string(i) + " completed " + std::string(to_string(rig.ops[i].status)) +
              " across a cut shorter than the timeout";
   std::printf(
-      "linkcut_short tcp: %zu operations rode out a %ld ms cut, the last done %ld ms after the restore\n",
-      rig.ops.size(), ms(rig.timeout / 10), ms(rig.ops.back().done - restored));
+      "linkcut_short %s: %zu operations rode out a %ld ms cut, the last done %ld ms after the restore\n",
+      transport.c_str(), rig.ops.size(), ms(rig.timeout / 10), ms(rig.ops.back().done - restored));
   rig.connection->close();
   if (!rig.peer.finish()) return "the peer did not exit cleanly";
   return check_memory(rig, true);  // the atomics' old values and the counters: nothing lost or doubled
 }
 
 std::string linkcut_long(const std::string& transport) {
-  if (auto bad = only_tcp(transport); !bad.empty()) return bad;
+  if (auto bad = needs_network(transport); !bad.empty()) return bad;
   LinkedNamespaces net;
   Rig rig;
-  if (auto bad = start(net, rig, 1500ms); !bad.empty()) return bad;
+  if (auto bad = start(transport, net, rig, 1500ms); !bad.empty()) return bad;
   if (!net.set_link(false)) return "ip link set down failed";
   auto posted = Clock::now();
   if (auto bad = rig.post_mix(0); !bad.empty()) return bad;
@@ -129,7 +137,7 @@ std::string linkcut_long(const std::string& transport) {
   auto detection = rig.first_failure() - posted;
   if (detection < rig.timeout / 2)
     return "a cut link was given up after " + std::to_string(ms(detection)) + " ms, before the timeout";
-  std::printf("DETECT linkcut_long tcp %ld ms\n", ms(detection));
+  std::printf("DETECT linkcut_long %s %ld ms\n", transport.c_str(), ms(detection));
   if (!net.set_link(true)) return "ip link set up failed";
   auto again = rig.context->connect(rig.peer.address());
   if (!again) return "connect after the restore: " + again.error().describe();

@@ -5,6 +5,8 @@
 // a host and who leads it, and the Exchange's renumbering for a subgroup.
 #include <gtest/gtest.h>
 
+#include <optional>
+
 #include "coll/cost_model.hpp"
 #include "coll/exchange.hpp"
 #include "coll/hierarchy.hpp"
@@ -68,9 +70,33 @@ TEST(CollHierarchy, SubgroupRenumbersAndNests) {
   EXPECT_EQ(ex.world_rank(3), 3);
 }
 
+// The link cost `transport` declares (Capabilities), as the communicator asks it; nullopt when it does not
+// open here.
+std::optional<detail::LinkCost> declared_cost(const std::string& transport) {
+  auto context = Context::open(Options{.transport = transport});
+  if (!context) return std::nullopt;
+  return detail::link_cost((*context)->capabilities());
+}
+
+TEST(CollCostModel, EveryTransportDeclaresALinkCostAndUndeclaredGetsTcps) {
+  auto tcp = declared_cost("tcp");
+  ASSERT_TRUE(tcp.has_value());
+  EXPECT_DOUBLE_EQ(tcp->alpha_us, 26);
+  EXPECT_DOUBLE_EQ(tcp->beta_us, 1.0 / 620);
+  detail::LinkCost undeclared = detail::link_cost(Capabilities{});
+  EXPECT_DOUBLE_EQ(undeclared.alpha_us, tcp->alpha_us);
+  EXPECT_DOUBLE_EQ(undeclared.beta_us, tcp->beta_us);
+  EXPECT_DOUBLE_EQ(undeclared.gamma_us, tcp->gamma_us);
+  auto shm = declared_cost("shm");
+  if (!shm) GTEST_SKIP() << "shm transport unavailable";
+  EXPECT_DOUBLE_EQ(shm->alpha_us, 3.2);
+  EXPECT_DOUBLE_EQ(shm->beta_us, 1.0 / 2290);
+}
+
 TEST(CollCostModel, ChoosesByLatencyForSmallAndBandwidthForLargeMessages) {
-  detail::Topology one_host{
-      .ranks = 8, .local = detail::link_cost("shm"), .network = detail::link_cost("tcp")};
+  auto shm = declared_cost("shm"), tcp = declared_cost("tcp");
+  if (!shm || !tcp) GTEST_SKIP() << "shm or tcp transport unavailable";
+  detail::Topology one_host{.ranks = 8, .local = *shm, .network = *tcp};
   auto small = detail::choose_allreduce(one_host, 1024, Algorithm::Auto, Hierarchy::Auto);
   EXPECT_EQ(small.algorithm, Algorithm::RecursiveDoubling);  // log2(8) steps beat 14
   EXPECT_FALSE(small.hierarchical);                          // one host: nothing to save
@@ -84,11 +110,9 @@ TEST(CollCostModel, ChoosesByLatencyForSmallAndBandwidthForLargeMessages) {
 }
 
 TEST(CollCostModel, HierarchyPaysAcrossHostsAndOptionsForceThePlan) {
-  detail::Topology cluster{.ranks = 1024,
-                           .hosts = 128,
-                           .per_host = 8,
-                           .local = detail::link_cost("shm"),
-                           .network = detail::link_cost("tcp")};
+  auto shm = declared_cost("shm"), tcp = declared_cost("tcp");
+  if (!shm || !tcp) GTEST_SKIP() << "shm or tcp transport unavailable";
+  detail::Topology cluster{.ranks = 1024, .hosts = 128, .per_host = 8, .local = *shm, .network = *tcp};
   // Latency: 2 * 1023 ring steps, or doubling steps that all share a host's link, against two local
   // trees and the steps among 128 leaders.
   for (double bytes : {4096.0, double(1 << 20)})
@@ -119,9 +143,8 @@ struct Layout {
 class CollHierarchyThreads : public ::testing::TestWithParam<std::tuple<std::string, Layout>> {
  protected:
   void SetUp() override {
-    if (local() == "shm")
-      if (auto probe = Context::open(Options{.transport = "shm"}); !probe)
-        GTEST_SKIP() << "shm transport unavailable: " << probe.error().describe();
+    if (auto probe = Context::open(Options{.transport = local()}); !probe)
+      GTEST_SKIP() << local() << " transport unavailable: " << probe.error().describe();
   }
   std::string local() const { return std::get<0>(GetParam()); }
   const std::vector<int>& hosts() const { return std::get<1>(GetParam()).host_of; }
@@ -164,11 +187,13 @@ TEST_P(CollHierarchyThreads, AutoFollowsTheCostModelAndOffDisablesTheHierarchy) 
   detail::Topology topology{.ranks = n(),
                             .hosts = static_cast<int>(groups.leaders.size()),
                             .per_host = groups.largest_host,
-                            .local = detail::link_cost(local()),
-                            .network = detail::link_cost("tcp")};
+                            .local = *declared_cost(local()),
+                            .network = *declared_cost("tcp")};
   auto model = detail::choose_allreduce(topology, 4096, Algorithm::Auto, Hierarchy::Auto);
-  // The layout CI runs across namespaces: two hosts of two ranks over shm and tcp go hierarchical.
-  if (local() == "shm" && std::get<1>(GetParam()).name == std::string("two_hosts_of_two")) {
+  // The layout CI runs across namespaces: two hosts of two ranks, whose local link is cheaper per message
+  // than the network (shm and tcp), go hierarchical.
+  if (topology.local.alpha_us < topology.network.alpha_us &&
+      std::get<1>(GetParam()).name == std::string("two_hosts_of_two")) {
     EXPECT_TRUE(model.hierarchical);
   }
   for (Hierarchy h : {Hierarchy::Auto, Hierarchy::Off}) {

@@ -141,5 +141,26 @@ TEST(RcState, WaitableIdsAreIssuedOnesNotYetTaken) {
   EXPECT_TRUE(state.check_waitable(id + 1).has_value());
 }
 
+// Beyond the ring of taken completions (2 x the deeper queue, 16 here) an id is done once counted so: then
+// only the queue can say whether its completion is still there, and wait() looks once instead of waiting.
+TEST(RcState, AnIdOlderThanTheRingIsWaitableOnlyIfQueuedOnceDone) {
+  using Waitable = detail::RcState::Waitable;
+  detail::RcState state(2, 8, 8);
+  const auto oldest = state.send_id(state.take_sends(1));
+  state.take_sends(100);
+  EXPECT_EQ(*state.check_waitable(oldest), Waitable::Yes);  // not counted done: it may still complete
+  state.completed(oldest);
+  EXPECT_EQ(*state.check_waitable(oldest), Waitable::IfQueued);
+  EXPECT_EQ(*state.check_waitable(oldest + 99), Waitable::Yes);  // recent: the ring answers
+  state.taken(oldest + 99);
+  EXPECT_EQ(state.check_waitable(oldest + 99).error().code(), Errc::InvalidArgument);
+  // Receives alike.
+  const auto first_recv = state.recv_id(state.take_recv());
+  for (int i = 0; i < 40; ++i) state.take_recv();
+  EXPECT_EQ(*state.check_waitable(first_recv), Waitable::Yes);
+  state.completed(first_recv);
+  EXPECT_EQ(*state.check_waitable(first_recv), Waitable::IfQueued);
+}
+
 }  // namespace
 }  // namespace rdmakit

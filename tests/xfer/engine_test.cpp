@@ -8,6 +8,7 @@
 #include <cstring>
 #include <thread>
 
+#include "rdmakit/transports.hpp"
 #include "support/test_support.hpp"
 #include "xfer/engine/record.hpp"
 #include "xfer/xfer_test_support.hpp"
@@ -60,17 +61,24 @@ class XferEngine : public ::testing::TestWithParam<Setup> {
     return store ? std::move(*store) : nullptr;
   }
   std::string transport() const { return GetParam().transport; }
-  // A client's verbs rails pair with the owner's in order (owner_verbs_devices: the reverse of the client's).
-  // Over verbs the peer timeout is generous: Soft-RoCE under emulation on a loaded host drops packets (its
-  // retries recover them, but slowly), and a request must not fail for that.
+  // Whether the transport opens one of several devices (its registration says so: verbs).
+  bool picks_device() const {
+    for (const auto& info : built_transports())
+      if (info.name == transport()) return info.picks_device;
+    return false;
+  }
+  // A client's device rails pair with the owner's in order (owner_verbs_devices: the reverse of the
+  // client's). On the devices the Soft-RoCE VM names the peer timeout is generous: Soft-RoCE under
+  // emulation on a loaded host drops packets (its retries recover them, but slowly), and a request must not
+  // fail for that.
   EngineOptions options(std::string name, std::vector<std::string> devices) {
-    const bool verbs = transport() == "verbs";
+    const bool emulated_devices = picks_device() && !devices.empty();
     return EngineOptions{
         .name = name + "-" + transport(),
         .transports = {transport()},
-        .verbs_devices = verbs ? devices : std::vector<std::string>{},
+        .verbs_devices = devices,  // ignored by a transport that picks no device
         .connections_per_rail = 3,
-        .peer_timeout = verbs ? std::chrono::milliseconds(15000) : EngineOptions{}.peer_timeout};
+        .peer_timeout = emulated_devices ? std::chrono::milliseconds(15000) : EngineOptions{}.peer_timeout};
   }
   Request write(std::uint64_t offset, std::uint64_t length) {
     return Request{Op::Write, local_.get() + offset, kv_, offset, length};
@@ -221,8 +229,12 @@ TEST_P(XferEngine, RestartedOwnerIsReResolvedAndAStaleDescriptorNeverLands) {
   auto address = detail::decode(**old_record)->rails.front().address;
   owner_.reset();
   auto opts = options("owner", owner_verbs_devices());
-  // The new life listens where the old one did (tcp; verbs listens on each device's own address).
-  if (transport() == "tcp") opts.listen_address = address;
+  // The new life listens where the old one did when the old one listened where it was told (the loopback
+  // host:port of EngineOptions::listen_address: tcp). A transport whose addresses are names (shm) or that
+  // listens on each device's own address (verbs) gets a new address.
+  const std::string told = EngineOptions{}.listen_address;
+  const bool same_address = address.starts_with(told.substr(0, told.rfind(':') + 1));
+  if (same_address) opts.listen_address = address;
   owner_ = make_engine(*metadata_, opts);
   ASSERT_TRUE(owner_);
   auto segment = owner_->allocate_segment("kv", kSegment);
@@ -230,7 +242,7 @@ TEST_P(XferEngine, RestartedOwnerIsReResolvedAndAStaleDescriptorNeverLands) {
   auto fresh = metadata_->lookup(detail::segment_key("kv"));
   ASSERT_TRUE(fresh.has_value() && fresh->has_value());
 
-  if (transport() == "tcp") {
+  if (same_address) {
     // The dead life's entry lingers (re-published through the store both engines share).
     ASSERT_TRUE(metadata_->publish(detail::segment_key("kv"), **old_record).has_value());
     auto batch = client_->submit(std::vector{write(0, 65536)});

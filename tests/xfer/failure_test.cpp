@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "rdmakit/context.hpp"
 #include "xfer/xfer_test_support.hpp"
 
 namespace rdmakit::xfer::testing {
@@ -97,7 +98,7 @@ TEST_P(XferFailure, KilledOwnerFailsOnlyItsRequestsWithinTheBound) {
   ASSERT_TRUE(victim.ready() && survivor.ready());
   FileMetadataStore metadata(dir.path());
   EngineOptions options{.name = "client", .transports = {transport}, .peer_timeout = 1000ms};
-  if (transport == "verbs") options.verbs_devices = verbs_devices();
+  options.verbs_devices = verbs_devices();  // for a transport that picks a device (verbs); others ignore it
   auto engine = make_engine(metadata, options);
   ASSERT_TRUE(engine);
   auto local = make_buffer(kSize);
@@ -127,7 +128,9 @@ TEST_P(XferFailure, KilledOwnerFailsOnlyItsRequestsWithinTheBound) {
   // Over verbs the victim's device served its requests while it was stopped: those that landed before the
   // kill rightly succeed, so this batch shows only that the survivor's are untouched. A batch submitted after
   // the victim is gone shows the rule: all of the victim's requests fail within the bound.
-  const bool served_while_stopped = transport == "verbs";
+  auto probe = Context::open(Options{.transport = transport});
+  ASSERT_TRUE(probe.has_value()) << probe.error().describe();
+  const bool served_while_stopped = (*probe)->capabilities().one_sided_without_target_cpu;
   expect_only_victim_failed(requests, **batch, *victim_kv, !served_while_stopped);
   if (served_while_stopped) {
     victim.reap();

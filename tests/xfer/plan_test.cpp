@@ -93,15 +93,27 @@ TEST(XferRecord, RoundTripsAndRefusesDamagedBytes) {
   EXPECT_FALSE(decode(encode(record)).has_value());
 }
 
-TEST(XferRecord, TransportIsShmOnTheSameHostElseVerbsElseTcp) {
+// The preference comes from what each transport declares, not from its name: a same-host-only transport for
+// an owner on this host, then a kernel-bypass one, then any other, ties in the engine's order.
+TEST(XferRecord, TransportIsSameHostOnlyOnTheSameHostElseKernelBypassElseAny) {
   SegmentRecord record{
       "o", "host-a", 4096, {{"shm", "shm:a", {}}, {"tcp", "127.0.0.1:1", {}}, {"verbs", "10.0.0.1:1", {}}}};
-  std::vector<std::string> all{"shm", "tcp", "verbs"}, tcp_shm{"shm", "tcp"};
+  const OfferedTransport shm{.name = "shm", .same_host_only = true}, tcp{.name = "tcp"},
+      verbs{.name = "verbs", .kernel_bypass = true};
+  std::vector<OfferedTransport> all{tcp, verbs, shm}, tcp_shm{tcp, shm};
   EXPECT_EQ(*choose_transport(all, "host-a", record, ""), "shm");
   EXPECT_EQ(*choose_transport(all, "host-b", record, ""), "verbs");
   EXPECT_EQ(*choose_transport(tcp_shm, "host-b", record, ""), "tcp");
+  EXPECT_EQ(*choose_transport(tcp_shm, "host-a", record, ""), "shm");
   EXPECT_EQ(*choose_transport(all, "host-a", record, "tcp"), "tcp");
-  std::vector<std::string> shm_only{"shm"};
+  // Names play no part: the same properties under other names are chosen alike.
+  SegmentRecord renamed{
+      "o", "host-a", 4096, {{"a", "x:1", {}}, {"b", "1.2.3.4:1", {}}, {"c", "1.2.3.5:1", {}}}};
+  std::vector<OfferedTransport> others{
+      {.name = "b"}, {.name = "a", .same_host_only = true}, {.name = "c", .kernel_bypass = true}};
+  EXPECT_EQ(*choose_transport(others, "host-a", renamed, ""), "a");
+  EXPECT_EQ(*choose_transport(others, "host-b", renamed, ""), "c");
+  std::vector<OfferedTransport> shm_only{shm};
   auto none = choose_transport(shm_only, "host-b", record, "");
   ASSERT_FALSE(none.has_value());
   EXPECT_NE(none.error().message().find("another host"), std::string::npos);

@@ -17,9 +17,9 @@ int main(int argc, char** argv) {
     return 2;
   }
   rdmakit::xfer::testing::FileMetadataStore metadata(argv[1]);
-  rdmakit::xfer::EngineOptions options{.transports = {argv[4]}};
-  if (options.transports.front() == "verbs")
-    options.verbs_devices = rdmakit::xfer::testing::owner_verbs_devices();
+  // The devices apply to a transport that picks one (verbs); the others ignore them.
+  rdmakit::xfer::EngineOptions options{.transports = {argv[4]},
+                                       .verbs_devices = rdmakit::xfer::testing::owner_verbs_devices()};
   auto engine = rdmakit::xfer::Engine::create(metadata, options);
   if (!engine) {
     std::fprintf(stderr, "xfer_peer: %s\n", engine.error().describe().c_str());

@@ -41,7 +41,9 @@ struct EngineOptions {
   std::string name;  // unique among the peers; empty: "xfer-<pid>-<random>"
   // The transports this engine offers and can use, one rail each (verbs: one rail per device below).
   std::vector<std::string> transports = {"shm", "tcp"};
-  std::vector<std::string> verbs_devices;        // verbs rails; empty: the first active device
+  // Rails of a transport that picks one of several devices (TransportInfo::picks_device: verbs), one per
+  // device named here; empty: the first active device.
+  std::vector<std::string> verbs_devices;
   std::string listen_address = "127.0.0.1:0";    // tcp/verbs listeners
   std::string transport;                         // force this transport for every peer; empty: choose
   std::uint32_t connections_per_rail = 2;        // connections to one peer per rail

@@ -14,6 +14,7 @@ FaultConnection::FaultConnection(std::shared_ptr<Connection> inner,
       link_(std::make_shared<Link>(std::move(inner), rc_ptr(), std::move(caps), injector, config.timeout)),
       recv_queue_(std::move(recv_cq)) {
   send_cq->attach_link(link_);
+  recv_queue_->attach_receiver(rc_ptr());
 }
 
 Result<std::uint64_t> FaultConnection::post_recv(std::span<const Segment> sgl) {

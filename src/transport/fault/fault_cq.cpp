@@ -17,6 +17,12 @@ void FaultCompletionQueue::attach_link(std::shared_ptr<Link> link) {
   links_[link->number()] = std::move(link);
 }
 
+void FaultCompletionQueue::attach_receiver(const std::shared_ptr<detail::RcState>& state) {
+  std::lock_guard lock(mutex_);
+  std::erase_if(receivers_, [](const auto& entry) { return entry.second.expired(); });
+  receivers_[state->number()] = state;
+}
+
 void FaultCompletionQueue::add(const Completion& completion) {
   std::lock_guard lock(mutex_);
   ready_.push_back(completion);
@@ -28,6 +34,10 @@ void FaultCompletionQueue::route_locked(std::span<const Completion> batch) {
     if (!Connection::is_recv_id(completion.id)) {
       auto it = links_.find(completion.connection);
       routed = it != links_.end() && it->second->on_completion(completion);
+    }
+    if (!routed && Connection::is_recv_id(completion.id)) {
+      auto it = receivers_.find(completion.connection);
+      if (auto state = it == receivers_.end() ? nullptr : it->second.lock()) state->completed(completion);
     }
     if (!routed) ready_.push_back(completion);  // receives and strays pass straight through
   }

@@ -22,6 +22,9 @@ class FaultCompletionQueue final : public CompletionQueue, private CompletionSin
   void attach_link(std::shared_ptr<Link> link);
   // A completion made by the fault transport itself (a receive flushed after the inner connection went).
   void add(const Completion& completion);
+  // Counts the receive completions of `state`'s connection as they pass through (its sends are counted by
+  // its Link), so that its RcState knows which are done.
+  void attach_receiver(const std::shared_ptr<detail::RcState>& state);
   Result<void> health() const override { return inner_->health(); }
 
  protected:
@@ -39,6 +42,7 @@ class FaultCompletionQueue final : public CompletionQueue, private CompletionSin
   // completions of one connection between them. The fault transport is for tests; simple beats fast.
   std::mutex mutex_;
   std::unordered_map<std::uint32_t, std::shared_ptr<Link>> links_;
+  std::unordered_map<std::uint32_t, std::weak_ptr<detail::RcState>> receivers_;
   std::deque<Completion> ready_;
 };
 

@@ -159,6 +159,7 @@ void Link::drain(Clock::time_point now, CompletionSink& sink) {
       Pending pending = queue_.front();
       queue_.pop_front();
       if (pending.synthetic) ++synthetic_completed_;
+      state_->completed(pending.completion);  // done, and queued below if it has a completion
       if (pending.dooms) {
         // Recorded before the completion can be taken, so health() agrees with what was polled.
         break_locked(detail::completion_error(pending.completion, "injected by the fault transport"));

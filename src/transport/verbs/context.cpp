@@ -159,6 +159,7 @@ Result<std::shared_ptr<Context>> open_verbs(const Config& config) {
 Registration verbs_registration() {
   return {.name = "verbs",
           .summary = "libibverbs + librdmacm (loaded at run time): InfiniBand, RoCE, iWARP, Soft-RoCE",
+          .picks_device = true,
           .open = open_verbs};
 }
 

@@ -172,7 +172,6 @@ void EngineImpl::post_chain(Link& link, std::vector<std::unique_ptr<InflightOp>>
   std::vector<WorkRequest> wrs;
   wrs.reserve(chain.size());
   for (auto& op : chain) {
-    op->link = &link;
     auto first = segments.size();
     for (const auto& piece : op->op.local) {
       auto region = std::ranges::find(op->regions, piece.region, [](const auto& r) { return r->id; });
@@ -192,7 +191,8 @@ void EngineImpl::post_chain(Link& link, std::vector<std::unique_ptr<InflightOp>>
     for (auto& op : chain) complete(std::move(op), &first.error(), transient(first.error().code()));
     return;
   }
-  // Completions the progress thread took before this chain was known wait in `early`: they are applied
+  // Completions a reaper (the progress thread or a waiter) took before this chain was known wait in `early`:
+  // they are applied
   // here, in id order (their queue order), in the same critical section that makes the chain known, so no
   // later completion of the chain can be applied before them.
   Rail& rail = *link.rail;

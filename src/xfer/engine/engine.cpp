@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <random>
 
+#include "rdmakit/transports.hpp"
 #include "xfer/engine/engine_impl.hpp"
 
 namespace rdmakit::xfer {
@@ -31,6 +32,14 @@ std::string default_name() {
 
 constexpr Access kSegmentAccess = Access::LocalWrite | Access::RemoteWrite | Access::RemoteRead;
 
+// Whether `transport` opens one of several devices (one rail per device, EngineOptions::verbs_devices), as
+// its registration declares.
+bool picks_device(std::string_view transport) {
+  auto built = built_transports();
+  auto it = std::ranges::find(built, transport, &TransportInfo::name);
+  return it != built.end() && it->picks_device;
+}
+
 }  // namespace
 
 bool Peer::healthy() const {
@@ -48,13 +57,16 @@ EngineImpl::EngineImpl(MetadataStore& metadata, EngineOptions options)
 
 Result<void> EngineImpl::start() {
   for (const auto& transport : options_.transports) {
-    if (std::ranges::find(transports_, transport) != transports_.end()) continue;
+    if (std::ranges::find(transports_, transport, &detail::OfferedTransport::name) != transports_.end())
+      continue;
     std::vector<std::string> devices{""};
-    if (transport == "verbs" && !options_.verbs_devices.empty()) devices = options_.verbs_devices;
+    if (picks_device(transport) && !options_.verbs_devices.empty()) devices = options_.verbs_devices;
     for (const auto& device : devices) {
       if (auto opened = open_rail(transport, device); !opened) return opened;
     }
-    transports_.push_back(transport);
+    const Capabilities& caps = rails_.back()->caps;
+    transports_.push_back(
+        {.name = transport, .same_host_only = caps.same_host_only, .kernel_bypass = caps.kernel_bypass});
   }
   for (auto& rail : rails_) {
     rail->progress = std::thread([this, r = rail.get()] { progress_loop(*r); });

@@ -57,7 +57,6 @@ struct InflightOp {
   PlannedOp op;
   std::vector<std::shared_ptr<LocalRegion>> regions;  // the local memory its pieces lie in, kept alive
   std::uint32_t attempts = 0;
-  struct Link* link = nullptr;  // where it is posted
 };
 
 // The work requests posted in one call on one link, ids first .. first + ops.size() - 1. Only the last is
@@ -248,7 +247,7 @@ class EngineImpl final : public Engine {
   EngineOptions options_;
   std::string host_;
   std::vector<std::unique_ptr<Rail>> rails_;
-  std::vector<std::string> transports_;  // offered, one per kind
+  std::vector<OfferedTransport> transports_;  // offered, one per kind
 
   std::mutex control_;  // serializes resolving, connecting and publishing (control path only)
   std::map<std::string, std::shared_ptr<Peer>> peers_;

@@ -131,25 +131,33 @@ std::vector<const RailEntry*> rails_of(const SegmentRecord& record, std::string_
   return out;
 }
 
-Result<std::string> choose_transport(std::span<const std::string> local, std::string_view local_host,
+Result<std::string> choose_transport(std::span<const OfferedTransport> local, std::string_view local_host,
                                      const SegmentRecord& record, std::string_view forced) {
-  auto both = [&](std::string_view t) {
-    return std::ranges::find(local, t) != local.end() && !rails_of(record, t).empty();
-  };
+  auto offered_by_owner = [&](const OfferedTransport& t) { return !rails_of(record, t.name).empty(); };
   if (!forced.empty()) {
-    if (both(forced)) return std::string(forced);
+    auto it = std::ranges::find(local, forced, &OfferedTransport::name);
+    if (it != local.end() && offered_by_owner(*it)) return std::string(forced);
     return fail(Errc::NotSupported, "transport '" + std::string(forced) +
                                         "' is not offered by both this engine "
                                         "and '" +
                                         record.owner + "'");
   }
-  if (local_host == record.host && both("shm")) return std::string("shm");
-  for (std::string_view t : {"verbs", "tcp"}) {
-    if (both(t)) return std::string(t);
+  const bool same_host = local_host == record.host;
+  // Lower is better; -1: cannot reach the owner.
+  auto preference = [&](const OfferedTransport& t) {
+    if (!offered_by_owner(t) || (t.same_host_only && !same_host)) return -1;
+    return t.same_host_only ? 0 : t.kernel_bypass ? 1 : 2;
+  };
+  const OfferedTransport* best = nullptr;
+  for (const OfferedTransport& t : local) {
+    int rank = preference(t);
+    if (rank >= 0 && (!best || rank < preference(*best))) best = &t;
   }
-  return fail(Errc::NotSupported,
-              "no transport in common with '" + record.owner + "'" +
-                  (local_host == record.host ? "" : " (another host: shm cannot reach it)"));
+  if (best) return best->name;
+  return fail(
+      Errc::NotSupported,
+      "no transport in common with '" + record.owner + "'" +
+          (same_host ? "" : " (another host: a same-host-only transport such as shm cannot reach it)"));
 }
 
 }  // namespace rdmakit::xfer::detail

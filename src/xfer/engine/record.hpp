@@ -45,9 +45,18 @@ Result<SegmentRecord> decode(std::span<const std::byte> bytes);
 // sockets, which are per network namespace).
 std::string host_id();
 
+// A transport an engine offers, with the properties of its Capabilities that choose_transport weighs.
+struct OfferedTransport {
+  std::string name;
+  bool same_host_only = false;  // Capabilities::same_host_only
+  bool kernel_bypass = false;   // Capabilities::kernel_bypass
+};
+
 // The transport to reach `record` from an engine with `local` transports on `local_host`: `forced` when set
-// (and offered by both), else shm on the same host, else verbs, else tcp. NotSupported when none is shared.
-Result<std::string> choose_transport(std::span<const std::string> local, std::string_view local_host,
+// (and offered by both), else, among those both offer that reach the owner: a same-host-only one for an
+// owner on this host (shm), then a kernel-bypass one (verbs), then any (tcp); ties in `local`'s order.
+// NotSupported when none is shared.
+Result<std::string> choose_transport(std::span<const OfferedTransport> local, std::string_view local_host,
                                      const SegmentRecord& record, std::string_view forced);
 
 // The owner's rails of `transport`, in order.
