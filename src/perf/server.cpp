@@ -63,6 +63,7 @@ Result<BandwidthSummary> own_direction(const Params& params, Session& session, c
                      .until = std::nullopt,
                      .depth = session.hello.tx_depth,
                      .cq_mod = std::min(params.cq_mod, session.hello.tx_depth),
+                     .post_list = params.post_list,
                      .mode = params.mode};
   if (run.warmup)
     if (auto w = run_bandwidth(lanes, *session.send_cq, plan); !w) return std::unexpected(w.error());
