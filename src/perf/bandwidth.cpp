@@ -43,14 +43,16 @@ Result<void> post_chain(Lane& lane, const BandwidthPlan& plan, std::uint64_t cou
 }
 
 // Keeps the window full, as perftest does: whatever room the completions freed is posted at once, in
-// chains of post_list (by default one chain: one doorbell). Since a signaled operation ends every cq_mod
-// and the last one, the window never drains to wait for a chain's own end, and the lane stops signaled.
+// chains of post_list (default cq_mod). Since a signaled operation ends every cq_mod and the last one,
+// the window never drains to wait for a chain's own end, and the lane stops on a signaled operation.
+// (Chain length matters on Soft-RoCE: in the VM, chains of 100-128 64 KiB WRITEs ran at 0.3-0.5x the
+// rate of single posts, perftest's default; see bench/RESULTS.md, verbs.)
 Result<void> refill(Lane& lane, const BandwidthPlan& plan, std::uint64_t stop,
                     std::vector<WorkRequest>& chain) {
   const std::uint64_t room = plan.depth - (lane.posted - lane.completed);
   std::uint64_t left = std::min(room, stop - lane.posted);
   while (left > 0) {
-    const std::uint64_t count = plan.post_list ? std::min<std::uint64_t>(left, plan.post_list) : left;
+    const std::uint64_t count = std::min<std::uint64_t>(left, plan.post_list ? plan.post_list : plan.cq_mod);
     if (auto ok = post_chain(lane, plan, count, stop, chain); !ok) return ok;
     left -= count;
   }

@@ -276,7 +276,7 @@ std::string usage() {
          "  -q, --connections N   connections driven by one thread (bw tests)\n"
          "  -t, --tx-depth N      outstanding operations per connection (default 128)\n"
          "      --cq-mod N        bw: one signaled op in every N (default 16)\n"
-         "      --post-list N     bw: at most N operations per post (default: all the window has room for)\n"
+         "      --post-list N     bw: at most N operations per post (default: cq-mod; perftest -l: 1)\n"
          "  -b, --bidirectional   write_bw/read_bw in both directions at once\n"
          "      --transport NAME  tcp | shm | verbs (default RDMAKIT_TRANSPORT, else tcp)\n"
          "  -d, --ib-dev NAME     verbs device\n"
