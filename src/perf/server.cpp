@@ -91,7 +91,10 @@ Result<std::optional<BandwidthSummary>> serve(const Params& params, Session& ses
         if (!watch.end) return std::optional<std::uint64_t>{};
         return std::optional<std::uint64_t>(watch.end->count);
       };
-      std::uint32_t depth = std::min(session.hello.tx_depth, session.context->config().recv_queue_depth);
+      // More receives posted than the sender keeps in flight (perftest: rx-depth 512 against tx-depth 128):
+      // with only tx_depth, a send that overtakes a repost finds none and waits out an RNR back-off.
+      std::uint32_t depth =
+          std::min(std::max(session.hello.tx_depth * 4, 512u), session.context->config().recv_queue_depth);
       if (auto ok = run_receiver(receivers, *session.recv_cq, depth, params.mode, target); !ok)
         return std::unexpected(ok.error());
       return std::optional<BandwidthSummary>{};
