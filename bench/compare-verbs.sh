@@ -10,6 +10,7 @@ build=$(cd "${BUILD:-$repo/build-perf-all}" && pwd)
 perf="$build/tools/rdmakit-perf"
 [ -x "$perf" ] || { echo "compare-verbs: build $perf first (cmake with RDMAKIT_WITH_VERBS=ON)" >&2; exit 1; }
 log=$(mktemp)
+echo "HOST load at start: $(cat /proc/loadavg)"
 files=""
 for t in ib_write_bw ib_read_bw ib_send_bw ib_write_lat ib_read_lat ib_send_lat ib_atomic_lat; do
   files="$files --file $t"
@@ -21,3 +22,4 @@ done
 out="$repo/bench/results/verbs-$(date +%Y%m%d-%H%M%S).json"
 mkdir -p "$repo/bench/results"
 /usr/bin/python3 "$here/compare.py" --ingest-verbs "$log" --out "$out"
+echo "HOST load at end: $(cat /proc/loadavg)"

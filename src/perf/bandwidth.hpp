@@ -32,6 +32,7 @@ struct BandwidthPlan {
   std::optional<std::chrono::steady_clock::time_point> until;
   std::uint32_t depth = 128;
   std::uint32_t cq_mod = 16;
+  std::uint32_t post_list = 0;  // most operations per post; 0: cq_mod
   CompletionMode mode = CompletionMode::Poll;
 };
 

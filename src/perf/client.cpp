@@ -69,6 +69,7 @@ Result<std::uint64_t> measure(const Params& params, Session& session, std::uint6
                        .until = std::nullopt,
                        .depth = params.tx_depth,
                        .cq_mod = params.cq_mod,
+                       .post_list = params.post_list,
                        .mode = params.mode};
     if (warmup)
       if (auto w = run_bandwidth(lanes, *session.send_cq, plan); !w) return std::unexpected(w.error());

@@ -145,9 +145,20 @@ Result<ControlMessage> ControlChannel::take(const Completion& completion) {
 
 Result<ControlMessage> ControlChannel::receive(std::chrono::milliseconds timeout) {
   if (recv_id_ == kNoReceive) return fail(Errc::ConnectionBroken, "control channel: the peer has gone");
-  auto done = connection_->recv_cq().wait_for(recv_id_, timeout);
-  if (!done) return std::unexpected(done.error());
-  return take(*done);
+  // Sleeps, whatever the run's completion mode: a server waiting out a one-sided test must leave the
+  // CPU to the client (perftest's server sleeps in a socket read), and a spinning wait that reads the
+  // clock on every turn costs a system call each time where the clock source has no vDSO support.
+  // The queue is the control connection's own, holding this one receive.
+  Completion done;
+  auto got = connection_->recv_cq().wait(std::span(&done, 1), timeout, WaitMode::Block);
+  if (!got) return std::unexpected(got.error());
+  if (*got == 0)
+    return fail(Errc::Timeout,
+                "control channel: no message within " + std::to_string(timeout.count()) + " ms");
+  if (done.id != recv_id_)
+    return fail(Errc::ProtocolError, "control channel: completion " + std::to_string(done.id) +
+                                         " is not the posted receive " + std::to_string(recv_id_));
+  return take(done);
 }
 
 Result<std::optional<ControlMessage>> ControlChannel::try_receive() {

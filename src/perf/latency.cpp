@@ -1,6 +1,10 @@
 #include "perf/latency.hpp"
 
 #include <atomic>
+#if defined(__x86_64__)
+#include <x86intrin.h>
+#endif
+#include <optional>
 #include <string>
 
 #include "perf/bandwidth.hpp"
@@ -13,12 +17,50 @@ constexpr auto kTimeout = std::chrono::milliseconds(30000);
 constexpr std::uint64_t kSignalEvery =
     64;  // write_lat/send_lat: one signaled op in 64, like perftest's cq_mod
 
-double half_us(Clock::time_point t0, Clock::time_point t1) {
-  return std::chrono::duration<double, std::micro>(t1 - t0).count() / 2;
-}
-double full_us(Clock::time_point t0, Clock::time_point t1) {
-  return std::chrono::duration<double, std::micro>(t1 - t0).count();
-}
+// Time stamps of the samples: the CPU's time-stamp counter where there is one (perftest's get_cycles),
+// else steady_clock. Reading the TSC is one instruction; a clock read is a system call where the clock
+// source has no vDSO support (hpet in a VM), and a sample holds about one of them. Ticks become
+// microseconds by the rate measured against steady_clock over the whole loop.
+class Stamps {
+ public:
+  static std::uint64_t now() noexcept {
+#if defined(__x86_64__)
+    return __rdtsc();
+#else
+    return static_cast<std::uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count());
+#endif
+  }
+  static double ticks(std::uint64_t t0, std::uint64_t t1) noexcept {
+    return t1 > t0 ? static_cast<double>(t1 - t0) : 0.0;  // a TSC that went back (CPU change) is 0
+  }
+  // Converts samples taken as ticks (times `factor`) to microseconds.
+  void to_us(std::vector<double>& samples, double factor) const {
+    const std::uint64_t tick1 = now();
+    const double ns = std::chrono::duration<double, std::nano>(Clock::now() - start_).count();
+    const double per_tick = tick1 > tick0_ ? ns / 1000.0 / static_cast<double>(tick1 - tick0_) : 0.0;
+    for (double& sample : samples) sample *= per_tick * factor;
+  }
+
+ private:
+  Clock::time_point start_ = Clock::now();
+  std::uint64_t tick0_ = now();
+};
+
+// kTimeout from the first look at it, not from its creation: a latency round reads the clock only for its
+// two time stamps (elsewhere a clock read may be a system call, e.g. in a VM whose clock source has no vDSO
+// support, and would be part of every sample). Looked at only after many idle spins.
+class Deadline {
+ public:
+  bool passed() {
+    const auto now = Clock::now();
+    if (!at_) at_ = now + kTimeout;
+    return now > *at_;
+  }
+
+ private:
+  std::optional<Clock::time_point> at_;
+};
 
 // Whether round `round` (1-based) runs. A timed plan's clock starts when the warm-up is over.
 class Rounds {
@@ -52,7 +94,7 @@ Result<void> drain(CompletionQueue& cq) {
 Result<bool> wait_for_mark(const PingPongEnd& end, std::uint64_t size, std::uint8_t mark,
                            const std::function<bool()>* stop) {
   std::atomic_ref<std::uint8_t> last(end.local[size - 1]);
-  const auto deadline = Clock::now() + kTimeout;
+  Deadline deadline;
   for (std::uint64_t spins = 1; last.load(std::memory_order_acquire) != mark; ++spins) {
     // Polling the completion queue while spinning lets a software transport that progresses from polls
     // (tcp) carry out the peer's WRITE in this thread, as ucx_perftest's put_lat calls progress while it
@@ -60,8 +102,7 @@ Result<bool> wait_for_mark(const PingPongEnd& end, std::uint64_t size, std::uint
     if (auto ok = drain(end.connection->send_cq()); !ok) return std::unexpected(ok.error());
     if ((spins & 0xffff) != 0) continue;
     if (stop && (*stop)()) return false;
-    if (Clock::now() > deadline)
-      return fail(Errc::Timeout, "write_lat: the peer's WRITE did not arrive in 30 s");
+    if (deadline.passed()) return fail(Errc::Timeout, "write_lat: the peer's WRITE did not arrive in 30 s");
     if (auto ok = end.connection->health(); !ok) return std::unexpected(ok.error());
   }
   return true;
@@ -76,7 +117,7 @@ Result<void> post_write(const PingPongEnd& end, std::uint64_t round) {
 // Waits for one receive, or returns nullopt once `stop` says the peer is done.
 Result<std::optional<Completion>> wait_recv(CompletionQueue& cq, CompletionMode mode,
                                             const std::function<bool()>* stop) {
-  const auto deadline = Clock::now() + kTimeout;
+  Deadline deadline;
   for (;;) {
     auto c = wait_one(cq, mode, std::chrono::milliseconds(stop ? 5 : kTimeout.count()));
     if (c) {
@@ -84,7 +125,7 @@ Result<std::optional<Completion>> wait_recv(CompletionQueue& cq, CompletionMode 
         return fail(Errc::TransportFailure, "receive completed with " + std::string(to_string(c->status)));
       return std::optional<Completion>(*c);
     }
-    if (c.error().code() != Errc::Timeout || Clock::now() > deadline) return std::unexpected(c.error());
+    if (c.error().code() != Errc::Timeout || deadline.passed()) return std::unexpected(c.error());
     if (stop && (*stop)()) return std::optional<Completion>{};
   }
 }
@@ -105,17 +146,19 @@ Result<std::vector<double>> write_pingpong_initiator(const PingPongEnd& end, con
   samples.reserve(plan.iterations ? plan.iterations : 1 << 20);
   std::uint8_t* source_last = reinterpret_cast<std::uint8_t*>(end.segment.addr) + plan.size - 1;
   Rounds rounds(plan);
+  Stamps stamps;
   std::uint64_t round = 1;
   for (; rounds.keep_going(round); ++round) {
     const std::uint8_t mark = round_mark(round);
     *source_last = mark;
-    auto t0 = Clock::now();
+    const auto t0 = Stamps::now();
     if (auto ok = post_write(end, round); !ok) return std::unexpected(ok.error());
     if (auto got = wait_for_mark(end, plan.size, mark, nullptr); !got) return std::unexpected(got.error());
-    auto t1 = Clock::now();
-    if (round > plan.warmup) samples.push_back(half_us(t0, t1));
+    const auto t1 = Stamps::now();
+    if (round > plan.warmup) samples.push_back(Stamps::ticks(t0, t1));
   }
   *rounds_done = round - 1;
+  stamps.to_us(samples, 0.5);
   return samples;
 }
 
@@ -139,20 +182,22 @@ Result<std::vector<double>> send_pingpong_initiator(const PingPongEnd& end, Comp
   std::vector<double> samples;
   samples.reserve(plan.iterations ? plan.iterations : 1 << 20);
   Rounds rounds(plan);
+  Stamps stamps;
   std::uint64_t round = 1;
   for (; rounds.keep_going(round); ++round) {
-    auto t0 = Clock::now();
+    const auto t0 = Stamps::now();
     WorkRequest send{
         .opcode = Opcode::Send, .local = std::span(&end.segment, 1), .signaled = round % kSignalEvery == 0};
     if (auto id = end.connection->post(std::span(&send, 1)); !id) return std::unexpected(id.error());
     auto got = wait_recv(recv_cq, plan.mode, nullptr);
     if (!got) return std::unexpected(got.error());
     if (auto id = end.connection->post_recv(end.local_segment); !id) return std::unexpected(id.error());
-    auto t1 = Clock::now();
+    const auto t1 = Stamps::now();
     if (auto ok = drain(send_cq); !ok) return std::unexpected(ok.error());
-    if (round > plan.warmup) samples.push_back(half_us(t0, t1));
+    if (round > plan.warmup) samples.push_back(Stamps::ticks(t0, t1));
   }
   *rounds_done = round - 1;
+  stamps.to_us(samples, 0.5);
   return samples;
 }
 
@@ -173,19 +218,21 @@ Result<std::vector<double>> read_latency(const PingPongEnd& end, CompletionQueue
   std::vector<double> samples;
   samples.reserve(plan.iterations ? plan.iterations : 1 << 20);
   Rounds rounds(plan);
+  Stamps stamps;
   std::uint64_t round = 1;
   for (; rounds.keep_going(round); ++round) {
-    auto t0 = Clock::now();
+    const auto t0 = Stamps::now();
     auto id = end.connection->read(end.segment, end.remote);
     if (!id) return std::unexpected(id.error());
     auto c = wait_one(send_cq, plan.mode, kTimeout);
     if (!c) return std::unexpected(c.error());
-    auto t1 = Clock::now();
+    const auto t1 = Stamps::now();
     if (!c->ok())
       return fail(Errc::TransportFailure, "read completed with " + std::string(to_string(c->status)));
-    if (round > plan.warmup) samples.push_back(full_us(t0, t1));
+    if (round > plan.warmup) samples.push_back(Stamps::ticks(t0, t1));
   }
   *ops_done = round - 1;
+  stamps.to_us(samples, 1.0);
   return samples;
 }
 
@@ -195,23 +242,25 @@ Result<std::vector<double>> atomic_latency(const PingPongEnd& end, CompletionQue
   samples.reserve(plan.iterations ? plan.iterations : 1 << 20);
   Segment old_value{end.segment.addr, 8, end.segment.lkey};
   Rounds rounds(plan);
+  Stamps stamps;
   std::uint64_t round = 1;
   for (; rounds.keep_going(round); ++round) {
-    auto t0 = Clock::now();
+    const auto t0 = Stamps::now();
     auto id = end.connection->fetch_add(old_value, end.remote, 1);
     if (!id) return std::unexpected(id.error());
     auto c = wait_one(send_cq, plan.mode, kTimeout);
     if (!c) return std::unexpected(c.error());
-    auto t1 = Clock::now();
+    const auto t1 = Stamps::now();
     if (!c->ok())
       return fail(Errc::TransportFailure, "fetch_add completed with " + std::string(to_string(c->status)));
     std::uint64_t old = *reinterpret_cast<const std::uint64_t*>(old_value.addr);
     if (old != round - 1)
       return fail(Errc::ProtocolError, "fetch_add #" + std::to_string(round) + " returned " +
                                            std::to_string(old) + ", expected " + std::to_string(round - 1));
-    if (round > plan.warmup) samples.push_back(full_us(t0, t1));
+    if (round > plan.warmup) samples.push_back(Stamps::ticks(t0, t1));
   }
   *ops_done = round - 1;
+  stamps.to_us(samples, 1.0);
   return samples;
 }
 

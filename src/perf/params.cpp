@@ -64,12 +64,12 @@ Result<void> apply_flag(Params& p, std::string_view name) {
 }
 
 bool takes_value(std::string_view name) {
-  static constexpr std::array<std::string_view, 22> kWithValue{
+  static constexpr std::array<std::string_view, 23> kWithValue{
       "-s",         "--size",     "-n",          "--iters",  "-D",
       "--duration", "-w",         "--warmup",    "-q",       "--connections",
       "-t",         "--tx-depth", "--transport", "-d",       "--ib-dev",
       "-p",         "--port",     "--mode",      "--cq-mod", "--listen",
-      "--max-size", "--format"};
+      "--max-size", "--format",   "--post-list"};
   return std::find(kWithValue.begin(), kWithValue.end(), name) != kWithValue.end();
 }
 
@@ -109,6 +109,8 @@ Result<void> apply_value(Params& p, std::string_view name, std::string_view v) {
     return positive32(p.tx_depth);
   } else if (name == "--cq-mod") {
     return positive32(p.cq_mod);
+  } else if (name == "--post-list") {
+    return positive32(p.post_list);
   } else if (name == "--transport") {
     p.transport = std::string(v);
   } else if (name == "-d" || name == "--ib-dev") {
@@ -274,6 +276,7 @@ std::string usage() {
          "  -q, --connections N   connections driven by one thread (bw tests)\n"
          "  -t, --tx-depth N      outstanding operations per connection (default 128)\n"
          "      --cq-mod N        bw: one signaled op in every N (default 16)\n"
+         "      --post-list N     bw: at most N operations per post (default: cq-mod; perftest -l: 1)\n"
          "  -b, --bidirectional   write_bw/read_bw in both directions at once\n"
          "      --transport NAME  tcp | shm | verbs (default RDMAKIT_TRANSPORT, else tcp)\n"
          "  -d, --ib-dev NAME     verbs device\n"

@@ -39,6 +39,8 @@ struct Params {
   std::uint32_t connections = 1;
   std::uint32_t tx_depth = 128;
   std::uint32_t cq_mod = 16;  // bandwidth tests: one signaled op in every cq_mod (perftest --cq-mod)
+  // bandwidth tests: at most this many operations per post (perftest -l, whose default is 1); 0: cq_mod
+  std::uint32_t post_list = 0;
   bool bidirectional = false;
   std::string transport;  // empty: RDMAKIT_TRANSPORT, else tcp
   std::string device;     // verbs device

@@ -63,6 +63,7 @@ Result<BandwidthSummary> own_direction(const Params& params, Session& session, c
                      .until = std::nullopt,
                      .depth = session.hello.tx_depth,
                      .cq_mod = std::min(params.cq_mod, session.hello.tx_depth),
+                     .post_list = params.post_list,
                      .mode = params.mode};
   if (run.warmup)
     if (auto w = run_bandwidth(lanes, *session.send_cq, plan); !w) return std::unexpected(w.error());
@@ -90,7 +91,10 @@ Result<std::optional<BandwidthSummary>> serve(const Params& params, Session& ses
         if (!watch.end) return std::optional<std::uint64_t>{};
         return std::optional<std::uint64_t>(watch.end->count);
       };
-      std::uint32_t depth = std::min(session.hello.tx_depth, session.context->config().recv_queue_depth);
+      // More receives posted than the sender keeps in flight (perftest: rx-depth 512 against tx-depth 128):
+      // with only tx_depth, a send that overtakes a repost finds none and waits out an RNR back-off.
+      std::uint32_t depth =
+          std::min(std::max(session.hello.tx_depth * 4, 512u), session.context->config().recv_queue_depth);
       if (auto ok = run_receiver(receivers, *session.recv_cq, depth, params.mode, target); !ok)
         return std::unexpected(ok.error());
       return std::optional<BandwidthSummary>{};

@@ -81,6 +81,27 @@ TEST_P(PerfLoopback, EveryTestRunsAndVerifies) {
   }
 }
 
+// The window is refilled as completions free room (perftest's way), in chains of --post-list, with one
+// signaled operation every cq_mod and on the last: a count that cq_mod does not divide runs exactly, and
+// a timed run stops on a signaled operation (else the run would wait for a completion that never comes).
+TEST_P(PerfLoopback, WindowRefillRunsExactCountsAndTimedStops) {
+  auto exact = run_pair(GetParam(), {"write_bw", "x", "-s", "4096", "-n", "250", "-t", "128", "--cq-mod",
+                                     "100", "--post-list", "7", "-w", "13"});
+  ASSERT_TRUE(exact) << exact.error().describe();
+  ASSERT_EQ(exact->rows.size(), 1u);
+  EXPECT_EQ(exact->rows[0].iterations, 250u);
+  EXPECT_TRUE(exact->rows[0].verified);
+  auto reads = run_pair(GetParam(), {"read_bw", "x", "-s", "100", "-n", "301", "-t", "64", "--cq-mod", "64"});
+  ASSERT_TRUE(reads) << reads.error().describe();
+  EXPECT_EQ(reads->rows.at(0).iterations, 301u);
+  auto timed = run_pair(GetParam(), {"write_bw", "x", "-s", "64", "-D", "1", "-t", "128", "--cq-mod", "100"});
+  ASSERT_TRUE(timed) << timed.error().describe();
+  ASSERT_EQ(timed->rows.size(), 1u);
+  EXPECT_GT(timed->rows[0].iterations, 0u);
+  EXPECT_EQ(timed->rows[0].iterations % 100, 0u) << "a timed run ends on a signaled operation";
+  EXPECT_TRUE(timed->rows[0].verified);
+}
+
 TEST_P(PerfLoopback, ServerRefusesAnotherTest) {
   auto server_params = parse_args(std::vector<std::string_view>{"read_bw", "--transport", GetParam()});
   auto client_params =
