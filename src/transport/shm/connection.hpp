@@ -44,8 +44,9 @@ class ShmConnection final : public Connection {
   // ---- for the context's progress engine (called with the context's connections mutex held) ----
   int socket_fd() const noexcept { return socket_.get(); }
   bool gone() const noexcept { return gone_.load(std::memory_order_acquire); }
-  // Reaps receive completions, serves the peer's atomic requests, retries blocked operations.
-  bool progress(Clock::time_point* next_deadline);
+  // Reaps receive completions, serves the peer's atomic requests, retries blocked operations. `poller`:
+  // the caller is a thread polling our completion queue (it holds the lease), not the progress thread.
+  bool progress(Clock::time_point* next_deadline, bool poller);
   // Anything for progress() (a lock-free look; see inbound.cpp).
   bool has_work() const noexcept;
   // The peer's process died or closed its end: pending operations fail.
@@ -76,7 +77,8 @@ class ShmConnection final : public Connection {
   Inbound& out() const noexcept { return link_.as<LinkSegment>()->into[1 - side_]; }
 
   // datapath.cpp (all with mutex_ held)
-  bool drain(bool from_post);
+  enum class Drainer { Poster, Poller, ProgressThread };
+  bool drain(Drainer who);
   bool peer_hung_up();
   Outcome execute(Pending& op);
   Outcome do_write(Pending& op);
