@@ -58,8 +58,8 @@ Result<std::uint64_t> ShmConnection::post(std::span<const WorkRequest> chain) {
 // large one; otherwise moves at most kBytesPerRound before returning. Returns whether anything moved.
 // A large transfer is one thread's work at a time: a poller keeps its lease alive between chunks (a round
 // outlasts the lease, and the progress thread woke when it ran out and took every other round while the
-// poller spun beside it on the same core: 16 MiB-256 MiB WRITEs at a third of memcpy's speed), and the
-// progress thread hands the rest to a poller that holds the lease.
+// poller spun beside it on the same core: 256 MiB WRITEs at a tenth of memcpy's speed), and the progress
+// thread hands the rest to a poller that holds the lease.
 bool ShmConnection::drain(Drainer who) {
   const bool from_post = who == Drainer::Poster;
   bool any = false;
