@@ -74,14 +74,27 @@ void ShmConnection::push(SoftCompletionQueue& cq, const Completion& completion) 
 void ShmConnection::finish(std::uint64_t id, Opcode opcode, bool signaled, const Outcome& outcome) {
   const Completion completion{
       .id = id, .status = outcome.status, .opcode = opcode, .bytes = outcome.bytes, .connection = number()};
-  if (completion.ok() && !signaled) return rc().completed(completion);
+  if (completion.ok() && !signaled) {
+    // Counted when drain() ends: sends finish in order, so the last id covers the rest, and the count's
+    // locked compare-and-swap (which waits for the copy's stores to drain) is paid once per chain.
+    unsignaled_done_ = id;
+    return;
+  }
+  settle_unsignaled();
   // The failure is recorded before its completion is visible, so health() agrees with what was polled.
   if (!completion.ok()) rc().fail(detail::completion_error(completion));
   push(*send_cq_, completion);
   if (!completion.ok()) enter_error(detail::completion_error(completion), Status::Flushed);
 }
 
+void ShmConnection::settle_unsignaled() {
+  if (!unsignaled_done_) return;
+  rc().completed(*unsignaled_done_);
+  unsignaled_done_.reset();
+}
+
 void ShmConnection::enter_error(Error why, Status head_status) {
+  settle_unsignaled();
   if (flushed_) return;
   flushed_ = true;
   // When an operation fails with it, the connection's failure is that operation's, as verbs reports it.

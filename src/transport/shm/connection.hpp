@@ -11,6 +11,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "core/rc_state.hpp"
@@ -43,8 +44,9 @@ class ShmConnection final : public Connection {
   // ---- for the context's progress engine (called with the context's connections mutex held) ----
   int socket_fd() const noexcept { return socket_.get(); }
   bool gone() const noexcept { return gone_.load(std::memory_order_acquire); }
-  // Reaps receive completions, serves the peer's atomic requests, retries blocked operations.
-  bool progress(Clock::time_point* next_deadline);
+  // Reaps receive completions, serves the peer's atomic requests, retries blocked operations. `poller`:
+  // the caller is a thread polling our completion queue (it holds the lease), not the progress thread.
+  bool progress(Clock::time_point* next_deadline, bool poller);
   // Anything for progress() (a lock-free look; see inbound.cpp).
   bool has_work() const noexcept;
   // The peer's process died or closed its end: pending operations fail.
@@ -75,7 +77,8 @@ class ShmConnection final : public Connection {
   Inbound& out() const noexcept { return link_.as<LinkSegment>()->into[1 - side_]; }
 
   // datapath.cpp (all with mutex_ held)
-  bool drain(bool from_post);
+  enum class Drainer { Poster, Poller, ProgressThread };
+  bool drain(Drainer who);
   bool peer_hung_up();
   Outcome execute(Pending& op);
   Outcome do_write(Pending& op);
@@ -87,6 +90,7 @@ class ShmConnection final : public Connection {
   Status check_local(std::span<const Segment> local, bool write, std::uint64_t* total) const;
   template <typename F>
   Status pinned(std::uint32_t key, std::uint64_t addr, std::uint64_t length, Access needed, F&& access);
+  void unpin();
   bool receive_ready(bool* closed);
   void produce(const RecvDone& done);
   void ring_if_owed();
@@ -97,6 +101,7 @@ class ShmConnection final : public Connection {
   // connection.cpp
   void finish(std::uint64_t id, Opcode opcode, bool signaled, const Outcome& outcome);
   void push(SoftCompletionQueue& cq, const Completion& completion);
+  void settle_unsignaled();  // the deferred rc().completed() of unsignaled successes
   // The error state of a QP: records `why` (the first failure stays) and completes what is pending, the
   // head with `head_status` (TransportRetryExceeded when the peer went away), the rest Flushed.
   void enter_error(Error why, Status head_status);
@@ -119,8 +124,10 @@ class ShmConnection final : public Connection {
   std::uint64_t reaped_ = 0;            // our copy of in().reaped
   bool flushed_ = false;  // the error state was entered and pending work flushed (the failure is in rc())
   std::atomic<bool> gone_{false};
-  bool wants_progress_ = false;  // a large operation waits for the progress thread
-  bool doorbell_owed_ = false;   // produce() published a receive completion; drain() rings the peer
+  bool wants_progress_ = false;   // a large operation waits for the progress thread
+  bool doorbell_owed_ = false;    // produce() published a receive completion; drain() rings the peer
+  std::uint32_t pinned_key_ = 0;  // what out().pin holds for a WRITE/READ/atomic of this drain (0: none)
+  std::optional<std::uint64_t> unsignaled_done_;  // the last unsignaled success not yet counted in rc()
   // Lock-free mirrors for has_work(), written under mutex_: pending_ is not empty; reaped_.
   std::atomic<bool> has_pending_{false};
   std::atomic<std::uint64_t> reaped_seen_{0};

@@ -50,7 +50,8 @@ class ShmContext final : public Context {
   std::uint32_t max_sge() const noexcept;
   // Revokes `key`, waits for initiators that pinned it (bounded by Config::timeout), frees the slot.
   void deregister(std::uint32_t key);
-  // Runs one round of progress over every connection. `block` false: skip when another thread is at it.
+  // Runs one round of progress over every connection. `block` false (a poller of a completion queue): skip
+  // when another thread is at it.
   bool progress_all(bool block, Clock::time_point* next_deadline = nullptr);
   // The gate, before anything about us is sent: the kernel's word on who is at the other end of `socket`,
   // refused (Errc::ConnectionRefused, and a Refusal to a connector) unless its uid is ours or allowed.
@@ -65,6 +66,7 @@ class ShmContext final : public Context {
   // completion queues, ended by a waiter that is about to sleep.
   void note_polling() noexcept;
   void end_polling();
+  bool leased() const noexcept;
 
  private:
   explicit ShmContext(Config config);
@@ -74,7 +76,6 @@ class ShmContext final : public Context {
   void run_progress();
   void sleep_on_doorbell(Clock::time_point deadline);
   Clock::time_point bounded_by_lease(Clock::time_point deadline) const noexcept;
-  bool leased() const noexcept;
   // The queue a connection completes on: `given`, else its own of `depth` entries.
   Result<std::shared_ptr<SoftCompletionQueue>> pick_cq(const std::shared_ptr<CompletionQueue>& given,
                                                        std::uint32_t depth);

@@ -9,6 +9,7 @@
 #include "core/rc_state.hpp"
 #include "core/tsan.hpp"
 #include "transport/shm/connection.hpp"
+#include "transport/shm/copy.hpp"
 
 namespace rdmakit::shm {
 namespace {
@@ -48,14 +49,19 @@ Result<std::uint64_t> ShmConnection::post(std::span<const WorkRequest> chain) {
     op.atomic_requested = false;
     op.request.local = {};
   }
-  drain(true);
+  drain(Drainer::Poster);
   if (wants_progress_) context_->wake();
   return rc().send_id(sequence);
 }
 
 // Carries out pending operations from the head until one must wait. From post(), stops at the first
 // large one; otherwise moves at most kBytesPerRound before returning. Returns whether anything moved.
-bool ShmConnection::drain(bool from_post) {
+// A large transfer is one thread's work at a time: a poller keeps its lease alive between chunks (a round
+// outlasts the lease, and the progress thread woke when it ran out and took every other round while the
+// poller spun beside it on the same core: 256 MiB WRITEs at a tenth of memcpy's speed), and the progress
+// thread hands the rest to a poller that holds the lease.
+bool ShmConnection::drain(Drainer who) {
+  const bool from_post = who == Drainer::Poster;
   bool any = false;
   std::uint64_t budget = kBytesPerRound;
   wants_progress_ = false;
@@ -71,7 +77,10 @@ bool ShmConnection::drain(bool from_post) {
     any = true;
     if (outcome.more) {
       budget -= std::min(budget, kChunk);
+      unpin();  // an owner revoking the key waits no longer than one chunk
       if (peer_hung_up()) peer_gone_locked();
+      if (who == Drainer::Poller) context_->note_polling();
+      if (who == Drainer::ProgressThread && context_->leased()) break;
       continue;
     }
     const Pending& op = pending_.front();  // not copied: finish() needs three fields
@@ -81,6 +90,8 @@ bool ShmConnection::drain(bool from_post) {
     pending_.pop_front();
     finish(id, opcode, signaled, outcome);
   }
+  unpin();
+  settle_unsignaled();
   ring_if_owed();
   has_pending_.store(!pending_.empty() && !flushed_, std::memory_order_release);
   return any;
@@ -119,16 +130,29 @@ Status ShmConnection::check_local(std::span<const Segment> local, bool write, st
 
 // Runs `access` with `key` pinned: the pin is published before the key is looked up (seq_cst on both
 // sides), so an owner revoking the key either makes the lookup fail or waits for the access to end.
+// The pin stays published until drain() ends (unpin()), so a chain of operations on one key pays the
+// seq_cst store (a full fence, which also waits for the previous copy's stores to drain) once, not per
+// operation. Every access still looks the key up after the pin was published: the lookup of a later
+// operation is ordered after the same seq_cst store.
 template <typename F>
 Status ShmConnection::pinned(std::uint32_t key, std::uint64_t addr, std::uint64_t length, Access needed,
                              F&& access) {
-  Inbound& target = out();
-  target.pin.store(key, std::memory_order_seq_cst);
+  if (pinned_key_ != key) {
+    out().pin.store(key, std::memory_order_seq_cst);
+    pinned_key_ = key;
+  }
   Status status = check_remote(peer_->ctl(), key, addr, length, needed);
   if (status == Status::Success) status = access();
-  tsan::release_to_peer();
-  target.pin.store(0, std::memory_order_release);
   return status;
+}
+
+// Ends the pin: the owner may revoke and reuse the memory from here on. (Streaming copies fenced their
+// stores already; cached ones are ordered before this release store.)
+void ShmConnection::unpin() {
+  if (pinned_key_ == 0) return;
+  tsan::release_to_peer();
+  out().pin.store(0, std::memory_order_release);
+  pinned_key_ = 0;
 }
 
 ShmConnection::Outcome ShmConnection::do_write(Pending& op) {
@@ -145,7 +169,7 @@ ShmConnection::Outcome ShmConnection::do_write(Pending& op) {
   // byte moves, and a deregistration between chunks stops the rest.
   std::uint64_t chunk = with_imm ? total : std::min(total - op.offset, kChunk);
   Status st = pinned(remote.rkey, remote.addr, total, Access::RemoteWrite, [&] {
-    return write_remote(*peer_, op.local(), op.offset, remote.addr + op.offset, chunk);
+    return write_remote(*peer_, op.local(), op.offset, remote.addr + op.offset, chunk, streams(total));
   });
   if (st != Status::Success) return {false, false, st};
   op.offset += chunk;
@@ -170,7 +194,7 @@ ShmConnection::Outcome ShmConnection::do_read(Pending& op) {
   const RemoteAddress& remote = op.request.remote;
   std::uint64_t chunk = std::min(total - op.offset, kChunk);
   Status st = pinned(remote.rkey, remote.addr, total, Access::RemoteRead, [&] {
-    return read_remote(*peer_, op.local(), op.offset, remote.addr + op.offset, chunk);
+    return read_remote(*peer_, op.local(), op.offset, remote.addr + op.offset, chunk, streams(total));
   });
   if (st != Status::Success) return {false, false, st};
   op.offset += chunk;
@@ -264,7 +288,7 @@ ShmConnection::Outcome ShmConnection::do_send(Pending& op) {
 ShmConnection::Outcome ShmConnection::wait_for_receive(Pending& op) {
   bool closed;
   bool ready = receive_ready(&closed);
-  out().pin.store(0, std::memory_order_release);
+  out().pin.store(0, std::memory_order_release);  // receive_ready() replaced any pin (pinned_key_ is 0)
   if (closed) return {false, false, Status::TransportRetryExceeded};
   if (ready) return {false, false, Status::Success};
   auto now = Clock::now();
@@ -277,6 +301,7 @@ ShmConnection::Outcome ShmConnection::wait_for_receive(Pending& op) {
 // delivering pin set; produce() or the caller clears it.
 bool ShmConnection::receive_ready(bool* closed) {
   Inbound& target = out();
+  unpin();  // a WRITE's pin before it ends: the delivering pin takes the word
   target.pin.store(kDeliveringPin, std::memory_order_seq_cst);
   *closed = target.closed.load(std::memory_order_seq_cst) != 0;
   if (*closed) {

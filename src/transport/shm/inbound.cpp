@@ -112,14 +112,14 @@ bool ShmConnection::has_work() const noexcept {
   return in().atomic.state.load(std::memory_order_acquire) == kAtomicRequested;
 }
 
-bool ShmConnection::progress(Clock::time_point* next_deadline) {
+bool ShmConnection::progress(Clock::time_point* next_deadline, bool poller) {
   if (!has_work()) return false;
   std::lock_guard lock(mutex_);
   if (rc().closed()) return false;
   bool any = reap();
   any |= serve_atomic();
   if (!pending_.empty() && !flushed_) {
-    any |= drain(false);
+    any |= drain(poller ? Drainer::Poller : Drainer::ProgressThread);
     if (!pending_.empty() && next_deadline) {
       auto deadline = pending_.front().deadline;
       if (deadline != Clock::time_point{} && deadline < *next_deadline) *next_deadline = deadline;

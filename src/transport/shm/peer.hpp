@@ -46,12 +46,13 @@ struct PeerView {
 };
 
 // WRITE: `length` bytes of the local segments, gathered from byte `skip` on, to [addr, addr+length) at the
-// peer.
+// peer. `streaming`: with non-temporal stores where the peer's memory is mapped (copy.hpp; the caller
+// decides by the whole operation's size, not this chunk's).
 Status write_remote(const PeerView& peer, std::span<const Segment> local, std::uint64_t skip,
-                    std::uint64_t addr, std::uint64_t length);
+                    std::uint64_t addr, std::uint64_t length, bool streaming = false);
 // READ: [addr, addr+length) at the peer, scattered into the local segments from byte `skip` on.
 Status read_remote(const PeerView& peer, std::span<const Segment> local, std::uint64_t skip,
-                   std::uint64_t addr, std::uint64_t length);
+                   std::uint64_t addr, std::uint64_t length, bool streaming = false);
 // SEND: `length` bytes of the local segments into the peer's receive segments.
 Status write_scattered(const PeerView& peer, std::span<const Segment> local, std::span<const Segment> remote,
                        std::uint64_t length);

@@ -27,7 +27,7 @@ bool ShmContext::progress_all(bool block, Clock::time_point* next_deadline) {
   else if (!lock.try_lock())
     return false;
   bool any = false;
-  for (ShmConnection* connection : connections_) any |= connection->progress(next_deadline);
+  for (ShmConnection* connection : connections_) any |= connection->progress(next_deadline, !block);
   return any;
 }
 
