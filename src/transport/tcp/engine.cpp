@@ -152,6 +152,10 @@ void Engine::run() {
   std::vector<std::uint64_t> again, left_over;
   std::int64_t next_tick = steady_ns();
   for (;;) {
+    // Also here, not only on the wake-up: run_kicked() drains the eventfd, and the destructor's write may
+    // be among what it drained (a kick's wake-up being served when it came), after which no wake-up
+    // is left to report. The destructor sets stopping_ before it writes, so this sees it within a round.
+    if (stopping_.load()) return;
     left_over.swap(again);
     again.clear();
     int n = epoll_wait(epoll_.get(), events, 64, wait_ms(next_tick, !left_over.empty()));

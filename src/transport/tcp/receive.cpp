@@ -42,10 +42,14 @@ bool TcpConnection::on_readable() { return drain_input(); }
 
 void TcpConnection::poll_input() {
   // Also when nothing of ours is outstanding: the peer's one-sided requests are carried out by whoever
-  // reads, and a spinning poller must not leave them to an engine thread it keeps off the core. Input left
-  // over is read by the poller's next call, or by the engine when the polling lease ends.
+  // reads, and a spinning poller must not leave them to an engine thread it keeps off the core.
   if (rc().failed()) return;
-  (void)drain_input();
+  // Input left over (our round's share was used up) goes to the engine at once: the poller may not call
+  // again, and the lease may already be back with the engine, whose own read of this edge found
+  // rx_mutex_ taken and left it to us (drain_input). Waiting for the poller's next call lost that input
+  // until new bytes arrived: a bidirectional read_bw over tcp hung with the peer's READ requests read
+  // ahead but never served.
+  if (drain_input()) engine_.kick(engine_key_);
 }
 
 // Reads in whichever thread gets rx_mutex_. The engine watches the socket edge-triggered, so input must
