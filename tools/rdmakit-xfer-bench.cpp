@@ -338,25 +338,35 @@ double broadcast_once(const Args& a, std::uint32_t n, int round) {
   std::vector<std::thread> nodes;
   std::atomic<int> failures{0};
   Clock::time_point sender_start;
+  auto node = [&](std::uint32_t r) {
+    auto ctx = must(rdmakit::Context::open({.transport = a.transport, .name = "bcast-" + std::to_string(r)}),
+                    "open");
+    auto region = must(
+        ctx->allocate(a.bcast_size, rdmakit::Access::LocalWrite | rdmakit::Access::RemoteWrite), "alloc");
+    std::memset(region->data(), r == 0 ? 0x5a : 0, a.bcast_size);
+    auto result = r == 0 ? broadcast_send(*ctx, metadata, *region, options)
+                         : broadcast_receive(*ctx, metadata, *region, r, options);
+    finished[r] = Clock::now();
+    if (!result) {
+      std::fprintf(stderr, "node %u: %s\n", r, result.error().describe().c_str());
+      ++failures;
+      return;
+    }
+    if (r == 0) sender_start = finished[0] - result->elapsed;
+    auto* bytes = static_cast<const unsigned char*>(region->data());
+    if (r != 0 && (bytes[0] != 0x5a || bytes[a.bcast_size - 1] != 0x5a ||
+                   std::memcmp(bytes, bytes + 1, a.bcast_size - 1) != 0)) {
+      ++failures;
+    }
+  };
   for (std::uint32_t r = 0; r <= n; ++r) {
+    // An exception must not leave its thread (std::terminate): a node that cannot open its context or
+    // allocate says why and counts as a failure, and the others end by the broadcast's own timeout.
     nodes.emplace_back([&, r] {
-      auto ctx = must(
-          rdmakit::Context::open({.transport = a.transport, .name = "bcast-" + std::to_string(r)}), "open");
-      auto region = must(
-          ctx->allocate(a.bcast_size, rdmakit::Access::LocalWrite | rdmakit::Access::RemoteWrite), "alloc");
-      std::memset(region->data(), r == 0 ? 0x5a : 0, a.bcast_size);
-      auto result = r == 0 ? broadcast_send(*ctx, metadata, *region, options)
-                           : broadcast_receive(*ctx, metadata, *region, r, options);
-      finished[r] = Clock::now();
-      if (!result) {
-        std::fprintf(stderr, "node %u: %s\n", r, result.error().describe().c_str());
-        ++failures;
-        return;
-      }
-      if (r == 0) sender_start = finished[0] - result->elapsed;
-      auto* bytes = static_cast<const unsigned char*>(region->data());
-      if (r != 0 && (bytes[0] != 0x5a || bytes[a.bcast_size - 1] != 0x5a ||
-                     std::memcmp(bytes, bytes + 1, a.bcast_size - 1) != 0)) {
+      try {
+        node(r);
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "node %u: %s\n", r, e.what());
         ++failures;
       }
     });
