@@ -129,9 +129,14 @@ Result<void> ControlChannel::send(const ControlMessage& message) {
 }
 
 Result<ControlMessage> ControlChannel::take(const Completion& completion) {
-  if (!completion.ok())
-    return fail(Errc::ConnectionBroken,
-                "control channel: " + std::string(to_string(completion.status)) + " (the peer went away?)");
+  if (!completion.ok()) {
+    // A flushed receive only says that something else failed first: name that first failure.
+    std::string cause;
+    if (auto health = connection_->health(); !health)
+      cause = ": the connection failed first with " + health.error().describe();
+    return fail(Errc::ConnectionBroken, "control channel: " + std::string(to_string(completion.status)) +
+                                            " (the peer went away?)" + cause);
+  }
   if (completion.bytes != kSlot)
     return fail(Errc::ProtocolError, "control channel: a message of " + std::to_string(completion.bytes) +
                                          " bytes, not " + std::to_string(kSlot));
