@@ -44,10 +44,12 @@ using EnvLookup = std::function<std::optional<std::string>(std::string_view name
 //  * Open MPI: OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE, OMPI_COMM_WORLD_LOCAL_RANK.
 //  * Slurm: SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID; the store host is the first node of
 //    SLURM_JOB_NODELIST (or SLURM_NODELIST), compressed lists like "node[01-04,07]" expanded.
-// The store address, for every launcher: RDMAKIT_STORE_ADDR ("host:port") if set, else MASTER_ADDR and
-// MASTER_PORT if set, else (mpirun: 127.0.0.1, srun: the first node) and a port derived from the job
-// id (OMPI_MCA_ess_base_jobid / SLURM_JOB_ID) so that two jobs on one host do not meet: 20000 + hash % 12768
-// (below the kernel's ephemeral port range). No launcher variables at all: a single rank (rank 0 of 1).
+// The store address, for every launcher: option store_addr ("host:port", RDMAKIT_STORE_ADDR, read from the
+// process environment by the option table like every RDMAKIT_* setting, never through `env`) if set, else
+// MASTER_ADDR and MASTER_PORT if set, else (mpirun: 127.0.0.1, srun: the first node) and a port derived
+// from the job id (OMPI_MCA_ess_base_jobid / SLURM_JOB_ID) so that two jobs on one host do not meet: 20000 +
+// hash % 12768 (below the kernel's ephemeral port range). No launcher variables at all: a single rank (rank
+// 0 of 1). A bootstrap option that does not parse (RDMAKIT_BOOTSTRAP_TIMEOUT_MS=abc) is an error here too.
 Result<LaunchInfo> detect_launch();
 Result<LaunchInfo> detect_launch(const EnvLookup& env);
 

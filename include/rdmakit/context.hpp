@@ -36,7 +36,7 @@ struct Capabilities {
   // RemoteInvalidRequest (the target finds it, as the IB specification describes).
   bool misaligned_atomic_refused_at_post = false;
   // Addresses are names with this prefix (shm: "shm:"), not "host:port"; empty for IP transports.
-  std::string address_prefix;
+  std::string address_prefix{};
   // Reaches only peers on this host (same boot, same IPC and mount namespaces: shm). Layers that pick a
   // transport per peer (collectives, the transfer engine) prefer such a transport for same-host peers.
   bool same_host_only = false;

@@ -8,8 +8,8 @@
 namespace rdmakit {
 
 struct TransportInfo {
-  std::string name;          // what Options::transport takes, e.g. "tcp"
-  std::string summary;       // one line: what it is
+  std::string name{};        // what Options::transport takes, e.g. "tcp"
+  std::string summary{};     // one line: what it is
   bool wraps_inner = false;  // opened as "<name>:<inner>" (fault:tcp): it wraps another transport
   // Options::device names one of several devices of the machine (verbs): a layer that stripes over
   // devices (the transfer engine's rails) opens one context per device.

@@ -36,9 +36,12 @@ Result<void> parse_host_port(std::string_view text, std::string_view what, Launc
   return {};
 }
 
-// The store address, in the order the header documents.
-Result<void> resolve_store(const EnvLookup& env, LaunchInfo& info, std::string default_host) {
-  if (auto addr = env("RDMAKIT_STORE_ADDR")) return parse_host_port(*addr, "RDMAKIT_STORE_ADDR", info);
+// The store address, in the order the header documents. Option store_addr comes from the resolved
+// options (set in code or RDMAKIT_STORE_ADDR, read by the option table); the rest from the launcher's `env`.
+Result<void> resolve_store(const EnvLookup& env, const BootstrapConfig& config, LaunchInfo& info,
+                           std::string default_host) {
+  if (config.store_addr)
+    return parse_host_port(*config.store_addr, "option store_addr (RDMAKIT_STORE_ADDR)", info);
   auto master = env("MASTER_ADDR");
   auto port = env("MASTER_PORT");
   if (master && port) return parse_host_port(*master + ":" + *port, "MASTER_ADDR:MASTER_PORT", info);
@@ -49,7 +52,7 @@ Result<void> resolve_store(const EnvLookup& env, LaunchInfo& info, std::string d
   return {};
 }
 
-Result<LaunchInfo> from_torchrun(const EnvLookup& env) {
+Result<LaunchInfo> from_torchrun(const EnvLookup& env, const BootstrapConfig& config) {
   LaunchInfo info{.launcher = "torchrun"};
   auto rank = read_int(env, "RANK", 0, true);
   auto size = read_int(env, "WORLD_SIZE", 0, true);
@@ -62,15 +65,15 @@ Result<LaunchInfo> from_torchrun(const EnvLookup& env) {
   if (!local_size) return std::unexpected(local_size.error());
   info.local_size = *local_size;
   if (!env("MASTER_ADDR") || !env("MASTER_PORT"))
-    if (!env("RDMAKIT_STORE_ADDR"))
+    if (!config.store_addr)
       return fail(Errc::InvalidArgument,
                   "bootstrap: torchrun-style launch (RANK set) needs MASTER_ADDR and "
-                  "MASTER_PORT (or RDMAKIT_STORE_ADDR)");
-  if (auto ok = resolve_store(env, info, "127.0.0.1"); !ok) return std::unexpected(ok.error());
+                  "MASTER_PORT (or option store_addr, RDMAKIT_STORE_ADDR)");
+  if (auto ok = resolve_store(env, config, info, "127.0.0.1"); !ok) return std::unexpected(ok.error());
   return info;
 }
 
-Result<LaunchInfo> from_mpirun(const EnvLookup& env) {
+Result<LaunchInfo> from_mpirun(const EnvLookup& env, const BootstrapConfig& config) {
   LaunchInfo info{.launcher = "mpirun"};
   auto rank = read_int(env, "OMPI_COMM_WORLD_RANK", 0, true);
   auto size = read_int(env, "OMPI_COMM_WORLD_SIZE", 0, true);
@@ -83,11 +86,11 @@ Result<LaunchInfo> from_mpirun(const EnvLookup& env) {
   if (!local_size) return std::unexpected(local_size.error());
   info.local_size = *local_size;
   info.job_id = env("OMPI_MCA_ess_base_jobid").value_or(env("OMPI_MCA_orte_ess_jobid").value_or(""));
-  if (auto ok = resolve_store(env, info, "127.0.0.1"); !ok) return std::unexpected(ok.error());
+  if (auto ok = resolve_store(env, config, info, "127.0.0.1"); !ok) return std::unexpected(ok.error());
   return info;
 }
 
-Result<LaunchInfo> from_srun(const EnvLookup& env) {
+Result<LaunchInfo> from_srun(const EnvLookup& env, const BootstrapConfig& config) {
   LaunchInfo info{.launcher = "srun"};
   auto rank = read_int(env, "SLURM_PROCID", 0, true);
   auto size = read_int(env, "SLURM_NTASKS", 1, false);
@@ -110,7 +113,7 @@ Result<LaunchInfo> from_srun(const EnvLookup& env) {
           Error(Errc::InvalidArgument, "bootstrap: SLURM_JOB_NODELIST: " + hosts.error().message()));
     first = hosts->front();
   }
-  if (auto ok = resolve_store(env, info, first); !ok) return std::unexpected(ok.error());
+  if (auto ok = resolve_store(env, config, info, first); !ok) return std::unexpected(ok.error());
   return info;
 }
 
@@ -134,15 +137,15 @@ bool LaunchInfo::spans_hosts() const noexcept {
   return !(store_host.starts_with("127.") || store_host == "localhost");
 }
 
-Result<LaunchInfo> detect_launch(const EnvLookup& env) {
+Result<LaunchInfo> detect_launch(const EnvLookup& env, const BootstrapConfig& config) {
   Result<LaunchInfo> info = LaunchInfo{.launcher = "single"};
   if (env("RANK") && env("WORLD_SIZE"))
-    info = from_torchrun(env);
+    info = from_torchrun(env, config);
   else if (env("OMPI_COMM_WORLD_RANK"))
-    info = from_mpirun(env);
+    info = from_mpirun(env, config);
   else if (env("SLURM_PROCID"))
-    info = from_srun(env);
-  else if (auto ok = resolve_store(env, *info, "127.0.0.1"); !ok)
+    info = from_srun(env, config);
+  else if (auto ok = resolve_store(env, config, *info, "127.0.0.1"); !ok)
     return std::unexpected(ok.error());
   if (info && info->launcher == "single") info->local_size = 1;
   if (!info) return info;
@@ -152,6 +155,12 @@ Result<LaunchInfo> detect_launch(const EnvLookup& env) {
                                            " is not below the world size " +
                                            std::to_string(info->world_size));
   return info;
+}
+
+Result<LaunchInfo> detect_launch(const EnvLookup& env) {
+  auto config = resolve_bootstrap_options();
+  if (!config) return std::unexpected(config.error());
+  return detect_launch(env, *config);
 }
 
 Result<LaunchInfo> detect_launch() {

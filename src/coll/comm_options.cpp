@@ -150,8 +150,9 @@ Result<CommConfig> resolve_options(const CommOptions& given) {
     o.network_transport = core->transport;
   }
   // The transports' own listen_address default is loopback; the mesh leaves it to them unless one was named.
-  o.listen_address = given.listen_address.value_or(
-      options::read_option_env(options::env_name("listen_address")).value_or(""));
+  auto listen = named_listen_address(given);
+  if (!listen) return std::unexpected(listen.error());
+  o.listen_address = listen->value_or("");
   if (given.bootstrap_timeout) {
     o.bootstrap_timeout = *given.bootstrap_timeout;
   } else {
@@ -166,6 +167,14 @@ Result<CommConfig> resolve_options(const CommOptions& given) {
   if (!secret) return std::unexpected(secret.error());
   o.job_secret = std::move(*secret);
   return o;
+}
+
+Result<std::optional<std::string>> named_listen_address(const CommOptions& given) {
+  options::SetOptions set;
+  auto core = options::resolve_config(Options{.listen_address = given.listen_address}, set);
+  if (!core) return std::unexpected(core.error());
+  if (!set.contains("listen_address")) return std::optional<std::string>();
+  return std::optional<std::string>(core->listen_address);
 }
 
 std::string route_address(const std::string& host, std::uint16_t port) {

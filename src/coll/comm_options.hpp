@@ -25,6 +25,10 @@ struct CommConfig {
 };
 
 Result<CommConfig> resolve_options(const CommOptions& given);
+// The network transport's listen address when one was named: CommOptions::listen_address set in code, else
+// the core's option listen_address (RDMAKIT_LISTEN_ADDRESS) through its table; nullopt when left to the
+// transport's default.
+Result<std::optional<std::string>> named_listen_address(const CommOptions& given);
 const options::Table& coll_option_table();
 
 // The local address of the interface that routes to `host` (no packet is sent); empty when unknown.

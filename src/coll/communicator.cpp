@@ -228,8 +228,9 @@ Result<std::unique_ptr<Communicator>> Communicator::from_environment(const CommO
   if (!timeout) return std::unexpected(timeout.error());
   options.bootstrap_timeout = *timeout;
   bool loopback = launch->store_host.starts_with("127.") || launch->store_host == "localhost";
-  bool address_set = options.listen_address || options::read_option_env(options::env_name("listen_address"));
-  if (!address_set && !loopback) {
+  auto named = detail::named_listen_address(options);
+  if (!named) return std::unexpected(named.error());
+  if (!*named && !loopback) {
     std::string local = detail::route_address(launch->store_host, launch->store_port);
     if (!local.empty()) options.listen_address = local + ":0";
   }

@@ -142,7 +142,8 @@ class OptionTable final : public Table {
   OptionTable(const char* layer, std::vector<Spec<Config, Given>> specs, Check check = {})
       : layer_(layer), specs_(std::move(specs)), check_(std::move(check)) {}
 
-  Result<Config> resolve(const Given& given) const {
+  // `set_out`, when given, receives which options were set in code or in the environment.
+  Result<Config> resolve(const Given& given, SetOptions* set_out = nullptr) const {
     warn_unknown_environment();
     Config config{};
     SetOptions set;
@@ -162,6 +163,7 @@ class OptionTable final : public Table {
     }
     if (check_)
       if (auto ok = check_(config, set); !ok) return std::unexpected(ok.error());
+    if (set_out) *set_out = std::move(set);
     return config;
   }
 
@@ -199,5 +201,8 @@ std::span<const Table* const> option_tables();
 
 // The core's table (src/core/options.cpp).
 const Table& core_table();
+// resolve_config(), telling which options were set (in code or the environment) rather than defaulted: for
+// a layer that passes a core option on only when it was named (the collectives' listen_address).
+Result<Config> resolve_config(const Options& given, SetOptions& set);
 
 }  // namespace rdmakit::options

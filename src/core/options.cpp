@@ -127,6 +127,10 @@ const options::Table& options::core_table() { return table(); }
 
 Result<Config> resolve_config(const Options& options) { return table().resolve(options); }
 
+Result<Config> options::resolve_config(const Options& given, SetOptions& set) {
+  return table().resolve(given, &set);
+}
+
 std::vector<OptionInfo> describe_options(const Config& config) { return table().describe(config); }
 
 Result<std::vector<OptionInfo>> describe_options() {

@@ -4,10 +4,15 @@
 # `srun -n <ranks>` and checks its loss against the single-process run, as train_launch.sh does for
 # torchrun and mpirun. Everything it started is stopped on exit, whatever happened.
 #   slurm_train.sh <train_logreg> <ranks>
-# Exit 77 (a skip, with the reason printed) when Slurm or munge is not installed or cannot run here.
+# Exit 77 (a skip, with the reason printed) when Slurm or munge is not installed or cannot run here; where
+# the environment variable CI is set (.ci/run: root, every package installed) that is a failure instead, so
+# that a broken install cannot pass as a skip.
 set -u
 binary=$1 ranks=$2
-skip() { echo "SKIP: $*"; exit 77; }
+skip() {
+  if [ -n "${CI:-}" ]; then echo "FAILED: $* (CI is set: a missing prerequisite fails there, never skips)"; exit 1; fi
+  echo "SKIP: $*"; exit 77
+}
 for tool in munged mungekey slurmctld slurmd srun scontrol; do
   command -v "$tool" >/dev/null || PATH=$PATH:/usr/sbin command -v "$tool" >/dev/null ||
     skip "$tool not installed (apt-get install slurm-wlm munge)"

@@ -4,7 +4,8 @@
 # declares fails here:
 #  * every option table entry (option("name", ...) in src/) and every RDMAKIT_* name quoted in src/ must
 #    appear in the output (build options RDMAKIT_WITH_* and prefixes ending in _ aside);
-#  * src/ reads no RDMAKIT_* variable with getenv() outside the option tables (core/option_table.cpp);
+#  * src/ reads no RDMAKIT_* variable with getenv(), read_option_env() or a lookup of its own outside the
+#    option tables (core/option_table.cpp);
 #  * every RDMAKIT_* variable that tests, scripts and CI set is an option or under a reserved prefix
 #    (RDMAKIT_TEST_, RDMAKIT_CONFORMANCE_, RDMAKIT_VM_, RDMAKIT_SOFTROCE_: the harnesses' own).
 # Usage: check_config.sh <rdmakit-info> <source dir>
@@ -29,6 +30,12 @@ done
 while IFS= read -r line; do
   complain "reads an RDMAKIT_* variable outside the option tables: $line"
 done < <(grep -rnE 'getenv\("RDMAKIT_' "$src/src" || true)
+# Nor through the tables' raw reader or a lookup of its own (env("RDMAKIT_...")): a value read so bypasses
+# what is set in code, and the table that declares it is not the one reader.
+while IFS= read -r line; do
+  complain "reads an RDMAKIT_* variable by hand instead of through its option table: $line"
+done < <(grep -rnE 'read_option_env\(|[A-Za-z_]\("RDMAKIT_[A-Z0-9_]*"\)' "$src/src" |
+           grep -vE '^[^:]*/src/core/option_table\.(cpp|hpp):' || true)
 
 reserved='^RDMAKIT_(TEST|CONFORMANCE|VM|SOFTROCE)_'
 # Shell assignments and exports, and setenv / ScopedEnv pairs in C++ (options_test sets misspelt names on

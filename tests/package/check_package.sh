@@ -1,9 +1,14 @@
 #!/usr/bin/env bash
 # Installs the built rdmakit into a scratch prefix and builds a separate project against it twice:
-# once with find_package(rdmakit) and once with pkg-config. Then runs both programs, and compiles the
-# README's C++ snippets with -Wall -Wextra -Werror against the installed headers.
+# once with find_package(rdmakit) and once with pkg-config. Then runs both programs, compiles the
+# README's C++ snippets and a designated initializer of every public options struct (options_defaults.cpp)
+# with -Wall -Wextra -Werror against the installed headers, and runs the installed rdmakit-info.
+#   check_package.sh <build dir> <tools built: ON/OFF (RDMAKIT_BUILD_TOOLS)>
+# Without the tools the rdmakit-info check is left out, saying so; where CI is set (.ci/run builds
+# everything) that is a failure instead, so that a broken install cannot pass.
 set -euo pipefail
 build_dir=$1
+tools_built=${2:?usage: check_package.sh <build dir> <RDMAKIT_BUILD_TOOLS: ON/OFF>}
 source_dir=$(cd "$(dirname "$0")" && pwd)
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
@@ -20,12 +25,41 @@ LD_LIBRARY_PATH="$scratch/prefix/lib" "$scratch/consumer-pkgconfig"
 # shellcheck disable=SC2046
 g++ -std=c++23 -Wall -Wextra -Werror -c "$scratch/readme_snippets.cpp" -o "$scratch/readme_snippets.o" \
   $(pkg-config --cflags rdmakit) || { echo "package: the README's C++ snippets do not compile warning-free"; exit 1; }
+
+# Every field of every public options/config struct has a default initializer: a designated initializer
+# naming one field compiles warning-free (-Wmissing-field-initializers, in -Wextra, flags any other field
+# without one). Each such struct of the installed headers must appear in options_defaults.cpp.
+include_dir="$scratch/prefix/include"
+structs=$(find "$include_dir/rdmakit" -name '*.hpp' -print0 | sort -z | xargs -0 awk '
+  FNR == 1 { ns = "" }
+  /^namespace [a-z:]+ \{/ { ns = $2 }
+  /^struct [A-Za-z]*(Options|Config) \{/ { print ns "::" $2 }')
+[ "$(wc -l <<<"$structs")" -ge 10 ] ||
+  { echo "package: found only $(wc -l <<<"$structs") options structs in the installed headers: the pattern broke"; exit 1; }
+for struct in $structs; do
+  grep -q "\b${struct}{\." "$source_dir/options_defaults.cpp" ||
+    { echo "package: options_defaults.cpp has no designated initializer of $struct"; exit 1; }
+done
+# shellcheck disable=SC2046
+g++ -std=c++23 -Wall -Wextra -Werror -c "$source_dir/options_defaults.cpp" -o "$scratch/options_defaults.o" \
+  $(pkg-config --cflags rdmakit) ||
+  { echo "package: a field of a public options struct has no default initializer (see above)"; exit 1; }
 # An installed tool starts with no LD_LIBRARY_PATH (its RPATH points at ../lib) and lists the transports.
-if [ -x "$scratch/prefix/bin/rdmakit-info" ]; then
+info_checked="the installed rdmakit-info runs"
+if [ "$tools_built" = ON ]; then
+  [ -x "$scratch/prefix/bin/rdmakit-info" ] ||
+    { echo "package: the tools are built (RDMAKIT_BUILD_TOOLS is ON) but rdmakit-info was not installed"; exit 1; }
   env -u LD_LIBRARY_PATH "$scratch/prefix/bin/rdmakit-info" --config > "$scratch/info.txt"
   grep -q "timeout_ms" "$scratch/info.txt" || { echo "package: installed rdmakit-info printed no options"; exit 1; }
   # The transport registry and every layer's option table survive installation.
   grep -q "^transport tcp: " "$scratch/info.txt" || { echo "package: installed rdmakit-info lists no tcp transport"; exit 1; }
   grep -q "RDMAKIT_COLL_SLOTS" "$scratch/info.txt" || { echo "package: installed rdmakit-info lists no coll option"; exit 1; }
+elif [ -n "${CI:-}" ]; then
+  echo "package: FAILED: the tools are not built (RDMAKIT_BUILD_TOOLS is $tools_built) and CI is set, so the"
+  echo "package: installed rdmakit-info cannot be checked; CI builds everything"
+  exit 1
+else
+  info_checked="rdmakit-info NOT checked (RDMAKIT_BUILD_TOOLS is $tools_built)"
 fi
-echo "package: find_package and pkg-config both work; the README's snippets compile warning-free; the installed rdmakit-info runs"
+echo "package: find_package and pkg-config both work; the README's snippets and every options struct's"
+echo "package: designated initializer compile warning-free; $info_checked"

@@ -2,9 +2,12 @@
 #include "rdmakit/bootstrap.hpp"
 
 #include <gtest/gtest.h>
+#include <stdlib.h>
 
 #include <map>
 #include <thread>
+
+#include "bootstrap/options.hpp"
 
 namespace rdmakit::bootstrap {
 namespace {
@@ -65,14 +68,53 @@ TEST(LaunchEnv, MpirunDerivesAStorePortFromTheJobId) {
   EXPECT_LT(info->store_port, 32768);  // outside the ephemeral range, where outgoing connections live
   EXPECT_LT(info->store_port, 40000);
   EXPECT_NE(default_store_port("12345"), default_store_port("12346"));
-  // An explicit address wins.
-  auto explicit_addr = detect_launch(env_of(
-      {{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "2"}, {"RDMAKIT_STORE_ADDR", "node1:4000"}}));
-  ASSERT_TRUE(explicit_addr.has_value());
-  EXPECT_EQ(explicit_addr->store_host, "node1");
-  EXPECT_EQ(explicit_addr->store_port, 4000);
-  EXPECT_FALSE(detect_launch(env_of(
-      {{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "2"}, {"RDMAKIT_STORE_ADDR", "node1"}})));
+}
+
+// Option store_addr set in code: the resolved options are what detect_launch uses, over the launcher's
+// MASTER_ADDR and over the derived port.
+TEST(LaunchEnv, StoreAddrSetInCodeWins) {
+  auto config = resolve_bootstrap_options({.store_addr = "node1:4000"});
+  ASSERT_TRUE(config.has_value()) << config.error().describe();
+  auto mpirun = detect_launch(
+      env_of(
+          {{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "2"}, {"OMPI_MCA_ess_base_jobid", "9"}}),
+      *config);
+  ASSERT_TRUE(mpirun.has_value()) << mpirun.error().describe();
+  EXPECT_EQ(mpirun->store_host, "node1");
+  EXPECT_EQ(mpirun->store_port, 4000);
+  // torchrun needs MASTER_ADDR and MASTER_PORT only when store_addr is not set.
+  auto torchrun =
+      detect_launch(env_of({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "other"}}), *config);
+  ASSERT_TRUE(torchrun.has_value()) << torchrun.error().describe();
+  EXPECT_EQ(torchrun->store_host, "node1");
+  EXPECT_EQ(torchrun->store_port, 4000);
+  auto single = detect_launch(env_of({}), *config);
+  ASSERT_TRUE(single.has_value()) << single.error().describe();
+  EXPECT_EQ(single->store_host, "node1");
+  EXPECT_EQ(single->store_port, 4000);
+  // A value that is no host:port is an error naming the option.
+  auto bad_config = resolve_bootstrap_options({.store_addr = "node1"});
+  ASSERT_TRUE(bad_config.has_value());
+  auto bad =
+      detect_launch(env_of({{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "2"}}), *bad_config);
+  ASSERT_FALSE(bad.has_value());
+  EXPECT_NE(bad.error().message().find("store_addr"), std::string::npos) << bad.error().message();
+}
+
+// RDMAKIT_STORE_ADDR is read by the option table from the process environment; a lookup passed for the
+// launcher's variables is not asked for it.
+TEST(LaunchEnv, StoreAddrComesFromTheOptionTableNotTheLookup) {
+  auto launcher = env_of(
+      {{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "2"}, {"RDMAKIT_STORE_ADDR", "lookup:1"}});
+  ASSERT_EQ(::setenv("RDMAKIT_STORE_ADDR", "node2:5000", 1), 0);
+  auto info = detect_launch(launcher);
+  ::unsetenv("RDMAKIT_STORE_ADDR");
+  ASSERT_TRUE(info.has_value()) << info.error().describe();
+  EXPECT_EQ(info->store_host, "node2");
+  EXPECT_EQ(info->store_port, 5000);
+  auto without = detect_launch(launcher);
+  ASSERT_TRUE(without.has_value()) << without.error().describe();
+  EXPECT_EQ(without->store_host, "127.0.0.1") << "the lookup's RDMAKIT_STORE_ADDR must not be read";
 }
 
 TEST(LaunchEnv, SrunUsesTheFirstNodeOfTheJob) {

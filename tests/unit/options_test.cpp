@@ -331,6 +331,35 @@ TEST_F(OptionsTest, CommOptionsSetInCodeBeatTheEnvironment) {
   EXPECT_EQ(from_code->algorithm, coll::Algorithm::Auto);
 }
 
+// The network transport's listen address is the core's option listen_address, read through the core's
+// table (as every RDMAKIT_* setting): passed on only when named, in code (which wins) or the environment.
+TEST_F(OptionsTest, CommListenAddressIsTheCoreOptionWhenNamed) {
+  auto unset = coll::detail::resolve_options({.network_transport = "tcp", .local_transport = "tcp"});
+  ASSERT_TRUE(unset.has_value()) << unset.error().describe();
+  EXPECT_EQ(unset->listen_address, "") << "left to the transport's default";
+  auto named = coll::detail::named_listen_address({});
+  ASSERT_TRUE(named.has_value());
+  EXPECT_FALSE(named->has_value());
+
+  set("RDMAKIT_LISTEN_ADDRESS", "10.9.8.7:0");
+  auto from_env = coll::detail::resolve_options({.network_transport = "tcp", .local_transport = "tcp"});
+  ASSERT_TRUE(from_env.has_value()) << from_env.error().describe();
+  EXPECT_EQ(from_env->listen_address, "10.9.8.7:0");
+  auto from_code = coll::detail::resolve_options(
+      {.network_transport = "tcp", .local_transport = "tcp", .listen_address = "127.0.0.2:0"});
+  ASSERT_TRUE(from_code.has_value()) << from_code.error().describe();
+  EXPECT_EQ(from_code->listen_address, "127.0.0.2:0");
+  // Named in code as empty is still named: from_environment() then does not pick an interface for it.
+  auto empty = coll::detail::named_listen_address({.listen_address = ""});
+  ASSERT_TRUE(empty.has_value());
+  EXPECT_EQ(*empty, std::optional<std::string>(""));
+  // A core option that does not parse is an error naming it, not a silent default.
+  set("RDMAKIT_TIMEOUT_MS", "soon");
+  auto bad = coll::detail::named_listen_address({});
+  ASSERT_FALSE(bad.has_value());
+  EXPECT_NE(bad.error().message().find("timeout_ms"), std::string::npos) << bad.error().message();
+}
+
 // Unset, coll_local_transport is the first built transport that reaches only this host and opens here
 // (shm when built), found by its capabilities rather than its name; without one, the network transport.
 TEST_F(OptionsTest, CommDefaultLocalTransportIsTheSameHostOne) {

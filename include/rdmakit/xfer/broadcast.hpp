@@ -27,7 +27,7 @@ struct BroadcastOptions {
   std::uint64_t size = 0;           // bytes to move (every receiver's region holds at least this)
   std::uint64_t chunk_bytes = 4 << 20;
   std::uint32_t window = 8;                  // chunks in flight per hop
-  std::string listen_address;                // receivers: where to listen; empty: the context's default
+  std::string listen_address{};              // receivers: where to listen; empty: the context's default
   std::chrono::milliseconds timeout{60000};  // the whole broadcast, chain set-up included
 };
 

@@ -38,14 +38,14 @@
 namespace rdmakit::xfer {
 
 struct EngineOptions {
-  std::string name;  // unique among the peers; empty: "xfer-<pid>-<random>"
+  std::string name{};  // unique among the peers; empty: "xfer-<pid>-<random>"
   // The transports this engine offers and can use, one rail each (verbs: one rail per device below).
   std::vector<std::string> transports = {"shm", "tcp"};
   // Rails of a transport that picks one of several devices (TransportInfo::picks_device: verbs), one per
   // device named here; empty: the first active device.
-  std::vector<std::string> verbs_devices;
+  std::vector<std::string> verbs_devices{};
   std::string listen_address = "127.0.0.1:0";    // tcp/verbs listeners
-  std::string transport;                         // force this transport for every peer; empty: choose
+  std::string transport{};                       // force this transport for every peer; empty: choose
   std::uint32_t connections_per_rail = 2;        // connections to one peer per rail
   std::uint64_t stripe_bytes = 1 << 20;          // requests longer than this are split into stripes
   std::uint64_t coalesce_bytes = 64 << 10;       // adjacent requests are merged up to this many bytes
@@ -68,7 +68,7 @@ struct SegmentHandle {
 struct Request {
   Op op = Op::Write;
   void* local = nullptr;  // inside memory from register_local() or allocate_segment()/publish()
-  SegmentHandle segment;
+  SegmentHandle segment{};
   std::uint64_t offset = 0;  // into the segment
   std::uint64_t length = 0;
 };
@@ -103,10 +103,10 @@ struct EngineStats {
 };
 
 struct SegmentInfo {
-  std::string name;
-  std::string owner;  // the owner engine's name
+  std::string name{};
+  std::string owner{};  // the owner engine's name
   std::uint64_t length = 0;
-  std::string transport;  // chosen for this peer
+  std::string transport{};  // chosen for this peer
 };
 
 class Engine {

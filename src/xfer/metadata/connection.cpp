@@ -1,6 +1,5 @@
 #include "xfer/metadata/connection.hpp"
 
-#include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -8,6 +7,8 @@
 
 #include <cerrno>
 #include <cstring>
+
+#include "core/net.hpp"
 
 namespace rdmakit::xfer::metadata {
 
@@ -18,37 +19,20 @@ std::chrono::milliseconds left(Deadline deadline) {
   return std::chrono::ceil<std::chrono::milliseconds>(deadline - now);
 }
 
+// Resolution and the bounded connect are the library's one address helper (core/net.hpp), as for the
+// bootstrap store: IPv4, a silent server a Timeout at `deadline`, nobody listening ConnectionRefused.
 Result<Socket> Socket::connect(const std::string& host, std::uint16_t port, Deadline deadline,
                                const std::string& where) {
-  addrinfo hints{};
-  hints.ai_family = AF_INET;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_NUMERICSERV;
-  addrinfo* found = nullptr;
-  int rc = getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found);
-  if (rc != 0 || found == nullptr)
-    return fail(Errc::InvalidArgument, where + ": cannot resolve '" + host + "': " + gai_strerror(rc));
-  sockaddr_in address{};
-  std::memcpy(&address, found->ai_addr, sizeof(address));
-  freeaddrinfo(found);
-  Fd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
-  if (!fd) return fail_errno(where + ": socket", errno);
+  auto prefixed = [&where](const Error& error) {
+    return std::unexpected(Error(error.code(), where + ": " + error.message(), error.sys_errno()));
+  };
+  auto address = net::resolve(host, port, AF_INET);
+  if (!address) return prefixed(address.error());
+  auto fd = net::connect(*address, deadline);
+  if (!fd) return prefixed(fd.error());
   int one = 1;
-  setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-  Socket socket(std::move(fd), where);
-  if (::connect(socket.fd_.get(), reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0) {
-    if (errno != EINPROGRESS)
-      return std::unexpected(Error(errno == ECONNREFUSED ? Errc::ConnectionRefused : Errc::SystemError,
-                                   where + ": cannot connect: " + std::strerror(errno), errno));
-    if (auto ok = socket.wait(POLLOUT, deadline, "connect"); !ok) return std::unexpected(ok.error());
-    int error = 0;
-    socklen_t length = sizeof(error);
-    getsockopt(socket.fd_.get(), SOL_SOCKET, SO_ERROR, &error, &length);
-    if (error != 0)
-      return std::unexpected(Error(error == ECONNREFUSED ? Errc::ConnectionRefused : Errc::SystemError,
-                                   where + ": cannot connect: " + std::strerror(error), error));
-  }
-  return socket;
+  setsockopt(fd->get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  return Socket(std::move(*fd), where);
 }
 
 Result<void> Socket::wait(short events, Deadline deadline, std::string_view doing) {

@@ -2,6 +2,7 @@
 // a real etcd, each started by the test on loopback ports of its own (servers.hpp).
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -13,6 +14,7 @@
 #include "core/fd.hpp"
 #include "servers.hpp"
 #include "support/test_support.hpp"
+#include "xfer/metadata/connection.hpp"
 
 namespace rdmakit::xfer::testing {
 namespace {
@@ -275,6 +277,47 @@ TEST(MetadataServer, ClientsProveTheJobSecret) {
   ASSERT_FALSE(stranger);
   EXPECT_EQ(stranger.error().code(), Errc::ConnectionRefused) << stranger.error().describe();
   EXPECT_NE(stranger.error().message().find("secret"), std::string::npos) << stranger.error().message();
+}
+
+// The connection's connect (core/net.hpp's helper) is bounded by the deadline: a listener whose accept
+// queue is full drops further SYNs, so the connect stays in progress until the deadline, then a Timeout
+// naming the server; nobody listening is ConnectionRefused naming it.
+TEST(MetadataConnection, ConnectIsBoundedByTheDeadline) {
+  Fd listener(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(listener.get(), reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
+  ASSERT_EQ(::listen(listener.get(), 0), 0);
+  socklen_t length = sizeof(address);
+  ::getsockname(listener.get(), reinterpret_cast<sockaddr*>(&address), &length);
+  // Connect (never accepted) until one no longer completes: the queue is full from then on.
+  std::vector<Fd> fillers;
+  bool full = false;
+  for (int i = 0; i < 16 && !full; ++i) {
+    Fd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+    ::connect(fd.get(), reinterpret_cast<sockaddr*>(&address), sizeof(address));
+    pollfd p{fd.get(), POLLOUT, 0};
+    full = ::poll(&p, 1, 200) == 0;
+    fillers.push_back(std::move(fd));
+  }
+  ASSERT_TRUE(full) << "16 connects to a listener with backlog 0 all completed: no full queue to test with";
+  std::uint16_t port = ntohs(address.sin_port);
+  std::string where = "redis://127.0.0.1:" + std::to_string(port);
+  auto started = Clock::now();
+  auto socket = metadata::Socket::connect("127.0.0.1", port, Clock::now() + 300ms, where);
+  auto took = Clock::now() - started;
+  ASSERT_FALSE(socket);
+  EXPECT_EQ(socket.error().code(), Errc::Timeout) << socket.error().describe();
+  EXPECT_TRUE(socket.error().message().starts_with(where + ": ")) << socket.error().message();
+  EXPECT_GE(took, 250ms);
+  EXPECT_LT(took, 5s);
+  listener = Fd();
+  fillers.clear();
+  auto refused = metadata::Socket::connect("127.0.0.1", port, Clock::now() + 2s, where);
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().code(), Errc::ConnectionRefused) << refused.error().describe();
+  EXPECT_TRUE(refused.error().message().starts_with(where + ": ")) << refused.error().message();
 }
 
 TEST(MetadataUrl, BadUrlsAndOptionsAreRefused) {
