@@ -31,7 +31,7 @@ for i in $(seq 1 "$kills"); do
   "${launch[@]}" "$bin" "$work/killed" "$steps" > "$work/out.$i" 2>&1 &
   mpirun_pid=$!
   # Start the random delay once a rank has printed its start line (the job is up and restored).
-  for _ in $(seq 1 300); do grep -qE 'resumed|fresh' "$work/out.$i" && break; sleep 0.1; done
+  for _ in $(seq 1 300); do grep -qsE 'resumed|fresh' "$work/out.$i" && break; sleep 0.1; done
   sleep "0.$((RANDOM % 60 + 30))"
   # The ranks are mpirun's children: kill one of them, as a crashed process would die.
   victims=($(pgrep -P "$mpirun_pid"))
