@@ -143,10 +143,10 @@ void check_survivor(const std::string& dir, std::uint64_t last_committed, const 
     EXPECT_TRUE(info.problem.empty()) << what << ": " << info.path << ": " << info.problem;
 }
 
-// `numbered` rounds stop the writer at a numbered point of the commit (cycling through all of them),
-// `timed` rounds kill it from outside at a random moment while it persists: the random delay (0-30 ms, about
-// one commit round) starts once the writer logged its first commit of that run. The two kinds interleave
-// in a fixed pseudo-random order.
+// `numbered_rounds` stop the writer at a numbered point of the commit (cycling through all of them),
+// `timed_rounds` kill it from outside at a random moment while it persists: the random delay (0-30 ms,
+// about one commit round) starts once the writer logged its first commit of that run. The two kinds
+// interleave in a fixed pseudo-random order.
 void kill_at_points_and_random_times(int numbered_rounds, int timed_rounds) {
   TempDir dir;
   std::string log = dir.path() + "/../" + fs::path(dir.path()).filename().string() + ".log";
