@@ -11,12 +11,14 @@
 //                                            hold engines' replicas in memory (EngineOptions::replica)
 #include <unistd.h>
 
+#include <charconv>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -46,6 +48,19 @@ int usage() {
 int report(const rdmakit::Error& error) {
   std::fprintf(stderr, "rdmakit-ckpt: %s\n", error.describe().c_str());
   return 1;
+}
+
+// A numeric argument: the whole text must be a number of type T, else this says so (nullopt).
+template <class T>
+std::optional<T> number(const std::string& text, const char* what) {
+  T value{};
+  const char* end = text.data() + text.size();
+  auto [stop, ec] = std::from_chars(text.data(), end, value);
+  if (text.empty() || ec != std::errc{} || stop != end) {
+    std::fprintf(stderr, "rdmakit-ckpt: %s must be a number, got '%s'\n", what, text.c_str());
+    return std::nullopt;
+  }
+  return value;
 }
 
 // A checkpoint directory itself, or a directory of checkpoints (then its newest).
@@ -234,13 +249,17 @@ int serve(const std::vector<std::string>& args) {
   for (std::size_t i = 1; i + 1 < args.size(); i += 2) {
     if (args[i] == "--listen")
       options.listen = args[i + 1];
-    else if (args[i] == "--budget")
-      options.budget_bytes = std::stoull(args[i + 1]) << 20;
-    else if (args[i] == "--persist")
+    else if (args[i] == "--budget") {
+      auto mib = number<std::uint64_t>(args[i + 1], "--budget (MiB)");
+      if (!mib) return 2;
+      options.budget_bytes = *mib << 20;
+    } else if (args[i] == "--persist")
       options.persist_directory = args[i + 1];
-    else if (args[i] == "--keep")
-      options.keep = static_cast<std::uint32_t>(std::stoul(args[i + 1]));
-    else
+    else if (args[i] == "--keep") {
+      auto keep = number<std::uint32_t>(args[i + 1], "--keep");
+      if (!keep) return 2;
+      options.keep = *keep;
+    } else
       return usage();
   }
   if (args.size() % 2 == 0) return usage();
@@ -266,15 +285,26 @@ int main(int argc, char** argv) {
   if (command == "verify" && args.size() == 2) return verify(args[1]);
   if (command == "show" && args.size() == 2) return show(args[1]);
   if (command == "export" && args.size() == 4) return export_npy(args[1], args[2], args[3]);
-  if (command == "bench" && args.size() >= 2 && args.size() <= 4)
-    return bench(args[1], args.size() > 2 ? std::stoul(args[2]) : 256,
-                 args.size() > 3 ? std::stoi(args[3]) : 3);
+  // The bench subcommands' optional numbers, after their fixed arguments.
+  auto at = [&](std::size_t i, const char* fallback) {
+    return args.size() > i ? args[i] : std::string(fallback);
+  };
+  if (command == "bench" && args.size() >= 2 && args.size() <= 4) {
+    auto mib = number<std::size_t>(at(2, "256"), "MiB");
+    auto rounds = number<int>(at(3, "3"), "rounds");
+    return mib && rounds ? bench(args[1], *mib, *rounds) : 2;
+  }
   if (command == "serve") return serve(args);
-  if (command == "bench-replica" && args.size() >= 3 && args.size() <= 5)
-    return bench_replica(args[1], args[2], args.size() > 3 ? std::stoul(args[3]) : 256,
-                         args.size() > 4 ? std::stoi(args[4]) : 3);
-  if (command == "bench-lazy" && args.size() >= 2 && args.size() <= 5)
-    return bench_lazy(args[1], args.size() > 2 ? std::stoul(args[2]) : 256,
-                      args.size() > 3 ? std::stoi(args[3]) : 3, args.size() > 4 ? std::stod(args[4]) : 1.5);
+  if (command == "bench-replica" && args.size() >= 3 && args.size() <= 5) {
+    auto mib = number<std::size_t>(at(3, "256"), "MiB");
+    auto rounds = number<int>(at(4, "3"), "rounds");
+    return mib && rounds ? bench_replica(args[1], args[2], *mib, *rounds) : 2;
+  }
+  if (command == "bench-lazy" && args.size() >= 2 && args.size() <= 5) {
+    auto mib = number<std::size_t>(at(2, "256"), "MiB");
+    auto rounds = number<int>(at(3, "3"), "rounds");
+    auto compute = number<double>(at(4, "1.5"), "compute");
+    return mib && rounds && compute ? bench_lazy(args[1], *mib, *rounds, *compute) : 2;
+  }
   return usage();
 }

@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <fstream>
 #include <random>
@@ -113,19 +114,28 @@ TEST(CkptGroupCrash, TwoRanksKilledAtEveryCommitPointAndAtRandomTimes) {
   std::vector<std::pair<int, int>> points;
   for (int p = 1; p < static_cast<int>(detail::CrashPoint::Count); ++p) points.emplace_back(0, p);
   for (int p = 1; p <= static_cast<int>(detail::CrashPoint::AfterDataFsync); ++p) points.emplace_back(1, p);
+  // 24 rounds at numbered points, 24 killed at a random moment (0-40 ms, about one commit round) once the
+  // writer logged its first commit of that run, so the kill lands while the two ranks persist.
   std::mt19937 random(777);
+  std::vector<bool> timed_round(24, false);
+  timed_round.resize(48, true);
+  std::shuffle(timed_round.begin(), timed_round.end(), random);
   int numbered = 0, timed = 0;
-  for (int round = 0; round < 36; ++round) {
-    bool at_point = round % 3 != 2;
+  for (std::size_t round = 0; round < timed_round.size(); ++round) {
+    bool at_point = !timed_round[round];
     auto [rank, point] = at_point ? points[numbered++ % points.size()] : std::pair{0, 0};
+    auto logged_before = testing::log_size(log);
     pid_t pid = spawn_writer(store + " " + std::to_string(rank) + " " + std::to_string(point) + " " +
                              (point ? "1" : "1000") + " " + log);
     ASSERT_GT(pid, 0);
     if (!at_point) {
       ++timed;
-      std::this_thread::sleep_for(
-          std::chrono::microseconds(std::uniform_int_distribution<int>(5'000, 80'000)(random)));
+      bool committed = testing::wait_for_commit(pid, log, logged_before);
+      if (committed)
+        std::this_thread::sleep_for(
+            std::chrono::microseconds(std::uniform_int_distribution<int>(0, 40'000)(random)));
       ::kill(pid, SIGKILL);
+      ASSERT_TRUE(committed) << "round " << round << ": the writer logged no commit before it was killed";
     }
     int status = 0;
     ASSERT_EQ(::waitpid(pid, &status, 0), pid);
@@ -136,8 +146,10 @@ TEST(CkptGroupCrash, TwoRanksKilledAtEveryCommitPointAndAtRandomTimes) {
     check_survivor(store, last_logged(log), what);
     if (::testing::Test::HasFailure()) break;
   }
-  std::printf("2 ranks killed %d times at numbered points, %d at random times; newest committed step %llu\n",
-              numbered, timed, static_cast<unsigned long long>(last_logged(log)));
+  std::printf(
+      "2 ranks killed %d times at numbered points, %d at random times during persist; newest committed step "
+      "%llu\n",
+      numbered, timed, static_cast<unsigned long long>(last_logged(log)));
 }
 
 }  // namespace

@@ -3,8 +3,10 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <spawn.h>
 #include <stdlib.h>
+#include <sys/wait.h>
 #include <unistd.h>  // environ
 
 #include <chrono>
@@ -124,6 +126,30 @@ inline std::uint64_t last_logged(const std::string& log) {
   std::uint64_t step = 0, last = 0;
   while (in >> step) last = step;
   return last;
+}
+
+// The size of a crash test's log (0 when it does not exist yet).
+inline std::uintmax_t log_size(const std::string& log) {
+  std::error_code ec;
+  auto size = std::filesystem::file_size(log, ec);
+  return ec ? 0 : size;
+}
+
+// Waits until the writer `pid` appended to `log` (grown past `before` bytes): it has committed at least one
+// checkpoint in this run, so a kill from now on lands while it persists. False if the writer died first or
+// nothing was logged within `limit`.
+inline bool wait_for_commit(pid_t pid, const std::string& log, std::uintmax_t before,
+                            std::chrono::milliseconds limit = std::chrono::seconds(30)) {
+  auto deadline = std::chrono::steady_clock::now() + limit;
+  while (log_size(log) <= before) {
+    siginfo_t info{};  // has it ended? (WNOWAIT: the caller still reaps it)
+    if (std::chrono::steady_clock::now() > deadline ||
+        ::waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOHANG | WNOWAIT) != 0 ||
+        info.si_pid == pid)
+      return false;
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  return true;
 }
 
 }  // namespace rdmakit::ckpt::testing
