@@ -34,7 +34,6 @@
 #include <vector>
 
 #include "rdmakit/context.hpp"
-#include "rdmakit/verbs.hpp"
 
 namespace {
 
@@ -76,7 +75,7 @@ struct Args {
   std::string listen{}, target_device{}, initiator_device{};  // empty: the options' (environment) default
   // A defect planted on purpose, to show that the checks catch it (tests/reliability): "corrupt" flips a
   // byte a WRITE landed, "atomic" adds to a counter behind the initiator's back, "leak" keeps every
-  // connection it should close.
+  // connection it should close and every scratch region it should drop (fds and registrations grow).
   std::string inject{};
 };
 
@@ -147,7 +146,7 @@ long status_field(const std::string& name) {
   return -1;
 }
 
-Resources measure(const Context& target, const Context& initiator, long held_regions) {
+Resources measure(const Context& target, const Context& initiator) {
   Resources r;
   r.rss_kib = status_field("VmRSS");
   r.anon_kib = status_field("RssAnon");
@@ -156,12 +155,8 @@ Resources measure(const Context& target, const Context& initiator, long held_reg
   r.fds = count_dir("/proc/self/fd");
   std::ifstream maps("/proc/self/maps");
   for (std::string line; std::getline(maps, line);) ++r.mappings;
-  // Live registrations: verbs counts them in its cache; the software transports' regions are the ones
-  // this program holds (their memory and fds show up in the mappings and fd counts).
-  r.registrations = held_regions;
-  auto t = verbs::registration_cache_stats(target);  // InvalidArgument: not a verbs context
-  auto i = verbs::registration_cache_stats(initiator);
-  if (t && i) r.registrations = static_cast<long>(t->entries + i->entries);
+  // Live registrations of both contexts (tcp, shm: their registration tables; verbs: its cache).
+  r.registrations = static_cast<long>(target.live_registrations() + initiator.live_registrations());
   return r;
 }
 
@@ -252,8 +247,9 @@ class Soak {
   std::shared_ptr<MemoryRegion> sink_;      // target: WRITE destinations, READ sources, receive buffers
   std::shared_ptr<MemoryRegion> counters_;  // target: the shared atomic counters
   std::vector<Pair> pairs_;
-  std::vector<Pair> leaked_;  // --inject leak
-  bool corrupted_ = false;    // --inject corrupt: done
+  std::vector<Pair> leaked_;                                   // --inject leak
+  std::vector<std::shared_ptr<MemoryRegion>> leaked_regions_;  // --inject leak
+  bool corrupted_ = false;                                     // --inject corrupt: done
   std::vector<Slot> slots_;
   std::vector<std::uint32_t> free_big_, free_small_;
   // The next operation's kind, connection and size, drawn before a slot is free for it so that the sequence
@@ -553,6 +549,7 @@ void Soak::churn() {
   if (!c.ok() || std::memcmp(scratch->data(), src(slot), 1 << 16) != 0)
     die("the scratch region's write did not land");
   bytes_verified_ += 1 << 16;
+  if (args_.inject == "leak") leaked_regions_.push_back(scratch);
 }
 
 void Soak::check_counters() {
@@ -573,7 +570,7 @@ void Soak::check_counters() {
 int Soak::run() {
   auto start = Clock::now();
   open_contexts();
-  Resources at_start = measure(*target_ctx_, *initiator_ctx_, 3);
+  Resources at_start = measure(*target_ctx_, *initiator_ctx_);
   connect_all();
   slots_.resize(args_.window);
   for (std::uint32_t i = args_.window; i-- > 0;) (i < big_slots() ? free_big_ : free_small_).push_back(i);
@@ -600,11 +597,11 @@ int Soak::run() {
     check_counters();
     churn();
     if (phase == 0) {
-      warm = measure(*target_ctx_, *initiator_ctx_, 3);
+      warm = measure(*target_ctx_, *initiator_ctx_);
       print("warm", warm);
     }
   }
-  Resources at_end = measure(*target_ctx_, *initiator_ctx_, 3);
+  Resources at_end = measure(*target_ctx_, *initiator_ctx_);
   print("end", at_end);
   double seconds = std::chrono::duration<double>(Clock::now() - start).count();
   std::printf("ops %llu (", static_cast<unsigned long long>(completed_));
