@@ -1,13 +1,15 @@
 // A segment owner killed with SIGKILL in the middle of a batch fails only the requests that touch it,
 // within the bound (peer_timeout, plus a re-resolve that finds the name gone); the other owner's requests
 // all succeed with their bytes in place. Over tcp, and over verbs where RDMAKIT_TEST_XFER_VERBS_DEVICES names
-// devices (the Soft-RoCE VM).
+// devices (the Soft-RoCE VM). KilledMidBatch kills an owner that runs (no stop first) right after the submit,
+// while its requests are in flight (over tcp and shm too), with the time to detection asserted and printed.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "rdmakit/context.hpp"
@@ -152,6 +154,92 @@ TEST_P(XferFailure, KilledOwnerFailsOnlyItsRequestsWithinTheBound) {
   ASSERT_TRUE((*(*read)->status(0)).has_value());
   EXPECT_EQ(std::memcmp(back.get(), local.get(), kSize), 0);
 }
+
+// RDMAKIT_FAULT_SLACK_MS: extra time the sanitizer builds get on every bound (scripts/test.sh).
+std::chrono::milliseconds sanitizer_slack() {
+  const char* env = std::getenv("RDMAKIT_FAULT_SLACK_MS");
+  return std::chrono::milliseconds(env && *env ? std::strtol(env, nullptr, 10) : 0);
+}
+
+// The owner is killed while it runs, right after the submit, with 64 MiB of WRITEs to it in flight (and as
+// many to the survivor). The batch must be done within peer_timeout + connect_timeout + 2 s (a re-resolve
+// and a reconnect attempt that finds the owner gone), waited for much longer so that a late detection fails
+// the bound rather than the wait. Then a batch submitted after the owner is gone fails all of the owner's
+// requests within the same bound, and the survivor's bytes are all in place.
+class XferKillMidBatch : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(XferKillMidBatch, RunningOwnerKilledMidBatchFailsWithinTheBound) {
+  constexpr std::size_t kSize = 16 << 20, kPasses = 4;
+  const auto transport = GetParam();
+  TempDir dir;
+  PeerProcess victim(dir.path(), "victim", kSize, transport),
+      survivor(dir.path(), "survivor", kSize, transport);
+  ASSERT_TRUE(victim.ready() && survivor.ready());
+  FileMetadataStore metadata(dir.path());
+  EngineOptions options{
+      .name = "client", .transports = {transport}, .peer_timeout = 1000ms, .connect_timeout = 1000ms};
+  options.verbs_devices = verbs_devices();
+  auto engine = make_engine(metadata, options);
+  ASSERT_TRUE(engine);
+  auto local = make_buffer(kSize);
+  std::memset(local.get(), 0x3c, kSize);
+  ASSERT_TRUE(engine->register_local(local.get(), kSize).has_value());
+  auto victim_kv = engine->open_segment("victim");
+  auto survivor_kv = engine->open_segment("survivor");
+  ASSERT_TRUE(victim_kv.has_value() && survivor_kv.has_value());
+  const auto bound = options.peer_timeout + options.connect_timeout + 2s + sanitizer_slack();
+
+  std::vector<Request> requests;
+  for (std::size_t pass = 0; pass < kPasses; ++pass)
+    for (std::uint64_t k = 0; k < 16; ++k) {
+      requests.push_back(Request{Op::Write, local.get() + k * (1 << 20), *victim_kv, k * (1 << 20), 1 << 20});
+      requests.push_back(
+          Request{Op::Write, local.get() + k * (1 << 20), *survivor_kv, k * (1 << 20), 1 << 20});
+    }
+  auto batch = engine->submit(requests);
+  ASSERT_TRUE(batch.has_value()) << batch.error().describe();
+  victim.signal(SIGKILL);
+  auto killed = std::chrono::steady_clock::now();
+  std::size_t finished_at_kill = 0;
+  for (std::size_t i = 0; i < requests.size(); ++i) finished_at_kill += (*batch)->status(i).has_value();
+  ASSERT_TRUE((*batch)->wait(30s).has_value()) << "the batch hung past 30 s";
+  auto took = std::chrono::steady_clock::now() - killed;
+  std::size_t victim_failed = (*batch)->failed();
+  auto took_ms = std::chrono::duration_cast<std::chrono::milliseconds>(took).count();
+  std::printf(
+      "DETECT xfer_kill_mid_batch %s %lld ms (%zu of %zu requests finished at the kill, %zu of the "
+      "owner's %zu failed)\n",
+      transport.c_str(), static_cast<long long>(took_ms), finished_at_kill, requests.size(), victim_failed,
+      requests.size() / 2);
+  EXPECT_LT(finished_at_kill, requests.size()) << "nothing was in flight at the kill";
+  EXPECT_LT(took, bound) << "bound: peer_timeout + connect_timeout + 2 s";
+  expect_only_victim_failed(requests, **batch, *victim_kv, false);
+
+  victim.reap();
+  auto dead = std::chrono::steady_clock::now();
+  auto after = engine->submit(requests);
+  ASSERT_TRUE(after.has_value()) << after.error().describe();
+  ASSERT_TRUE((*after)->wait(30s).has_value()) << "the batch after the kill hung past 30 s";
+  EXPECT_LT(std::chrono::steady_clock::now() - dead, bound) << "bound: peer_timeout + connect_timeout + 2 s";
+  expect_only_victim_failed(requests, **after, *victim_kv, true);
+
+  auto back = make_buffer(kSize);
+  std::memset(back.get(), 0, kSize);
+  ASSERT_TRUE(engine->register_local(back.get(), kSize).has_value());
+  auto read = engine->submit(std::vector{Request{Op::Read, back.get(), *survivor_kv, 0, kSize}});
+  ASSERT_TRUE(read.has_value() && (*read)->wait(30s).has_value());
+  ASSERT_TRUE((*(*read)->status(0)).has_value());
+  EXPECT_EQ(std::memcmp(back.get(), local.get(), kSize), 0);
+}
+
+std::vector<std::string> kill_mid_batch_transports() {
+  std::vector<std::string> all{"tcp"};
+  if (Context::open(Options{.transport = "shm"})) all.push_back("shm");
+  return all;  // not verbs yet: not run in the Soft-RoCE VM
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, XferKillMidBatch, ::testing::ValuesIn(kill_mid_batch_transports()),
+                         [](const auto& info) { return info.param; });
 
 std::vector<std::string> failure_transports() {
   std::vector<std::string> all{"tcp"};
