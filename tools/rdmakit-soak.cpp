@@ -1,9 +1,11 @@
 // rdmakit-soak: a long run of mixed operations with every byte checked and resource counts watched.
 //   rdmakit-soak [-n ops] [-c connections] [--transport tcp|shm|verbs] [--seed s] [-w window] [--phases p]
-//                [--listen host:port] [--target-device D] [--initiator-device D]
+//                [--listen host:port] [--target-device D] [--initiator-device D] [--no-atomics]
 // --listen: the target's listen address (default: the listen_address option); --target-device and
 // --initiator-device: each context's verbs device (default: the device option). With two devices on one
 // host (the Soft-RoCE VM's rxe0 and rxe1 on a veth pair), the traffic then crosses the wire.
+// --no-atomics: WRITE, WRITE with immediate, READ and SEND only, in the same proportions to each other (for
+// a device whose atomics are known to misbehave under faults: rxe under netem, docs/reliability.md).
 // A target context and an initiator context in this process, joined by `-c` connections. The initiator
 // keeps `-w` operations in flight, each on a random connection: WRITE, WRITE with immediate, READ, SEND
 // (into a receive the target posts just before), fetch_add and compare_swap on a few counters that every
@@ -77,6 +79,7 @@ struct Args {
   // byte a WRITE landed, "atomic" adds to a counter behind the initiator's back, "leak" keeps every
   // connection it should close and every scratch region it should drop (fds and registrations grow).
   std::string inject{};
+  bool atomics = true;  // --no-atomics: false
 };
 
 [[noreturn]] void die(const std::string& message) {
@@ -94,6 +97,10 @@ T must(Result<T> result, const char* what) {
 bool parse(int argc, char** argv, Args& a) {
   for (int i = 1; i < argc; ++i) {
     std::string k = argv[i];
+    if (k == "--no-atomics") {
+      a.atomics = false;
+      continue;
+    }
     if (i + 1 >= argc) return false;
     const char* v = argv[++i];
     if (k == "-n")
@@ -354,7 +361,7 @@ void Soak::issue() {
     if (!next_) {
       Next n;
       n.connection = static_cast<std::uint32_t>(rng_() % pairs_.size());
-      std::uint32_t r = static_cast<std::uint32_t>(rng_() % 100);
+      std::uint32_t r = static_cast<std::uint32_t>(rng_() % (args_.atomics ? 100 : 80));
       n.kind = r < 30   ? Kind::Write
                : r < 45 ? Kind::WriteImm
                : r < 65 ? Kind::Read
@@ -578,9 +585,10 @@ int Soak::run() {
   issued_adds_.assign(kCounters, 0);
   swapped_.assign(kCounters, 0);
   cas_guess_.assign(kCounters, 0);
-  std::printf("rdmakit-soak: %s, %llu ops, %u connections, window %u, %u phases, seed %llu\n",
+  std::printf("rdmakit-soak: %s, %llu ops, %u connections, window %u, %u phases, seed %llu%s\n",
               args_.transport.c_str(), static_cast<unsigned long long>(args_.ops), args_.connections,
-              args_.window, args_.phases, static_cast<unsigned long long>(args_.seed));
+              args_.window, args_.phases, static_cast<unsigned long long>(args_.seed),
+              args_.atomics ? "" : ", no atomics");
   std::string rss = kCheckRss ? "anonymous rss " + std::to_string(kRssSlackKiB) + " KiB"
                               : std::string("rss not checked (AddressSanitizer)");
   std::printf("tolerated growth after warm-up: %s, fds %ld, threads %ld, mappings %ld, registrations 0\n",
@@ -635,7 +643,7 @@ int main(int argc, char** argv) {
                  "usage: rdmakit-soak [-n ops] [-c connections] [--transport tcp|shm|verbs] [--seed s] [-w "
                  "window 1-1024] "
                  "[--phases p>=2] [--inject corrupt|atomic|leak] [--listen host:port] [--target-device D] "
-                 "[--initiator-device D]\n");
+                 "[--initiator-device D] [--no-atomics]\n");
     return 2;
   }
   return Soak(args).run();
