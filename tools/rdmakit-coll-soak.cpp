@@ -284,10 +284,10 @@ int main(int argc, char** argv) {
     std::printf("DETECT coll_rank_killed %s %ld ms (every survivor named rank %d)\n", a.transport.c_str(),
                 static_cast<long>(ms.count()), victim);
     // The bound of the fault matrix (tests/reliability/fault_ops.hpp): the timeout plus max(1 s, timeout /
-    // 2), plus RDMAKIT_FAULT_SLACK_MS (set by scripts/test.sh for the sanitizer builds).
+    // 2), plus RDMAKIT_TEST_FAULT_SLACK_MS (set by scripts/test.sh for the sanitizer builds).
     std::chrono::milliseconds bound =
         a.timeout + std::max<std::chrono::milliseconds>(std::chrono::seconds(1), a.timeout / 2);
-    if (const char* env = std::getenv("RDMAKIT_FAULT_SLACK_MS"); env && *env)
+    if (const char* env = std::getenv("RDMAKIT_TEST_FAULT_SLACK_MS"); env && *env)
       bound += std::chrono::milliseconds(std::strtol(env, nullptr, 10));
     if (ms > bound) {
       std::printf("detected after %ld ms, beyond the bound of %ld ms\n", static_cast<long>(ms.count()),

@@ -2,7 +2,7 @@
 // SENDs, or stopped (SIGSTOP) for less or for more than the timeout and then resumed.
 //   reliability_faults <case> <transport>        (cases: see kCases below)
 // Every case asserts that nothing hangs beyond the configured timeout (detection_bound: the timeout plus
-// max(1 s, timeout / 2), plus RDMAKIT_FAULT_SLACK_MS under the sanitizers), that every
+// max(1 s, timeout / 2), plus RDMAKIT_TEST_FAULT_SLACK_MS under the sanitizers), that every
 // completion reporting success has its bytes in place (the peer's memory is a memfd this process maps too,
 // so it is read even after the peer died), that the statuses are successes, then one failure, then only
 // Flushed, and that neither side's memory changed outside the ranges the operations touch. It prints the

@@ -68,9 +68,9 @@ class PeerProcess {
   bool ready_ = false;
 };
 
-// RDMAKIT_FAULT_SLACK_MS: extra time the sanitizer builds get on every bound (scripts/test.sh).
+// RDMAKIT_TEST_FAULT_SLACK_MS: extra time the sanitizer builds get on every bound (scripts/test.sh).
 std::chrono::milliseconds sanitizer_slack() {
-  const char* env = std::getenv("RDMAKIT_FAULT_SLACK_MS");
+  const char* env = std::getenv("RDMAKIT_TEST_FAULT_SLACK_MS");
   return std::chrono::milliseconds(env && *env ? std::strtol(env, nullptr, 10) : 0);
 }
 
