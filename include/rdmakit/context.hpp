@@ -92,6 +92,11 @@ class Context : public std::enable_shared_from_this<Context> {
                                                       const ConnectOptions& options = {}) = 0;
   // Stats of every live connection of this context.
   virtual std::vector<ConnectionStats> diagnostics() const = 0;
+  // The memory registrations this context holds now: one per live region of register_memory() and
+  // allocate() (tcp, shm); verbs counts the ibv_mr's of its registration cache, which regions of
+  // overlapping ranges share and which may outlive their regions while cached. For leak checks: a count
+  // that keeps growing while regions come and go means regions are being kept alive.
+  virtual std::size_t live_registrations() const = 0;
 
  protected:
   explicit Context(Config config);

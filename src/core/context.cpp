@@ -2,7 +2,9 @@
 
 #include <sys/mman.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 
+#include <cerrno>
 #include <cstring>
 
 #include "core/identity.hpp"
@@ -33,6 +35,20 @@ class OwnedRegion final : public MemoryRegion {
   std::shared_ptr<MemoryRegion> registration_;
 };
 
+// Out of memory is a limit reached, not a broken system: ResourceExhausted, naming the address-space limit
+// when one is set (the usual cause of ENOMEM from mmap with memory to spare).
+std::unexpected<Error> allocation_failed(std::size_t size, int sys_errno) {
+  std::string what = "allocate: mmap of " + std::to_string(size) + " bytes";
+  if (sys_errno != ENOMEM) return fail_errno(what, sys_errno);
+  what += ": out of memory (ENOMEM)";
+  rlimit limit{};
+  if (getrlimit(RLIMIT_AS, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY)
+    what += "; the address-space limit RLIMIT_AS is " + std::to_string(limit.rlim_cur >> 20) + " MiB";
+  else
+    what += "; no address-space limit (RLIMIT_AS) is set: the system's memory or vm.max_map_count";
+  return std::unexpected(Error(Errc::ResourceExhausted, std::move(what), sys_errno));
+}
+
 }  // namespace
 
 Context::Context(Config config) : config_(std::move(config)) {
@@ -52,7 +68,7 @@ Result<std::shared_ptr<Context>> Context::open(const Options& options) {
 Result<std::shared_ptr<MemoryRegion>> Context::allocate(std::size_t size, Access access) {
   if (size == 0) return fail(Errc::InvalidArgument, "allocate: size is 0");
   void* memory = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (memory == MAP_FAILED) return fail_errno("allocate: mmap of " + std::to_string(size) + " bytes", errno);
+  if (memory == MAP_FAILED) return allocation_failed(size, errno);
   auto registration = register_memory(memory, size, access);
   if (!registration) {
     munmap(memory, size);

@@ -35,6 +35,11 @@ Result<RegistrationTable::Keys> RegistrationTable::add(std::uint64_t addr, std::
   return Keys{*lkey, *rkey};
 }
 
+std::size_t RegistrationTable::size() const {
+  std::shared_lock lock(mutex_);
+  return entries_.size();
+}
+
 void RegistrationTable::remove(std::uint32_t key) {
   std::unique_ptr<Entry> entry;
   {

@@ -71,6 +71,8 @@ class RegistrationTable {
                       Pin* pin) const;
   // A local segment: key known and the segment inside the region; `write` needs LocalWrite.
   Status check_local(const Segment& segment, bool write) const;
+  // Regions registered now.
+  std::size_t size() const;
 
  private:
   template <typename Map>

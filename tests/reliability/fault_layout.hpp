@@ -18,13 +18,15 @@ namespace rdmakit::faults {
 
 // Both regions (the peer's memfd and the survivor's local region) have this layout.
 inline constexpr std::uint64_t kMiB = 1 << 20;
-inline constexpr std::uint64_t kRegionSize = 40 * kMiB;
+inline constexpr std::uint64_t kRegionSize = 52 * kMiB;
 inline constexpr std::uint64_t kDataSize = 32 * kMiB;  // [0, 32 MiB): WRITE and READ ranges
 inline constexpr std::uint64_t kCounters =
     32 * kMiB;  // 8-byte words: fetch_add counter, compare_swap counter
 inline constexpr std::uint64_t kResults = kCounters + 4096;  // survivor: the atomics' old values land here
 inline constexpr std::uint64_t kSlots = 33 * kMiB;           // receive slots (peer) / SEND sources (survivor)
-inline constexpr std::uint64_t kSlotSize = 64 << 10;
+// Above 64 KiB so that shm carries a SEND on its progress thread rather than inside post(): a batch of
+// them is still in flight when the peer is killed (kill_mid_send). 64 slots: [33 MiB, 49 MiB).
+inline constexpr std::uint64_t kSlotSize = 256 << 10;
 inline constexpr int kSlotCount = 64;  // the peer posts one receive per slot on every connection
 
 // Seeds of the two sides' patterns: distinct, so a byte that moved the wrong way shows.

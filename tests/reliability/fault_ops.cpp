@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 namespace rdmakit::faults {
@@ -145,6 +146,24 @@ std::string Rig::collect(Clock::time_point deadline, std::size_t count) {
     ops[i].done = Clock::now();
   }
   return {};
+}
+
+Clock::duration detection_bound(std::chrono::milliseconds timeout) {
+  std::chrono::milliseconds extra{0};
+  if (const char* env = std::getenv("RDMAKIT_TEST_FAULT_SLACK_MS"); env && *env)
+    extra = std::chrono::milliseconds(std::strtol(env, nullptr, 10));
+  return timeout + std::max<std::chrono::milliseconds>(std::chrono::seconds(1), timeout / 2) + extra;
+}
+
+std::string check_bound(const char* what, Clock::duration took, std::chrono::milliseconds timeout) {
+  auto bound = detection_bound(timeout);
+  if (took <= bound) return {};
+  auto ms = [](Clock::duration d) {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
+  };
+  return std::string(what) + " took " + std::to_string(ms(took)) + " ms, beyond the bound of " +
+         std::to_string(ms(bound)) + " ms (timeout " + std::to_string(timeout.count()) +
+         " ms + max(1 s, timeout / 2) + RDMAKIT_TEST_FAULT_SLACK_MS)";
 }
 
 Clock::time_point Rig::first_failure() const {

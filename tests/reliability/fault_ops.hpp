@@ -62,6 +62,17 @@ struct Rig {
   Clock::time_point first_failure() const;
 };
 
+// How long a case waits for completions before it calls them hung: far beyond any bound below, so that a
+// late detection is measured and reported as late rather than as a hang.
+inline constexpr std::chrono::seconds kHangSlack{10};
+
+// The latest a fault may be detected (or a stall ridden out): the timeout plus max(1 s, timeout / 2), plus
+// RDMAKIT_TEST_FAULT_SLACK_MS when set (scripts/test.sh sets it for the sanitizer builds, several times
+// slower). Measured on a loaded 2-core machine: kills 0-130 ms, a stop past a 1 s timeout ~1.0 s.
+Clock::duration detection_bound(std::chrono::milliseconds timeout);
+// "" when `took` is within detection_bound(timeout), else what was too late.
+std::string check_bound(const char* what, Clock::duration took, std::chrono::milliseconds timeout);
+
 // The checks every case makes (each returns "" or what failed):
 // statuses: successes, then one failure (TransportRetryExceeded or Flushed), then only Flushed.
 std::string check_status_order(const Rig& rig, bool failure_required);

@@ -4,12 +4,19 @@
 //   reliability_resource_limits registrations shm   the shm registration slots (a fixed table peers read)
 //   reliability_resource_limits arena shm           allocate() until the shared arena has no room
 //   reliability_resource_limits cq_depth <transport> a connection's shared completion queue overflowing
+//   reliability_resource_limits oom tcp             the target out of memory for new registrations: in a
+//                                                   child process with RLIMIT_AS lowered, allocate() until
+//                                                   refused (not under ASan/TSan: their shadow memory needs
+//                                                   terabytes of address space, so RLIMIT_AS cannot be set)
 // tcp has no registration limit short of the 2^24 keys a context issues in its life (core/key_source.hpp)
 // and no arena: registering memory costs it a table entry, so those two cases are shm only.
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <memory>
@@ -167,14 +174,108 @@ std::string cq_depth(const std::string& transport) {
   return check_write(fresh, **fresh_sink, 5, "after the overflow");
 }
 
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr bool kSanitized = true;
+#else
+constexpr bool kSanitized = false;
+#endif
+
+long vm_size_kib() {
+  std::ifstream in("/proc/self/status");
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("VmSize:", 0) == 0) return std::strtol(line.c_str() + 7, nullptr, 10);
+  return -1;
+}
+
+// The child's side of oom: everything is set up first (contexts, connection, the WRITE's source and sink),
+// then the address space is capped 256 MiB above what is mapped, and 16 MiB regions are allocated until
+// allocate() refuses one.
+std::string oom_child(const std::string& transport) {
+  Pair pair;
+  if (auto bad = open_pair(transport, pair); !bad.empty()) return bad;
+  auto sink = pair.target->allocate(4096, Access::All);
+  auto source = pair.initiator->allocate(4096, Access::LocalWrite);
+  if (!sink || !source) return "allocate the WRITE's regions failed";
+  auto write = [&](unsigned char seed, const char* when) -> std::string {
+    std::memset((*source)->data(), seed, 4096);
+    auto id = pair.connection->write((*source)->slice(0, 4096), (*sink)->descriptor().at(0));
+    if (!id) return std::string(when) + ": write: " + id.error().describe();
+    auto done = pair.connection->wait(*id, 30s);
+    if (!done || !done->ok())
+      return std::string(when) + ": the write " +
+             (done ? std::string(to_string(done->status)) : done.error().describe());
+    if (std::memcmp((*sink)->data(), (*source)->data(), 4096) != 0)
+      return std::string(when) + ": the bytes did not land";
+    return {};
+  };
+  if (auto bad = write(6, "before the limit"); !bad.empty()) return bad;
+  long mapped = vm_size_kib();
+  if (mapped <= 0) return "cannot read VmSize";
+  constexpr std::size_t kPiece = 16 << 20, kHeadroom = 256 << 20;
+  rlimit limit{};
+  if (getrlimit(RLIMIT_AS, &limit) != 0) return "getrlimit failed";
+  limit.rlim_cur = static_cast<rlim_t>(mapped) * 1024 + kHeadroom;
+  if (setrlimit(RLIMIT_AS, &limit) != 0)
+    return "setrlimit(RLIMIT_AS) failed: " + std::string(strerror(errno));
+  std::vector<std::shared_ptr<MemoryRegion>> regions;
+  std::optional<Error> refusal;
+  while (regions.size() < 1024) {
+    auto region = pair.target->allocate(kPiece, Access::All);
+    if (!region) {
+      refusal = region.error();
+      break;
+    }
+    regions.push_back(*region);
+  }
+  if (!refusal) return "16 GiB allocated under a 256 MiB headroom and no refusal";
+  std::printf("oom %s: %zu regions of 16 MiB held (%zu registrations), the next refused: %s\n",
+              transport.c_str(), regions.size(), pair.target->live_registrations(),
+              refusal->describe().c_str());
+  if (!names(*refusal, "RLIMIT_AS")) return "the refusal does not name the limit: " + refusal->describe();
+  if (regions.empty()) return "not one region fitted under the limit";
+  if (auto bad = write(7, "at the limit"); !bad.empty()) return bad;
+  std::size_t before = pair.target->live_registrations();
+  regions.pop_back();
+  if (pair.target->live_registrations() != before - 1)
+    return "a released region is still counted as registered";
+  auto again = pair.target->allocate(kPiece, Access::All);
+  if (!again) return "allocate after a release: " + again.error().describe();
+  std::memset((*again)->data(), 8, kPiece);  // the memory is really there
+  return write(9, "after the release");
+}
+
+// Forks: RLIMIT_AS then applies to the child only, and the child sets up its own contexts (their threads do
+// not survive a fork).
+std::string oom(const std::string& transport) {
+  if (kSanitized)
+    return "oom cannot run under AddressSanitizer or ThreadSanitizer (their shadow memory needs terabytes "
+           "of address space, so RLIMIT_AS cannot be lowered); CMake does not register it there";
+  std::fflush(stdout);
+  pid_t pid = ::fork();
+  if (pid < 0) return "fork failed";
+  if (pid == 0) {
+    alarm(kWatchdogSeconds);
+    std::string failure = oom_child(transport);
+    if (!failure.empty()) std::fprintf(stderr, "oom child: %s\n", failure.c_str());
+    std::fflush(stdout);
+    std::fflush(stderr);
+    ::_exit(failure.empty() ? 0 : 1);
+  }
+  int status = 0;
+  if (::waitpid(pid, &status, 0) != pid) return "waitpid failed";
+  if (WIFSIGNALED(status)) return "the child died of signal " + std::to_string(WTERMSIG(status));
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) return "the child failed (above)";
+  return {};
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   static const std::map<std::string, std::function<std::string(const std::string&)>> cases{
-      {"registrations", registrations}, {"arena", arena}, {"cq_depth", cq_depth}};
+      {"registrations", registrations}, {"arena", arena}, {"cq_depth", cq_depth}, {"oom", oom}};
   auto found = argc == 3 ? cases.find(argv[1]) : cases.end();
   if (found == cases.end()) {
-    std::fprintf(stderr, "usage: reliability_resource_limits registrations|arena|cq_depth <transport>\n");
+    std::fprintf(stderr, "usage: reliability_resource_limits registrations|arena|cq_depth|oom <transport>\n");
     return 2;
   }
   alarm(kWatchdogSeconds);  // a hang ends in SIGALRM: a failure

@@ -32,6 +32,7 @@ class FaultContext final : public Context {
   Result<std::shared_ptr<Connection>> connect(std::string_view address,
                                               const ConnectOptions& options) override;
   std::vector<ConnectionStats> diagnostics() const override;
+  std::size_t live_registrations() const override { return inner_->live_registrations(); }
 
   Injector& injector() noexcept { return injector_; }
 

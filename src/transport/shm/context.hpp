@@ -42,6 +42,7 @@ class ShmContext final : public Context {
   Result<std::shared_ptr<Connection>> connect(std::string_view address,
                                               const ConnectOptions& options = {}) override;
   std::vector<ConnectionStats> diagnostics() const override;
+  std::size_t live_registrations() const override { return registry_ ? registry_->size() : 0; }
 
   // ---- for the transport's own parts ----
   Registry& registry() noexcept { return *registry_; }

@@ -65,6 +65,11 @@ void Registry::revoke(std::uint32_t key) noexcept {
   private_[key & (kSlots - 1)].key.store(0, std::memory_order_seq_cst);
 }
 
+std::size_t Registry::size() const {
+  std::lock_guard lock(mutex_);
+  return kSlots - free_slots_.size();
+}
+
 void Registry::release(std::uint32_t key) {
   std::lock_guard lock(mutex_);
   free_slots_.push_back(key & (kSlots - 1));

@@ -28,6 +28,8 @@ class Registry {
   // already pinned it are waited for by the caller (the context knows the connections), then release().
   void revoke(std::uint32_t key) noexcept;
   void release(std::uint32_t key);
+  // Slots in use: regions registered now (revoked ones until released).
+  std::size_t size() const;
 
   // Both checks read the private table. A local segment of this process: key valid, inside its region,
   // LocalWrite when `write`.
@@ -38,7 +40,7 @@ class Registry {
  private:
   ControlSegment* control_;
   std::unique_ptr<RegistrationSlot[]> private_;  // the owner's own copy: the authority
-  std::mutex mutex_;
+  mutable std::mutex mutex_;
   std::vector<std::uint32_t> free_slots_;
   std::vector<std::uint32_t> generation_;
 };

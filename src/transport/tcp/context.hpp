@@ -25,6 +25,7 @@ class TcpContext final : public Context {
   Result<std::shared_ptr<Connection>> connect(std::string_view address,
                                               const ConnectOptions& options) override;
   std::vector<ConnectionStats> diagnostics() const override;
+  std::size_t live_registrations() const override { return table_->size(); }
 
   RegistrationTable& table() noexcept { return *table_; }
   Engine& engine() noexcept { return *engine_; }

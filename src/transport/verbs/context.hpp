@@ -30,6 +30,7 @@ class VerbsContext final : public Context {
   Result<std::shared_ptr<Connection>> connect(std::string_view address,
                                               const ConnectOptions& options) override;
   std::vector<ConnectionStats> diagnostics() const override;
+  std::size_t live_registrations() const override { return cache_.stats().entries; }
 
   const std::shared_ptr<Device>& device() const noexcept { return device_; }
   CacheStats cache_stats() const { return cache_.stats(); }
