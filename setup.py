@@ -2,9 +2,9 @@
 
 The CMake build assembles the whole package (extensions, librdmakit copied next to them with RPATH
 $ORIGIN, pure-Python files, stubs) in <build>/python/rdmakit; this copies that directory into the wheel.
-RDMAKIT_CMAKE_ARGS adds CMake arguments (e.g. "-DRDMAKIT_WITH_VERBS=OFF"). RDMAKIT_PREBUILT_PACKAGE names an
-already assembled package directory to copy instead of building (the packaging test, python_pip_install, uses
-the build tree's, so CI checks the wheel without compiling everything twice).
+RDMAKIT_CMAKE_ARGS adds CMake arguments (e.g. "-DRDMAKIT_WITH_VERBS=OFF"); RDMAKIT_BUILD_JOBS the parallel jobs
+(default 2). RDMAKIT_PREBUILT_PACKAGE names an already assembled package directory to copy instead of building
+(python_pip_install uses the build tree's; python_pip_install_full runs the real build).
 """
 
 import os
@@ -44,7 +44,9 @@ class CMakeBuild(build_ext):
                                    capture_output=True, text=True).stdout
         if "_rdmakit_torch" in help_text:  # the torch.distributed backend, when libtorch-dev is there
             targets.append("_rdmakit_torch")
-        jobs = str(os.cpu_count() or 1)
+        # Only the package's targets (the library, the extensions), not the tests, tools and examples; two jobs
+        # unless RDMAKIT_BUILD_JOBS says otherwise (a torch translation unit takes over 1 GB to compile).
+        jobs = os.environ.get("RDMAKIT_BUILD_JOBS", "2")
         subprocess.run(["cmake", "--build", str(build), "-j", jobs, "--target", *targets], check=True)
         return build / "python" / "rdmakit"
 

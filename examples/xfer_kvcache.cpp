@@ -214,6 +214,12 @@ int prefill(const Args& args) {
       args.blocks, args.layout.c_str(), requests.size(), (unsigned long long)stats.work_requests,
       must(engine->segment_info(pool_handle), "info").transport.c_str(), seconds * 1e3,
       args.blocks * kBlock / seconds / 1e9);
+  // Per rail: striped over two devices, both carry a share (tests/softroce/xfer-guest.sh checks it).
+  for (std::size_t i = 0; i < stats.rails.size(); ++i) {
+    const auto& rail = stats.rails[i];
+    std::printf("prefill: rail %zu (%s%s%s): %llu work requests\n", i, rail.transport.c_str(),
+                rail.device.empty() ? "" : " ", rail.device.c_str(), (unsigned long long)rail.work_requests);
+  }
   return 0;
 }
 

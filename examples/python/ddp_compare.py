@@ -1,6 +1,15 @@
-"""Runs ddp_mlp.py with backend="gloo" and backend="rdmakit" (2 ranks, torch.distributed.run) and checks that
-both reach the same final loss, and that training lowered it. Exit 0 on a match."""
+"""Runs ddp_mlp.py with backend="gloo" and backend="rdmakit" (2 ranks) and checks that both reach the same final
+loss, and that training lowered it. Exit 0 on a match.
 
+    python3 examples/python/ddp_compare.py [--launcher rdmakit|torch]
+
+--launcher rdmakit (the default): ``python3 -m rdmakit.run --nproc_per_node=2 ddp_mlp.py ...``, torch's launcher
+with its Python 3.11 bug fixed (rdmakit/run.py), no extra flags. --launcher torch: the plain
+``python3 -m torch.distributed.run --redirects 2 --tee 2 --nproc_per_node=2 ...`` (the two flags avoid the bug).
+The rendezvous address and a free port go through torch's PET_MASTER_ADDR / PET_MASTER_PORT variables.
+"""
+
+import argparse
 import os
 import re
 import socket
@@ -11,16 +20,22 @@ from pathlib import Path
 SCRIPT = Path(__file__).with_name("ddp_mlp.py")
 
 
-def run(backend, nproc=2, extra=()):
+LAUNCHERS = {
+    "rdmakit": ["-m", "rdmakit.run"],
+    # --redirects 2 --tee 2: torch 1.13's launcher fails to parse its default "0" under Python 3.11.
+    "torch": ["-m", "torch.distributed.run", "--redirects", "2", "--tee", "2"],
+}
+
+
+def run(backend, launcher, nproc=2, extra=()):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    # --redirects 2 --tee 2: torch 1.13's launcher fails to parse its default "0" under Python 3.11.
-    command = [sys.executable, "-m", "torch.distributed.run", "--redirects", "2", "--tee", "2",
-               f"--nproc_per_node={nproc}", "--master_addr=127.0.0.1", f"--master_port={port}", str(SCRIPT),
-               "--backend", backend, *extra]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=200,
-                            env=dict(os.environ, OMP_NUM_THREADS="1"))
+    command = [sys.executable, *LAUNCHERS[launcher], f"--nproc_per_node={nproc}", str(SCRIPT), "--backend", backend,
+               *extra]
+    print("running:", " ".join(command), flush=True)
+    env = dict(os.environ, OMP_NUM_THREADS="1", PET_MASTER_ADDR="127.0.0.1", PET_MASTER_PORT=str(port))
+    result = subprocess.run(command, capture_output=True, text=True, timeout=200, env=env)
     output = result.stdout + result.stderr
     initial = re.search(r"initial loss ([0-9.eE+-]+)", output)
     final = re.search(r"final loss ([0-9.eE+-]+)", output)
@@ -31,7 +46,10 @@ def run(backend, nproc=2, extra=()):
 
 
 def main():
-    (initial, gloo), (_, rdmakit) = run("gloo"), run("rdmakit")
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--launcher", choices=sorted(LAUNCHERS), default="rdmakit")
+    args = parser.parse_args()
+    (initial, gloo), (_, rdmakit) = run("gloo", args.launcher), run("rdmakit", args.launcher)
     # Two ranks: each gradient element is a sum of two values, the same whichever backend adds them.
     tolerance = 1e-6 * max(1.0, abs(gloo))
     print(f"final loss: gloo {gloo:.10f} rdmakit {rdmakit:.10f} difference {abs(gloo - rdmakit):.3g}")

@@ -1,9 +1,16 @@
 """Data-parallel training of a small MLP with DistributedDataParallel: a plain torch.distributed script.
 
-    python3 -m torch.distributed.run --nproc_per_node=2 examples/python/ddp_mlp.py --backend rdmakit
-    python3 -m torch.distributed.run --nproc_per_node=2 examples/python/ddp_mlp.py --backend gloo
+    /usr/bin/python3 -m rdmakit.run --nproc_per_node=2 examples/python/ddp_mlp.py --backend rdmakit
+    /usr/bin/python3 -m rdmakit.run --nproc_per_node=2 examples/python/ddp_mlp.py --backend gloo
 
-Only the backend name differs between the two (and importing rdmakit.distributed, which registers it: torch
+rdmakit.run is torch.distributed.run (same arguments) with a fix for Debian's torch 1.13 under Python 3.11,
+whose own launcher fails before starting any rank ("'NoneType' object has no attribute 'get'") unless given
+``--redirects 2 --tee 2``:
+
+    /usr/bin/python3 -m torch.distributed.run --redirects 2 --tee 2 --nproc_per_node=2 \
+        examples/python/ddp_mlp.py --backend rdmakit
+
+Only the backend name differs between the runs (and importing rdmakit.distributed, which registers it: torch
 1.13 has no discovery of backend plugins). Data and initial weights come from fixed seeds, so both backends
 reach the same loss. Rank 0 prints the final loss over the whole data set and the mean step time.
 """

@@ -266,6 +266,9 @@ void bind_descriptors(py::module_& m) {
 }
 
 void bind_region(py::module_& m) {
+  m.def("_live_objects", &live_native_objects,
+        "Debug: how many native objects of each kind (Context, Connection, MemoryRegion, CompletionQueue, "
+        "Listener, HeldBuffer) the bindings created that are still alive, wherever their last reference is.");
   py::class_<RegionMemory>(m, "_RegionMemory", py::buffer_protocol(), "The bytes behind Region.view().")
       .def_buffer([](RegionMemory& memory) {
         const bool readonly = memory.buffer ? memory.buffer->readonly() : false;

@@ -1,6 +1,10 @@
 // Lifetimes of the Python-side objects (objects.hpp) and the conversion of local/remote arguments.
 #include "objects.hpp"
 
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <string>
 
 namespace rdmakit::python {
@@ -35,7 +39,43 @@ void add_segment(LocalSide& side, py::handle item) {
                                    py::str(py::type::handle_of(item).attr("__name__")).cast<std::string>());
 }
 
+struct NativeRegistry {
+  std::mutex mutex;
+  // By control block: an object handed to the bindings twice is counted once.
+  std::map<std::weak_ptr<const void>, const char*, std::owner_less<>> watched;
+  std::size_t prune_at =
+      64;  // expired entries are dropped when the map doubles: its size stays bounded by the live ones
+  void prune() {
+    std::erase_if(watched, [](const auto& entry) { return entry.first.expired(); });
+    prune_at = std::max<std::size_t>(64, watched.size() * 2);
+  }
+};
+
+NativeRegistry& native_registry() {
+  static auto* registry = new NativeRegistry;  // never destroyed: objects may die after static teardown
+  return *registry;
+}
+
 }  // namespace
+
+void track_native(const char* kind, const std::shared_ptr<const void>& object) {
+  auto& registry = native_registry();
+  std::lock_guard lock(registry.mutex);
+  if (registry.watched.size() >= registry.prune_at) registry.prune();
+  registry.watched.try_emplace(object, kind);
+}
+
+std::map<std::string, std::size_t> live_native_objects() {
+  auto& registry = native_registry();
+  std::lock_guard lock(registry.mutex);
+  registry.prune();
+  std::map<std::string, std::size_t> counts;
+  for (const char* kind :
+       {"Context", "Connection", "MemoryRegion", "CompletionQueue", "Listener", "HeldBuffer"})
+    counts[kind] = 0;
+  for (const auto& [object, kind] : registry.watched) ++counts[kind];
+  return counts;
+}
 
 const std::shared_ptr<Context>& PyContext::get() const {
   if (!context_) raise_closed("context");
@@ -83,6 +123,7 @@ PyConnection::PyConnection(std::shared_ptr<Context> context, std::shared_ptr<Con
       recv_cq(std::move(recv)),
       context_(std::move(context)),
       connection_(std::move(connection)) {
+  track_native("Connection", connection_);
   for (const auto& queue : {send_cq, recv_cq})
     if (!queue.is_none()) queue.cast<PyCompletionQueue&>().attach(connection_->number(), pins_);
 }

@@ -14,6 +14,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -23,9 +24,17 @@
 
 namespace rdmakit::python {
 
+// A debug count of the native objects the bindings were handed (contexts, connections, regions, queues,
+// listeners, held Python buffers), each watched through a weak_ptr: _rdmakit._live_objects() reports how
+// many of each kind are still alive, wherever the last reference is (a leak test expects them all to die).
+void track_native(const char* kind, const std::shared_ptr<const void>& object);
+std::map<std::string, std::size_t> live_native_objects();
+
 class PyContext {
  public:
-  explicit PyContext(std::shared_ptr<Context> context) : context_(std::move(context)) {}
+  explicit PyContext(std::shared_ptr<Context> context) : context_(std::move(context)) {
+    track_native("Context", context_);
+  }
   // The context, or rdmakit.Error(InvalidArgument) once closed.
   const std::shared_ptr<Context>& get() const;
   // Drops this handle; the context itself lives on while regions, connections or listeners use it.
@@ -41,7 +50,10 @@ class PyRegion {
   // Registered memory of a Python object (`buffer`), or memory rdmakit allocated (no buffer).
   PyRegion(std::shared_ptr<Context> context, std::shared_ptr<MemoryRegion> region,
            std::shared_ptr<HeldBuffer> buffer)
-      : context_(std::move(context)), buffer_(std::move(buffer)), region_(std::move(region)) {}
+      : context_(std::move(context)), buffer_(std::move(buffer)), region_(std::move(region)) {
+    track_native("MemoryRegion", region_);
+    if (buffer_) track_native("HeldBuffer", buffer_);
+  }
   ~PyRegion() { close(); }
   PyRegion(const PyRegion&) = delete;
   PyRegion& operator=(const PyRegion&) = delete;
@@ -89,7 +101,9 @@ class PinTable {
 class PyCompletionQueue {
  public:
   PyCompletionQueue(std::shared_ptr<Context> context, std::shared_ptr<CompletionQueue> queue)
-      : context_(std::move(context)), queue_(std::move(queue)) {}
+      : context_(std::move(context)), queue_(std::move(queue)) {
+    track_native("CompletionQueue", queue_);
+  }
   const std::shared_ptr<CompletionQueue>& get() const;
   void attach(std::uint32_t connection, const std::shared_ptr<PinTable>& pins) { pins_[connection] = pins; }
   // Releases the pins of completed operations (GIL held).
@@ -126,7 +140,9 @@ class PyConnection {
 class PyListener {
  public:
   PyListener(std::shared_ptr<Context> context, std::shared_ptr<Listener> listener)
-      : context_(std::move(context)), listener_(std::move(listener)) {}
+      : context_(std::move(context)), listener_(std::move(listener)) {
+    track_native("Listener", listener_);
+  }
   const std::shared_ptr<Listener>& get() const;
   const std::shared_ptr<Context>& context() const { return context_; }
   void close() noexcept { listener_.reset(); }

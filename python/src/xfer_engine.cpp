@@ -341,6 +341,13 @@ py::dict stats_dict(const xfer::EngineStats& s) {
   d["requests"] = s.requests, d["work_requests"] = s.work_requests, d["coalesced"] = s.coalesced;
   d["retries"] = s.retries, d["resolves"] = s.resolves,
   d["peak_inflight_per_peer"] = s.peak_inflight_per_peer;
+  py::list rails;
+  for (const auto& rail : s.rails) {
+    py::dict r;
+    r["transport"] = rail.transport, r["device"] = rail.device, r["work_requests"] = rail.work_requests;
+    rails.append(r);
+  }
+  d["rails"] = rails;
   return d;
 }
 
@@ -423,7 +430,9 @@ void bind_engine(py::module_& m) {
           "naming the first bad request; may block (GIL released) on back-pressure.")
       .def(
           "stats", [](const PyXferEngine& e) { return stats_dict(e.engine().stats()); },
-          "Counters: requests, work_requests, coalesced, retries, resolves, peak_inflight_per_peer.")
+          "Counters: requests, work_requests, coalesced, retries, resolves, peak_inflight_per_peer, and "
+          "rails (a\n"
+          "list of {transport, device, work_requests}, one per rail).")
       .def("close", &PyXferEngine::close,
            "Unpublishes this engine's segments and drops the handle; the engine stops when its last batch, "
            "segment and allocated array are gone.")

@@ -1,5 +1,6 @@
 """Fixtures of the rdmakit pytest suite: contexts per transport and connected pairs."""
 
+import inspect
 import threading
 
 import pytest
@@ -54,3 +55,22 @@ def pair(ctx, peer_ctx):
     client, server = connect_pair(ctx, peer_ctx)
     with client, server:
         yield client, server
+
+
+def undocumented(module):
+    """The public names of `module` (its __all__), and their public methods and properties, that have no
+    docstring. Constants (instances of str, int, enum members) are documented where they are defined."""
+    missing = []
+    for name in module.__all__:
+        obj = getattr(module, name)
+        if not (callable(obj) or inspect.ismodule(obj)):
+            continue
+        if not (getattr(obj, "__doc__", None) or "").strip():
+            missing.append(name)
+        if isinstance(obj, type) and not hasattr(obj, "__members__"):  # enums: pybind11's own members
+            for attr, member in vars(obj).items():
+                if attr.startswith("_") or not callable(member) and not isinstance(member, property):
+                    continue
+                if not (getattr(member, "__doc__", None) or "").strip():
+                    missing.append(f"{name}.{attr}")
+    return missing

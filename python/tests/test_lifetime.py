@@ -6,6 +6,7 @@ a region freed while a transport still writes into it would be reported there.
 
 import gc
 import itertools
+import time
 import weakref
 
 import numpy as np
@@ -15,6 +16,23 @@ import rdmakit
 from conftest import connect_pair
 
 CLIENT_SIDE = ("context", "connection", "region", "array", "queue")
+
+
+def live_objects():
+    """The native objects the bindings made that are still alive, by kind (a debug counter)."""
+    return rdmakit._rdmakit._live_objects()
+
+
+def settled_live_objects(expected, timeout=10.0):
+    """live_objects() once it equals `expected` (a transport thread may drop its last reference a moment
+    after close), or as it is after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        gc.collect()
+        live = live_objects()
+        if live == expected or time.monotonic() > deadline:
+            return live
+        time.sleep(0.05)
 
 
 def client_side(peer_ctx, remote):
@@ -31,12 +49,17 @@ def client_side(peer_ctx, remote):
 
 @pytest.mark.parametrize("transport", ["tcp", "shm"])
 def test_client_objects_die_in_every_order(transport):
+    before = settled_live_objects(live_objects())
     with rdmakit.Context(transport=transport, timeout_ms=2000) as peer_ctx:
         target = np.full(1 << 16, 5, np.uint8)
         remote_region = peer_ctx.register(target)
         watched = []
         for order in itertools.permutations(CLIENT_SIDE):
             objects, server = client_side(peer_ctx, remote_region.descriptor)
+            if not watched:  # the counter sees what this test makes, so the check below can fail
+                during = live_objects()
+                assert all(during[kind] > before[kind] for kind in ("Context", "Connection", "MemoryRegion",
+                                                                    "CompletionQueue", "HeldBuffer")), during
             watched.append(weakref.ref(objects["array"]))
             for name in order:
                 del objects[name]  # the last reference to it goes here
@@ -44,6 +67,9 @@ def test_client_objects_die_in_every_order(transport):
         gc.collect()
         assert all(ref() is None for ref in watched), "an array outlived every object that used it"
         assert peer_ctx.diagnostics() == [] or all(s["outstanding"] == 0 for s in peer_ctx.diagnostics())
+        del server, remote_region
+    # Every native object of the 120 orders (contexts, connections, regions, queues, held buffers) is gone.
+    assert settled_live_objects(before) == before
 
 
 SERVER_SIDE = ("context", "connection", "region", "array")
@@ -51,6 +77,7 @@ SERVER_SIDE = ("context", "connection", "region", "array")
 
 @pytest.mark.parametrize("transport", ["tcp", "shm"])
 def test_target_objects_die_in_every_order(transport):
+    before = settled_live_objects(live_objects())
     with rdmakit.Context(transport=transport, timeout_ms=2000) as ctx:
         source = np.full(4096, 9, np.uint8)
         local = ctx.register(source)
@@ -68,6 +95,8 @@ def test_target_objects_die_in_every_order(transport):
             completion = client.wait(first, timeout=10, check=False)
             assert completion.id == first
             client.close()
+        del client, local
+    assert settled_live_objects(before) == before, "native objects outlived every Python object"
 
 
 def test_closing_everything_twice_and_using_closed_objects():

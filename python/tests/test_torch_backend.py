@@ -22,6 +22,37 @@ if not os.environ.get("RDMAKIT_TEST_TORCH_REQUIRED"):
     pytest.importorskip("rdmakit._rdmakit_torch", reason="the torch backend is not built (RDMAKIT_TORCH=OFF)")
 
 
+def test_every_public_name_of_rdmakit_distributed_has_a_docstring():
+    import rdmakit.distributed
+    from conftest import undocumented
+
+    missing = undocumented(rdmakit.distributed)
+    assert not missing, f"rdmakit.distributed: no docstring: {missing}"
+
+
+def test_rdmakit_run_parses_every_redirect_value():
+    # In a child: the fix changes torch's Std for the whole process.
+    code = """if True:
+        import sys
+        from torch.distributed.elastic.multiprocessing.api import Std
+        import rdmakit.run
+        broken = Std.from_str("0") is None  # torch 1.13 under Python 3.11
+        assert rdmakit.run.patch_std_parsing() == broken
+        assert [Std.from_str(v) for v in "0123"] == [Std.NONE, Std.OUT, Std.ERR, Std.ALL]
+        assert Std.from_str("0:3,1:0") == {0: Std.ALL, 1: Std.NONE}
+        try:
+            Std.from_str("4")
+        except ValueError:
+            pass
+        else:
+            sys.exit("Std.from_str accepted 4")
+        assert rdmakit.run.patch_std_parsing() is False  # fixed once
+        print("broken before the fix:", broken)
+    """
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

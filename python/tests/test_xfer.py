@@ -81,7 +81,11 @@ def test_two_processes_read_and_write_exact_bytes(server, transport):
             engine.register_local(tensor)
             engine.submit([("read", tensor[:SIZE // 2], dst, 0), ("read", tensor[SIZE // 2:], dst, SIZE // 2)]).wait(60)
             np.testing.assert_array_equal(tensor.numpy(), out)
-            assert engine.stats()["resolves"] == 2  # one lookup per name; the rest came from the cache
+            stats = engine.stats()
+            assert stats["resolves"] == 2  # one lookup per name; the rest came from the cache
+            # Per rail: every work request went out on some rail, and the rails are the engine's transports.
+            assert sum(rail["work_requests"] for rail in stats["rails"]) == stats["work_requests"] > 0
+            assert all(set(rail) == {"transport", "device", "work_requests"} for rail in stats["rails"])
     finally:
         assert owner.stop() == 0
 

@@ -24,12 +24,22 @@ echo "===== xfer: xfer_engine_test over verbs ($what)"
 (cd "$b/tests/xfer" && RDMAKIT_TEST_XFER_VERBS_DEVICES=$client timeout 300 ./xfer_engine_test --gtest_filter='*verbs*')
 check $? "xfer_engine_test over verbs ($what)"
 
+out=$(mktemp)
 for layout in block layer; do
     echo "===== xfer: KV-cache example over verbs, $layout layout ($what)"
     DECODE_DEVICES=$owner PREFILL_DEVICES=$client timeout 180 bash "$repo/examples/xfer_kvcache.sh" \
-        "$b/examples/xfer_kvcache" verbs "$layout" 8
-    check $? "KV-cache example over verbs, $layout layout ($what)"
+        "$b/examples/xfer_kvcache" verbs "$layout" 8 > "$out" 2>&1
+    status=$?
+    cat "$out"
+    check $status "KV-cache example over verbs, $layout layout ($what)"
+    if [ "$RDMAKIT_VM_NDEVS" = 2 ]; then
+        # Striped: prefill's two rails (lines "prefill: rail I (verbs DEV): N work requests") each posted some.
+        busy=$(grep -c '^prefill: rail [01] (verbs [^)]*): [1-9][0-9]* work requests$' "$out")
+        [ "$busy" = 2 ]
+        check $? "KV-cache example, $layout layout: both rails posted work requests ($busy of 2 rails > 0)"
+    fi
 done
+rm -f "$out"
 
 echo "===== xfer: rdmakit-xfer-bench over verbs ($what)"
 timeout 120 "$b/tools/rdmakit-xfer-bench" --transport verbs --devices "$client" --owner-devices "$owner" \

@@ -130,10 +130,14 @@ TEST_P(XferFailure, KilledOwnerFailsOnlyItsRequestsWithinTheBound) {
   ASSERT_TRUE(batch.has_value()) << batch.error().describe();
   victim.signal(SIGKILL);
   auto killed = std::chrono::steady_clock::now();
+  // The wait's own limit is well above the bound, so the bound below is what the test checks.
   ASSERT_TRUE((*batch)->wait(30s).has_value());
   auto took = std::chrono::steady_clock::now() - killed;
+  std::printf("killed owner: its requests failed %lld ms after the kill\n",
+              static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(took).count()));
   const auto bound = options.peer_timeout + options.connect_timeout + 2s + sanitizer_slack();
-  EXPECT_LT(took, bound) << "bound: peer_timeout + connect_timeout + 2 s";
+  EXPECT_LT(took, bound)
+      << "bound: peer_timeout + a re-resolve/reconnect attempt (connect_timeout) + a loaded machine's slack";
   // Over verbs the victim's device served its requests while it was stopped: those that landed before the
   // kill rightly succeed, so this batch shows only that the survivor's are untouched. A batch submitted after
   // the victim is gone shows the rule: all of the victim's requests fail within the bound.

@@ -1,5 +1,6 @@
 // A segment owner in a process of its own, for the tests that kill one:
 //   xfer_peer <metadata dir> <segment name> <bytes> <transport>
+// ("default": the engine's default transports, to let the client choose)
 // publishes a zeroed segment, prints "ready" and serves until stdin closes (or it is killed). Over verbs, on
 // the owner's devices of RDMAKIT_TEST_XFER_VERBS_DEVICES (verbs_devices.hpp).
 #include <cstdio>
@@ -20,6 +21,7 @@ int main(int argc, char** argv) {
   // The devices apply to a transport that picks one (verbs); the others ignore them.
   rdmakit::xfer::EngineOptions options{.transports = {argv[4]},
                                        .verbs_devices = rdmakit::xfer::testing::owner_verbs_devices()};
+  if (std::string(argv[4]) == "default") options.transports = rdmakit::xfer::EngineOptions{}.transports;
   auto engine = rdmakit::xfer::Engine::create(metadata, options);
   if (!engine) {
     std::fprintf(stderr, "xfer_peer: %s\n", engine.error().describe().c_str());

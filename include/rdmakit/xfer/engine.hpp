@@ -100,6 +100,14 @@ struct EngineStats {
   std::uint64_t retries = 0;                 // work requests posted again after a failure
   std::uint64_t resolves = 0;                // metadata lookups made (open_segment and re-resolves)
   std::uint32_t peak_inflight_per_peer = 0;  // the most work requests ever in flight to one peer
+  // Work requests posted on each rail (in the order the rails were opened): shows that striping over two
+  // devices really used both.
+  struct Rail {
+    std::string transport;
+    std::string device;  // the device named in verbs_devices; empty for the first active one and for others
+    std::uint64_t work_requests = 0;
+  };
+  std::vector<Rail> rails;
 };
 
 struct SegmentInfo {

@@ -183,6 +183,7 @@ void EngineImpl::post_chain(Link& link, std::vector<std::unique_ptr<InflightOp>>
                               .signaled = wrs.size() + 1 == chain.size()});
   }
   work_requests_.fetch_add(chain.size(), std::memory_order_relaxed);
+  link.rail->work_requests.fetch_add(chain.size(), std::memory_order_relaxed);
   auto first = link.connection->post(wrs);
   if (!first) {
     auto n = static_cast<std::uint32_t>(chain.size());

@@ -88,6 +88,7 @@ Result<void> EngineImpl::open_rail(const std::string& transport, const std::stri
   auto rail = std::make_unique<Rail>();
   rail->index = rails_.size();
   rail->transport = transport;
+  rail->device = device;
   rail->context = *context;
   rail->caps = rail->context->capabilities();
   // listen_address is "host:port"; a transport whose addresses are names (shm) picks its own.
@@ -372,8 +373,11 @@ std::shared_ptr<LocalRegion> EngineImpl::find_local(std::uint64_t addr, std::uin
 }
 
 EngineStats EngineImpl::stats() const {
-  EngineStats s{requests_.load(), work_requests_.load(), coalesced_.load(),
-                retries_.load(),  resolves_.load(),      0};
+  EngineStats s;
+  s.requests = requests_.load(), s.work_requests = work_requests_.load(), s.coalesced = coalesced_.load();
+  s.retries = retries_.load(), s.resolves = resolves_.load();
+  for (const auto& rail : rails_)
+    s.rails.push_back({rail->transport, rail->device, rail->work_requests.load()});
   std::shared_lock lock(table_);
   for (const auto& e : entries_) {
     if (e && e->peer) s.peak_inflight_per_peer = std::max(s.peak_inflight_per_peer, e->peer->credits.peak());

@@ -79,6 +79,8 @@ struct Finished {
 struct Rail {
   std::size_t index = 0;
   std::string transport;
+  std::string device;                           // as named in verbs_devices (empty: the transport's default)
+  std::atomic<std::uint64_t> work_requests{0};  // posted on this rail (EngineStats::rails)
   std::shared_ptr<Context> context;
   std::shared_ptr<Listener> listener;
   std::shared_ptr<CompletionQueue> cq;
