@@ -3,7 +3,6 @@
 #include <string>
 #include <vector>
 
-#include "core/rc_check.hpp"
 
 namespace rdmakit::fault {
 
