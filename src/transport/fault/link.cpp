@@ -3,7 +3,6 @@
 #include <string>
 #include <vector>
 
-
 namespace rdmakit::fault {
 
 Link::Link(std::shared_ptr<Connection> inner, std::shared_ptr<detail::RcState> state, Capabilities caps,
