@@ -28,6 +28,11 @@ struct Capabilities {
   // flushes it in software, since a device may leave it pending: rxe in Debian 12's kernel 6.1 does); a
   // transport that cannot says false, and callers must not wait for such a receive there.
   bool flushes_receives_posted_in_error = true;
+  // The death of the peer's process is announced to this side (verbs: the peer's kernel disconnects, and
+  // rdma_cm's DISCONNECTED moves the QP to the error state) before an operation meets it, so what is
+  // pending may all complete Flushed. false (tcp, shm): the oldest pending operation is the one that meets
+  // the death and fails with TransportRetryExceeded, everything behind it Flushed.
+  bool peer_death_announced = false;
   std::uint64_t max_message_size = 0;  // bytes of one operation's local segments together
   std::uint32_t max_sge = 0;           // scatter-gather entries per operation (the max_sge option, capped)
   std::uint32_t max_inline = 0;

@@ -1,7 +1,9 @@
-// The RC rules for what may be posted, written once for every transport. post() and post_recv() call
-// these before anything reaches the transport: a request they refuse is an error at post (nothing of the
-// chain was posted, the connection stays healthy), as ibv_post_send refuses a malformed work request.
-// What genuinely differs between transports comes from Capabilities, never from the transport's name.
+// The RC rules for what may be posted, written once for every transport. Each transport's post() and
+// post_recv() begin with RcState::check_post / check_post_recv (core/rc_state.hpp), which run these first,
+// before the closed, error-state and queue-full checks and before anything is queued: a request they
+// refuse is an error at post (nothing of the chain was posted, the connection stays healthy), as
+// ibv_post_send refuses a malformed work request. What genuinely differs between transports comes from
+// Capabilities, never from the transport's name.
 #pragma once
 
 #include <cstdint>

@@ -5,6 +5,7 @@
 
 #include "core/clock.hpp"
 #include "core/log.hpp"
+#include "core/rc_check.hpp"
 
 namespace rdmakit::detail {
 namespace {
@@ -47,6 +48,35 @@ bool RcState::fail(Error why) {
   failure_ = std::move(why);
   failed_.store(true, std::memory_order_release);
   return true;
+}
+
+bool RcState::enter_error(Error why, const std::optional<Completion>& head) {
+  if (in_error()) return false;
+  if (head && head->status != Status::Flushed && why.code() != Errc::TransportFailure)
+    why = completion_error(*head, why.message());
+  fail(std::move(why));  // the first failure stays
+  return !in_error_.exchange(true, std::memory_order_acq_rel);
+}
+
+Result<void> RcState::check_post(std::span<const WorkRequest> chain, const Capabilities& caps,
+                                 std::uint64_t peer_epoch) const {
+  if (auto ok = check_chain(chain, caps, peer_epoch); !ok) return ok;
+  if (closed()) return refuse_closed("post");
+  return {};
+}
+
+Result<void> RcState::check_post_recv(std::span<const Segment> sgl, const Capabilities& caps) const {
+  if (auto ok = check_recv(sgl, caps); !ok) return ok;
+  if (closed()) return refuse_closed("post_recv");
+  return {};
+}
+
+std::unexpected<Error> RcState::queue_full(std::string_view what, std::uint64_t queued, std::uint64_t depth) {
+  const bool recv = what == "post_recv";
+  return rdmakit::fail(Errc::ResourceExhausted, std::string(what) + ": " + (recv ? "receive" : "send") +
+                                                    " queue full (" + std::to_string(queued) + " of " +
+                                                    std::to_string(depth) + " outstanding; option " +
+                                                    (recv ? "recv_queue_depth" : "send_queue_depth") + ")");
 }
 
 std::optional<Error> RcState::failure() const {

@@ -20,6 +20,7 @@
 #include <string>
 
 #include "rdmakit/connection.hpp"
+#include "rdmakit/context.hpp"
 
 namespace rdmakit::detail {
 
@@ -79,15 +80,77 @@ class RcState {
   template <typename Push>
   std::uint64_t post_flushed(std::span<const WorkRequest> chain, Push&& push) {
     const std::uint64_t first = take_sends(chain.size());
-    for (std::size_t i = 0; i < chain.size(); ++i) flush(send_id(first + i), chain[i].opcode, push);
+    for (std::size_t i = 0; i < chain.size(); ++i)
+      flush(send_id(first + i), chain[i].opcode, Status::Flushed, push);
     return send_id(first);
   }
   template <typename Push>
   std::uint64_t post_recv_flushed(Push&& push) {
     const std::uint64_t id = recv_id(take_recv());
-    flush(id, Opcode::Recv, push);
+    flush(id, Opcode::Recv, Status::Flushed, push);
     return id;
   }
+  // The error state of a QP, entered once (software transports; verbs' QP does it itself). Records `why` as
+  // the failure (the first one stays) and makes new posts flush (in_error). One rule for the failure: when
+  // the oldest pending send fails with `head_status` (not Flushed), the connection's failure is that
+  // operation's (completion_error), unless `why` is an operation's already (TransportFailure), as verbs
+  // reports it. Then flushes `sends` (a queue of elements with an `id`, oldest first; `opcode_of(element)`)
+  // in order: the head completes with `head_status`, the rest Flushed, each through `push`. Returns false,
+  // and touches nothing, when the error state was entered already. Call it under the lock that orders the
+  // connection's completions; the receives then go through flush_recvs.
+  template <typename Sends, typename OpcodeOf, typename Push>
+  bool enter_error(Error why, Status head_status, Sends& sends, OpcodeOf&& opcode_of, Push&& push) {
+    std::optional<Completion> head;
+    if (!sends.empty())
+      head = Completion{.id = sends.front().id, .status = head_status, .opcode = opcode_of(sends.front())};
+    if (!enter_error(std::move(why), head)) return false;
+    for (Status status = head_status; !sends.empty(); status = Status::Flushed) {
+      flush(sends.front().id, opcode_of(sends.front()), status, push);
+      sends.pop_front();
+    }
+    return true;
+  }
+  // The transition alone, with the rule above (`head`: the oldest pending send, with its status); true the
+  // first time.
+  bool enter_error(Error why, const std::optional<Completion>& head);
+  // Whether the error state was entered: pending work was flushed, and new posts flush.
+  bool in_error() const noexcept { return in_error_.load(std::memory_order_acquire); }
+  // Flushes the receives of `recvs` (elements with an `id`), oldest first, each Flushed through `push`.
+  template <typename Recvs, typename Push>
+  void flush_recvs(Recvs& recvs, Push&& push) {
+    for (; !recvs.empty(); recvs.pop_front()) flush(recvs.front().id, Opcode::Recv, Status::Flushed, push);
+  }
+  // A request failed at post (a local protection error found by the transport, an injected failure) and
+  // waits its turn: it fails the connection when the requests before it are done, and the requests behind
+  // it are not carried out (they complete Flushed after it, as behind a QP's failed WQE).
+  void queue_failure() noexcept { failure_queued_.store(true, std::memory_order_release); }
+  bool failure_queued() const noexcept { return failure_queued_.load(std::memory_order_acquire) || failed(); }
+
+  // ---- the post prologue, one order and one wording for every transport: (1) the request (check_chain /
+  // check_recv), (2) a connection closed by this side (refused), then, under the lock that orders the
+  // connection's completions, (3) the error state (accepted and flushed) and (4) room in the queue.
+  // check_post and check_post_recv are (1) and (2).
+  Result<void> check_post(std::span<const WorkRequest> chain, const Capabilities& caps,
+                          std::uint64_t peer_epoch) const;
+  Result<void> check_post_recv(std::span<const Segment> sgl, const Capabilities& caps) const;
+  // (3) and (4): nullopt when the transport carries the chain out; otherwise what post() returns. `queued`:
+  // sends outstanding in a queue of `depth`.
+  template <typename Push>
+  std::optional<Result<std::uint64_t>> admit_post(std::span<const WorkRequest> chain, std::uint64_t queued,
+                                                  std::uint64_t depth, Push&& push) {
+    if (in_error()) return post_flushed(chain, push);
+    if (queued + chain.size() > depth) return queue_full("post", queued, depth);
+    return std::nullopt;
+  }
+  template <typename Push>
+  std::optional<Result<std::uint64_t>> admit_recv(std::uint64_t queued, std::uint64_t depth, Push&& push) {
+    if (in_error()) return post_recv_flushed(push);
+    if (queued + 1 > depth) return queue_full("post_recv", queued, depth);
+    return std::nullopt;
+  }
+  // (4)'s error, ResourceExhausted, also where the device finds the queue full (verbs: ENOMEM).
+  static std::unexpected<Error> queue_full(std::string_view what, std::uint64_t queued, std::uint64_t depth);
+
   // close() by this side: true the first time. Posts are refused afterwards.
   bool close() noexcept { return !closed_.exchange(true, std::memory_order_acq_rel); }
   bool closed() const noexcept { return closed_.load(std::memory_order_acquire); }
@@ -124,8 +187,8 @@ class RcState {
   }
 
   template <typename Push>
-  void flush(std::uint64_t id, Opcode opcode, Push& push) {
-    const Completion completion{.id = id, .status = Status::Flushed, .opcode = opcode, .connection = number_};
+  void flush(std::uint64_t id, Opcode opcode, Status status, Push& push) {
+    const Completion completion{.id = id, .status = status, .opcode = opcode, .connection = number_};
     completed(completion);
     push(completion);
   }
@@ -140,6 +203,8 @@ class RcState {
   std::atomic<std::int64_t> last_completion_ns_{0};  // system_clock, 0 = never
   std::atomic<bool> failed_{false};
   std::atomic<bool> closed_{false};
+  std::atomic<bool> in_error_{false};
+  std::atomic<bool> failure_queued_{false};
   mutable std::mutex failure_mutex_;
   std::optional<Error> failure_;
 };

@@ -2,6 +2,7 @@
 // flushes behind it, which ids wait() may wait for).
 #include <gtest/gtest.h>
 
+#include <deque>
 #include <vector>
 
 #include "core/rc_check.hpp"
@@ -124,6 +125,118 @@ TEST(RcState, PostsBehindAFailureCompleteFlushedAndCount) {
   EXPECT_EQ(stats.posted, 3u);
   EXPECT_EQ(stats.completed, 3u);
   EXPECT_EQ(stats.outstanding, 0u);
+}
+
+// One pending send as a transport keeps it: an id and an opcode.
+struct PendingOp {
+  std::uint64_t id;
+  Opcode opcode;
+};
+struct PendingRecv {
+  std::uint64_t id;
+};
+
+TEST(RcState, EnteringTheErrorStateFlushesInOrderOnce) {
+  detail::RcState state(3, 16, 16);
+  const std::uint64_t base = state.take_sends(3);
+  std::deque<PendingOp> sends{{state.send_id(base), Opcode::Send},
+                              {state.send_id(base + 1), Opcode::Write},
+                              {state.send_id(base + 2), Opcode::Read}};
+  std::deque<PendingRecv> recvs{{state.recv_id(state.take_recv())}};
+  std::vector<Completion> out;
+  const auto push = [&](const Completion& c) { out.push_back(c); };
+  const auto opcode_of = [](const PendingOp& op) { return op.opcode; };
+  EXPECT_FALSE(state.in_error());
+  ASSERT_TRUE(state.enter_error(Error(Errc::ConnectionBroken, "peer died"), Status::TransportRetryExceeded,
+                                sends, opcode_of, push));
+  state.flush_recvs(recvs, push);
+  EXPECT_TRUE(state.in_error());
+  EXPECT_TRUE(sends.empty() && recvs.empty());
+  ASSERT_EQ(out.size(), 4u);
+  EXPECT_EQ(out[0].status, Status::TransportRetryExceeded);
+  EXPECT_EQ(out[0].opcode, Opcode::Send);
+  for (std::size_t i = 1; i < 4; ++i) EXPECT_EQ(out[i].status, Status::Flushed) << i;
+  EXPECT_EQ(out[2].opcode, Opcode::Read);
+  EXPECT_EQ(out[3].opcode, Opcode::Recv);
+  EXPECT_EQ(state.stats(PeerInfo{}).outstanding, 0u);
+  // The failure is the head operation's, as verbs reports it, with the cause kept in the message.
+  auto health = state.health();
+  ASSERT_FALSE(health.has_value());
+  EXPECT_EQ(health.error().code(), Errc::TransportFailure) << health.error().describe();
+  EXPECT_EQ(health.error().status(), Status::TransportRetryExceeded);
+  EXPECT_NE(health.error().message().find("peer died"), std::string::npos) << health.error().message();
+  // Once: a second entry touches nothing and the first failure stays.
+  sends.push_back({state.send_id(state.take_sends(1)), Opcode::Write});
+  EXPECT_FALSE(
+      state.enter_error(Error(Errc::ProtocolError, "later"), Status::RemoteAccess, sends, opcode_of, push));
+  EXPECT_EQ(sends.size(), 1u);
+  EXPECT_EQ(out.size(), 4u);
+  EXPECT_EQ(state.health().error().status(), Status::TransportRetryExceeded);
+}
+
+TEST(RcState, TheHeadRuleKeepsAnOperationsFailureAndIgnoresAFlushedHead) {
+  std::vector<Completion> out;
+  const auto push = [&](const Completion& c) { out.push_back(c); };
+  const auto opcode_of = [](const PendingOp& op) { return op.opcode; };
+  {
+    detail::RcState state(4, 16, 16);
+    std::deque<PendingOp> sends{{state.send_id(state.take_sends(1)), Opcode::Write}};
+    // Closed by this side: the head is Flushed, so the failure is the close, not an operation's.
+    ASSERT_TRUE(
+        state.enter_error(Error(Errc::ConnectionBroken, "closed"), Status::Flushed, sends, opcode_of, push));
+    EXPECT_EQ(state.health().error().code(), Errc::ConnectionBroken);
+  }
+  {
+    detail::RcState state(5, 16, 16);
+    std::deque<PendingOp> sends{{state.send_id(state.take_sends(1)), Opcode::Write}};
+    // Already an operation's failure (TransportFailure): kept as it is.
+    Error why(Errc::TransportFailure, "op 7 failed", 0, Status::LocalProtection);
+    ASSERT_TRUE(state.enter_error(why, Status::LocalProtection, sends, opcode_of, push));
+    EXPECT_EQ(state.health().error().message(), "op 7 failed");
+  }
+  {
+    detail::RcState state(6, 16, 16);
+    std::deque<PendingOp> none;
+    // Nothing pending: the cause itself is the failure.
+    ASSERT_TRUE(state.enter_error(Error(Errc::ConnectionBroken, "peer died"), Status::TransportRetryExceeded,
+                                  none, opcode_of, push));
+    EXPECT_EQ(state.health().error().code(), Errc::ConnectionBroken);
+  }
+}
+
+TEST(RcState, ThePostPrologueChecksTheRequestFirstThenClosedThenErrorThenRoom) {
+  detail::RcState state(7, 4, 4);
+  Segment s = seg(8);
+  WorkRequest recv_opcode{.opcode = Opcode::Recv};
+  WorkRequest write{.opcode = Opcode::Write, .local = std::span(&s, 1)};
+  const auto drop = [](const Completion&) {};
+  // Room: the depth counts what is queued plus the chain.
+  auto full = state.admit_post(std::span(&write, 1), 4, 4, drop);
+  ASSERT_TRUE(full.has_value());
+  ASSERT_FALSE(full->has_value());
+  EXPECT_EQ(full->error().code(), Errc::ResourceExhausted);
+  EXPECT_NE(full->error().message().find("post: send queue full (4 of 4 outstanding"), std::string::npos)
+      << full->error().message();
+  auto recv_full = state.admit_recv(4, 4, drop);
+  ASSERT_TRUE(recv_full.has_value() && !recv_full->has_value());
+  EXPECT_NE(recv_full->error().message().find("post_recv: receive queue full"), std::string::npos)
+      << recv_full->error().message();
+  EXPECT_FALSE(state.admit_post(std::span(&write, 1), 3, 4, drop).has_value()) << "room for one more";
+  // In the error state the chain is accepted and flushed, full queue or not.
+  std::deque<PendingOp> none;
+  state.enter_error(
+      Error(Errc::ConnectionBroken, "x"), Status::Flushed, none,
+      [](const PendingOp& op) { return op.opcode; }, drop);
+  auto flushed = state.admit_post(std::span(&write, 1), 4, 4, drop);
+  ASSERT_TRUE(flushed.has_value() && flushed->has_value());
+  // Closed: a malformed request is still InvalidArgument, a well-formed one ConnectionBroken.
+  state.close();
+  EXPECT_EQ(state.check_post(std::span(&recv_opcode, 1), caps(), kEpoch).error().code(),
+            Errc::InvalidArgument);
+  EXPECT_EQ(state.check_post(std::span(&write, 1), caps(), kEpoch).error().code(), Errc::ConnectionBroken);
+  std::vector<Segment> five(5, s);
+  EXPECT_EQ(state.check_post_recv(five, caps()).error().code(), Errc::InvalidArgument);
+  EXPECT_EQ(state.check_post_recv(std::span(&s, 1), caps()).error().code(), Errc::ConnectionBroken);
 }
 
 TEST(RcState, WaitableIdsAreIssuedOnesNotYetTaken) {

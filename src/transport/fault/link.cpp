@@ -3,8 +3,6 @@
 #include <string>
 #include <vector>
 
-#include "core/rc_check.hpp"
-
 namespace rdmakit::fault {
 
 Link::Link(std::shared_ptr<Connection> inner, std::shared_ptr<detail::RcState> state, Capabilities caps,
@@ -18,15 +16,17 @@ Link::Link(std::shared_ptr<Connection> inner, std::shared_ptr<detail::RcState> s
       next_id_(state_->send_id(0)) {}
 
 Result<std::uint64_t> Link::post(std::span<const WorkRequest> chain) {
-  // Checked here too: requests behind an injected failure never reach the inner connection.
-  if (auto ok = check_chain(chain, caps_, inner_->peer().epoch); !ok) return std::unexpected(ok.error());
+  // Checked here too: requests behind an injected failure never reach the inner connection. A full queue
+  // is the inner connection's to find; behind a failure the chain queues up here (below) and flushes in
+  // order, after what was posted before it.
+  if (auto ok = state_->check_post(chain, caps_, inner_->peer().epoch); !ok)
+    return std::unexpected(ok.error());
   std::unique_lock lock(mutex_);
-  if (state_->closed()) return state_->refuse_closed("post");
   // Which request, if any, dooms the connection; delays for the ones before it.
   std::size_t cut = chain.size();
   std::optional<Rule> doom;
   std::vector<std::chrono::milliseconds> delays(chain.size());
-  if (doomed_) cut = 0;
+  if (state_->failure_queued()) cut = 0;
   for (std::size_t i = 0; i < cut; ++i) {
     auto rule = injector_.match(chain[i].opcode, number_);
     if (!rule) continue;
@@ -54,7 +54,7 @@ Result<std::uint64_t> Link::post(std::span<const WorkRequest> chain) {
       sever_now = true;
     }
   }
-  if (doom) doomed_ = true;
+  if (doom) state_->queue_failure();
   if (sever_now) {
     inner_closed_ = true;
     break_locked(Error(Errc::ConnectionBroken,
@@ -89,14 +89,12 @@ void Link::add_synthetic(const WorkRequest& request, Status status, Clock::time_
                            .dooms = dooms,
                            .release = release,
                            .completion = completion});
-  ++synthetic_posted_;
   state_->issued(completion.id);
 }
 
 Result<std::uint64_t> Link::post_recv(std::span<const Segment> sgl, std::optional<Completion>& flushed) {
-  if (auto ok = check_recv(sgl, caps_); !ok) return std::unexpected(ok.error());
+  if (auto ok = state_->check_post_recv(sgl, caps_); !ok) return std::unexpected(ok.error());
   std::unique_lock lock(mutex_);
-  if (state_->closed()) return state_->refuse_closed("post_recv");
   // The inner connection is gone, as a QP in the error state would keep taking receives and flush them.
   if (inner_closed_) return state_->post_recv_flushed([&](const Completion& c) { flushed = c; });
   lock.unlock();
@@ -107,8 +105,7 @@ Result<std::uint64_t> Link::post_recv(std::span<const Segment> sgl, std::optiona
 }
 
 void Link::break_locked(Error why) {
-  state_->fail(std::move(why));  // the first failure stays
-  doomed_ = true;
+  state_->fail(std::move(why));  // the first failure stays; failure_queued() from now on
 }
 
 void Link::sever(std::string why) {
@@ -158,7 +155,6 @@ void Link::drain(Clock::time_point now, CompletionSink& sink) {
     while (!queue_.empty() && queue_.front().known && queue_.front().release <= now) {
       Pending pending = queue_.front();
       queue_.pop_front();
-      if (pending.synthetic) ++synthetic_completed_;
       state_->completed(pending.completion);  // done, and queued below if it has a completion
       if (pending.dooms) {
         // Recorded before the completion can be taken, so health() agrees with what was polled.
@@ -183,15 +179,16 @@ bool Link::finished() const {
   return state_->closed() && queue_.empty();
 }
 
+// The core's counters: this state saw every id issued (forwarded and synthetic) and every completion. The
+// inner connection adds what only it knows (tcp's responder figures) and a failure this state has not.
 ConnectionStats Link::stats() const {
-  ConnectionStats stats = inner_->stats();
-  std::lock_guard lock(mutex_);
-  stats.posted += synthetic_posted_;
-  stats.completed += synthetic_completed_;
-  stats.outstanding = stats.posted - std::min(stats.posted, stats.completed);
-  if (auto why = state_->failure()) {
-    stats.failed = true;
-    stats.failure = why->describe();
+  const ConnectionStats inner = inner_->stats();
+  ConnectionStats stats = state_->stats(inner_->peer());
+  stats.queued_responses = inner.queued_responses;
+  stats.responder_pauses = inner.responder_pauses;
+  if (!stats.failed) {
+    stats.failed = inner.failed;
+    stats.failure = inner.failure;
   }
   return stats;
 }

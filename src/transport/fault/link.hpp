@@ -84,10 +84,7 @@ class Link {
   mutable std::mutex mutex_;
   std::deque<Pending> queue_;
   std::uint64_t next_id_;      // the id a synthetic operation gets
-  bool doomed_ = false;        // a failure is queued; everything behind it flushes
   bool inner_closed_ = false;  // a fault closed the inner connection: receives flush here
-  std::uint64_t synthetic_posted_ = 0;
-  std::uint64_t synthetic_completed_ = 0;
 };
 
 }  // namespace rdmakit::fault

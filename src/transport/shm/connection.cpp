@@ -95,25 +95,12 @@ void ShmConnection::settle_unsignaled() {
 
 void ShmConnection::enter_error(Error why, Status head_status) {
   settle_unsignaled();
-  if (flushed_) return;
-  flushed_ = true;
-  // When an operation fails with it, the connection's failure is that operation's, as verbs reports it.
-  if (!pending_.empty() && head_status != Status::Flushed && why.code() != Errc::TransportFailure)
-    why = detail::completion_error(
-        Completion{
-            .id = pending_.front().id, .status = head_status, .opcode = pending_.front().request.opcode},
-        why.message());
-  rc().fail(std::move(why));  // the first failure stays
-  close_inbound();
-  Status status = head_status;
-  while (!pending_.empty()) {
-    Pending op = pending_.front();
-    pending_.pop_front();
-    push(*send_cq_,
-         Completion{.id = op.id, .status = status, .opcode = op.request.opcode, .connection = number()});
-    status = Status::Flushed;
-  }
+  const auto opcode_of = [](const Pending& op) { return op.request.opcode; };
+  if (!rc().enter_error(std::move(why), head_status, pending_, opcode_of,
+                        [&](const Completion& c) { send_cq_->push(c); }))
+    return;
   has_pending_.store(false, std::memory_order_release);
+  close_inbound();
 }
 
 // Stops the peer from delivering into our receives, takes what it already delivered, flushes the rest.
@@ -126,12 +113,7 @@ void ShmConnection::close_inbound() {
   while (inbound.pin.load(std::memory_order_seq_cst) == kDeliveringPin && !gone() && Clock::now() < deadline)
     std::this_thread::yield();
   reap();
-  while (!receives_.empty()) {
-    std::uint64_t id = receives_.front().id;
-    receives_.pop_front();
-    push(*recv_cq_,
-         Completion{.id = id, .status = Status::Flushed, .opcode = Opcode::Recv, .connection = number()});
-  }
+  rc().flush_recvs(receives_, [&](const Completion& c) { recv_cq_->push(c); });
 }
 
 }  // namespace rdmakit::shm

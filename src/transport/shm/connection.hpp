@@ -122,7 +122,6 @@ class ShmConnection final : public Connection {
   std::deque<PostedReceive> receives_;  // posted receives, oldest first (our copy: ids, capacities)
   std::uint64_t recv_posted_ = 0;       // our copy of in().recv_posted
   std::uint64_t reaped_ = 0;            // our copy of in().reaped
-  bool flushed_ = false;  // the error state was entered and pending work flushed (the failure is in rc())
   std::atomic<bool> gone_{false};
   bool wants_progress_ = false;   // a large operation waits for the progress thread
   bool doorbell_owed_ = false;    // produce() published a receive completion; drain() rings the peer

@@ -5,7 +5,6 @@
 
 #include <cstring>
 
-#include "core/rc_check.hpp"
 #include "core/rc_state.hpp"
 #include "core/tsan.hpp"
 #include "transport/shm/connection.hpp"
@@ -26,13 +25,11 @@ constexpr std::uint64_t kBytesPerRound = 8 << 20;
 }  // namespace
 
 Result<std::uint64_t> ShmConnection::post(std::span<const WorkRequest> chain) {
-  if (auto ok = check_chain(chain, caps_, peer_->epoch); !ok) return std::unexpected(ok.error());
+  if (auto ok = rc().check_post(chain, caps_, peer_->epoch); !ok) return std::unexpected(ok.error());
   std::lock_guard lock(mutex_);
-  if (rc().closed()) return rc().refuse_closed("post");
-  if (flushed_) return rc().post_flushed(chain, [&](const Completion& c) { send_cq_->push(c); });
-  if (pending_.size() + chain.size() > context_->config().send_queue_depth)
-    return fail(Errc::ResourceExhausted,
-                "post: send queue full (" + std::to_string(pending_.size()) + " pending)");
+  if (auto refused = rc().admit_post(chain, pending_.size(), context_->config().send_queue_depth,
+                                     [&](const Completion& c) { send_cq_->push(c); }))
+    return *refused;
   const std::uint64_t sequence = rc().take_sends(chain.size());
   for (std::size_t i = 0; i < chain.size(); ++i) {
     const WorkRequest& r = chain[i];
@@ -65,7 +62,7 @@ bool ShmConnection::drain(Drainer who) {
   bool any = false;
   std::uint64_t budget = kBytesPerRound;
   wants_progress_ = false;
-  while (!pending_.empty() && !flushed_) {
+  while (!pending_.empty() && !rc().in_error()) {
     Pending& head = pending_.front();
     if (head.total > kInlineMax && (from_post || budget == 0)) {
       wants_progress_ = true;
@@ -93,7 +90,7 @@ bool ShmConnection::drain(Drainer who) {
   unpin();
   settle_unsignaled();
   ring_if_owed();
-  has_pending_.store(!pending_.empty() && !flushed_, std::memory_order_release);
+  has_pending_.store(!pending_.empty() && !rc().in_error(), std::memory_order_release);
   return any;
 }
 

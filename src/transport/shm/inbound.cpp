@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cstring>
 
-#include "core/rc_check.hpp"
 #include "core/rc_state.hpp"
 #include "core/tsan.hpp"
 #include "transport/shm/connection.hpp"
@@ -11,15 +10,14 @@
 namespace rdmakit::shm {
 
 Result<std::uint64_t> ShmConnection::post_recv(std::span<const Segment> sgl) {
-  if (auto ok = check_recv(sgl, caps_); !ok) return std::unexpected(ok.error());
+  if (auto ok = rc().check_post_recv(sgl, caps_); !ok) return std::unexpected(ok.error());
   std::lock_guard lock(mutex_);
-  if (rc().closed()) return rc().refuse_closed("post_recv");
-  if (flushed_) return rc().post_recv_flushed([&](const Completion& c) { recv_cq_->push(c); });
   Inbound& inbound = in();
-  std::uint64_t depth = std::min<std::uint64_t>(kRingSlots, context_->config().recv_queue_depth);
   // Completions not yet reaped still hold their ring slot, so the completion ring can never overflow.
-  if (recv_posted_ - reaped_ >= depth)
-    return fail(Errc::ResourceExhausted, "post_recv: " + std::to_string(depth) + " receives already posted");
+  const std::uint64_t depth = std::min<std::uint64_t>(kRingSlots, context_->config().recv_queue_depth);
+  if (auto refused =
+          rc().admit_recv(recv_posted_ - reaped_, depth, [&](const Completion& c) { recv_cq_->push(c); }))
+    return *refused;
   std::uint64_t id = rc().recv_id(rc().take_recv());
   std::uint64_t capacity;
   if (check_local(sgl, true, &capacity) != Status::Success) {
@@ -118,7 +116,7 @@ bool ShmConnection::progress(Clock::time_point* next_deadline, bool poller) {
   if (rc().closed()) return false;
   bool any = reap();
   any |= serve_atomic();
-  if (!pending_.empty() && !flushed_) {
+  if (!pending_.empty() && !rc().in_error()) {
     any |= drain(poller ? Drainer::Poller : Drainer::ProgressThread);
     if (!pending_.empty() && next_deadline) {
       auto deadline = pending_.front().deadline;

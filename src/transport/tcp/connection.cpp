@@ -138,29 +138,15 @@ void TcpConnection::complete_local_errors_locked() {
 }
 
 void TcpConnection::fail_locked(Status head_status, Error reason, bool drain_output) {
-  if (flushed_) return;  // the error state was entered already
+  if (rc().in_error()) return;
   if (head_status != Status::Flushed)
     log::debug("tcp", "connection " + std::to_string(number()) + " to " + peer_label_ +
                           " failed: " + reason.message());
-  // When an operation fails with it, the connection's failure is that operation's, as verbs reports it.
-  if (!in_flight_.empty() && head_status != Status::Flushed && reason.code() != Errc::TransportFailure)
-    reason = detail::completion_error(
-        Completion{.id = in_flight_.front().id, .status = head_status, .opcode = in_flight_.front().opcode},
-        reason.message());
-  rc().fail(std::move(reason));  // the first failure stays, whatever comes later
-  flushed_ = true;
-  bool head = true;
-  for (const InFlight& op : in_flight_) {
-    complete_locked(op, head ? head_status : Status::Flushed, 0);
-    head = false;
-  }
-  in_flight_.clear();
-  for (const PostedRecv& recv : recvs_) {
-    rc().completed(recv.id);
-    recv_queue_->push(
-        Completion{.id = recv.id, .status = Status::Flushed, .opcode = Opcode::Recv, .connection = number()});
-  }
-  recvs_.clear();
+  const auto opcode_of = [](const InFlight& op) { return op.opcode; };
+  if (!rc().enter_error(std::move(reason), head_status, in_flight_, opcode_of,
+                        [&](const Completion& c) { send_queue_->push(c); }))
+    return;
+  rc().flush_recvs(recvs_, [&](const Completion& c) { recv_queue_->push(c); });
   if (!drain_output) {
     out_.clear();
     responses_queued_ = 0;

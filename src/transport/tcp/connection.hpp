@@ -186,10 +186,8 @@ class TcpConnection final : public Connection,
   std::atomic<bool> responder_full_{false};  // written under mutex_, read by the receiving thread
   std::atomic<bool> input_leased_{false};  // written under mutex_: a poller reads the socket, epoll does not
   std::atomic<std::int64_t> polled_until_ns_{0};
-  bool error_queued_ = false;  // an op failed at post: nothing more is sent
-  bool linger_ = false;        // failed, but the last frames (a NAK) still go out before shutdown
+  bool linger_ = false;  // failed, but the last frames (a NAK) still go out before shutdown
   bool shut_down_ = false;
-  bool flushed_ = false;  // the queues were flushed into the error state (the failure itself is in rc())
   std::atomic<bool> waiting_for_recv_{false};
 
   // The receive state machine: driven by the engine thread or by a thread polling our completion queue,

@@ -5,7 +5,6 @@
 #include <cerrno>
 #include <cstring>
 
-#include "core/rc_check.hpp"
 #include "core/rc_state.hpp"
 #include "core/tsan.hpp"
 #include "transport/tcp/connection.hpp"
@@ -37,16 +36,15 @@ FrameType frame_type(const WorkRequest& request) {
 }  // namespace
 
 Result<std::uint64_t> TcpConnection::post(std::span<const WorkRequest> chain) {
-  if (auto ok = check_chain(chain, caps_, peer_.epoch); !ok) return std::unexpected(ok.error());
+  if (auto ok = rc().check_post(chain, caps_, peer_.epoch); !ok) return std::unexpected(ok.error());
   std::uint64_t first;
   {
     std::lock_guard lock(mutex_);
-    if (rc().closed()) return rc().refuse_closed("post");
-    if (rc().failed()) return rc().post_flushed(chain, [&](const Completion& c) { send_queue_->push(c); });
-    // Behind an operation that failed at post (error_queued_), requests are queued and flush in order.
-    if (in_flight_.size() + chain.size() > send_depth_)
-      return fail(Errc::ResourceExhausted, "post: send queue full (" + std::to_string(send_depth_) +
-                                               " outstanding; option send_queue_depth)");
+    // Behind an operation that failed at post (rc().failure_queued()), requests are queued and flush in
+    // order; in_flight_ holds them, so they count against the depth.
+    if (auto refused = rc().admit_post(chain, in_flight_.size(), send_depth_,
+                                       [&](const Completion& c) { send_queue_->push(c); }))
+      return *refused;
     if (in_flight_.empty()) touch_receive();  // the silent-peer clock starts now, not at the last activity
     const std::uint64_t sequence = rc().take_sends(chain.size());
     first = rc().send_id(sequence);
@@ -66,15 +64,16 @@ void TcpConnection::enqueue_locked(const WorkRequest& request, std::uint64_t id)
               .local_error = Status::Success,
               .bytes = 0,
               .results = {}};
+  const bool queued_failure = rc().failure_queued();
   for (const Segment& segment : request.local) {
     op.bytes += segment.length;
-    if (error_queued_) continue;
+    if (queued_failure) continue;
     if (table_.check_local(segment, writes_locally(request.opcode)) != Status::Success)
       op.local_error = Status::LocalProtection;
   }
-  if (error_queued_) op.local_error = Status::Flushed;  // behind an op that failed at post
+  if (queued_failure) op.local_error = Status::Flushed;  // behind an op that failed at post
   if (op.local_error != Status::Success) {
-    error_queued_ = true;
+    rc().queue_failure();
     in_flight_.push_back(op);
     return;
   }
@@ -103,13 +102,11 @@ void TcpConnection::enqueue_locked(const WorkRequest& request, std::uint64_t id)
 }
 
 Result<std::uint64_t> TcpConnection::post_recv(std::span<const Segment> sgl) {
-  if (auto ok = check_recv(sgl, caps_); !ok) return std::unexpected(ok.error());
+  if (auto ok = rc().check_post_recv(sgl, caps_); !ok) return std::unexpected(ok.error());
   std::lock_guard lock(mutex_);
-  if (rc().closed()) return rc().refuse_closed("post_recv");
-  if (rc().failed()) return rc().post_recv_flushed([&](const Completion& c) { recv_queue_->push(c); });
-  if (recvs_.size() >= recv_depth_)
-    return fail(Errc::ResourceExhausted, "post_recv: receive queue full (" + std::to_string(recv_depth_) +
-                                             " posted; option recv_queue_depth)");
+  if (auto refused =
+          rc().admit_recv(recvs_.size(), recv_depth_, [&](const Completion& c) { recv_queue_->push(c); }))
+    return *refused;
   PostedRecv recv{.id = rc().recv_id(rc().take_recv()), .sgl = {}, .local_error = Status::Success};
   recv.sgl.count = static_cast<std::uint32_t>(sgl.size());
   std::copy(sgl.begin(), sgl.end(), recv.sgl.segments.begin());

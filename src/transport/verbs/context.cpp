@@ -54,6 +54,7 @@ Capabilities VerbsContext::capabilities() const {
   c.kernel_bypass = true;
   c.flushes_receives_posted_in_error = true;  // in software where the device does not (rxe: flush_recv)
   c.device_keys = true;
+  c.peer_death_announced = true;  // on_cm_readable: DISCONNECTED moves the QP to the error state
   c.max_message_size = device_->port_attr().max_msg_sz;
   c.max_sge = std::min<std::uint32_t>(config().max_sge, static_cast<std::uint32_t>(device_->attr().max_sge));
   c.max_inline = config().inline_size;

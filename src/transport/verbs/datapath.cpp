@@ -4,10 +4,13 @@
 #include <arpa/inet.h>
 
 #include <array>
+#include <atomic>
+#include <cerrno>
 #include <vector>
 
-#include "core/rc_check.hpp"
+#include "core/rc_state.hpp"
 #include "transport/verbs/connection.hpp"
+#include "transport/verbs/context.hpp"
 #include "transport/verbs/mapping.hpp"
 
 namespace rdmakit::verbs_impl {
@@ -32,13 +35,18 @@ std::uint64_t total_length(std::span<const Segment> segments) noexcept {
   return total;
 }
 
+// Operations of one queue not yet done (racing posts may briefly see done ahead of posted).
+std::uint64_t outstanding(const std::atomic<std::uint64_t>& posted, const std::atomic<std::uint64_t>& done) {
+  const std::uint64_t p = posted.load(std::memory_order_relaxed), d = done.load(std::memory_order_relaxed);
+  return p > d ? p - d : 0;
+}
+
 }  // namespace
 
 Result<std::uint64_t> VerbsConnection::post(std::span<const WorkRequest> chain) {
-  // Behind a failure the QP is in the error state and flushes what is posted; only a closed one is gone.
-  if (track_->closed()) [[unlikely]]
-    return track_->refuse_closed("post");
-  if (auto ok = check_chain(chain, caps_, peer_.epoch); !ok) [[unlikely]]
+  // The core prologue (the request, then a closed connection); behind a failure the QP is in the error
+  // state and flushes what is posted, and a full queue is ENOMEM from ibv_post_send.
+  if (auto ok = track_->check_post(chain, caps_, peer_.epoch); !ok) [[unlikely]]
     return std::unexpected(ok.error());
 
   std::array<ibv_send_wr, kStackChain> on_stack;
@@ -90,6 +98,9 @@ Result<std::uint64_t> VerbsConnection::post(std::span<const WorkRequest> chain) 
     // Those before `bad` were posted and will complete; the rest never will.
     const auto posted = static_cast<std::uint64_t>(bad ? bad - wrs : 0);
     track_->give_back_sends(chain.size() - posted);
+    if (rc == ENOMEM && posted == 0)  // the send queue is full: the same error as on every transport
+      return detail::RcState::queue_full("post", outstanding(track_->send_posted, track_->send_done),
+                                         context_->config().send_queue_depth);
     return fail_errno("ibv_post_send (" + std::to_string(posted) + " of " + std::to_string(chain.size()) +
                           " posted; send_queue_depth full?)",
                       rc);
@@ -98,9 +109,7 @@ Result<std::uint64_t> VerbsConnection::post(std::span<const WorkRequest> chain) 
 }
 
 Result<std::uint64_t> VerbsConnection::post_recv(std::span<const Segment> sgl) {
-  if (track_->closed()) [[unlikely]]
-    return track_->refuse_closed("post_recv");
-  if (auto ok = check_recv(sgl, caps_); !ok) [[unlikely]]
+  if (auto ok = track_->check_post_recv(sgl, caps_); !ok) [[unlikely]]
     return std::unexpected(ok.error());
   const std::uint64_t sequence = track_->take_recv();
   if (track_->failed()) [[unlikely]] {
@@ -116,6 +125,9 @@ Result<std::uint64_t> VerbsConnection::post_recv(std::span<const Segment> sgl) {
   ibv_recv_wr* bad = nullptr;
   if (int rc = ibv_post_recv(qp_->get(), &wr, &bad); rc != 0) [[unlikely]] {
     track_->give_back_recv();
+    if (rc == ENOMEM)
+      return detail::RcState::queue_full("post_recv", outstanding(track_->recv_posted, track_->recv_done),
+                                         context_->config().recv_queue_depth);
     return fail_errno("ibv_post_recv (recv_queue_depth full?)", rc);
   }
   return wr.wr_id;
