@@ -59,6 +59,7 @@ constexpr CapabilityRow kCapabilityRows[] = {
     {"device_keys", [](const Caps& c) { return yes_no(c.device_keys); }},
     {"flushes_receives_posted_in_error",
      [](const Caps& c) { return yes_no(c.flushes_receives_posted_in_error); }},
+    {"peer_death_announced", [](const Caps& c) { return yes_no(c.peer_death_announced); }},
     {"max_message_size", [](const Caps& c) { return std::to_string(c.max_message_size); }},
     {"max_sge", [](const Caps& c) { return std::to_string(c.max_sge); }},
     {"max_inline", [](const Caps& c) { return std::to_string(c.max_inline); }},

@@ -408,8 +408,13 @@ void bind_context(py::module_& m) {
             d["atomics_coherent_with_cpu"] = caps.atomics_coherent_with_cpu;
             d["kernel_bypass"] = caps.kernel_bypass, d["device_keys"] = caps.device_keys;
             d["same_host_only"] = caps.same_host_only;
+            d["flushes_receives_posted_in_error"] = caps.flushes_receives_posted_in_error;
+            d["peer_death_announced"] = caps.peer_death_announced;
+            d["misaligned_atomic_refused_at_post"] = caps.misaligned_atomic_refused_at_post;
             d["max_message_size"] = caps.max_message_size, d["max_sge"] = caps.max_sge;
             d["max_inline"] = caps.max_inline;
+            d["address_prefix"] = caps.address_prefix;
+            d["progress_threads"] = caps.progress_threads;
             return d;
           },
           "What the transport can do, as a dict.")

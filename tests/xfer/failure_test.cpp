@@ -14,60 +14,13 @@
 #include <thread>
 
 #include "rdmakit/context.hpp"
+#include "xfer/peer_process.hpp"
 #include "xfer/xfer_test_support.hpp"
 
 namespace rdmakit::xfer::testing {
 namespace {
 
 using namespace std::chrono_literals;
-
-// An owner process (tests/xfer/xfer_peer.cpp) publishing one segment.
-class PeerProcess {
- public:
-  PeerProcess(const std::filesystem::path& dir, const std::string& segment, std::size_t size,
-              const std::string& transport) {
-    int to_child[2], from_child[2];
-    if (::pipe(to_child) != 0 || ::pipe(from_child) != 0) return;
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      ::dup2(to_child[0], 0);
-      ::dup2(from_child[1], 1);
-      ::close(to_child[1]);
-      ::close(from_child[0]);
-      auto bytes = std::to_string(size);
-      ::execl(RDMAKIT_XFER_PEER, RDMAKIT_XFER_PEER, dir.c_str(), segment.c_str(), bytes.c_str(),
-              transport.c_str(), nullptr);
-      ::_exit(127);
-    }
-    ::close(to_child[0]);
-    ::close(from_child[1]);
-    stdin_ = to_child[1];
-    char line[16] = {};
-    ready_ = ::read(from_child[0], line, 6) == 6 && std::strncmp(line, "ready\n", 6) == 0;
-    ::close(from_child[0]);
-  }
-  ~PeerProcess() {
-    if (stdin_ >= 0) ::close(stdin_);
-    if (pid_ > 0) ::waitpid(pid_, nullptr, 0);
-  }
-  bool ready() const { return ready_; }
-  // SIGSTOP returns before every thread has stopped (one thread takes the signal and then stops the others),
-  // so a stop waits for the group stop: until then the owner's progress thread can still answer a request.
-  void signal(int sig) const {
-    ::kill(pid_, sig);
-    int status = 0;
-    if (sig == SIGSTOP) ::waitpid(pid_, &status, WUNTRACED);
-  }
-  // Waits until a killed owner is gone (its device resources with it).
-  void reap() {
-    if (pid_ > 0 && ::waitpid(pid_, nullptr, 0) == pid_) pid_ = -1;
-  }
-
- private:
-  pid_t pid_ = -1;
-  int stdin_ = -1;
-  bool ready_ = false;
-};
 
 // RDMAKIT_TEST_FAULT_SLACK_MS: extra time the sanitizer builds get on every bound (scripts/test.sh).
 std::chrono::milliseconds sanitizer_slack() {

@@ -51,6 +51,10 @@ class PeerProcess {
     int status = 0;
     if (sig == SIGSTOP) ::waitpid(pid_, &status, WUNTRACED);
   }
+  // Waits until a killed owner is gone (its device resources with it).
+  void reap() {
+    if (pid_ > 0 && ::waitpid(pid_, nullptr, 0) == pid_) pid_ = -1;
+  }
 
  private:
   pid_t pid_ = -1;
