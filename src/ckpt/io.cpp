@@ -10,6 +10,8 @@
 #include <optional>
 #include <utility>
 
+#include "core/tsan.hpp"
+
 namespace rdmakit::ckpt::detail {
 
 std::uint64_t round_up(std::uint64_t value, std::uint64_t alignment) noexcept {
@@ -50,11 +52,14 @@ Result<Ring> Ring::create(unsigned depth) {
   auto ring = std::make_unique<io_uring>();
   int rc = io_uring_queue_init(depth, ring.get(), 0);
   if (rc < 0) return fail_errno("ckpt: io_uring_queue_init (io_uring disabled or too old a kernel?)", -rc);
+  tsan::acquire_mapping();  // the rings may sit where another thread's were (core/tsan.hpp)
   return Ring(std::move(ring), depth);
 }
 
 Ring::~Ring() {
-  if (ring_) io_uring_queue_exit(ring_.get());
+  if (!ring_) return;
+  tsan::release_mapping();
+  io_uring_queue_exit(ring_.get());
 }
 
 Result<void> Ring::queue(bool write, int fd, void* buffer, std::uint32_t length, std::uint64_t offset,

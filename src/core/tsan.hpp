@@ -23,9 +23,18 @@ namespace rdmakit::tsan {
 inline char channel_token;
 inline void release_to_peer() { __tsan_release(&channel_token); }
 inline void acquire_from_peer() { __tsan_acquire(&channel_token); }
+// Mappings TSan does not see come and go: liburing maps and unmaps its rings with raw system calls, so a
+// ring set up at the address of one that another thread tore down looks as if it raced with that thread's
+// last use of it. The kernel orders the unmapping before the new mapping: unmapping releases, mapping
+// acquires.
+inline char mapping_token;
+inline void release_mapping() { __tsan_release(&mapping_token); }
+inline void acquire_mapping() { __tsan_acquire(&mapping_token); }
 #else
 inline void release_to_peer() {}
 inline void acquire_from_peer() {}
+inline void release_mapping() {}
+inline void acquire_mapping() {}
 #endif
 
 }  // namespace rdmakit::tsan
