@@ -107,21 +107,24 @@ std::string registrations(const std::string& transport) {
   return check_write(pair, **again, 2, "after the release");
 }
 
+// allocate() of `piece`-byte regions into `regions` until the context refuses one (its error), at most 1024.
+std::optional<Error> allocate_until_refused(Context& context, std::size_t piece,
+                                            std::vector<std::shared_ptr<MemoryRegion>>& regions) {
+  while (regions.size() < 1024) {
+    auto region = context.allocate(piece, Access::All);
+    if (!region) return region.error();
+    regions.push_back(*region);
+  }
+  return std::nullopt;
+}
+
 // allocate() of 1 GiB regions until the shared arena has no room (its pages are holes until touched).
 std::string arena(const std::string& transport) {
   Pair pair;
   if (auto bad = open_pair(transport, pair); !bad.empty()) return bad;
   constexpr std::size_t kPiece = std::size_t{1} << 30;
   std::vector<std::shared_ptr<MemoryRegion>> regions;
-  std::optional<Error> refusal;
-  while (regions.size() < 1024) {
-    auto region = pair.target->allocate(kPiece, Access::All);
-    if (!region) {
-      refusal = region.error();
-      break;
-    }
-    regions.push_back(*region);
-  }
+  std::optional<Error> refusal = allocate_until_refused(*pair.target, kPiece, regions);
   if (!refusal) return "1 TiB allocated and no refusal";
   std::printf("arena %s: %zu GiB held, the next refused: %s\n", transport.c_str(), regions.size(),
               refusal->describe().c_str());
@@ -218,15 +221,7 @@ std::string oom_child(const std::string& transport) {
   if (setrlimit(RLIMIT_AS, &limit) != 0)
     return "setrlimit(RLIMIT_AS) failed: " + std::string(strerror(errno));
   std::vector<std::shared_ptr<MemoryRegion>> regions;
-  std::optional<Error> refusal;
-  while (regions.size() < 1024) {
-    auto region = pair.target->allocate(kPiece, Access::All);
-    if (!region) {
-      refusal = region.error();
-      break;
-    }
-    regions.push_back(*region);
-  }
+  std::optional<Error> refusal = allocate_until_refused(*pair.target, kPiece, regions);
   if (!refusal) return "16 GiB allocated under a 256 MiB headroom and no refusal";
   std::printf("oom %s: %zu regions of 16 MiB held (%zu registrations), the next refused: %s\n",
               transport.c_str(), regions.size(), pair.target->live_registrations(),
