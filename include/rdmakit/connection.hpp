@@ -87,6 +87,19 @@ class Connection {
   Result<std::uint64_t> send_imm(Segment local, std::uint32_t imm);
   Result<std::uint64_t> post_recv(Segment sgl);
 
+  // Load/store access to the peer's memory where this process maps it, as UCX's ucp_rkey_ptr gives: a
+  // pointer, valid in this process, to [remote.addr, remote.addr + length) at the peer. shm: memory the
+  // peer got from Context::allocate() with the rights asked for (RemoteWrite maps it writable; RemoteRead
+  // alone read-only). Loads and stores through it are READs and WRITEs that no queue orders or completes:
+  // the two processes order them with their own synchronisation (atomics on shared memory, or a SEND
+  // after the stores). The key, the range and the rights are checked once, here: the pointer stays mapped
+  // while this connection lives, but once the peer deregisters the memory it points into the peer's free
+  // arena space, so stop using it first (as with an rkey). Errors: NotSupported where the transport maps
+  // nothing (verbs, tcp, fault) or the memory is not in the peer's arenas (register_memory(): reached by
+  // cross-memory attach only); InvalidArgument for a key, range or right the peer did not grant;
+  // StaleDescriptor for an earlier life of the peer; ConnectionBroken after close().
+  virtual Result<std::byte*> map_remote(RemoteAddress remote, std::size_t length, Access access);
+
   // Waits for operation `id` (a send-side or a receive id) on the queue it completes on. InvalidArgument at
   // once for an id this connection never issued, or whose completion was already taken (poll or wait),
   // however long ago; also for an unsignaled success once 2-4 times the deeper queue's depth of operations

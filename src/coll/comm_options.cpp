@@ -22,12 +22,14 @@ bool parse_value(std::string_view text, Algorithm& out) {
   if (text == "ring") return out = Algorithm::Ring, true;
   if (text == "rd") return out = Algorithm::RecursiveDoubling, true;
   if (text == "hd") return out = Algorithm::HalvingDoubling, true;
+  if (text == "shared") return out = Algorithm::Shared, true;
   return false;
 }
 std::string print_value(Algorithm algorithm) {
   return algorithm == Algorithm::Ring                ? "ring"
          : algorithm == Algorithm::RecursiveDoubling ? "rd"
          : algorithm == Algorithm::HalvingDoubling   ? "hd"
+         : algorithm == Algorithm::Shared            ? "shared"
                                                      : "auto";
 }
 bool parse_value(std::string_view text, Hierarchy& out) {
@@ -80,9 +82,10 @@ std::vector<options::Spec<C, O>> specs() {
       option("coll_slots", "4", "collectives: chunks in flight per peer (1..256)", "an integer", &C::slots,
              &O::slots),
       option("coll_algo", "auto",
-             "collectives: allreduce algorithm: auto, ring, rd (recursive doubling) or hd "
-             "(halving-doubling)",
-             "auto, ring, rd or hd", &C::algorithm, &O::algorithm),
+             "collectives: allreduce algorithm: auto, ring, rd (recursive doubling), hd "
+             "(halving-doubling) or shared (loads and stores in memory every rank maps: one host "
+             "over shm; elsewhere auto)",
+             "auto, ring, rd, hd or shared", &C::algorithm, &O::algorithm),
       option("coll_hierarchical", "auto",
              "collectives: allreduce reduces inside each host, runs coll_algo among one leader per "
              "host, then broadcasts inside each host: auto (when ranks share hosts and there are "

@@ -239,6 +239,13 @@ std::size_t Exchange::progress() {
   return total;
 }
 
+Result<void> Exchange::poll(int waiting_for) {
+  waiting_for_ = waiting_for;
+  progress();
+  if (failure_) return std::unexpected(*failure_);
+  return {};
+}
+
 // Sleeps in the transport's wait (spin, then block, per Config::wait_mode) on the one completion queue;
 // with two fabrics it waits on each in turn for a short while.
 Result<void> Exchange::block_briefly() {

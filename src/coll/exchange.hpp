@@ -102,6 +102,14 @@ class Exchange {
   // Waits until every chunk sent so far left this rank's outbound slots.
   Result<void> flush();
 
+  // For waits outside send/recv (the shared-memory barrier, shared.hpp): one round of progress (answers
+  // peers' probes with `waiting_for`, a world rank; learns of failures), then the sticky failure, if any.
+  Result<void> poll(int waiting_for);
+  // A wait for world rank `rank` ran out: asks the peers (probe), fails everything, names the culprit.
+  Error stalled(int rank, const std::string& what) { return timed_out(rank, what); }
+  std::chrono::milliseconds timeout() const noexcept { return timeout_; }
+  std::chrono::microseconds spin() const noexcept { return spin_; }
+
   // The sticky failure, if any.
   const std::optional<Error>& failure() const noexcept { return failure_; }
   // Records the first failure, tells the peers whom it blames (`culprit`, -1: none; `blame` the notice

@@ -24,6 +24,12 @@ Result<std::uint64_t> post_one(Connection& connection, const WorkRequest& reques
 
 }  // namespace
 
+Result<std::byte*> Connection::map_remote(RemoteAddress, std::size_t, Access) {
+  return fail(Errc::NotSupported,
+              "map_remote: this transport does not map a peer's memory into this process "
+              "(only shm does): use READ and WRITE");
+}
+
 Result<std::uint64_t> Connection::write(std::span<const Segment> local, RemoteAddress remote, bool signaled) {
   return post_one(
       *this, WorkRequest{.opcode = Opcode::Write, .local = local, .remote = remote, .signaled = signaled});

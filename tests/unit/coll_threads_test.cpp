@@ -30,7 +30,8 @@ class CollThreads : public ::testing::TestWithParam<std::tuple<std::string, int>
 };
 
 TEST_P(CollThreads, AllreduceEveryTypeOperatorAndAlgorithm) {
-  for (Algorithm algorithm : {Algorithm::Ring, Algorithm::RecursiveDoubling, Algorithm::HalvingDoubling}) {
+  for (Algorithm algorithm :
+       {Algorithm::Ring, Algorithm::RecursiveDoubling, Algorithm::HalvingDoubling, Algorithm::Shared}) {
     run_ranks(n(), small_chunks(transport(), algorithm), [&](Communicator& comm) {
       std::size_t count = 37;
       int variant = 0;
@@ -47,6 +48,45 @@ TEST_P(CollThreads, AllreduceEveryTypeOperatorAndAlgorithm) {
         }
     });
   }
+}
+
+// The shared-memory allreduce (shm, one host) over messages of many rounds (512 KiB each) whose slices
+// do not divide evenly, back to back and asynchronous, so that each round's buffer parity and barrier
+// generation carry over from the call before. Over tcp the same calls take the staged algorithms.
+TEST_P(CollThreads, SharedAllreduceOverManyRoundsBackToBack) {
+  run_ranks(n(), small_chunks(transport()), [&](Communicator& comm) {
+    bool shared = transport() == "shm" && comm.size() > 1;
+    EXPECT_EQ(comm.allreduce_algorithm(4 << 20) == "shared", shared) << comm.allreduce_algorithm(4 << 20);
+    struct Case {
+      DataType type;
+      ReduceOp op;
+      std::size_t count;
+    };
+    const Case cases[] = {{DataType::F32, ReduceOp::Sum, 393241},  {DataType::I64, ReduceOp::Max, 200003},
+                          {DataType::U8, ReduceOp::Sum, 1},        {DataType::F64, ReduceOp::Avg, 131075},
+                          {DataType::BF16, ReduceOp::Avg, 300007}, {DataType::I32, ReduceOp::Min, 7}};
+    int variant = 0;
+    for (const Case& c : cases) {
+      auto send = fill(c.type, c.op, comm.rank(), c.count);
+      std::vector<std::byte> recv(send.size());
+      bool in_place = ++variant % 2 == 0;
+      auto ok = in_place ? comm.allreduce(send.data(), send.data(), c.count, c.type, c.op)
+                         : comm.allreduce(send.data(), recv.data(), c.count, c.type, c.op);
+      ASSERT_TRUE(ok.has_value()) << ok.error().describe();
+      check_reduced(c.type, c.op, comm.size(), in_place ? send.data() : recv.data(), c.count, 0,
+                    "shared allreduce " + std::string(to_string(c.type)) + " x" + std::to_string(c.count));
+    }
+    std::vector<std::vector<std::byte>> buffers;
+    std::vector<Work> works;
+    for (std::size_t k = 0; k < 4; ++k)
+      buffers.push_back(fill(DataType::F32, ReduceOp::Sum, comm.rank(), 150001, k));
+    for (auto& b : buffers)
+      works.push_back(comm.allreduce_async(b.data(), b.data(), 150001, DataType::F32, ReduceOp::Sum));
+    for (std::size_t k = 0; k < works.size(); ++k) {
+      ASSERT_TRUE(works[k].wait().has_value());
+      check_reduced(DataType::F32, ReduceOp::Sum, comm.size(), buffers[k].data(), 150001, k, "async shared");
+    }
+  });
 }
 
 TEST_P(CollThreads, ReduceAndReduceScatter) {

@@ -1,15 +1,16 @@
-// The shm transport's copy (copy.hpp): streaming and cached copies land every byte at any alignment and
-// touch nothing around the range; and WRITE, READ and SEND through the transport land the same bytes when
-// the operation takes the streaming path (threshold lowered, so small buffers reach it).
+// The copy of the shm transport and the shared collectives (core/copy.hpp): streaming and cached copies land
+// every byte at any alignment and touch nothing around the range; and WRITE, READ and SEND through the
+// transport land the same bytes when the operation takes the streaming path (threshold lowered, so small
+// buffers reach it).
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <future>
 #include <vector>
 
+#include "core/copy.hpp"
 #include "rdmakit/rdmakit.hpp"
 #include "support/test_support.hpp"
-#include "transport/shm/copy.hpp"
 
 using namespace std::chrono_literals;
 using namespace rdmakit;
@@ -22,7 +23,7 @@ constexpr std::byte kGuard{0xee};
 void check_copy(std::size_t n, std::size_t s_off, std::size_t d_off, bool streaming) {
   std::vector<std::byte> src(n + 128), dst(n + 128, kGuard);
   rdmakit::testing::fill_pattern(src.data() + s_off, n, static_cast<std::uint32_t>(n + s_off));
-  shm::copy_bytes(dst.data() + d_off, src.data() + s_off, n, streaming);
+  detail::copy_bytes(dst.data() + d_off, src.data() + s_off, n, streaming);
   ASSERT_EQ(std::memcmp(dst.data() + d_off, src.data() + s_off, n), 0)
       << n << " bytes, offsets " << s_off << "/" << d_off << (streaming ? ", streaming" : "");
   for (std::size_t i = 0; i < d_off; ++i) ASSERT_EQ(dst[i], kGuard) << "byte " << i << " before the range";
@@ -38,13 +39,13 @@ TEST(ShmCopy, EveryAlignmentAndLengthLands) {
 }
 
 TEST(ShmCopy, ThresholdIsAtLeastACoreCacheAndCanBeLowered) {
-  EXPECT_GE(shm::streaming_threshold(), std::uint64_t{1} << 20);
-  EXPECT_FALSE(shm::streams(64 << 10));  // a 64 KiB operation never streams
-  shm::testing::set_streaming_threshold(4096);
-  EXPECT_TRUE(shm::streams(4096));
-  EXPECT_FALSE(shm::streams(4095));
-  shm::testing::set_streaming_threshold(0);
-  EXPECT_FALSE(shm::streams(64 << 10));
+  EXPECT_GE(detail::streaming_threshold(), std::uint64_t{1} << 20);
+  EXPECT_FALSE(detail::streams(64 << 10));  // a 64 KiB operation never streams
+  detail::testing::set_streaming_threshold(4096);
+  EXPECT_TRUE(detail::streams(4096));
+  EXPECT_FALSE(detail::streams(4095));
+  detail::testing::set_streaming_threshold(0);
+  EXPECT_FALSE(detail::streams(64 << 10));
 }
 
 struct Pair {
@@ -71,8 +72,8 @@ void wait_ok(Connection& c, std::uint64_t id) {
 
 class StreamingThreshold : public ::testing::Test {
  protected:
-  void SetUp() override { shm::testing::set_streaming_threshold(4096); }
-  void TearDown() override { shm::testing::set_streaming_threshold(0); }
+  void SetUp() override { detail::testing::set_streaming_threshold(4096); }
+  void TearDown() override { detail::testing::set_streaming_threshold(0); }
 };
 
 // Sizes above the threshold at odd offsets, one of several chunks (the transport moves 1 MiB at a time).

@@ -226,6 +226,46 @@ TEST(Shm, StaleDescriptorIsRefused) {
   EXPECT_TRUE(p.ab->health());
 }
 
+// map_remote: stores through the pointer land in the owner's memory and the owner's stores show through
+// it; every request the owner did not grant is refused with the error that names it.
+TEST(Shm, MapRemoteGivesLoadStoreAccessToAllocatedMemoryOnly) {
+  Pair p = connect_pair();
+  Memory writable = make_memory(*p.b, 8192, true);
+  RemoteAddress at = writable.region->descriptor().at(100);
+  auto mapped = p.ab->map_remote(at, 4000, Access::RemoteRead | Access::RemoteWrite);
+  ASSERT_TRUE(mapped.has_value()) << mapped.error().describe();
+  rdmakit::testing::fill_pattern(*mapped, 4000, 11);
+  EXPECT_EQ(rdmakit::testing::find_pattern_mismatch(writable.data() + 100, 4000, 11), 4000u);
+  std::memset(writable.data() + 100, 0x5a, 16);
+  EXPECT_EQ((*mapped)[15], std::byte{0x5a});
+
+  auto error_of = [&](RemoteAddress remote, std::size_t length, Access access) {
+    auto got = p.ab->map_remote(remote, length, access);
+    return got ? Errc{} : got.error().code();
+  };
+  EXPECT_EQ(error_of(at, 8192, Access::RemoteRead), Errc::InvalidArgument);  // past the region's end
+  RemoteAddress wrong_key = at;
+  wrong_key.rkey ^= 1u << 20;
+  EXPECT_EQ(error_of(wrong_key, 8, Access::RemoteRead), Errc::InvalidArgument);
+  EXPECT_EQ(error_of(at, 8, Access::RemoteAtomic), Errc::InvalidArgument);
+  RemoteAddress stale = at;
+  stale.owner_epoch ^= 1;
+  EXPECT_EQ(error_of(stale, 8, Access::RemoteRead), Errc::StaleDescriptor);
+  // Read-only rights give a read-only mapping and no writable one.
+  Memory readable = make_memory(*p.b, 4096, true, Access::RemoteRead);
+  RemoteAddress ro = readable.region->descriptor().at(0);
+  EXPECT_EQ(error_of(ro, 8, Access::RemoteWrite), Errc::InvalidArgument);
+  std::memset(readable.data(), 0x33, 8);
+  auto read_only = p.ab->map_remote(ro, 8, Access::RemoteRead);
+  ASSERT_TRUE(read_only.has_value()) << read_only.error().describe();
+  EXPECT_EQ((*read_only)[7], std::byte{0x33});
+  // Registered heap memory is not mapped: cross-memory attach only.
+  Memory heap = make_memory(*p.b, 64, false);
+  EXPECT_EQ(error_of(heap.region->descriptor().at(0), 8, Access::RemoteRead), Errc::NotSupported);
+  p.ab->close();
+  EXPECT_EQ(error_of(at, 8, Access::RemoteRead), Errc::ConnectionBroken);
+}
+
 // Issue item 2: a region its owner deregistered is unreachable, on both paths, even if its memory is
 // still there (heap) or was handed out again (arena).
 TEST_P(ShmBoth, DeregisteredRegionCannotBeReached) {

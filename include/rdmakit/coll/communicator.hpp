@@ -51,7 +51,7 @@ struct CommOptions {
                // the CPU between polls) this long before it sleeps; 0 sleeps at once
   std::optional<std::size_t> chunk_bytes{};  // coll_chunk_bytes, default 512 KiB: pipeline unit and slot size
   std::optional<std::uint32_t> slots{};      // coll_slots, default 4: chunks in flight per peer
-  std::optional<Algorithm> algorithm{};      // coll_algo: auto, ring, rd, hd (default auto: the cost
+  std::optional<Algorithm> algorithm{};      // coll_algo: auto, ring, rd, hd, shared (default auto: the cost
                                              // model's cheapest, docs/allreduce-model.md); when
                                              // hierarchical, the algorithm among the hosts' leaders
   std::optional<Hierarchy> hierarchical{};   // coll_hierarchical: auto, on, off (default auto)
@@ -85,7 +85,7 @@ class Communicator {
   int local_size() const noexcept;
   // "tcp", "shm" or "shm+tcp": what carries this rank's traffic.
   std::string transports() const;
-  // What allreduce runs for a message of `bytes` bytes: "ring", "rd", "hd", or "hier:" followed by
+  // What allreduce runs for a message of `bytes` bytes: "ring", "rd", "hd", "shared", or "hier:" followed by
   // the algorithm among the hosts' leaders (options coll_algo, coll_hierarchical).
   std::string allreduce_algorithm(std::size_t bytes) const;
 

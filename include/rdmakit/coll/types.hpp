@@ -36,7 +36,9 @@ std::string_view to_string(DataType type) noexcept;
 std::string_view to_string(ReduceOp op) noexcept;
 
 // Which allreduce algorithm runs. Auto chooses by message size and world size.
-enum class Algorithm : std::uint8_t { Auto, Ring, RecursiveDoubling, HalvingDoubling };
+// Shared: through memory every rank maps (all ranks on one host over shm; shared.hpp): elsewhere it
+// means Auto.
+enum class Algorithm : std::uint8_t { Auto, Ring, RecursiveDoubling, HalvingDoubling, Shared };
 std::string_view to_string(Algorithm algorithm) noexcept;
 
 // Whether allreduce runs hierarchically: reduce inside each host (local transport), allreduce among one

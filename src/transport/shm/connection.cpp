@@ -7,6 +7,7 @@
 
 #include "core/rc_state.hpp"
 #include "core/tsan.hpp"
+#include "transport/shm/registry.hpp"
 
 namespace rdmakit::shm {
 
@@ -45,6 +46,31 @@ void ShmConnection::close() {
       Status::Flushed);
   // The peer sees EOF at once and fails what it has pending with us.
   ::shutdown(socket_.get(), SHUT_RDWR);
+}
+
+// The key is checked as a WRITE or READ checks it, but once: no pin is held afterwards (see the contract
+// in connection.hpp). The arenas stay mapped while peer_ lives, which this connection keeps alive.
+Result<std::byte*> ShmConnection::map_remote(RemoteAddress remote, std::size_t length, Access access) {
+  std::string what =
+      "map_remote of " + std::to_string(length) + " bytes at " + std::to_string(remote.addr) + ": ";
+  if (rc().closed())
+    return fail(Errc::ConnectionBroken, what + "connection " + std::to_string(number()) + " was closed");
+  if (access != Access::RemoteRead && access != Access::RemoteWrite &&
+      access != (Access::RemoteRead | Access::RemoteWrite))
+    return fail(Errc::InvalidArgument, what + "access must be RemoteRead and/or RemoteWrite");
+  if (remote.owner_epoch != 0 && remote.owner_epoch != peer_->epoch)
+    return fail(Errc::StaleDescriptor,
+                what + "the descriptor is from an earlier life of peer " + peer_->name);
+  if (check_remote(peer_->ctl(), remote.rkey, remote.addr, length, access) != Status::Success)
+    return fail(Errc::InvalidArgument, what + "key " + std::to_string(remote.rkey) +
+                                           " does not grant that range with those rights at peer " +
+                                           peer_->name);
+  std::byte* mine = peer_->translate(remote.addr, length, has(access, Access::RemoteWrite));
+  if (!mine)
+    return fail(Errc::NotSupported, what + "the memory is not in peer " + peer_->name +
+                                        "'s allocate() arenas (registered memory is reached by "
+                                        "cross-memory attach only): use READ and WRITE");
+  return mine;
 }
 
 void ShmConnection::peer_gone() {

@@ -40,6 +40,7 @@ class ShmConnection final : public Connection {
   ConnectionStats stats() const override;
   Result<void> health() const override;
   void close() override;
+  Result<std::byte*> map_remote(RemoteAddress remote, std::size_t length, Access access) override;
 
   // ---- for the context's progress engine (called with the context's connections mutex held) ----
   int socket_fd() const noexcept { return socket_.get(); }

@@ -5,10 +5,10 @@
 
 #include <cstring>
 
+#include "core/copy.hpp"
 #include "core/rc_state.hpp"
 #include "core/tsan.hpp"
 #include "transport/shm/connection.hpp"
-#include "transport/shm/copy.hpp"
 
 namespace rdmakit::shm {
 namespace {
@@ -166,7 +166,8 @@ ShmConnection::Outcome ShmConnection::do_write(Pending& op) {
   // byte moves, and a deregistration between chunks stops the rest.
   std::uint64_t chunk = with_imm ? total : std::min(total - op.offset, kChunk);
   Status st = pinned(remote.rkey, remote.addr, total, Access::RemoteWrite, [&] {
-    return write_remote(*peer_, op.local(), op.offset, remote.addr + op.offset, chunk, streams(total));
+    return write_remote(*peer_, op.local(), op.offset, remote.addr + op.offset, chunk,
+                        detail::streams(total));
   });
   if (st != Status::Success) return {false, false, st};
   op.offset += chunk;
@@ -191,7 +192,7 @@ ShmConnection::Outcome ShmConnection::do_read(Pending& op) {
   const RemoteAddress& remote = op.request.remote;
   std::uint64_t chunk = std::min(total - op.offset, kChunk);
   Status st = pinned(remote.rkey, remote.addr, total, Access::RemoteRead, [&] {
-    return read_remote(*peer_, op.local(), op.offset, remote.addr + op.offset, chunk, streams(total));
+    return read_remote(*peer_, op.local(), op.offset, remote.addr + op.offset, chunk, detail::streams(total));
   });
   if (st != Status::Success) return {false, false, st};
   op.offset += chunk;

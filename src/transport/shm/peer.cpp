@@ -9,8 +9,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "core/copy.hpp"
 #include "core/log.hpp"
-#include "transport/shm/copy.hpp"
 #include "transport/shm/registry.hpp"
 
 namespace rdmakit::shm {
@@ -62,8 +62,8 @@ void copy_lists(IoList dst, IoList src, bool streaming) {
   std::size_t d = 0, s = 0, d_off = 0, s_off = 0;
   while (d < dst.count && s < src.count) {
     std::size_t n = std::min(dst.iov[d].iov_len - d_off, src.iov[s].iov_len - s_off);
-    copy_bytes(static_cast<std::byte*>(dst.iov[d].iov_base) + d_off,
-               static_cast<const std::byte*>(src.iov[s].iov_base) + s_off, n, streaming);
+    detail::copy_bytes(static_cast<std::byte*>(dst.iov[d].iov_base) + d_off,
+                       static_cast<const std::byte*>(src.iov[s].iov_base) + s_off, n, streaming);
     d_off += n;
     s_off += n;
     if (d_off == dst.iov[d].iov_len) ++d, d_off = 0;
@@ -139,9 +139,9 @@ bool move_direct(const PeerView& peer, std::span<const Segment> local, std::uint
   if (!mapped) return false;
   auto* mine = reinterpret_cast<std::byte*>(local[0].addr + skip);
   if (write)
-    copy_bytes(mapped, mine, length, streaming);
+    detail::copy_bytes(mapped, mine, length, streaming);
   else
-    copy_bytes(mine, mapped, length, streaming);
+    detail::copy_bytes(mine, mapped, length, streaming);
   return true;
 }
 
@@ -165,7 +165,8 @@ Status read_remote(const PeerView& peer, std::span<const Segment> local, std::ui
 
 Status write_scattered(const PeerView& peer, std::span<const Segment> local, std::span<const Segment> remote,
                        std::uint64_t length) {
-  return move(peer, IoList::of(local, 0, length), IoList::of(remote, 0, length), true, streams(length));
+  return move(peer, IoList::of(local, 0, length), IoList::of(remote, 0, length), true,
+              detail::streams(length));
 }
 
 void atomic_on(std::uint64_t* word, Opcode opcode, std::uint64_t compare_add, std::uint64_t swap,

@@ -46,7 +46,7 @@ struct PeerView {
 };
 
 // WRITE: `length` bytes of the local segments, gathered from byte `skip` on, to [addr, addr+length) at the
-// peer. `streaming`: with non-temporal stores where the peer's memory is mapped (copy.hpp; the caller
+// peer. `streaming`: with non-temporal stores where the peer's memory is mapped (core/copy.hpp; the caller
 // decides by the whole operation's size, not this chunk's).
 Status write_remote(const PeerView& peer, std::span<const Segment> local, std::uint64_t skip,
                     std::uint64_t addr, std::uint64_t length, bool streaming = false);

@@ -1,4 +1,4 @@
-// How the shm transport moves the bytes of one operation. Small and cache-sized operations use memcpy
+// How the shm transport and the shared-memory collectives move bytes. Small and cache-sized copies use memcpy
 // (cached stores: the peer often reads the data soon, and it may still be in cache). An operation larger
 // than the cache goes with non-temporal (streaming) stores: cached stores would first read every
 // destination line from memory (read-for-ownership) only to evict it again, a third more memory traffic.
@@ -10,7 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 
-namespace rdmakit::shm {
+namespace rdmakit::detail {
 
 // Copies `n` bytes; `streaming` uses non-temporal stores where the CPU has them (x86-64), and then
 // ends with a store fence, so the bytes are visible to other cores before anything the caller stores
@@ -28,4 +28,4 @@ namespace testing {
 void set_streaming_threshold(std::uint64_t bytes) noexcept;
 }  // namespace testing
 
-}  // namespace rdmakit::shm
+}  // namespace rdmakit::detail

@@ -1,4 +1,4 @@
-#include "transport/shm/copy.hpp"
+#include "core/copy.hpp"
 
 #include <unistd.h>
 
@@ -10,7 +10,7 @@
 #include <emmintrin.h>
 #endif
 
-namespace rdmakit::shm {
+namespace rdmakit::detail {
 namespace {
 
 // When the cache sizes are unknown (sysconf says 0): a typical last-level cache share of one thread.
@@ -80,4 +80,4 @@ void set_streaming_threshold(std::uint64_t bytes) noexcept {
 }
 }  // namespace testing
 
-}  // namespace rdmakit::shm
+}  // namespace rdmakit::detail

@@ -1,0 +1,72 @@
+// Allreduce through memory that every rank of one host maps (shm's Connection::map_remote), as vader's
+// and DeepSpeed's shared-memory paths do: no staging slots, no messages, two barriers per round.
+//
+// Each rank owns an area in its shm context's arena: a control block and two buffers of `round` bytes.
+// A message moves in rounds of at most `round` bytes, split into one slice per rank:
+//   1. every rank copies its input, except its own slice, into its current buffer;
+//   2. barrier;
+//   3. rank r reduces slice r straight from the peers' buffers and its own input (loads through the
+//      mapping, in blocks that stay in L1), writes it to its result and to slice r of its own buffer;
+//   4. barrier;
+//   5. every rank copies the other slices of the result out of their owners' buffers.
+// The next round uses the other buffer: a rank writes it only after the first barrier of the round in
+// between, which every rank passed only after its copy-out from that buffer ended. So two barriers per
+// round and none at the end; the buffer parity carries over to the next call.
+//
+// Against the ring over staging slots (2(n-1) dependent steps, each a copy into a slot, a copy into the
+// peer and a reduce) this touches each byte about 4 times instead of ~6.5 and waits on n-1 fewer
+// partners per step: with 8 ranks on 2 cores every dependent step costs the scheduler a round trip.
+//
+// Barriers: a counter and a generation in the group's first rank's area. Waiters spin (yielding the CPU,
+// as wait_until does) for the communicator's spin time, then sleep on the generation with a futex; the
+// last arriver wakes them only when someone sleeps. While waiting they keep the Exchange's progress
+// going, so a peer's death or failure notice ends the wait, and after the timeout the Exchange's
+// diagnosis names the rank that did not arrive.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <vector>
+
+#include "coll/algorithms.hpp"
+#include "coll/exchange.hpp"
+
+namespace rdmakit::coll::detail {
+
+// Bytes per round of the shared allreduce (each rank's area holds two rounds). bench/coll: 256 KiB to
+// 4 MiB were within the noise of each other at 1-64 MiB on 2 and 8 ranks; 512 KiB was best by a little.
+constexpr std::size_t kSharedRoundBytes = 512 << 10;
+
+class SharedArea {
+ public:
+  // Collective over the Exchange's current group (every rank calls it, in the same collective): each rank
+  // allocates its area and maps every peer's. Null on every rank when any rank cannot (a peer not over
+  // shm, an allocation that failed): the ranks agree, so they all take the same path afterwards. An
+  // error only when the Exchange failed.
+  static Result<std::unique_ptr<SharedArea>> create(Exchange& ex, std::size_t round_bytes);
+  ~SharedArea();
+
+  // Same arguments on every rank of the group the area was created for.
+  Result<void> allreduce(Exchange& ex, const Buffers& b);
+  std::size_t round_bytes() const noexcept { return round_; }
+
+ private:
+  struct Control;
+  SharedArea(std::shared_ptr<MemoryRegion> mine, std::vector<std::byte*> areas, int rank, std::size_t round);
+  Control& control(int member) const noexcept;
+  std::byte* buffer(int member, int parity) const noexcept;
+  Result<void> barrier(Exchange& ex);
+  Result<void> round(Exchange& ex, const Buffers& b, std::size_t first, std::size_t count);
+  void reduce_slice(const Buffers& b, std::size_t first, Block slice, int parity, bool streaming);
+
+  std::shared_ptr<MemoryRegion> mine_;  // this rank's area (kept alive while peers map it)
+  std::vector<std::byte*> areas_;       // by group rank: where this process reaches each rank's area
+  int rank_;
+  int size_;
+  std::size_t round_;
+  int parity_ = 0;                  // the buffer the next round writes
+  std::uint32_t barriers_ = 0;      // barriers passed (the generation this rank waits for is barriers_ + 1)
+  std::vector<std::byte> scratch_;  // one block of partial results
+};
+
+}  // namespace rdmakit::coll::detail
