@@ -15,6 +15,8 @@
 
 namespace rdmakit::coll::detail {
 
+class SharedArea;  // shared.hpp
+
 struct Buffers {
   const std::byte* send;
   std::byte* recv;
@@ -30,8 +32,9 @@ Result<void> allreduce_halving(Exchange& ex, const Buffers& b);
 Result<void> allreduce_flat(Exchange& ex, const Buffers& b, Algorithm algorithm);
 // Reduce to each host's leader, `among_leaders` (ring, rd or hd) between the leaders, broadcast from
 // each leader inside its host. Every rank passes its own groups of one consistent layout.
+// `local`: this host's shared area (shared.hpp), which then carries the local stages; null: trees.
 Result<void> allreduce_hierarchical(Exchange& ex, const Buffers& b, const HostGroups& groups,
-                                    Algorithm among_leaders);
+                                    Algorithm among_leaders, SharedArea* local);
 Result<void> reduce_tree(Exchange& ex, const Buffers& b, int root);
 Result<void> broadcast_tree(Exchange& ex, const Buffers& b, int root);
 Result<void> allgather_ring(Exchange& ex, const Buffers& b);

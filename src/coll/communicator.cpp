@@ -57,8 +57,10 @@ struct Communicator::Impl {
   detail::MeshInfo mesh;
   detail::HostGroups groups;  // this rank's host and the hosts' leaders
   detail::Topology topology;  // what the cost model knows of the job
-  // The shared-memory allreduce where every rank is on this host over shm (null elsewhere). After
-  // `exchange`: destroyed first, once the destructor's barrier says no peer reads this rank's area.
+  // Memory shared by the ranks of this host where they reach each other over shm (null elsewhere or
+  // alone): the whole job's allreduce, reduce and broadcast on one host, the local stages of the
+  // hierarchical allreduce on several. After `exchange`: destroyed first, once the destructor's barrier
+  // says no peer reads this rank's area.
   std::unique_ptr<detail::SharedArea> shared;
 
   std::mutex mutex;
@@ -220,7 +222,8 @@ Result<std::unique_ptr<Communicator>> Communicator::create(std::shared_ptr<boots
                                : detail::link_cost(Capabilities{});
   // Everyone connected and armed before the first collective: setup errors surface here, on every rank.
   if (auto ok = detail::barrier_dissemination(impl->exchange); !ok) return std::unexpected(ok.error());
-  if (impl->topology.hosts == 1 && world_size > 1) {
+  if (impl->groups.local.size() > 1) {  // collective among this host's ranks only
+    detail::Exchange::Subgroup host(impl->exchange, impl->groups.local);
     auto shared = detail::SharedArea::create(impl->exchange, detail::kSharedRoundBytes);
     if (!shared) return std::unexpected(shared.error());
     impl->shared = std::move(*shared);
@@ -309,11 +312,14 @@ Result<void> check_reduce_scatter(const Communicator& comm, const void* send, vo
       {check_per_rank(comm, send, recv, count, type, "reduce_scatter"), check_op(op, "reduce_scatter")});
 }
 
+// Every rank of the job maps every other's area: reduce and broadcast go through it too.
+bool one_host_shared(const Communicator::Impl* impl) { return impl->shared && impl->topology.hosts == 1; }
+
 // The shared-memory allreduce wherever it can run and the options leave the choice to us (or ask for
 // it): on one host it beat every staged algorithm at every size from 4 bytes to 64 MiB on 2, 4 and 8
 // ranks (bench/RESULTS.md).
 bool runs_shared(const Communicator::Impl* impl) {
-  if (!impl->shared || impl->options.hierarchical == Hierarchy::On) return false;
+  if (!impl->shared || impl->topology.hosts > 1 || impl->options.hierarchical == Hierarchy::On) return false;
   return impl->options.algorithm == Algorithm::Shared || impl->options.algorithm == Algorithm::Auto;
 }
 
@@ -329,7 +335,8 @@ Result<void> allreduce_with(Communicator::Impl* impl, const detail::Buffers& b) 
   detail::AllreduceChoice plan = plan_allreduce(impl, b.count * size_of(b.type));
   if (plan.algorithm == Algorithm::Shared) return impl->shared->allreduce(impl->exchange, b);
   if (plan.hierarchical)
-    return detail::allreduce_hierarchical(impl->exchange, b, impl->groups, plan.algorithm);
+    return detail::allreduce_hierarchical(impl->exchange, b, impl->groups, plan.algorithm,
+                                          impl->shared.get());
   return detail::allreduce_flat(impl->exchange, b, plan.algorithm);
 }
 
@@ -349,17 +356,23 @@ Op reduce_op(Communicator::Impl* impl, const void* send, void* recv, std::size_t
              ReduceOp op, int root) {
   return [=]() -> Result<void> {
     auto b = buffers(send, recv, count, type, op);
-    if (!detail::averages_in_f32(type, op)) return detail::reduce_tree(impl->exchange, b, root);
+    auto run = [&](const detail::Buffers& in) {
+      return one_host_shared(impl) ? impl->shared->reduce(impl->exchange, in, root)
+                                   : detail::reduce_tree(impl->exchange, in, root);
+    };
+    if (!detail::averages_in_f32(type, op)) return run(b);
     std::size_t out = impl->exchange.rank() == root ? count : 0;
-    return detail::average16(b, count, out, impl->exchange.size(), [&](const detail::Buffers& wide) {
-      return detail::reduce_tree(impl->exchange, wide, root);
-    });
+    return detail::average16(b, count, out, impl->exchange.size(), run);
   };
 }
 
 Op broadcast_op(Communicator::Impl* impl, const void* send, void* recv, std::size_t count, DataType type,
                 int root) {
-  return [=] { return detail::broadcast_tree(impl->exchange, buffers(send, recv, count, type), root); };
+  return [=] {
+    auto b = buffers(send, recv, count, type);
+    return one_host_shared(impl) ? impl->shared->broadcast(impl->exchange, b, root)
+                                 : detail::broadcast_tree(impl->exchange, b, root);
+  };
 }
 
 Op allgather_op(Communicator::Impl* impl, const void* send, void* recv, std::size_t count, DataType type) {

@@ -5,6 +5,7 @@
 // run over shm, which moves a byte at a fraction of a tcp byte's CPU cost.
 #include "coll/algorithms.hpp"
 #include "coll/reduce.hpp"
+#include "coll/shared.hpp"
 
 namespace rdmakit::coll::detail {
 
@@ -15,7 +16,7 @@ Result<void> allreduce_flat(Exchange& ex, const Buffers& b, Algorithm algorithm)
 }
 
 Result<void> allreduce_hierarchical(Exchange& ex, const Buffers& b, const HostGroups& groups,
-                                    Algorithm among_leaders) {
+                                    Algorithm among_leaders, SharedArea* local) {
   int world = ex.size();
   bool leader = groups.local.front() == ex.rank();
   // Avg is a sum until the very end, divided once by the world's size (not by each stage's group).
@@ -23,7 +24,8 @@ Result<void> allreduce_hierarchical(Exchange& ex, const Buffers& b, const HostGr
   Buffers whole{b.recv, b.recv, b.count, b.type, op};
   {
     Exchange::Subgroup host(ex, groups.local);
-    if (auto ok = reduce_tree(ex, Buffers{b.send, b.recv, b.count, b.type, op}, 0); !ok) return ok;
+    Buffers mine{b.send, b.recv, b.count, b.type, op};
+    if (auto ok = local ? local->reduce(ex, mine, 0) : reduce_tree(ex, mine, 0); !ok) return ok;
   }
   if (leader) {
     Exchange::Subgroup leaders(ex, groups.leaders);
@@ -31,7 +33,7 @@ Result<void> allreduce_hierarchical(Exchange& ex, const Buffers& b, const HostGr
     if (b.op == ReduceOp::Avg) finish_average(b.recv, b.count, b.type, world);
   }
   Exchange::Subgroup host(ex, groups.local);
-  return broadcast_tree(ex, whole, 0);
+  return local ? local->broadcast(ex, whole, 0) : broadcast_tree(ex, whole, 0);
 }
 
 }  // namespace rdmakit::coll::detail

@@ -174,8 +174,9 @@ Result<void> SharedArea::barrier(Exchange& ex) {
 
 // Slice `slice` (elements of this round, which starts at element `first`) reduced from every rank's
 // input: this rank's own from its send buffer (it never copied it in), the others' from their buffers.
-// Each block is reduced into `scratch_` (L1), then stored to the result and to this rank's buffer.
-void SharedArea::reduce_slice(const Buffers& b, std::size_t first, Block slice, int parity, bool streaming) {
+// Each block is reduced into `scratch_` (L1), then stored to `result` (if any) and to this rank's buffer.
+void SharedArea::reduce_slice(const Buffers& b, std::size_t first, Block slice, int parity, std::byte* result,
+                              bool streaming) {
   std::size_t e = size_of(b.type);
   std::size_t step = kReduceBlock / e;
   std::byte* shared_result = buffer(rank_, parity) + slice.offset * e;
@@ -186,15 +187,17 @@ void SharedArea::reduce_slice(const Buffers& b, std::size_t first, Block slice, 
     const std::byte* own = b.send + first * e + at;
     for (int k = 1; k < size_; ++k) {
       int m = (rank_ + k) % size_;
-      reduce(partial, k == 1 ? own : partial, buffer(m, parity) + at, count, b.type, b.op);
+      detail::reduce(partial, k == 1 ? own : partial, buffer(m, parity) + at, count, b.type, b.op);
     }
     if (b.op == ReduceOp::Avg) finish_average(partial, count, b.type, size_);
-    copy_bytes(b.recv + first * e + at, partial, count * e, streaming);
+    if (result) copy_bytes(result + first * e + at, partial, count * e, streaming);
     std::memcpy(shared_result + done * e, partial, count * e);
   }
 }
 
-Result<void> SharedArea::round(Exchange& ex, const Buffers& b, std::size_t first, std::size_t count) {
+// One round of a reduction: the whole result lands at every rank (root < 0) or at `root` only.
+Result<void> SharedArea::reduce_round(Exchange& ex, const Buffers& b, std::size_t first, std::size_t count,
+                                      int root) {
   std::size_t e = size_of(b.type);
   int parity = parity_;
   parity_ ^= 1;
@@ -208,11 +211,12 @@ Result<void> SharedArea::round(Exchange& ex, const Buffers& b, std::size_t first
   if (auto ok = barrier(ex); !ok) return ok;
   // 2. This rank's slice, from everyone. A result larger than the caches goes out with streaming stores
   // (no read-for-ownership of lines that are written whole and not read again here).
+  bool receives = root < 0 || root == rank_;
   bool streaming = b.count * e * static_cast<std::size_t>(size_) >= kStreamingWorkingSet;
-  reduce_slice(b, first, own, parity, streaming);
+  reduce_slice(b, first, own, parity, receives ? b.recv : nullptr, streaming);
   if (auto ok = barrier(ex); !ok) return ok;
   // 3. The other slices of the result, from their owners.
-  for (int m = 0; m < size_; ++m) {
+  for (int m = 0; receives && m < size_; ++m) {
     if (m == rank_) continue;
     Block slice = partition(count, size_, m);
     copy_bytes(b.recv + (first + slice.offset) * e, buffer(m, parity) + slice.offset * e, slice.count * e,
@@ -221,12 +225,45 @@ Result<void> SharedArea::round(Exchange& ex, const Buffers& b, std::size_t first
   return {};
 }
 
-Result<void> SharedArea::allreduce(Exchange& ex, const Buffers& b) {
+// One round of a broadcast: the root's data through its buffer, one barrier (the next round writes the
+// other buffer, and the one after this one again only past the next round's barrier, which every rank
+// enters after its copy-out here).
+Result<void> SharedArea::broadcast_round(Exchange& ex, const Buffers& b, std::size_t first, std::size_t count,
+                                         int root) {
   std::size_t e = size_of(b.type);
-  std::size_t per_round = std::max<std::size_t>(1, round_ / e);
-  for (std::size_t first = 0; first < b.count; first += per_round)
-    if (auto ok = round(ex, b, first, std::min(per_round, b.count - first)); !ok) return ok;
+  int parity = parity_;
+  parity_ ^= 1;
+  if (rank_ == root) std::memcpy(buffer(root, parity), b.send + first * e, count * e);
+  if (auto ok = barrier(ex); !ok) return ok;
+  if (rank_ != root)
+    copy_bytes(b.recv + first * e, buffer(root, parity), count * e,
+               b.count * e * static_cast<std::size_t>(size_) >= kStreamingWorkingSet);
   return {};
+}
+
+template <typename Round>
+Result<void> SharedArea::in_rounds(const Buffers& b, Round&& round) {
+  std::size_t per_round = std::max<std::size_t>(1, round_ / size_of(b.type));
+  for (std::size_t first = 0; first < b.count; first += per_round)
+    if (auto ok = round(first, std::min(per_round, b.count - first)); !ok) return ok;
+  return {};
+}
+
+Result<void> SharedArea::allreduce(Exchange& ex, const Buffers& b) {
+  return in_rounds(
+      b, [&](std::size_t first, std::size_t count) { return reduce_round(ex, b, first, count, -1); });
+}
+
+Result<void> SharedArea::reduce(Exchange& ex, const Buffers& b, int root) {
+  return in_rounds(
+      b, [&](std::size_t first, std::size_t count) { return reduce_round(ex, b, first, count, root); });
+}
+
+Result<void> SharedArea::broadcast(Exchange& ex, const Buffers& b, int root) {
+  std::size_t bytes = b.count * size_of(b.type);
+  if (rank_ == root && b.send != b.recv && bytes > 0) std::memmove(b.recv, b.send, bytes);
+  return in_rounds(
+      b, [&](std::size_t first, std::size_t count) { return broadcast_round(ex, b, first, count, root); });
 }
 
 }  // namespace rdmakit::coll::detail

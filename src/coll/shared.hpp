@@ -11,7 +11,11 @@
 //   5. every rank copies the other slices of the result out of their owners' buffers.
 // The next round uses the other buffer: a rank writes it only after the first barrier of the round in
 // between, which every rank passed only after its copy-out from that buffer ended. So two barriers per
-// round and none at the end; the buffer parity carries over to the next call.
+// round and none at the end; the buffer parity carries over to the next call. The same holds for reduce
+// (the copy-out at the root only) and broadcast (the root's copy-in, one barrier, the others' copy-out):
+// every round has a barrier, and every read of a round ends before its reader enters the next round.
+// On one host the area serves the whole job's allreduce, reduce and broadcast; on several, the local
+// stages of the hierarchical allreduce (its group is then the host's ranks).
 //
 // Against the ring over staging slots (2(n-1) dependent steps, each a copy into a slot, a copy into the
 // peer and a reduce) this touches each byte about 4 times instead of ~6.5 and waits on n-1 fewer
@@ -46,8 +50,13 @@ class SharedArea {
   static Result<std::unique_ptr<SharedArea>> create(Exchange& ex, std::size_t round_bytes);
   ~SharedArea();
 
-  // Same arguments on every rank of the group the area was created for.
+  // Same arguments on every rank of the group the area was created for (with that group in scope), as
+  // the staged algorithms take them. reduce writes recv at `root` only; broadcast reads send at `root`
+  // only. reduce is the allreduce's rounds with the copy-out at the root alone; a broadcast round is the
+  // root's copy-in, one barrier and everyone's copy-out.
   Result<void> allreduce(Exchange& ex, const Buffers& b);
+  Result<void> reduce(Exchange& ex, const Buffers& b, int root);
+  Result<void> broadcast(Exchange& ex, const Buffers& b, int root);
   std::size_t round_bytes() const noexcept { return round_; }
 
  private:
@@ -56,8 +65,13 @@ class SharedArea {
   Control& control(int member) const noexcept;
   std::byte* buffer(int member, int parity) const noexcept;
   Result<void> barrier(Exchange& ex);
-  Result<void> round(Exchange& ex, const Buffers& b, std::size_t first, std::size_t count);
-  void reduce_slice(const Buffers& b, std::size_t first, Block slice, int parity, bool streaming);
+  template <typename Round>
+  Result<void> in_rounds(const Buffers& b, Round&& round);
+  Result<void> reduce_round(Exchange& ex, const Buffers& b, std::size_t first, std::size_t count, int root);
+  Result<void> broadcast_round(Exchange& ex, const Buffers& b, std::size_t first, std::size_t count,
+                               int root);
+  void reduce_slice(const Buffers& b, std::size_t first, Block slice, int parity, std::byte* result,
+                    bool streaming);
 
   std::shared_ptr<MemoryRegion> mine_;  // this rank's area (kept alive while peers map it)
   std::vector<std::byte*> areas_;       // by group rank: where this process reaches each rank's area

@@ -54,7 +54,9 @@ TEST_P(CollThreads, AllreduceEveryTypeOperatorAndAlgorithm) {
 // do not divide evenly, back to back and asynchronous, so that each round's buffer parity and barrier
 // generation carry over from the call before. Over tcp the same calls take the staged algorithms.
 TEST_P(CollThreads, SharedAllreduceOverManyRoundsBackToBack) {
-  run_ranks(n(), small_chunks(transport()), [&](Communicator& comm) {
+  CommOptions options = small_chunks(transport());
+  options.chunk_bytes = 256 << 10;  // megabyte messages in 64-byte chunks over tcp would take minutes
+  run_ranks(n(), options, [&](Communicator& comm) {
     bool shared = transport() == "shm" && comm.size() > 1;
     EXPECT_EQ(comm.allreduce_algorithm(4 << 20) == "shared", shared) << comm.allreduce_algorithm(4 << 20);
     struct Case {
@@ -75,6 +77,22 @@ TEST_P(CollThreads, SharedAllreduceOverManyRoundsBackToBack) {
       ASSERT_TRUE(ok.has_value()) << ok.error().describe();
       check_reduced(c.type, c.op, comm.size(), in_place ? send.data() : recv.data(), c.count, 0,
                     "shared allreduce " + std::string(to_string(c.type)) + " x" + std::to_string(c.count));
+    }
+    // reduce and broadcast go through the same areas on one host: every root, out of place and in place.
+    for (int root : {0, comm.size() - 1}) {
+      std::size_t count = 262147 + static_cast<std::size_t>(root);  // 2-3 rounds of F32
+      auto send = fill(DataType::F32, ReduceOp::Sum, comm.rank(), count);
+      std::vector<std::byte> recv(send.size());
+      ASSERT_TRUE(
+          comm.reduce(send.data(), recv.data(), count, DataType::F32, ReduceOp::Sum, root).has_value());
+      if (comm.rank() == root)
+        check_reduced(DataType::F32, ReduceOp::Sum, comm.size(), recv.data(), count, 0, "shared reduce");
+      ASSERT_TRUE(
+          comm.reduce(send.data(), send.data(), count, DataType::F32, ReduceOp::Max, root).has_value());
+      auto data = comm.rank() == root ? fill(DataType::I64, ReduceOp::Sum, root, count)
+                                      : std::vector<std::byte>(count * 8, std::byte{0xee});
+      ASSERT_TRUE(comm.broadcast(data.data(), data.data(), count, DataType::I64, root).has_value());
+      EXPECT_EQ(data, fill(DataType::I64, ReduceOp::Sum, root, count)) << "shared broadcast from " << root;
     }
     std::vector<std::vector<std::byte>> buffers;
     std::vector<Work> works;
