@@ -10,3 +10,15 @@ build_peers() {  # build_peers <bench/coll dir> <work dir>
   mpicxx -O2 -std=c++17 -o "$2/mpi_allreduce" "$1/mpi_allreduce.cpp"
   g++ -O2 -std=c++17 -o "$2/gloo_allreduce" "$1/gloo_allreduce.cpp" -lgloo -lpthread
 }
+
+# For the one-host comparisons (run.sh, run-shm.sh): sets `work` (a temporary directory, removed at exit)
+# with the peers' programs built in it, `mpi` (mpirun on loopback, oversubscribed, unbound) and `perf`
+# (rdmakit-coll-perf of the rdmakit build).
+one_host_setup() {  # one_host_setup <bench/coll dir> <rdmakit build dir>
+  work=$(mktemp -d)
+  trap 'rm -rf "$work"' EXIT
+  build_peers "$1" "$work"
+  mpi=(mpirun --allow-run-as-root --oversubscribe --bind-to none --mca btl_tcp_if_include lo
+       --mca oob_tcp_if_include lo)
+  perf="$2/tools/rdmakit-coll-perf"
+}

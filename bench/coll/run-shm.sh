@@ -13,12 +13,8 @@ ranks=("$@")
 [ ${#ranks[@]} -eq 0 ] && ranks=(2 4 8)
 here=$(dirname "$(realpath "$0")")
 out=$here/results-shm.jsonl
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
 source "$here/peers.sh"
-build_peers "$here" "$work"
-mpi=(mpirun --allow-run-as-root --oversubscribe --bind-to none --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo)
-perf="$build/tools/rdmakit-coll-perf"
+one_host_setup "$here" "$build"
 : >"$out"
 tag() { sed "s/^{/{\"label\":\"$1\",\"rep\":$rep,\"load\":\"$(cut -d' ' -f1 /proc/loadavg)\",/" | grep '^{' >>"$out"; }
 for rep in $(seq 1 "$reps"); do

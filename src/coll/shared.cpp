@@ -115,9 +115,8 @@ Result<std::unique_ptr<SharedArea>> SharedArea::create(Exchange& ex, std::size_t
                                             Access::RemoteRead | Access::RemoteWrite);
       if (at)
         areas[static_cast<std::size_t>(m)] = *at;
-      else {
-        mapped = 0;
-      }
+      else
+        mapped = 0;  // shm maps only allocate() memory: another transport says NotSupported
     }
   }
   // 3. All or none.
