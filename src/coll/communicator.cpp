@@ -319,7 +319,7 @@ bool one_host_shared(const Communicator::Impl* impl) { return impl->shared && im
 // it): on one host it beat every staged algorithm at every size from 4 bytes to 64 MiB on 2, 4 and 8
 // ranks (bench/RESULTS.md).
 bool runs_shared(const Communicator::Impl* impl) {
-  if (!impl->shared || impl->topology.hosts > 1 || impl->options.hierarchical == Hierarchy::On) return false;
+  if (!one_host_shared(impl) || impl->options.hierarchical == Hierarchy::On) return false;
   return impl->options.algorithm == Algorithm::Shared || impl->options.algorithm == Algorithm::Auto;
 }
 
