@@ -24,6 +24,14 @@ class RcRules : public Conformance {
     ASSERT_TRUE(source_ && target_);
   }
 
+  // A second client, whose send and receive queues hold `depth` requests, connected to the server's
+  // context; `server` holds the server's end (the connection lives while both ends do).
+  void connect_with_depth(std::uint32_t depth, Endpoint& client, Endpoint& server) {
+    server = Endpoint{.context = server_.context, .connection = nullptr};
+    client.context = open_context(false, Options{.send_queue_depth = depth, .recv_queue_depth = depth});
+    if (client.context) connect_pair(client, server);
+  }
+
   // Breaks the client's connection with a WRITE to an unknown key; returns that WRITE's completion.
   Completion break_with_bad_key() {
     RemoteAddress bad = target_->descriptor().at(0);
@@ -95,10 +103,8 @@ TEST_P(RcRules, AMalformedPostOnAClosedConnectionIsInvalidArgument) {
 // grant more than the depth asked for (rxe rounds it up), so posts go on until refused, within a bound.
 TEST_P(RcRules, AFullQueueRefusesThePostWithResourceExhausted) {
   constexpr std::uint32_t kDepth = 8;
-  Endpoint client, server{.context = server_.context, .connection = nullptr};
-  client.context = open_context(false, Options{.send_queue_depth = kDepth, .recv_queue_depth = kDepth});
-  ASSERT_TRUE(client.context);
-  connect_pair(client, server);
+  Endpoint client, server;
+  connect_with_depth(kDepth, client, server);
   ASSERT_TRUE(client.connection);
   auto buffer = region(*client.context, 4096, Access::LocalWrite);
   ASSERT_TRUE(buffer);
@@ -269,10 +275,8 @@ TEST_P(RcRules, WaitOnAnIdThatCannotCompleteFailsAtOnce) {
 // completion, and so is an unsignaled success (it has no completion to take).
 TEST_P(RcRules, WaitOnAnIdTakenLongAgoFailsAtOnce) {
   constexpr std::uint32_t kDepth = 16;
-  Endpoint client, server{.context = server_.context, .connection = nullptr};
-  client.context = open_context(false, Options{.send_queue_depth = kDepth, .recv_queue_depth = kDepth});
-  ASSERT_TRUE(client.context);
-  connect_pair(client, server);
+  Endpoint client, server;
+  connect_with_depth(kDepth, client, server);
   ASSERT_TRUE(client.connection);
   auto source = region(*client.context, 64, Access::LocalWrite);
   ASSERT_TRUE(source);
