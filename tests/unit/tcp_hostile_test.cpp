@@ -98,7 +98,7 @@ class Hostile : public ::testing::Test {
   FrameHeader request(FrameType type, std::uint64_t addr, std::uint32_t length, std::uint32_t rkey) const {
     return FrameHeader{.type = type,
                        .status = 0,
-                       .reserved = 0,
+                       .flags = 0,
                        .length = length,
                        .addr = addr,
                        .rkey = rkey,

@@ -59,7 +59,7 @@ FrameHeader request(FrameType type, std::uint64_t addr, std::uint32_t length, st
                     std::uint64_t sequence = 1) {
   return FrameHeader{.type = type,
                      .status = 0,
-                     .reserved = 0,
+                     .flags = 0,
                      .length = length,
                      .addr = addr,
                      .rkey = rkey,

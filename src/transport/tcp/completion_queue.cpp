@@ -21,7 +21,7 @@ void TcpCompletionQueue::progress() {
   for (const auto& weak : connections_)
     if (auto connection = weak.lock()) {
       connection->renew_lease(now);
-      connection->poll_input();
+      connection->poll_input(now);
     }
 }
 

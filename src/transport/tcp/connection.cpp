@@ -81,6 +81,7 @@ TcpConnection::TcpConnection(std::uint32_t number, std::uint64_t engine_key,
 TcpConnection::~TcpConnection() {
   {
     std::lock_guard lock(mutex_);
+    flush_ack_locked();  // a delayed ACK: the peer's requests were carried out
     fail_locked(Status::Flushed, Error(Errc::ConnectionBroken, "connection closed"));
     linger_ = false;
     shut_down_locked();
@@ -91,6 +92,7 @@ TcpConnection::~TcpConnection() {
 void TcpConnection::close() {
   std::lock_guard rx_lock(rx_mutex_);
   std::lock_guard lock(mutex_);
+  flush_ack_locked();  // a delayed ACK: the peer's requests were carried out
   rc().close();
   fail_locked(Status::Flushed, Error(Errc::ConnectionBroken, "connection closed by this side"));
   abandon_receive_locked();
@@ -230,6 +232,7 @@ void TcpConnection::on_tick(std::int64_t now_ns) {
   }
   check_stalls_locked(now_ns);
   if (rc().failed()) return abandon_receive_locked();
+  if (ack_delay_until_ns_ != 0 && now_ns >= ack_delay_until_ns_) flush_ack_locked();
   bool waiting = !in_flight_.empty();
   std::int64_t last_progress = std::max(last_receive_ns_.load(std::memory_order_relaxed),
                                         last_send_ns_.load(std::memory_order_relaxed));

@@ -56,9 +56,14 @@ class TcpConnection final : public Connection,
   bool on_readable() override;
   // Reads what has arrived, from the thread that polls a completion queue of this connection (busy-polling
   // progress: no hand-off through the engine thread). Does nothing while another thread is reading.
-  void poll_input();
+  void poll_input(std::int64_t now_ns);
+  // When the ACK of a burst of the peer's WRITEs and SENDs leaves (receive.cpp, "Delayed ACKs").
+  enum class AckTiming {
+    AtOnce,    // at the end of the burst: the engine thread, or a waiter about to sleep, reads
+    MayRide,   // a poller reads: it may ride on our next request, within kAckDelayNs
+  };
   // Reads a bounded amount (kReadsPerRound); true when input is left for another call.
-  bool drain_input();
+  bool drain_input(AckTiming timing = AckTiming::AtOnce, std::int64_t now_ns = 0);
   void on_writable() override;
   void on_tick(std::int64_t now_ns) override;
   // The polling lease (lease.cpp): renewed by every poll of one of our completion queues, ended by a
@@ -124,7 +129,13 @@ class TcpConnection final : public Connection,
   void complete_local_errors_locked();
   void defer_ack_locked(std::uint64_t sequence);
   void flush_ack_locked();
+  // End of a burst read for a poller: sends the deferred ACK now, or leaves it to ride on our next request.
+  void settle_ack_locked(std::int64_t now_ns);
+  // Puts the deferred ACK (if any) on a request frame we are about to send.
+  void attach_ack_locked(FrameHeader& request);
   void on_cumulative_ack_locked(std::uint64_t sequence);
+  // A request of the peer's that carries its ACK of ours (kFrameAcks).
+  void on_ack_riding_on_request(std::uint64_t sequence);
   // ---- receive side, engine thread (receive.cpp)
   bool read_some();  // false when the socket has nothing more now (or we stop reading it)
   bool read_socket();
@@ -178,6 +189,11 @@ class TcpConnection final : public Connection,
   std::uint64_t next_sequence_ = 1;  // of request frames on the wire (ids come from rc())
   std::uint64_t ack_sequence_ = 0;   // target side: the last request a deferred ACK answers
   std::uint32_t acks_deferred_ = 0;
+  // A deferred ACK may wait for our next request until then (0: it is not waiting for one).
+  std::int64_t ack_delay_until_ns_ = 0;
+  // We sent a request since our last ACK frame of its own: traffic goes both ways, so an ACK that waits
+  // a moment will probably ride on a request. Without that, waiting would only delay it.
+  bool posted_since_ack_ = false;
   std::uint64_t responses_queued_ = 0;  // response frames in out_ (target side)
   std::uint64_t responder_pauses_ = 0;
   bool want_output_ = false;
@@ -195,6 +211,7 @@ class TcpConnection final : public Connection,
   std::mutex rx_mutex_;
   std::atomic<bool> rx_pending_{false};
   Receive rx_;
+  AckTiming rx_ack_timing_ = AckTiming::AtOnce;  // of the thread reading now
   std::vector<std::byte> discard_buffer_;
   // Bytes read from the socket past what the current step needed: [begin, end) of `bytes`. Only an empty
   // buffer reads the socket, so when a read finds the socket empty nothing is left here unnoticed by the

@@ -77,17 +77,19 @@ void TcpConnection::enqueue_locked(const WorkRequest& request, std::uint64_t id)
     in_flight_.push_back(op);
     return;
   }
+  FrameHeader header{.type = frame_type(request),
+                     .status = 0,
+                     .flags = 0,
+                     .length = op.bytes,
+                     .addr = request.remote.addr,
+                     .rkey = request.remote.rkey,
+                     .imm = request.imm,
+                     .operand1 = request.compare_add,
+                     .operand2 = request.swap,
+                     .sequence = op.sequence};
+  attach_ack_locked(header);  // before the frame is queued: a CompareSwap may send the ACK first
   OutFrame& frame = out_.emplace_back();
-  frame.header = FrameHeader{.type = frame_type(request),
-                             .status = 0,
-                             .reserved = 0,
-                             .length = op.bytes,
-                             .addr = request.remote.addr,
-                             .rkey = request.remote.rkey,
-                             .imm = request.imm,
-                             .operand1 = request.compare_add,
-                             .operand2 = request.swap,
-                             .sequence = op.sequence};
+  frame.header = header;
   frame.iov[0] = iovec{&frame.header, sizeof(FrameHeader)};
   frame.iov_count = 1;
   if (writes_locally(request.opcode)) {
@@ -201,7 +203,7 @@ void TcpConnection::send_response_locked(const FrameHeader& request, FrameType t
   OutFrame& frame = out_.emplace_back();
   frame.header = FrameHeader{.type = type,
                              .status = 0,
-                             .reserved = 0,
+                             .flags = 0,
                              .length = length,
                              .addr = 0,
                              .rkey = 0,
@@ -224,7 +226,7 @@ void TcpConnection::send_nak_locked(const FrameHeader& request, Status status) {
   OutFrame& frame = out_.emplace_back();
   frame.header = FrameHeader{.type = FrameType::Nak,
                              .status = static_cast<std::uint8_t>(status),
-                             .reserved = 0,
+                             .flags = 0,
                              .length = 0,
                              .addr = 0,
                              .rkey = 0,

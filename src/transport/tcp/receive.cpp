@@ -40,7 +40,7 @@ constexpr int kReadsPerRound = 64;
 
 bool TcpConnection::on_readable() { return drain_input(); }
 
-void TcpConnection::poll_input() {
+void TcpConnection::poll_input(std::int64_t now_ns) {
   // Also when nothing of ours is outstanding: the peer's one-sided requests are carried out by whoever
   // reads, and a spinning poller must not leave them to an engine thread it keeps off the core.
   if (rc().failed()) return;
@@ -49,19 +49,20 @@ void TcpConnection::poll_input() {
   // rx_mutex_ taken and left it to us (drain_input). Waiting for the poller's next call lost that input
   // until new bytes arrived: a bidirectional read_bw over tcp hung with the peer's READ requests read
   // ahead but never served.
-  if (drain_input()) engine_.kick(engine_key_);
+  if (drain_input(AckTiming::MayRide, now_ns)) engine_.kick(engine_key_);
 }
 
 // Reads in whichever thread gets rx_mutex_. The engine watches the socket edge-triggered, so input must
 // never be left behind unnoticed: a thread that finds the lock taken raises rx_pending_, and the holder
 // reads again after letting go of the lock; a holder that stops because its round is used up says so
 // (returns true) and is called again.
-bool TcpConnection::drain_input() {
+bool TcpConnection::drain_input(AckTiming timing, std::int64_t now_ns) {
   rx_pending_.store(true, std::memory_order_release);
   while (rx_pending_.load(std::memory_order_acquire)) {
     std::unique_lock rx_lock(rx_mutex_, std::try_to_lock);
     if (!rx_lock.owns_lock()) return false;
     rx_pending_.store(false, std::memory_order_release);
+    rx_ack_timing_ = timing;
     int reads = kReadsPerRound;
     bool more = false;
     while (read_some()) {
@@ -73,7 +74,10 @@ bool TcpConnection::drain_input() {
     {
       // The burst (or our share of it) is over: one cumulative ACK answers every WRITE and SEND it carried.
       std::lock_guard lock(mutex_);
-      flush_ack_locked();
+      if (timing == AckTiming::AtOnce)
+        flush_ack_locked();
+      else
+        settle_ack_locked(now_ns);
     }
     abandon_receive_locked();
     if (more) return true;
@@ -240,7 +244,11 @@ void TcpConnection::dispatch_header() {
   if (auto ok = check_frame_header(rx_.header); !ok)
     return fail_now(Status::GeneralError,
                     Error(Errc::ProtocolError, "peer " + peer_label_ + " sent " + ok.error().message()));
-  if (is_request(rx_.header.type)) return on_request_header();
+  if (is_request(rx_.header.type)) {
+    // Once per frame (on_request_header runs again for a request that waited for a receive).
+    if (rx_.header.flags & kFrameAcks) on_ack_riding_on_request(rx_.header.operand2);
+    return on_request_header();
+  }
   on_response_header();
 }
 
@@ -372,10 +380,12 @@ void TcpConnection::finish_payload() {
     case Receive::Then::AckWriteImm:
     case Receive::Then::AckSend: {
       bool write_imm = rx_.then == Receive::Then::AckWriteImm;
-      // The ACK leaves before the receive completion is visible: once the application sees the message it
-      // may close or exit, and the sender must not then time out on a message that was delivered.
+      // The ACK leaves before the receive completion is visible (once the application sees the message it
+      // may close or exit, and the sender must not then time out on a message that was delivered), unless
+      // a poller reads and we have been sending requests too: then the application will most likely answer
+      // at once and the ACK rides on its answer (close() sends a deferred ACK; see "Delayed ACKs").
       defer_ack_locked(h.sequence);
-      flush_ack_locked();
+      if (rx_ack_timing_ == AckTiming::AtOnce || !posted_since_ack_) flush_ack_locked();
       rc().completed(rx_.recv.id);
       recv_queue_->push(Completion{.id = rx_.recv.id,
                                    .status = Status::Success,
@@ -483,9 +493,61 @@ void TcpConnection::defer_ack_locked(std::uint64_t sequence) {
 void TcpConnection::flush_ack_locked() {
   if (acks_deferred_ == 0 || rc().failed()) return;
   acks_deferred_ = 0;
+  ack_delay_until_ns_ = 0;
+  posted_since_ack_ = false;
   FrameHeader ack{};
   ack.sequence = ack_sequence_;
   send_response_locked(ack, FrameType::Ack, 0, 0, nullptr, {});
+}
+
+// Delayed ACKs. In a ping-pong each side's ACK used to be a frame of its own: a sendmsg on the target and
+// a recv on the initiator per message, twice the system calls of the message itself (strace). When a
+// thread polls (it reads the socket itself, so the application is active) and we have sent requests on
+// this connection since our last ACK frame, the ACK of a burst waits up to kAckDelayNs for our next
+// request and rides on it (kFrameAcks). Otherwise (the engine thread reads, a waiter goes to sleep, the
+// traffic goes one way) it leaves at the end of the burst as before. A waiting ACK still goes out:
+// - on the first poll after kAckDelayNs (settle_ack_locked), or after 64 requests (defer_ack_locked);
+// - before any other response (send_response_locked), so responses stay in request order;
+// - when the poller stops: its lease ends (1 ms at most, or at once when it sleeps) and the engine reads
+//   with AckTiming::AtOnce; the engine's tick checks the delay too;
+// - on close() and in the destructor.
+// So an ACK is late by at most the lease; a peer whose window is full meanwhile waits that long at worst.
+namespace {
+constexpr std::int64_t kAckDelayNs = 20'000;
+}  // namespace
+
+void TcpConnection::settle_ack_locked(std::int64_t now_ns) {
+  if (acks_deferred_ == 0) return;
+  if (!posted_since_ack_) return flush_ack_locked();
+  if (ack_delay_until_ns_ == 0)
+    ack_delay_until_ns_ = now_ns + kAckDelayNs;
+  else if (now_ns >= ack_delay_until_ns_)
+    flush_ack_locked();
+}
+
+void TcpConnection::attach_ack_locked(FrameHeader& request) {
+  posted_since_ack_ = true;
+  if (acks_deferred_ == 0 || rc().failed()) return;
+  if (request.type == FrameType::CompareSwap) {
+    // Its operand2 is taken: the ACK goes first as a frame of its own.
+    flush_ack_locked();
+    posted_since_ack_ = true;
+    return;
+  }
+  request.flags |= kFrameAcks;
+  request.operand2 = ack_sequence_;
+  acks_deferred_ = 0;
+  ack_delay_until_ns_ = 0;
+}
+
+void TcpConnection::on_ack_riding_on_request(std::uint64_t sequence) {
+  std::lock_guard lock(mutex_);
+  if (rc().failed()) return;
+  if (in_flight_.empty() || in_flight_.front().local_error != Status::Success)
+    return fail_locked(Status::GeneralError,
+                       Error(Errc::ProtocolError,
+                             "peer " + peer_label_ + " broke the protocol: an ACK with no request waiting for it"));
+  on_cumulative_ack_locked(sequence);
 }
 
 // Initiator side: completes every WRITE, WRITE_IMM and SEND up to `sequence`.

@@ -32,16 +32,22 @@ enum class FrameType : std::uint8_t {
   Nak,             // status = why; the target fails the connection after sending it
 };
 
+// Flags of a request frame.
+// kFrameAcks: the request also carries a cumulative ACK of the peer's requests, up to `operand2` (the
+// target side's ACK rides on its next request instead of a frame of its own: one system call less per
+// message each way in a ping-pong). Never on a CompareSwap, whose operand2 is the value to swap in.
+constexpr std::uint16_t kFrameAcks = 1;
+
 struct FrameHeader {
   FrameType type;
   std::uint8_t status;  // Nak: a rdmakit::Status
-  std::uint16_t reserved;
+  std::uint16_t flags;  // requests: kFrameAcks or 0; responses: 0
   std::uint32_t length;  // payload bytes (WRITE/SEND/READ response) or bytes asked (READ)
   std::uint64_t addr;    // remote address of one-sided requests
   std::uint32_t rkey;
   std::uint32_t imm;
   std::uint64_t operand1;  // CompareSwap: expected; FetchAdd: addend; AtomicResponse: old value
-  std::uint64_t operand2;  // CompareSwap: desired
+  std::uint64_t operand2;  // CompareSwap: desired; a request with kFrameAcks: the sequence it ACKs
   std::uint64_t sequence;  // requests: the initiator's sequence; responses echo it
 };
 static_assert(sizeof(FrameHeader) == 48);
@@ -68,7 +74,7 @@ struct Hello {
 };
 static_assert(sizeof(Hello) == 256);
 constexpr std::uint32_t kHelloMagic = 0x544b4452;  // "RDKT"
-constexpr std::uint16_t kWireVersion = 1;
+constexpr std::uint16_t kWireVersion = 2;  // 2: ACKs may ride on requests (kFrameAcks)
 
 // Largest payload of one operation: the length field is 32 bits, and verbs' limit is 2^31.
 constexpr std::uint64_t kMaxMessageSize = std::uint64_t{1} << 31;
@@ -81,7 +87,7 @@ Hello encode_hello(const PeerInfo& self);
 // The address is not part of it (the caller knows the socket).
 Result<PeerInfo> decode_hello(std::span<const std::byte> bytes);
 // The checks every frame header passes before it is acted on: a known type, a valid status in a NAK, a
-// length within kMaxMessageSize. Keys, bounds and rights are the registration table's to check.
+// length within kMaxMessageSize, no flags but kFrameAcks on a request that may carry it. Keys, bounds and rights are the registration table's to check.
 Result<void> check_frame_header(const FrameHeader& header);
 // A frame header from raw bytes (exactly sizeof(FrameHeader)), checked.
 Result<FrameHeader> decode_frame_header(std::span<const std::byte> bytes);
