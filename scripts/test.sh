@@ -39,7 +39,7 @@ run_suite build-asan -DCMAKE_BUILD_TYPE=Debug -DRDMAKIT_SANITIZE=ON -DRDMAKIT_BU
 RDMAKIT_TRANSPORT=tcp scripts/run-example.sh build-asan
 
 echo "== build-tsan/ (ThreadSanitizer: the concurrency code)"
-tsan_tests=(unit_fault unit_completion_queue unit_tcp_hostile unit_tcp_limits unit_shm_transport unit_shm_process unit_coll_threads
+tsan_tests=(unit_fault unit_completion_queue unit_tcp_hostile unit_tcp_limits unit_tcp_ack unit_shm_transport unit_shm_process unit_coll_threads
             unit_xfer_metadata
             # The checkpoint engine: persist thread, copy pool, collectives from its background thread.
             unit_ckpt_engine unit_ckpt_group unit_ckpt_replica)

@@ -55,6 +55,10 @@ struct ConnectionStats {
   // responder limits outstanding READs and atomics.
   std::uint64_t queued_responses = 0;
   std::uint64_t responder_pauses = 0;
+  // tcp: acknowledgements of the peer's WRITEs and SENDs sent as frames of their own, and those that rode
+  // on one of our requests instead (a delayed ACK: one system call less each way in a ping-pong).
+  std::uint64_t ack_frames = 0;
+  std::uint64_t acks_on_requests = 0;
 };
 
 class Connection {

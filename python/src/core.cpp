@@ -123,6 +123,7 @@ py::dict stats_dict(const ConnectionStats& stats) {
   d["last_completion"] = duration<double>(stats.last_completion.time_since_epoch()).count();
   d["failed"] = stats.failed, d["failure"] = stats.failure;
   d["queued_responses"] = stats.queued_responses, d["responder_pauses"] = stats.responder_pauses;
+  d["ack_frames"] = stats.ack_frames, d["acks_on_requests"] = stats.acks_on_requests;
   return d;
 }
 

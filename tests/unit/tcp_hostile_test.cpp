@@ -162,6 +162,55 @@ TEST_F(Hostile, ResponsesWithoutRequestsAndBadNaksCloseTheConnection) {
   expect_still_serving();
 }
 
+// An ACK may ride on a request (kFrameAcks, operand2 = the sequence it ACKs). A forged one must not complete
+// anything of the victim's that was not carried out, nor let the request it rides on touch memory.
+TEST_F(Hostile, AcksRidingOnRequestsThatDoNotFitCloseTheConnection) {
+  auto base = reinterpret_cast<std::uint64_t>(target_->data());
+  auto write_with = [&](FrameType type, std::uint16_t flags, std::uint64_t acked) {
+    FrameHeader header = request(type, base, 8, target_->rkey());
+    header.flags = flags;
+    header.operand2 = acked;
+    return header;
+  };
+  struct Case {
+    const char* what;
+    FrameHeader header;
+    std::size_t payload;
+  };
+  const Case cases[] = {
+      {"an ACK with nothing of the victim's in flight", write_with(FrameType::Write, kFrameAcks, 1), 8},
+      {"an unknown flag", write_with(FrameType::Write, 2, 0), 8},
+      {"an ACK on a CompareSwap (its operand2 is the swap value)", write_with(FrameType::CompareSwap, kFrameAcks, 1),
+       0},
+      {"flags on a response", write_with(FrameType::Ack, kFrameAcks, 1), 0},
+  };
+  for (const Case& c : cases) {
+    int fd = connect_raw();
+    send_frame(fd, c.header, c.payload);
+    EXPECT_TRUE(closed_by_peer(fd)) << c.what;
+    ::close(fd);
+  }
+  EXPECT_TRUE(target_untouched());
+
+  // An ACK beyond what the victim sent: its own WRITE (never answered by us) must fail, not succeed.
+  int fd = connect_raw();
+  auto victim = accepted_.back();
+  ASSERT_TRUE(victim);
+  auto source = context_->allocate(8, Access::LocalWrite).value();
+  auto id = victim->write(source->whole().value(), RemoteAddress{.addr = 4096, .rkey = 1}).value();
+  FrameHeader theirs{};  // the victim's WRITE frame (sequence 1), then its payload
+  ASSERT_EQ(::recv(fd, &theirs, sizeof(theirs), MSG_WAITALL), static_cast<ssize_t>(sizeof(theirs)));
+  EXPECT_EQ(theirs.type, FrameType::Write);
+  send_frame(fd, write_with(FrameType::Write, kFrameAcks, theirs.sequence + 1000), 8);
+  auto done = victim->wait(id, 10s);
+  ASSERT_TRUE(done.has_value()) << done.error().message();
+  EXPECT_NE(done->status, Status::Success);
+  EXPECT_TRUE(closed_by_peer(fd));
+  ::close(fd);
+  EXPECT_TRUE(target_untouched());
+  expect_still_serving();
+}
+
 TEST_F(Hostile, MisalignedAndForeignAtomicsAreRefused) {
   auto base = reinterpret_cast<std::uint64_t>(target_->data());
   for (auto [addr, rkey] : {std::pair{base + 3, target_->rkey()}, std::pair{base, target_->rkey() + 1}}) {

@@ -186,6 +186,8 @@ ConnectionStats Link::stats() const {
   ConnectionStats stats = state_->stats(inner_->peer());
   stats.queued_responses = inner.queued_responses;
   stats.responder_pauses = inner.responder_pauses;
+  stats.ack_frames = inner.ack_frames;
+  stats.acks_on_requests = inner.acks_on_requests;
   if (!stats.failed) {
     stats.failed = inner.failed;
     stats.failure = inner.failure;

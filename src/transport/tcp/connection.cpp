@@ -191,6 +191,8 @@ ConnectionStats TcpConnection::stats() const {
   std::lock_guard lock(mutex_);
   stats.queued_responses = responses_queued_;
   stats.responder_pauses = responder_pauses_;
+  stats.ack_frames = ack_frames_;
+  stats.acks_on_requests = acks_on_requests_;
   return stats;
 }
 

@@ -194,6 +194,7 @@ class TcpConnection final : public Connection,
   // We sent a request since our last ACK frame of its own: traffic goes both ways, so an ACK that waits
   // a moment will probably ride on a request. Without that, waiting would only delay it.
   bool posted_since_ack_ = false;
+  std::uint64_t ack_frames_ = 0, acks_on_requests_ = 0;  // ConnectionStats
   std::uint64_t responses_queued_ = 0;  // response frames in out_ (target side)
   std::uint64_t responder_pauses_ = 0;
   bool want_output_ = false;

@@ -495,6 +495,7 @@ void TcpConnection::flush_ack_locked() {
   acks_deferred_ = 0;
   ack_delay_until_ns_ = 0;
   posted_since_ack_ = false;
+  ++ack_frames_;
   FrameHeader ack{};
   ack.sequence = ack_sequence_;
   send_response_locked(ack, FrameType::Ack, 0, 0, nullptr, {});
@@ -538,6 +539,7 @@ void TcpConnection::attach_ack_locked(FrameHeader& request) {
   request.operand2 = ack_sequence_;
   acks_deferred_ = 0;
   ack_delay_until_ns_ = 0;
+  ++acks_on_requests_;
 }
 
 void TcpConnection::on_ack_riding_on_request(std::uint64_t sequence) {
