@@ -30,6 +30,8 @@ namespace rdmakit::tcp {
 class TcpContext;
 
 constexpr std::uint32_t kMaxSge = 16;
+// The ACK of a larger WRITE or SEND never waits to ride on a request (receive.cpp, "Delayed ACKs").
+constexpr std::uint32_t kAckRideMaxBytes = 64 * 1024;
 
 // A scatter-gather list small enough to live inside the structures that carry it (no allocation).
 struct SgList {
@@ -194,6 +196,8 @@ class TcpConnection final : public Connection,
   // We sent a request since our last ACK frame of its own: traffic goes both ways, so an ACK that waits
   // a moment will probably ride on a request. Without that, waiting would only delay it.
   bool posted_since_ack_ = false;
+  // The deferred ACK answers a message larger than kAckRideMaxBytes: it leaves at the end of the burst.
+  bool ack_at_once_ = false;
   std::uint64_t ack_frames_ = 0, acks_on_requests_ = 0;  // ConnectionStats
   std::uint64_t responses_queued_ = 0;  // response frames in out_ (target side)
   std::uint64_t responder_pauses_ = 0;

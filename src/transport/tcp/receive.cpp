@@ -376,7 +376,9 @@ void TcpConnection::finish_payload() {
     case Receive::Then::Nothing:
       return;
     case Receive::Then::Ack:
-      return defer_ack_locked(h.sequence);
+      defer_ack_locked(h.sequence);
+      if (h.length > kAckRideMaxBytes) ack_at_once_ = true;
+      return;
     case Receive::Then::AckWriteImm:
     case Receive::Then::AckSend: {
       bool write_imm = rx_.then == Receive::Then::AckWriteImm;
@@ -385,7 +387,8 @@ void TcpConnection::finish_payload() {
       // a poller reads and we have been sending requests too: then the application will most likely answer
       // at once and the ACK rides on its answer (close() sends a deferred ACK; see "Delayed ACKs").
       defer_ack_locked(h.sequence);
-      if (rx_ack_timing_ == AckTiming::AtOnce || !posted_since_ack_) flush_ack_locked();
+      if (rx_ack_timing_ == AckTiming::AtOnce || !posted_since_ack_ || h.length > kAckRideMaxBytes)
+        flush_ack_locked();
       rc().completed(rx_.recv.id);
       recv_queue_->push(Completion{.id = rx_.recv.id,
                                    .status = Status::Success,
@@ -495,6 +498,7 @@ void TcpConnection::flush_ack_locked() {
   acks_deferred_ = 0;
   ack_delay_until_ns_ = 0;
   posted_since_ack_ = false;
+  ack_at_once_ = false;
   ++ack_frames_;
   FrameHeader ack{};
   ack.sequence = ack_sequence_;
@@ -513,13 +517,16 @@ void TcpConnection::flush_ack_locked() {
 //   with AckTiming::AtOnce; the engine's tick checks the delay too;
 // - on close() and in the destructor.
 // So an ACK is late by at most the lease; a peer whose window is full meanwhile waits that long at worst.
+// Only the ACKs of small messages wait: above kAckRideMaxBytes the system call saved is small next to the
+// payload, and waiting was measured to cost (8 B-64 KiB write_lat: 1.1-2x faster riding; 256 KiB 33 -> 55
+// us, 1 MiB 150 -> 220 us: a reason we did not pin down; bench/RESULTS.md).
 namespace {
 constexpr std::int64_t kAckDelayNs = 20'000;
 }  // namespace
 
 void TcpConnection::settle_ack_locked(std::int64_t now_ns) {
   if (acks_deferred_ == 0) return;
-  if (!posted_since_ack_) return flush_ack_locked();
+  if (!posted_since_ack_ || ack_at_once_) return flush_ack_locked();
   if (ack_delay_until_ns_ == 0)
     ack_delay_until_ns_ = now_ns + kAckDelayNs;
   else if (now_ns >= ack_delay_until_ns_)
@@ -539,6 +546,7 @@ void TcpConnection::attach_ack_locked(FrameHeader& request) {
   request.operand2 = ack_sequence_;
   acks_deferred_ = 0;
   ack_delay_until_ns_ = 0;
+  ack_at_once_ = false;
   ++acks_on_requests_;
 }
 
