@@ -4,6 +4,7 @@
 # run.sh: rdmakit-coll-perf and mpi_allreduce.cpp time the same loop).
 #   bench/coll/run-shm.sh <rdmakit build dir> [max bytes] [reps] [ranks...]  -> bench/coll/results-shm.jsonl
 #   /usr/bin/python3 bench/coll/summarize-reps.py bench/coll/results-shm.jsonl   (medians, markdown)
+# TRANSPORT=tcp compares rdmakit over tcp (loopback) with Open MPI's tcp BTL instead -> results-tcp.jsonl.
 set -euo pipefail
 build=$(realpath "${1:-build}")
 max=${2:-67108864}
@@ -12,7 +13,9 @@ shift 3 || true
 ranks=("$@")
 [ ${#ranks[@]} -eq 0 ] && ranks=(2 4 8)
 here=$(dirname "$(realpath "$0")")
-out=$here/results-shm.jsonl
+transport=${TRANSPORT:-shm}
+btl=$([ "$transport" = tcp ] && echo tcp || echo vader)
+out=$here/results-$transport.jsonl
 source "$here/peers.sh"
 one_host_setup "$here" "$build"
 : >"$out"
@@ -20,8 +23,9 @@ tag() { sed "s/^{/{\"label\":\"$1\",\"rep\":$rep,\"load\":\"$(cut -d' ' -f1 /pro
 for rep in $(seq 1 "$reps"); do
   for np in "${ranks[@]}"; do
     echo "== rep $rep, $np ranks (load $(cut -d' ' -f1-3 /proc/loadavg))"
-    "${mpi[@]}" -np "$np" -x RDMAKIT_COLL_LOCAL_TRANSPORT=shm "$perf" -b 4096 -e "$max" -f 4 -J | tag rdmakit-shm
-    "${mpi[@]}" -np "$np" --mca btl self,vader "$work/mpi_allreduce" 4096 "$max" 4 | tag openmpi-shm
+    "${mpi[@]}" -np "$np" -x RDMAKIT_COLL_LOCAL_TRANSPORT="$transport" "$perf" -b 4096 -e "$max" -f 4 -J |
+      tag "rdmakit-$transport"
+    "${mpi[@]}" -np "$np" --mca btl "self,$btl" "$work/mpi_allreduce" 4096 "$max" 4 | tag "openmpi-$transport"
   done
 done
 /usr/bin/python3 "$here/summarize-reps.py" "$out"
