@@ -75,7 +75,9 @@ std::vector<options::Spec<C, O>> specs() {
              "collectives: a waiting rank polls (yielding its core) this long before it "
              "sleeps; 0 sleeps at once",
              "microseconds", &C::spin, &O::spin),
-      option("coll_chunk_bytes", "524288",
+      // 128 KiB, not 512: across network namespaces (tcp over veth, 4 ranks on 2 cores) the allreduce
+      // took a fifth less CPU and ran 1.2-1.9x faster at 4-64 MiB (bench/RESULTS.md, "netns ring").
+      option("coll_chunk_bytes", "131072",
              "collectives: pipeline unit and staging slot size (a multiple of 64, "
              "up to 1 GiB)",
              "an integer", &C::chunk_bytes, &O::chunk_bytes),
