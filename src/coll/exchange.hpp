@@ -10,8 +10,8 @@
 //  * a sender holds at most `slots` unreleased chunks per peer (credits), so no slot is overwritten
 //    before it was consumed and no receive queue can run dry;
 //  * inside an InPlace scope, a chunk that lies in the scope's (caller) memory is written straight from
-//    there, registered once per collective, instead of being copied into the outbound slot first: across
-//    hosts the copy cost as much CPU as the kernel's own copies (bench/RESULTS.md, "netns ring").
+//    there, registered once per collective, instead of being copied into the outbound slot first: one
+//    pass over memory per sent byte less, on top of the kernel's two (bench/RESULTS.md, "netns ring").
 // A failure names the rank to blame, agreed between the survivors (diagnosis.hpp): a timeout asks the
 // peers what they wait for, and a failing rank tells its peers whom it blames before it closes.
 // One thread drives an Exchange at a time (the communicator's executing thread): no locks inside.
