@@ -28,11 +28,12 @@ Error peer_error(int rank, int peer, const std::string& what) {
 
 }  // namespace
 
-Exchange::Exchange(int rank, int size, std::size_t chunk, std::uint32_t slots,
+Exchange::Exchange(int rank, int size, std::optional<std::size_t> chunk, std::uint32_t slots,
                    std::chrono::milliseconds timeout, std::chrono::microseconds spin)
     : rank_(rank),
       size_(size),
-      chunk_(chunk),
+      configured_chunk_(chunk),
+      chunk_(chunk_for(Capabilities{})),  // a world of one has no fabric: arm() keeps this
       slots_(slots),
       timeout_(timeout),
       spin_(spin),
@@ -79,7 +80,14 @@ std::optional<std::uint32_t> Exchange::InPlace::lkey(Fabric& fabric) {
   return region ? std::optional((*region)->lkey()) : std::nullopt;
 }
 
+std::size_t Exchange::chunk_for(const Capabilities& capabilities) const noexcept {
+  constexpr std::size_t kSameHost = 512 << 10, kNetwork = 128 << 10;
+  return configured_chunk_.value_or(capabilities.same_host_only ? kSameHost : kNetwork);
+}
+
 Result<void> Exchange::arm() {
+  if (!fabrics_.empty()) chunk_ = fabrics_.front()->chunk;
+  for (const auto& fabric : fabrics_) chunk_ = std::min(chunk_, fabric->chunk);
   // Each connection receives at most `slots` data chunks and `slots` credits before this rank reposts.
   for (Peer& p : peers_) {
     if (!p.connection) continue;
@@ -331,7 +339,7 @@ Result<void> Exchange::send(int member, const void* data, std::size_t bytes) {
     return ok;
   std::size_t slot = p.sent % slots_;
   Segment segment = source_of(p, slot, data, bytes);
-  RemoteAddress remote{p.remote.addr + slot * chunk_, p.remote.rkey, p.remote.owner_epoch};
+  RemoteAddress remote{p.remote.addr + slot * p.fabric->chunk, p.remote.rkey, p.remote.owner_epoch};
   WorkRequest request{.opcode = Opcode::WriteImm,
                       .local = std::span<const Segment>(&segment, bytes > 0 ? 1 : 0),
                       .remote = remote,
@@ -350,7 +358,7 @@ Segment Exchange::source_of(Peer& p, std::size_t slot, const void* data, std::si
   if (in_place_ && in_place_->covers(data, bytes))
     if (auto lkey = in_place_->lkey(*p.fabric))
       return Segment{reinterpret_cast<std::uint64_t>(data), length, *lkey};
-  std::byte* staging = p.outbound + slot * chunk_;
+  std::byte* staging = p.outbound + slot * p.fabric->chunk;
   if (bytes > 0) std::memcpy(staging, data, bytes);
   return Segment{reinterpret_cast<std::uint64_t>(staging), length, p.outbound_lkey};
 }
@@ -372,7 +380,7 @@ Result<std::span<const std::byte>> Exchange::recv(int member) {
   if (auto ok = wait_until([&] { return p.arrived > p.consumed; }, from, "data from"); !ok)
     return std::unexpected(ok.error());
   std::size_t slot = p.consumed % slots_;
-  return std::span<const std::byte>(p.inbound + slot * chunk_, p.arrived_bytes[slot]);
+  return std::span<const std::byte>(p.inbound + slot * p.fabric->chunk, p.arrived_bytes[slot]);
 }
 
 Result<void> Exchange::release(int member) {

@@ -43,6 +43,7 @@ struct Fabric {
   std::shared_ptr<Listener> listener;
   std::shared_ptr<MemoryRegion> inbound;   // peers write here: slots per peer
   std::shared_ptr<MemoryRegion> outbound;  // local source of writes: slots per peer
+  std::size_t chunk = 0;                   // slot size and pipeline unit here (Exchange::chunk_for)
   std::vector<int> peers;                  // ranks reached through this fabric, ascending
   std::unordered_map<std::uint32_t, int> rank_of_connection;
 };
@@ -64,8 +65,9 @@ struct Peer {
 
 class Exchange {
  public:
-  Exchange(int rank, int size, std::size_t chunk, std::uint32_t slots, std::chrono::milliseconds timeout,
-           std::chrono::microseconds spin);
+  // `chunk`: every fabric's chunk; unset: chosen per fabric by chunk_for().
+  Exchange(int rank, int size, std::optional<std::size_t> chunk, std::uint32_t slots,
+           std::chrono::milliseconds timeout, std::chrono::microseconds spin);
 
   // This rank and the world's size, or its position in and the size of the Subgroup in scope.
   int rank() const noexcept { return members_.empty() ? rank_ : group_rank_; }
@@ -114,6 +116,17 @@ class Exchange {
     std::size_t bytes_;
     std::vector<std::pair<Fabric*, std::shared_ptr<MemoryRegion>>> regions_;
   };
+  // The chunk of a fabric whose transport has `capabilities`: the configured one, else 512 KiB for a
+  // same-host transport and 128 KiB for a network one. Across network namespaces (tcp over veth) 128 KiB
+  // took a fifth less CPU than 512 KiB and ran the 4-64 MiB allreduce 1.2-1.9x faster; over shm the staged
+  // allgather lost up to 23 % with it (bench/RESULTS.md, "netns ring").
+  std::size_t chunk_for(const Capabilities& capabilities) const noexcept;
+  // The pipeline unit of the link to `member` (a rank as rank() counts): both ends use the same.
+  std::size_t chunk(int member) const noexcept {
+    return peers_[static_cast<std::size_t>(world_rank(member))].fabric->chunk;
+  }
+  // The smallest fabric chunk (set by arm()): fits every slot; the same on every rank of a job, since
+  // every rank has the network fabric when any has, and ranks alone on their host have nothing else.
   std::size_t chunk() const noexcept { return chunk_; }
   std::uint32_t slots() const noexcept { return slots_; }
 
@@ -164,7 +177,8 @@ class Exchange {
   int rank_, size_;
   std::vector<int> members_;  // the Subgroup in scope (world ranks); empty: the world
   int group_rank_ = 0;        // this rank's position in members_
-  std::size_t chunk_;
+  std::optional<std::size_t> configured_chunk_;
+  std::size_t chunk_ = 0;
   std::uint32_t slots_;
   std::chrono::milliseconds timeout_;
   std::chrono::microseconds spin_;
