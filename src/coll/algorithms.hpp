@@ -48,19 +48,25 @@ Result<void> barrier_dissemination(Exchange& ex);
 template <typename Sink>
 Result<void> stream(Exchange& ex, int to, const std::byte* source, std::size_t send_bytes, int from,
                     std::size_t recv_bytes, std::size_t element, Sink&& sink) {
-  std::size_t step = std::max(element, ex.chunk() / element * element);
-  std::size_t sends = to < 0 ? 0 : std::max<std::size_t>(1, (send_bytes + step - 1) / step);
-  std::size_t recvs = from < 0 ? 0 : std::max<std::size_t>(1, (recv_bytes + step - 1) / step);
+  // One step per direction: `to` and `from` may be reached through fabrics of different chunks.
+  auto step_of = [&](int member) {
+    return member < 0 ? element : std::max(element, ex.chunk(member) / element * element);
+  };
+  std::size_t send_step = step_of(to), recv_step = step_of(from);
+  std::size_t sends = to < 0 ? 0 : std::max<std::size_t>(1, (send_bytes + send_step - 1) / send_step);
+  std::size_t recvs = from < 0 ? 0 : std::max<std::size_t>(1, (recv_bytes + recv_step - 1) / recv_step);
   for (std::size_t i = 0; i < std::max(sends, recvs); ++i) {
-    std::size_t offset = i * step;
+    std::size_t offset = i * send_step;
     if (i < sends)
-      if (auto ok = ex.send(to, source + offset, std::min(step, send_bytes - std::min(offset, send_bytes)));
+      if (auto ok =
+              ex.send(to, source + offset, std::min(send_step, send_bytes - std::min(offset, send_bytes)));
           !ok)
         return ok;
+    offset = i * recv_step;
     if (i < recvs) {
       auto data = ex.recv(from);
       if (!data) return std::unexpected(data.error());
-      std::size_t expected = std::min(step, recv_bytes - std::min(offset, recv_bytes));
+      std::size_t expected = std::min(recv_step, recv_bytes - std::min(offset, recv_bytes));
       if (data->size() != expected)
         return std::unexpected(
             ex.fail_all(Error(Errc::ProtocolError,

@@ -1,5 +1,7 @@
 // Allreduce: ring (bandwidth-optimal, large messages), recursive doubling (latency-optimal, small
 // messages) and halving-doubling (in between); cost_model.hpp chooses among them.
+#include <optional>
+
 #include "coll/algorithms.hpp"
 #include "coll/reduce.hpp"
 
@@ -40,6 +42,22 @@ Result<void> fold_out(Exchange& ex, const Buffers& b, const DoublingPlan& plan) 
   return {};
 }
 
+// Ring and halving-doubling send straight from the user's buffer (Exchange::InPlace) once every rank's
+// block fills a chunk: below that the staging copies are few, small and cached, and settling, which waits
+// twice per collective for the last write's acknowledgement, would cost more than they do. Relative to
+// the chunk, so the tests' 64-byte chunks take this path at a few hundred bytes.
+std::optional<Exchange::InPlace> in_place(Exchange& ex, const Buffers& b) {
+  std::size_t bytes = b.count * size_of(b.type);
+  if (bytes < static_cast<std::size_t>(ex.size()) * ex.chunk()) return std::nullopt;
+  return std::optional<Exchange::InPlace>(std::in_place, ex, b.recv, bytes);
+}
+
+// Between the reduce-scatter and the allgather, and at the end: the allgather writes into blocks the
+// reduce-scatter sent from, and the caller may change the buffer once the collective returned.
+Result<void> settle(std::optional<Exchange::InPlace>& scope) {
+  return scope ? scope->settle() : Result<void>{};
+}
+
 // Elements covered by parts [first, first+parts) of a p-way partition.
 Block span_of(std::size_t count, int p, Block parts) {
   Block first = partition(count, p, static_cast<int>(parts.offset));
@@ -49,8 +67,11 @@ Block span_of(std::size_t count, int p, Block parts) {
 
 }  // namespace
 
+// Sources and destinations of one step are disjoint blocks, and a block sent in one phase is written
+// only in the next one: what sending in place needs (settle() between the phases).
 Result<void> allreduce_ring(Exchange& ex, const Buffers& b) {
   prepare(b);
+  auto scope = in_place(ex, b);
   int n = ex.size(), r = ex.rank();
   std::size_t e = size_of(b.type);
   int right = (r + 1) % n, left = (r - 1 + n) % n;
@@ -62,6 +83,7 @@ Result<void> allreduce_ring(Exchange& ex, const Buffers& b) {
         !ok)
       return ok;
   }
+  if (auto ok = settle(scope); !ok) return ok;
   Block mine = partition(b.count, n, r);
   finish(b, mine.offset, mine.count, n);  // each rank averages its own block once; the allgather spreads it
   for (int s = 0; n > 1 && s < n - 1; ++s) {
@@ -72,7 +94,7 @@ Result<void> allreduce_ring(Exchange& ex, const Buffers& b) {
         !ok)
       return ok;
   }
-  return {};
+  return settle(scope);
 }
 
 Result<void> allreduce_doubling(Exchange& ex, const Buffers& b) {
@@ -94,6 +116,8 @@ Result<void> allreduce_halving(Exchange& ex, const Buffers& b) {
   int p = floor_pow2(ex.size());
   std::size_t e = size_of(b.type);
   if (auto ok = fold_in(ex, b, plan); !ok) return ok;
+  // The folds send from and then receive into the whole buffer: they stay outside the scope.
+  auto scope = in_place(ex, b);
   for (const HalvingStep& st : steps) {
     Block send = span_of(b.count, p, st.send), keep = span_of(b.count, p, st.keep);
     if (auto ok = stream(ex, st.partner, b.recv + send.offset * e, send.count * e, st.partner, keep.count * e,
@@ -101,6 +125,7 @@ Result<void> allreduce_halving(Exchange& ex, const Buffers& b) {
         !ok)
       return ok;
   }
+  if (auto ok = settle(scope); !ok) return ok;
   if (!steps.empty()) {
     Block mine = span_of(b.count, p, steps.back().keep);
     finish(b, mine.offset, mine.count, ex.size());
@@ -114,6 +139,8 @@ Result<void> allreduce_halving(Exchange& ex, const Buffers& b) {
         !ok)
       return ok;
   }
+  if (auto ok = settle(scope); !ok) return ok;
+  scope.reset();
   return fold_out(ex, b, plan);
 }
 

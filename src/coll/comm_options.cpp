@@ -52,7 +52,7 @@ struct CollConfig {
   std::optional<std::string> local_transport;  // unset: a same-host transport (shm), else the network one
   std::chrono::milliseconds timeout{};
   std::chrono::microseconds spin{};
-  std::size_t chunk_bytes = 0;
+  std::optional<std::size_t> chunk_bytes;  // unset: by fabric (Exchange::chunk_for)
   std::uint32_t slots = 0;
   Algorithm algorithm = Algorithm::Auto;
   Hierarchy hierarchical = Hierarchy::Auto;
@@ -75,9 +75,10 @@ std::vector<options::Spec<C, O>> specs() {
              "collectives: a waiting rank polls (yielding its core) this long before it "
              "sleeps; 0 sleeps at once",
              "microseconds", &C::spin, &O::spin),
-      option("coll_chunk_bytes", "524288",
-             "collectives: pipeline unit and staging slot size (a multiple of 64, "
-             "up to 1 GiB)",
+      option("coll_chunk_bytes", nullptr,
+             "collectives: pipeline unit and staging slot size (a multiple of 64, up to 1 GiB); unset = "
+             "512 KiB between ranks of one host over a same-host transport (shm), 128 KiB over the "
+             "network transport",
              "an integer", &C::chunk_bytes, &O::chunk_bytes),
       option("coll_slots", "4", "collectives: chunks in flight per peer (1..256)", "an integer", &C::slots,
              &O::slots),
@@ -103,9 +104,9 @@ Result<void> check(C& c, const options::SetOptions&) {
     return std::unexpected(options::bad_option(name, why));
   };
   if (c.timeout.count() == 0) return bad("coll_timeout_ms", "must be at least 1");
-  if (c.chunk_bytes < 64 || c.chunk_bytes % 64 != 0 || c.chunk_bytes > (1u << 30))
+  if (c.chunk_bytes && (*c.chunk_bytes < 64 || *c.chunk_bytes % 64 != 0 || *c.chunk_bytes > (1u << 30)))
     return bad("coll_chunk_bytes",
-               "must be a multiple of 64 up to 1 GiB, got " + std::to_string(c.chunk_bytes));
+               "must be a multiple of 64 up to 1 GiB, got " + std::to_string(*c.chunk_bytes));
   if (c.slots == 0 || c.slots > 256)
     return bad("coll_slots", "must be 1..256, got " + std::to_string(c.slots));
   return {};

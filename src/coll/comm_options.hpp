@@ -14,7 +14,7 @@ struct CommConfig {
   std::chrono::milliseconds timeout{};
   std::chrono::milliseconds bootstrap_timeout{};
   std::chrono::microseconds spin{};
-  std::size_t chunk_bytes = 0;
+  std::optional<std::size_t> chunk_bytes;  // unset: by fabric (Exchange::chunk_for)
   std::uint32_t slots = 0;
   Algorithm algorithm = Algorithm::Auto;
   Hierarchy hierarchical = Hierarchy::Auto;

@@ -5,6 +5,8 @@
 #include <cstring>
 #include <thread>
 
+#include "core/log.hpp"
+
 namespace rdmakit::coll::detail {
 namespace {
 
@@ -26,11 +28,12 @@ Error peer_error(int rank, int peer, const std::string& what) {
 
 }  // namespace
 
-Exchange::Exchange(int rank, int size, std::size_t chunk, std::uint32_t slots,
+Exchange::Exchange(int rank, int size, std::optional<std::size_t> chunk, std::uint32_t slots,
                    std::chrono::milliseconds timeout, std::chrono::microseconds spin)
     : rank_(rank),
       size_(size),
-      chunk_(chunk),
+      configured_chunk_(chunk),
+      chunk_(chunk_for(Capabilities{})),  // a world of one has no fabric: arm() keeps this
       slots_(slots),
       timeout_(timeout),
       spin_(spin),
@@ -48,7 +51,43 @@ Exchange::Subgroup::~Subgroup() {
   ex_.group_rank_ = saved_rank_;
 }
 
+Exchange::InPlace::InPlace(Exchange& ex, std::byte* base, std::size_t bytes)
+    : ex_(ex), base_(base), bytes_(bytes) {
+  ex_.in_place_ = this;
+}
+
+// The registrations must outlive every write that reads through them: after a success the algorithm
+// settled already, after a failure the closed connections' writes complete (flushed) within the bound.
+Exchange::InPlace::~InPlace() {
+  ex_.in_place_ = nullptr;
+  if (!ex_.failure_) (void)ex_.flush();
+  if (ex_.failure_) ex_.quiesce();
+}
+
+bool Exchange::InPlace::covers(const void* data, std::size_t bytes) const noexcept {
+  auto* first = static_cast<const std::byte*>(data);
+  return bytes > 0 && first >= base_ && bytes <= bytes_ &&
+         first - base_ <= static_cast<std::ptrdiff_t>(bytes_ - bytes);
+}
+
+std::optional<std::uint32_t> Exchange::InPlace::lkey(Fabric& fabric) {
+  for (auto& [f, region] : regions_)
+    if (f == &fabric) return region ? std::optional(region->lkey()) : std::nullopt;
+  auto region = fabric.context->register_memory(base_, bytes_, Access::LocalWrite);
+  // Not an error: the staging copy still works. Said once per collective, where it happens.
+  if (!region) log::debug("coll", "sending through staging slots: " + region.error().message());
+  regions_.emplace_back(&fabric, region ? *region : nullptr);
+  return region ? std::optional((*region)->lkey()) : std::nullopt;
+}
+
+std::size_t Exchange::chunk_for(const Capabilities& capabilities) const noexcept {
+  constexpr std::size_t kSameHost = 512 << 10, kNetwork = 128 << 10;
+  return configured_chunk_.value_or(capabilities.same_host_only ? kSameHost : kNetwork);
+}
+
 Result<void> Exchange::arm() {
+  if (!fabrics_.empty()) chunk_ = fabrics_.front()->chunk;
+  for (const auto& fabric : fabrics_) chunk_ = std::min(chunk_, fabric->chunk);
   // Each connection receives at most `slots` data chunks and `slots` credits before this rank reposts.
   for (Peer& p : peers_) {
     if (!p.connection) continue;
@@ -96,7 +135,10 @@ void Exchange::notify_peers(int culprit, Control blame) {
   std::array<Completion, 64> batch;
   while (!pending.empty() && Clock::now() < deadline) {
     for (auto& fabric : fabrics_)
-      for (std::size_t i = 0, n = fabric->cq->poll(batch); i < n; ++i) std::erase(pending, batch[i].id);
+      for (std::size_t i = 0, n = fabric->cq->poll(batch); i < n; ++i) {
+        handle(*fabric, batch[i]);  // counts the writes that complete: quiesce() waits for them
+        std::erase(pending, batch[i].id);
+      }
     std::this_thread::yield();
   }
 }
@@ -153,6 +195,8 @@ void Exchange::handle(Fabric& fabric, const Completion& c) {
   auto found = fabric.rank_of_connection.find(c.connection);
   if (found == fabric.rank_of_connection.end()) return;
   Peer& p = peer(found->second);
+  // A failed write is done with its source too (InPlace's registrations wait for that).
+  if (!Connection::is_recv_id(c.id) && c.opcode == Opcode::WriteImm) ++p.send_done;
   if (!c.ok()) return on_broken(p, c);
   if (Connection::is_recv_id(c.id)) {
     if (c.opcode == Opcode::RecvWriteImm)
@@ -164,8 +208,6 @@ void Exchange::handle(Fabric& fabric, const Completion& c) {
     // A refused repost means the connection is in error: the flush of its other receives follows in the
     // queue, behind any notice the peer sent, and on_broken() decides then.
     if (!failure_) (void)p.connection->post_recv(std::span<const Segment>{});
-  } else if (c.opcode == Opcode::WriteImm) {
-    ++p.send_done;
   }
 }
 
@@ -296,11 +338,8 @@ Result<void> Exchange::send(int member, const void* data, std::size_t bytes) {
       !ok)
     return ok;
   std::size_t slot = p.sent % slots_;
-  std::byte* source = p.outbound + slot * chunk_;
-  if (bytes > 0) std::memcpy(source, data, bytes);
-  Segment segment{reinterpret_cast<std::uint64_t>(source), static_cast<std::uint32_t>(bytes),
-                  p.outbound_lkey};
-  RemoteAddress remote{p.remote.addr + slot * chunk_, p.remote.rkey, p.remote.owner_epoch};
+  Segment segment = source_of(p, slot, data, bytes);
+  RemoteAddress remote{p.remote.addr + slot * p.fabric->chunk, p.remote.rkey, p.remote.owner_epoch};
   WorkRequest request{.opcode = Opcode::WriteImm,
                       .local = std::span<const Segment>(&segment, bytes > 0 ? 1 : 0),
                       .remote = remote,
@@ -312,13 +351,36 @@ Result<void> Exchange::send(int member, const void* data, std::size_t bytes) {
   return {};
 }
 
+// Where a chunk's write reads from: the caller's memory in an InPlace scope that covers it, else the
+// outbound slot it is copied into.
+Segment Exchange::source_of(Peer& p, std::size_t slot, const void* data, std::size_t bytes) {
+  auto length = static_cast<std::uint32_t>(bytes);
+  if (in_place_ && in_place_->covers(data, bytes))
+    if (auto lkey = in_place_->lkey(*p.fabric))
+      return Segment{reinterpret_cast<std::uint64_t>(data), length, *lkey};
+  std::byte* staging = p.outbound + slot * p.fabric->chunk;
+  if (bytes > 0) std::memcpy(staging, data, bytes);
+  return Segment{reinterpret_cast<std::uint64_t>(staging), length, p.outbound_lkey};
+}
+
+// After a failure: the closed connections complete (flush) what they still hold; waits for that, a
+// bounded time, so that memory they might read stays registered until they are done.
+void Exchange::quiesce() {
+  auto idle = [&] {
+    return std::all_of(peers_.begin(), peers_.end(), [](const Peer& p) { return p.send_done >= p.sent; });
+  };
+  auto deadline = Clock::now() + kNoticeLimit;
+  while (!idle() && Clock::now() < deadline)
+    if (progress() == 0) std::this_thread::yield();
+}
+
 Result<std::span<const std::byte>> Exchange::recv(int member) {
   int from = world_rank(member);
   Peer& p = peer(from);
   if (auto ok = wait_until([&] { return p.arrived > p.consumed; }, from, "data from"); !ok)
     return std::unexpected(ok.error());
   std::size_t slot = p.consumed % slots_;
-  return std::span<const std::byte>(p.inbound + slot * chunk_, p.arrived_bytes[slot]);
+  return std::span<const std::byte>(p.inbound + slot * p.fabric->chunk, p.arrived_bytes[slot]);
 }
 
 Result<void> Exchange::release(int member) {

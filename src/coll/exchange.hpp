@@ -8,7 +8,10 @@
 //    a receiver consumes in order, so a sender waiting for a credit waits for at most slots/2 chunks the
 //    receiver already holds (with slots >= 2 the sender may always have one chunk in flight);
 //  * a sender holds at most `slots` unreleased chunks per peer (credits), so no slot is overwritten
-//    before it was consumed and no receive queue can run dry.
+//    before it was consumed and no receive queue can run dry;
+//  * inside an InPlace scope, a chunk that lies in the scope's (caller) memory is written straight from
+//    there, registered once per collective, instead of being copied into the outbound slot first: one
+//    pass over memory per sent byte less, on top of the kernel's two (bench/RESULTS.md, "netns ring").
 // A failure names the rank to blame, agreed between the survivors (diagnosis.hpp): a timeout asks the
 // peers what they wait for, and a failing rank tells its peers whom it blames before it closes.
 // One thread drives an Exchange at a time (the communicator's executing thread): no locks inside.
@@ -40,6 +43,7 @@ struct Fabric {
   std::shared_ptr<Listener> listener;
   std::shared_ptr<MemoryRegion> inbound;   // peers write here: slots per peer
   std::shared_ptr<MemoryRegion> outbound;  // local source of writes: slots per peer
+  std::size_t chunk = 0;                   // slot size and pipeline unit here (Exchange::chunk_for)
   std::vector<int> peers;                  // ranks reached through this fabric, ascending
   std::unordered_map<std::uint32_t, int> rank_of_connection;
 };
@@ -61,8 +65,9 @@ struct Peer {
 
 class Exchange {
  public:
-  Exchange(int rank, int size, std::size_t chunk, std::uint32_t slots, std::chrono::milliseconds timeout,
-           std::chrono::microseconds spin);
+  // `chunk`: every fabric's chunk; unset: chosen per fabric by chunk_for().
+  Exchange(int rank, int size, std::optional<std::size_t> chunk, std::uint32_t slots,
+           std::chrono::milliseconds timeout, std::chrono::microseconds spin);
 
   // This rank and the world's size, or its position in and the size of the Subgroup in scope.
   int rank() const noexcept { return members_.empty() ? rank_ : group_rank_; }
@@ -86,6 +91,42 @@ class Exchange {
     std::vector<int> saved_members_;
     int saved_rank_;
   };
+  // While it lives, send() writes a chunk that lies in [base, base + bytes) from there, without the copy
+  // into a staging slot (the region is registered in a fabric when a send first goes through it). The
+  // caller must leave that memory unchanged until settle() returned: a write may read it until it
+  // completes. The end of the scope waits (bounded, after a failure) for every write to complete, so the
+  // registrations go only when no transport reads the memory any more. Not nested.
+  class InPlace {
+   public:
+    InPlace(Exchange& ex, std::byte* base, std::size_t bytes);
+    ~InPlace();
+    InPlace(const InPlace&) = delete;
+    InPlace& operator=(const InPlace&) = delete;
+    // Waits until every write sent so far completed: the memory may change again.
+    Result<void> settle() { return ex_.flush(); }
+
+   private:
+    friend class Exchange;
+    // The key of the region in `fabric`, registered on first use; none if it cannot be (send() copies).
+    std::optional<std::uint32_t> lkey(Fabric& fabric);
+    bool covers(const void* data, std::size_t bytes) const noexcept;
+
+    Exchange& ex_;
+    std::byte* base_;
+    std::size_t bytes_;
+    std::vector<std::pair<Fabric*, std::shared_ptr<MemoryRegion>>> regions_;
+  };
+  // The chunk of a fabric whose transport has `capabilities`: the configured one, else 512 KiB for a
+  // same-host transport and 128 KiB for a network one. Across network namespaces (tcp over veth) 128 KiB
+  // took a fifth less CPU than 512 KiB and ran the 4-64 MiB allreduce 1.2-1.9x faster; over shm the staged
+  // allgather lost up to 23 % with it (bench/RESULTS.md, "netns ring").
+  std::size_t chunk_for(const Capabilities& capabilities) const noexcept;
+  // The pipeline unit of the link to `member` (a rank as rank() counts): both ends use the same.
+  std::size_t chunk(int member) const noexcept {
+    return peers_[static_cast<std::size_t>(world_rank(member))].fabric->chunk;
+  }
+  // The smallest fabric chunk (set by arm()): fits every slot; the same on every rank of a job, since
+  // every rank has the network fabric when any has, and ranks alone on their host have nothing else.
   std::size_t chunk() const noexcept { return chunk_; }
   std::uint32_t slots() const noexcept { return slots_; }
 
@@ -94,7 +135,8 @@ class Exchange {
   Peer& peer(int rank) noexcept { return peers_[static_cast<std::size_t>(rank)]; }  // world rank
   Result<void> arm();
 
-  // `bytes` <= chunk(). Returns once the data is copied out of `data`.
+  // `bytes` <= chunk(). Returns once the data is copied out of `data`, or, inside an InPlace scope that
+  // covers it, once the write from `data` is posted.
   Result<void> send(int to, const void* data, std::size_t bytes);
   // The next chunk from `from`, valid until release(from).
   Result<std::span<const std::byte>> recv(int from);
@@ -129,11 +171,14 @@ class Exchange {
   Verdict probe(int waiting_for);
   Error timed_out(int rank, const std::string& what);
   Error refused(Peer& p, const char* what, const Error& error);
+  Segment source_of(Peer& p, std::size_t slot, const void* data, std::size_t bytes);
+  void quiesce();
 
   int rank_, size_;
   std::vector<int> members_;  // the Subgroup in scope (world ranks); empty: the world
   int group_rank_ = 0;        // this rank's position in members_
-  std::size_t chunk_;
+  std::optional<std::size_t> configured_chunk_;
+  std::size_t chunk_ = 0;
   std::uint32_t slots_;
   std::chrono::milliseconds timeout_;
   std::chrono::microseconds spin_;
@@ -144,6 +189,7 @@ class Exchange {
   int waiting_for_ = -1;  // what a probe is answered with
   bool probing_ = false;
   std::vector<Answer> answers_;  // while probing, by rank
+  InPlace* in_place_ = nullptr;  // the scope in force, if any
 };
 
 }  // namespace rdmakit::coll::detail

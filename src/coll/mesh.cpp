@@ -77,7 +77,8 @@ Result<void> open_fabric(bootstrap::Store& store, const MeshConfig& config, Exch
   fabric->name = std::string((*context)->transport());
   fabric->context = *context;
   fabric->peers = members;
-  std::size_t bytes = members.size() * ex.slots() * ex.chunk();
+  fabric->chunk = ex.chunk_for(fabric->context->capabilities());
+  std::size_t bytes = members.size() * ex.slots() * fabric->chunk;
   // One queue for every peer of this fabric, sends and receives: per peer 2 * slots + a few receives and
   // `slots` signaled WRITEs can complete before the rank polls (and all of them flush at a failure).
   // A queue that small would overflow on verbs, so size it for that, never below the configured depth.
@@ -113,7 +114,7 @@ void prepare_peer(Exchange& ex, const Layout& layout, int q) {
   Fabric* fabric = fabric_for(ex, layout, q);
   auto mine = static_cast<std::size_t>(std::find(fabric->peers.begin(), fabric->peers.end(), q) -
                                        fabric->peers.begin());
-  std::size_t area = ex.slots() * ex.chunk();
+  std::size_t area = ex.slots() * fabric->chunk;
   p.rank = q;
   p.fabric = fabric;
   p.inbound = static_cast<std::byte*>(fabric->inbound->data()) + mine * area;
@@ -125,7 +126,7 @@ void prepare_peer(Exchange& ex, const Layout& layout, int q) {
 Result<void> set_remote(Exchange& ex, const Layout& layout, int q, const RemoteRegion& region) {
   std::vector<int> theirs = layout.members(q, layout.kind(ex.rank(), q));
   auto index = static_cast<std::size_t>(std::find(theirs.begin(), theirs.end(), ex.rank()) - theirs.begin());
-  std::size_t area = ex.slots() * ex.chunk();
+  std::size_t area = ex.slots() * fabric_for(ex, layout, q)->chunk;
   if (region.length < (index + 1) * area)
     return fail(Errc::ProtocolError, "coll: rank " + std::to_string(q) +
                                          " offered a staging region too small for " + "this rank's slots");

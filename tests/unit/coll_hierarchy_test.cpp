@@ -230,6 +230,40 @@ TEST_P(CollHierarchyThreads, AutoFollowsTheCostModelAndOffDisablesTheHierarchy) 
   }
 }
 
+// Default chunks (none configured): 512 KiB slots between ranks of a simulated host over shm, 128 KiB
+// over tcp between hosts, so a flat ring step whose neighbours sit on different fabrics sends and
+// receives in chunks of different sizes, and the trees use the smaller one. Messages of several chunks of
+// both sizes; the staged algorithms run in place (Exchange::InPlace).
+TEST_P(CollHierarchyThreads, DefaultChunksDifferBetweenFabricsAndStayExact) {
+  auto defaults = [this](Algorithm algorithm) {
+    return [=, this](int rank) {
+      CommOptions o = options(algorithm, Hierarchy::Off)(rank);
+      o.chunk_bytes.reset();
+      return o;
+    };
+  };
+  for (Algorithm algorithm : {Algorithm::Ring, Algorithm::HalvingDoubling}) {
+    run_ranks(n(), defaults(algorithm), [&](Communicator& comm) {
+      std::size_t count = std::size_t{600} << 10;  // 2.4 MB of f32: blocks of 400-1200 KB at 2-6 ranks
+      auto data = fill(DataType::F32, ReduceOp::Sum, comm.rank(), count);
+      ASSERT_TRUE(comm.allreduce(data.data(), data.data(), count, DataType::F32, ReduceOp::Sum).has_value());
+      check_reduced(DataType::F32, ReduceOp::Sum, comm.size(), data.data(), count, 0, "default chunks");
+      auto root = fill(DataType::I32, ReduceOp::Sum, comm.size() - 1, count);
+      auto got = comm.rank() == comm.size() - 1 ? root : std::vector<std::byte>(root.size());
+      ASSERT_TRUE(comm.broadcast(got.data(), got.data(), count, DataType::I32, comm.size() - 1).has_value());
+      EXPECT_EQ(got, root);
+      auto mine = fill(DataType::I32, ReduceOp::Sum, comm.rank(), count / 4);
+      std::vector<std::byte> all(mine.size() * static_cast<std::size_t>(comm.size()));
+      ASSERT_TRUE(comm.allgather(mine.data(), all.data(), count / 4, DataType::I32).has_value());
+      for (int r = 0; r < comm.size(); ++r)
+        EXPECT_TRUE(std::equal(mine.size() * static_cast<std::size_t>(r) + all.begin(),
+                               mine.size() * static_cast<std::size_t>(r + 1) + all.begin(),
+                               fill(DataType::I32, ReduceOp::Sum, r, count / 4).begin()))
+            << "allgather block " << r;
+    });
+  }
+}
+
 const Layout kLayouts[] = {
     {"two_hosts_of_two", {0, 0, 1, 1}},
     {"interleaved_uneven", {0, 1, 0, 2, 2, 2}},  // 3 leaders: the doubling algorithms fold

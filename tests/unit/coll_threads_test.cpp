@@ -212,7 +212,7 @@ TEST_P(CollThreads, AsyncCollectivesCompleteInIssueOrder) {
 TEST_P(CollThreads, LargeAllreduceWithDefaultChunks) {
   CommOptions options{.network_transport = "tcp", .local_transport = transport()};
   run_ranks(n(), options, [&](Communicator& comm) {
-    std::size_t count = 300001;  // 1.2 MB of f32: several 512 KiB chunks per ring step at small world sizes
+    std::size_t count = 300001;  // 1.2 MB of f32: several 128 KiB chunks per ring step at small world sizes
     auto data = fill(DataType::F32, ReduceOp::Sum, comm.rank(), count);
     ASSERT_TRUE(comm.allreduce(data.data(), data.data(), count, DataType::F32, ReduceOp::Sum).has_value());
     check_reduced(DataType::F32, ReduceOp::Sum, comm.size(), data.data(), count, 0, "large");

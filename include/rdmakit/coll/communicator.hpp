@@ -49,7 +49,8 @@ struct CommOptions {
   std::optional<std::chrono::microseconds>
       spin{};  // coll_spin_us, default 5000: a waiting rank polls (yielding
                // the CPU between polls) this long before it sleeps; 0 sleeps at once
-  std::optional<std::size_t> chunk_bytes{};  // coll_chunk_bytes, default 512 KiB: pipeline unit and slot size
+  std::optional<std::size_t> chunk_bytes{};  // coll_chunk_bytes: pipeline unit and slot size; default
+                                             // 512 KiB over shm, 128 KiB over the network transport
   std::optional<std::uint32_t> slots{};      // coll_slots, default 4: chunks in flight per peer
   std::optional<Algorithm> algorithm{};      // coll_algo: auto, ring, rd, hd, shared (default auto: the cost
                                              // model's cheapest, docs/allreduce-model.md); when
