@@ -180,8 +180,8 @@ TEST_F(Hostile, AcksRidingOnRequestsThatDoNotFitCloseTheConnection) {
   const Case cases[] = {
       {"an ACK with nothing of the victim's in flight", write_with(FrameType::Write, kFrameAcks, 1), 8},
       {"an unknown flag", write_with(FrameType::Write, 2, 0), 8},
-      {"an ACK on a CompareSwap (its operand2 is the swap value)", write_with(FrameType::CompareSwap, kFrameAcks, 1),
-       0},
+      {"an ACK on a CompareSwap (its operand2 is the swap value)",
+       write_with(FrameType::CompareSwap, kFrameAcks, 1), 0},
       {"flags on a response", write_with(FrameType::Ack, kFrameAcks, 1), 0},
   };
   for (const Case& c : cases) {

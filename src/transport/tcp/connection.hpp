@@ -61,8 +61,8 @@ class TcpConnection final : public Connection,
   void poll_input(std::int64_t now_ns);
   // When the ACK of a burst of the peer's WRITEs and SENDs leaves (receive.cpp, "Delayed ACKs").
   enum class AckTiming {
-    AtOnce,    // at the end of the burst: the engine thread, or a waiter about to sleep, reads
-    MayRide,   // a poller reads: it may ride on our next request, within kAckDelayNs
+    AtOnce,   // at the end of the burst: the engine thread, or a waiter about to sleep, reads
+    MayRide,  // a poller reads: it may ride on our next request, within kAckDelayNs
   };
   // Reads a bounded amount (kReadsPerRound); true when input is left for another call.
   bool drain_input(AckTiming timing = AckTiming::AtOnce, std::int64_t now_ns = 0);
@@ -199,7 +199,7 @@ class TcpConnection final : public Connection,
   // The deferred ACK answers a message larger than kAckRideMaxBytes: it leaves at the end of the burst.
   bool ack_at_once_ = false;
   std::uint64_t ack_frames_ = 0, acks_on_requests_ = 0;  // ConnectionStats
-  std::uint64_t responses_queued_ = 0;  // response frames in out_ (target side)
+  std::uint64_t responses_queued_ = 0;                   // response frames in out_ (target side)
   std::uint64_t responder_pauses_ = 0;
   bool want_output_ = false;
   bool input_paused_ = false;  // a request waits for a receive to be posted (RNR)

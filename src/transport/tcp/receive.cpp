@@ -554,9 +554,10 @@ void TcpConnection::on_ack_riding_on_request(std::uint64_t sequence) {
   std::lock_guard lock(mutex_);
   if (rc().failed()) return;
   if (in_flight_.empty() || in_flight_.front().local_error != Status::Success)
-    return fail_locked(Status::GeneralError,
-                       Error(Errc::ProtocolError,
-                             "peer " + peer_label_ + " broke the protocol: an ACK with no request waiting for it"));
+    return fail_locked(
+        Status::GeneralError,
+        Error(Errc::ProtocolError,
+              "peer " + peer_label_ + " broke the protocol: an ACK with no request waiting for it"));
   on_cumulative_ack_locked(sequence);
 }
 

@@ -48,8 +48,8 @@ Result<void> check_frame_header(const FrameHeader& header) {
   if (header.type == FrameType::Nak && (header.status == static_cast<std::uint8_t>(Status::Success) ||
                                         header.status > static_cast<std::uint8_t>(Status::GeneralError)))
     return fail(Errc::ProtocolError, "a NAK with an invalid status " + std::to_string(header.status));
-  if (header.flags != 0 && (header.flags != kFrameAcks || !is_request(header.type) ||
-                            header.type == FrameType::CompareSwap))
+  if (header.flags != 0 &&
+      (header.flags != kFrameAcks || !is_request(header.type) || header.type == FrameType::CompareSwap))
     return fail(Errc::ProtocolError, "flags " + std::to_string(header.flags) + " on a frame of type " +
                                          std::to_string(static_cast<int>(header.type)));
   if (header.length > kMaxMessageSize)

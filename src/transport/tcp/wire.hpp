@@ -40,8 +40,8 @@ constexpr std::uint16_t kFrameAcks = 1;
 
 struct FrameHeader {
   FrameType type;
-  std::uint8_t status;  // Nak: a rdmakit::Status
-  std::uint16_t flags;  // requests: kFrameAcks or 0; responses: 0
+  std::uint8_t status;   // Nak: a rdmakit::Status
+  std::uint16_t flags;   // requests: kFrameAcks or 0; responses: 0
   std::uint32_t length;  // payload bytes (WRITE/SEND/READ response) or bytes asked (READ)
   std::uint64_t addr;    // remote address of one-sided requests
   std::uint32_t rkey;
@@ -74,7 +74,7 @@ struct Hello {
 };
 static_assert(sizeof(Hello) == 256);
 constexpr std::uint32_t kHelloMagic = 0x544b4452;  // "RDKT"
-constexpr std::uint16_t kWireVersion = 2;  // 2: ACKs may ride on requests (kFrameAcks)
+constexpr std::uint16_t kWireVersion = 2;          // 2: ACKs may ride on requests (kFrameAcks)
 
 // Largest payload of one operation: the length field is 32 bits, and verbs' limit is 2^31.
 constexpr std::uint64_t kMaxMessageSize = std::uint64_t{1} << 31;
@@ -87,7 +87,8 @@ Hello encode_hello(const PeerInfo& self);
 // The address is not part of it (the caller knows the socket).
 Result<PeerInfo> decode_hello(std::span<const std::byte> bytes);
 // The checks every frame header passes before it is acted on: a known type, a valid status in a NAK, a
-// length within kMaxMessageSize, no flags but kFrameAcks on a request that may carry it. Keys, bounds and rights are the registration table's to check.
+// length within kMaxMessageSize, no flags but kFrameAcks on a request that may carry it. Keys, bounds and
+// rights are the registration table's to check.
 Result<void> check_frame_header(const FrameHeader& header);
 // A frame header from raw bytes (exactly sizeof(FrameHeader)), checked.
 Result<FrameHeader> decode_frame_header(std::span<const std::byte> bytes);
