@@ -1,4 +1,4 @@
-# Sourced by run.sh and run-netns.sh: installs and builds the peers' benchmark programs.
+# Sourced by the bench/coll scripts: builds the peers' benchmark programs, sets up one-host runs, tags rows.
 build_peers() {  # build_peers <bench/coll dir> <work dir>
   local missing=()
   for package in openmpi-bin libopenmpi-dev libgloo-dev; do
@@ -21,4 +21,20 @@ one_host_setup() {  # one_host_setup <bench/coll dir> <rdmakit build dir>
   mpi=(mpirun --allow-run-as-root --oversubscribe --bind-to none --mca btl_tcp_if_include lo
        --mca oob_tcp_if_include lo)
   perf="$2/tools/rdmakit-coll-perf"
+}
+
+# For the A/B scripts (run-netns-ab.sh, run-onehost-ab.sh): appends JSON rows to $out tagged with a label,
+# the repetition and the load average.
+tag_rep() {  # tag_rep <label> <rep>
+  sed "s/^{/{\"label\":\"$1\",\"rep\":$2,\"load\":\"$(cut -d' ' -f1 /proc/loadavg)\",/" >>"$out"
+}
+
+# A contender "<label>=<rdmakit build dir>[@VAR=value...]": sets `label`, `build` (absolute) and `settings`
+# (the VAR=value list).
+parse_contender() {  # parse_contender <contender>
+  label=${1%%=*}
+  local parts
+  IFS=@ read -r -a parts <<<"${1#*=}"
+  build=$(realpath "${parts[0]}")
+  settings=("${parts[@]:1}")
 }

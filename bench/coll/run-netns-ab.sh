@@ -19,19 +19,14 @@ trap '"$here/netns.sh" down; rm -rf "$work"' EXIT
 source "$here/peers.sh"
 build_peers "$here" "$work"
 "$here/netns.sh" up
-tag() {  # tag <label> <rep>
-  sed "s/^{/{\"label\":\"$1\",\"rep\":$2,\"load\":\"$(cut -d' ' -f1 /proc/loadavg)\",/" >>"$out"
-}
 for rep in $(seq 1 "$reps"); do
   echo "== repetition $rep (load $(cut -d' ' -f1-3 /proc/loadavg))"
   for contender in "$@"; do
-    label=${contender%%=*} spec=${contender#*=}
-    IFS=@ read -r -a parts <<<"$spec"
-    build=$(realpath "${parts[0]}")
-    env RDMAKIT_TRANSPORT=tcp "${parts[@]:1}" "$here/netns.sh" run "$build/tools/rdmakit-coll-perf" -b "$min" -e "$max" -f 4 -J |
-      tag "rdmakit-$label" "$rep"
+    parse_contender "$contender"
+    env RDMAKIT_TRANSPORT=tcp "${settings[@]}" "$here/netns.sh" run "$build/tools/rdmakit-coll-perf" -b "$min" -e "$max" -f 4 -J |
+      tag_rep "rdmakit-$label" "$rep"
   done
   rm -rf "$work/gloo" && mkdir "$work/gloo"
-  "$here/netns.sh" run-gloo "$work/gloo_allreduce" "$min" "$max" 4 "$work/gloo" | tag gloo-tcp-netns "$rep"
+  "$here/netns.sh" run-gloo "$work/gloo_allreduce" "$min" "$max" 4 "$work/gloo" | tag_rep gloo-tcp-netns "$rep"
 done
 python3 "$here/summarize-reps.py" "$out"

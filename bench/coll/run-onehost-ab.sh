@@ -16,19 +16,15 @@ max=${MAX_BYTES:-67108864}
 op=${OP:-allreduce}
 mpi=(mpirun --allow-run-as-root --oversubscribe --bind-to none --mca btl_tcp_if_include lo
      --mca oob_tcp_if_include lo -np "$np")
-tag() {  # tag <label> <rep>
-  sed "s/^{/{\"label\":\"$1\",\"rep\":$2,\"load\":\"$(cut -d' ' -f1 /proc/loadavg)\",/" >>"$out"
-}
+source "$here/peers.sh"
 for rep in $(seq 1 "$reps"); do
   echo "== repetition $rep (load $(cut -d' ' -f1-3 /proc/loadavg))"
   for contender in "$@"; do
-    label=${contender%%=*} spec=${contender#*=}
-    IFS=@ read -r -a parts <<<"$spec"
-    build=$(realpath "${parts[0]}")
+    parse_contender "$contender"
     exports=()
-    for setting in "${parts[@]:1}"; do exports+=(-x "$setting"); done
+    for setting in "${settings[@]}"; do exports+=(-x "$setting"); done
     "${mpi[@]}" "${exports[@]}" "$build/tools/rdmakit-coll-perf" -o "$op" -b "$min" -e "$max" -f 4 -J |
-      tag "rdmakit-$label" "$rep"
+      tag_rep "rdmakit-$label" "$rep"
   done
 done
 python3 "$here/summarize-reps.py" "$out"
