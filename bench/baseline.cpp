@@ -5,6 +5,8 @@
 //   baseline tcp-server PORT                 serves one stream or ping-pong client, then exits
 //   baseline tcp-stream HOST PORT SIZE SECS  prints bytes/s of SIZE-byte send() calls for SECS seconds
 //   baseline tcp-pingpong HOST PORT SIZE N   prints the median half round trip in microseconds
+//   baseline tcp-pingpong-spin HOST PORT SIZE N   the same with both sides spinning on non-blocking recv
+//                                            (the floor of a busy-polling transport over TCP)
 //   baseline memcpy SIZE SECS                prints bytes/s of memcpy between two SIZE buffers
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -13,6 +15,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -35,10 +38,12 @@ void nodelay(int fd) {
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 }
 
-bool read_full(int fd, void* data, std::size_t n) {
+// spin: non-blocking reads in a loop, as a polling transport reads, instead of sleeping in recv.
+bool read_full(int fd, void* data, std::size_t n, bool spin = false) {
   auto* p = static_cast<char*>(data);
   while (n > 0) {
-    ssize_t got = ::recv(fd, p, n, 0);
+    ssize_t got = ::recv(fd, p, n, spin ? MSG_DONTWAIT : 0);
+    if (got < 0 && spin && (errno == EAGAIN || errno == EWOULDBLOCK)) continue;
     if (got <= 0) return false;
     p += got, n -= static_cast<std::size_t>(got);
   }
@@ -55,7 +60,7 @@ bool write_full(int fd, const void* data, std::size_t n) {
   return true;
 }
 
-// Header: mode (0 stream, 1 ping-pong) and message size.
+// Header: mode (0 stream, 1 ping-pong, 2 spinning ping-pong) and message size.
 struct Hello {
   std::uint32_t mode;
   std::uint32_t size;
@@ -83,7 +88,8 @@ int serve(int port) {
       total += static_cast<std::uint64_t>(got);
     std::fprintf(stderr, "received %llu bytes\n", static_cast<unsigned long long>(total));
   } else {
-    while (read_full(fd, buffer.data(), hello.size) && write_full(fd, buffer.data(), hello.size)) {
+    const bool spin = hello.mode == 2;
+    while (read_full(fd, buffer.data(), hello.size, spin) && write_full(fd, buffer.data(), hello.size)) {
     }
   }
   close(fd);
@@ -126,15 +132,15 @@ int stream(const char* host, int port, std::uint32_t size, double seconds) {
   return 0;
 }
 
-int pingpong(const char* host, int port, std::uint32_t size, int rounds) {
+int pingpong(const char* host, int port, std::uint32_t size, int rounds, bool spin) {
   int fd = connect_to(host, port);
-  Hello hello{1, size};
+  Hello hello{spin ? 2u : 1u, size};
   write_full(fd, &hello, sizeof(hello));
   std::vector<char> buffer(size, 'x');
   std::vector<double> half_us;
   for (int i = 0; i < rounds + 100; ++i) {
     auto t0 = Clock::now();
-    if (!write_full(fd, buffer.data(), size) || !read_full(fd, buffer.data(), size)) die("pingpong");
+    if (!write_full(fd, buffer.data(), size) || !read_full(fd, buffer.data(), size, spin)) die("pingpong");
     if (i >= 100) half_us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / 2);
   }
   std::sort(half_us.begin(), half_us.end());
@@ -168,9 +174,9 @@ int main(int argc, char** argv) {
   if (mode == "tcp-stream" && argc == 6)
     return stream(argv[2], std::atoi(argv[3]), static_cast<std::uint32_t>(std::atol(argv[4])),
                   std::atof(argv[5]));
-  if (mode == "tcp-pingpong" && argc == 6)
+  if ((mode == "tcp-pingpong" || mode == "tcp-pingpong-spin") && argc == 6)
     return pingpong(argv[2], std::atoi(argv[3]), static_cast<std::uint32_t>(std::atol(argv[4])),
-                    std::atoi(argv[5]));
+                    std::atoi(argv[5]), mode == "tcp-pingpong-spin");
   if (mode == "memcpy" && argc == 4)
     return copy(static_cast<std::size_t>(std::atol(argv[2])), std::atof(argv[3]));
   std::fprintf(stderr, "usage: see the comment at the top of bench/baseline.cpp\n");

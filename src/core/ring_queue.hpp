@@ -1,6 +1,8 @@
 // A FIFO in one growing ring buffer. std::deque allocates a node per 512 bytes, which for a queue of
 // work requests with inline scatter-gather lists (a few hundred bytes each) is one malloc and one free
 // per operation (callgrind: 16 % of an 8-byte shm WRITE). This grows by doubling and then never allocates.
+// Growing moves the elements (by move assignment): an element that points into itself must say so in its
+// move assignment (see tcp's OutFrame).
 #pragma once
 
 #include <cstddef>
@@ -32,9 +34,20 @@ class RingQueue {
     ++count_;
     return slot;
   }
+  void push_back(T value) { push_back_slot() = std::move(value); }
+  // The slot keeps what it held until it is reused: an element that owns a resource (a pin, a buffer)
+  // must let go of it before it is popped.
   void pop_front() noexcept {
     head_ = (head_ + 1) % slots_.size();
     --count_;
+  }
+  // The i-th element from the front.
+  T& operator[](std::size_t i) noexcept { return slots_[(head_ + i) % slots_.size()]; }
+  // Drops every element and whatever the free slots still hold.
+  void clear() {
+    for (T& slot : slots_) slot = T{};
+    head_ = 0;
+    count_ = 0;
   }
 
  private:

@@ -12,13 +12,13 @@
 
 #include <array>
 #include <atomic>
-#include <deque>
 #include <memory>
 #include <mutex>
 
 #include "core/fd.hpp"
 #include "core/rc_state.hpp"
 #include "core/registration_table.hpp"
+#include "core/ring_queue.hpp"
 #include "core/soft_cq.hpp"
 #include "rdmakit/connection.hpp"
 #include "rdmakit/context.hpp"
@@ -90,13 +90,22 @@ class TcpConnection final : public Connection,
     std::uint32_t bytes;
     SgList results;  // READ and atomics: where the response's bytes go
   };
-  // A frame (or its unsent rest) waiting for room in the socket.
+  // A frame (or its unsent rest) waiting for room in the socket. Frames live in a ring that moves them
+  // when it grows, so the header's part is found from the header itself (part()), never from a pointer
+  // kept in iov[0].
   struct OutFrame {
     FrameHeader header;
-    std::array<iovec, kMaxSge + 1> iov;  // [0] = header, then payload straight from registered memory
+    std::array<iovec, kMaxSge + 1> iov;  // [0] = header (its length is what is left of it), then payload
     std::uint32_t iov_count = 0;
     std::uint32_t iov_next = 0;  // first iovec not completely sent
     RegistrationTable::Pin pin;  // READ responses: keeps the source region registered until sent
+
+    // The unsent rest of part i (i >= iov_next).
+    iovec part(std::uint32_t i) {
+      if (i > 0) return iov[i];
+      const std::size_t left = iov[0].iov_len;
+      return iovec{reinterpret_cast<char*>(&header) + (sizeof(FrameHeader) - left), left};
+    }
   };
   struct PostedRecv {
     std::uint64_t id;
@@ -185,9 +194,10 @@ class TcpConnection final : public Connection,
   const Capabilities caps_;  // what check_chain() checks against
 
   mutable std::mutex mutex_;
-  std::deque<OutFrame> out_;
-  std::deque<InFlight> in_flight_;
-  std::deque<PostedRecv> recvs_;
+  // Rings, not deques: an element of a few hundred bytes is one deque node, a malloc and a free per frame.
+  RingQueue<OutFrame> out_;
+  RingQueue<InFlight> in_flight_;
+  RingQueue<PostedRecv> recvs_;
   std::uint64_t next_sequence_ = 1;  // of request frames on the wire (ids come from rc())
   std::uint64_t ack_sequence_ = 0;   // target side: the last request a deferred ACK answers
   std::uint32_t acks_deferred_ = 0;

@@ -124,9 +124,11 @@ void TcpConnection::flush_locked() {
   while (!out_.empty() && !shut_down_) {
     iovec batch[kBatch];
     std::size_t count = 0;
-    for (auto it = out_.begin(); it != out_.end() && count < kBatch; ++it)
-      for (std::uint32_t i = it->iov_next; i < it->iov_count && count < kBatch; ++i)
-        batch[count++] = it->iov[i];
+    for (std::size_t f = 0; f < out_.size() && count < kBatch; ++f) {
+      OutFrame& frame = out_[f];
+      for (std::uint32_t i = frame.iov_next; i < frame.iov_count && count < kBatch; ++i)
+        batch[count++] = frame.part(i);
+    }
     msghdr message{};
     message.msg_iov = batch;
     message.msg_iovlen = count;
@@ -154,6 +156,7 @@ void TcpConnection::flush_locked() {
       if (part.iov_len == 0) ++frame.iov_next;
       if (frame.iov_next == frame.iov_count) {
         if (is_response(frame.header.type)) --responses_queued_;
+        frame.pin = {};  // the ring keeps the slot: unpin the source now
         out_.pop_front();
       }
     }

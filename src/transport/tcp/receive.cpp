@@ -438,10 +438,10 @@ void TcpConnection::on_response_header() {
     fail_locked(Status::GeneralError,
                 Error(Errc::ProtocolError, "peer " + peer_label_ + " broke the protocol: " + what));
   };
+  if (h.type == FrameType::Ack) return on_cumulative_ack_locked(h.sequence);
   if (in_flight_.empty() || in_flight_.front().local_error != Status::Success)
     return protocol_error("a response with no request waiting for it");
   InFlight& op = in_flight_.front();
-  if (h.type == FrameType::Ack) return on_cumulative_ack_locked(h.sequence);
   if (h.sequence != op.sequence) return protocol_error("a response out of order");
   switch (h.type) {
     case FrameType::AtomicResponse:
@@ -553,16 +553,17 @@ void TcpConnection::attach_ack_locked(FrameHeader& request) {
 void TcpConnection::on_ack_riding_on_request(std::uint64_t sequence) {
   std::lock_guard lock(mutex_);
   if (rc().failed()) return;
+  on_cumulative_ack_locked(sequence);
+}
+
+// Initiator side: completes every WRITE, WRITE_IMM and SEND up to `sequence`. Checks everything a peer
+// controls itself, whichever frame the ACK came in.
+void TcpConnection::on_cumulative_ack_locked(std::uint64_t sequence) {
   if (in_flight_.empty() || in_flight_.front().local_error != Status::Success)
     return fail_locked(
         Status::GeneralError,
         Error(Errc::ProtocolError,
               "peer " + peer_label_ + " broke the protocol: an ACK with no request waiting for it"));
-  on_cumulative_ack_locked(sequence);
-}
-
-// Initiator side: completes every WRITE, WRITE_IMM and SEND up to `sequence`.
-void TcpConnection::on_cumulative_ack_locked(std::uint64_t sequence) {
   if (sequence < in_flight_.front().sequence || sequence >= next_sequence_)
     return fail_locked(
         Status::GeneralError,
