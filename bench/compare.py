@@ -84,12 +84,14 @@ def ucx(test, metric, size, transport):
     return float(f[6]) * 1048576 if metric == "bw" else float(f[2])
 
 
-def baseline_tcp(metric, size):
+def baseline_tcp(metric, size, spin=False):
+    """spin: both sides of the ping-pong spin on non-blocking recv (the floor of a polling transport)."""
     port = str(next_port())
     if metric == "bw":
         out = run_pair_processes([BASELINE, "tcp-server", port], [BASELINE, "tcp-stream", "127.0.0.1", port, str(size), "1"])
     else:
-        out = run_pair_processes([BASELINE, "tcp-server", port], [BASELINE, "tcp-pingpong", "127.0.0.1", port, str(size), "2000"])
+        mode = "tcp-pingpong-spin" if spin else "tcp-pingpong"
+        out = run_pair_processes([BASELINE, "tcp-server", port], [BASELINE, mode, "127.0.0.1", port, str(size), "20000" if spin else "2000"])
     return float(out.strip())
 
 
@@ -166,6 +168,8 @@ def main():
                 runs.append(("ucx", lambda: ucx(peer, metric, size, args.transport)))
                 if args.transport == "tcp" and test in ("write_bw", "write_lat") and (metric == "bw" or size == 8):
                     runs.append(("tcp-socket", lambda: baseline_tcp(metric, size)))
+                if args.transport == "tcp" and test in ("write_lat", "send_lat") and "poll" in modes:
+                    runs.append(("tcp-spin", lambda: baseline_tcp(metric, size, spin=True)))
                 if args.transport == "shm" and test == "write_bw":
                     runs.append(("memcpy", lambda: baseline_memcpy(size)))
                 for system, fn in runs:

@@ -165,6 +165,10 @@ Status read_remote(const PeerView& peer, std::span<const Segment> local, std::ui
 
 Status write_scattered(const PeerView& peer, std::span<const Segment> local, std::span<const Segment> remote,
                        std::uint64_t length) {
+  // A receive of one segment (the common case) is one remote range: the direct path when the local side
+  // is one segment too (callgrind: the I/O lists were 40 % of an 8-byte SEND's post).
+  if (remote.size() == 1 && remote[0].length >= length)
+    return write_remote(peer, local, 0, remote[0].addr, length, detail::streams(length));
   return move(peer, IoList::of(local, 0, length), IoList::of(remote, 0, length), true,
               detail::streams(length));
 }
