@@ -19,15 +19,15 @@ run_suite() {
   ctest --test-dir "$dir" --output-on-failure -j 1
 }
 
-echo "== format (.clang-format, clang-format 16)"
+echo "== [$(date -u +%T)] format (.clang-format, clang-format 16)"
 scripts/format.sh --check
 
-echo "== build/ (RelWithDebInfo)"
+echo "== [$(date -u +%T)] build/ (RelWithDebInfo)"
 run_suite build -DCMAKE_BUILD_TYPE=RelWithDebInfo
 RDMAKIT_TRANSPORT=tcp scripts/run-example.sh build
 [ "$quick" -eq 1 ] && exit 0
 
-echo "== build-asan/ (AddressSanitizer + UndefinedBehaviorSanitizer)"
+echo "== [$(date -u +%T)] build-asan/ (AddressSanitizer + UndefinedBehaviorSanitizer)"
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 # The key-guessing case makes a connection per guess (48000 in build/, 5 s; ~40 s per transport under ASan):
 # the sanitizer builds look for memory errors, and a tenth of the guesses is plenty for that.
@@ -38,7 +38,7 @@ export RDMAKIT_TEST_FAULT_SLACK_MS=10000
 run_suite build-asan -DCMAKE_BUILD_TYPE=Debug -DRDMAKIT_SANITIZE=ON -DRDMAKIT_BUILD_EXAMPLES=ON
 RDMAKIT_TRANSPORT=tcp scripts/run-example.sh build-asan
 
-echo "== build-tsan/ (ThreadSanitizer: the concurrency code)"
+echo "== [$(date -u +%T)] build-tsan/ (ThreadSanitizer: the concurrency code)"
 tsan_tests=(unit_fault unit_completion_queue unit_tcp_hostile unit_tcp_limits unit_tcp_ack unit_shm_transport unit_shm_process unit_coll_threads
             unit_xfer_metadata
             # The checkpoint engine: persist thread, copy pool, collectives from its background thread.
@@ -56,11 +56,11 @@ for test in "${tsan_tests[@]}"; do (cd build-tsan/tests && "./$test"); done
 (cd build-tsan/tests/xfer && ./xfer_engine_test)
 unset TSAN_OPTIONS
 
-echo "== build-fuzz/ (libFuzzer: every decoder of outside bytes, 10^5 runs each)"
+echo "== [$(date -u +%T)] build-fuzz/ (libFuzzer: every decoder of outside bytes, 10^5 runs each)"
 scripts/fuzz.sh 100000
 
 if [ -x tests/softroce/verbs-conformance.sh ]; then
-  echo "== verbs over Soft-RoCE in a QEMU VM"
+  echo "== [$(date -u +%T)] verbs over Soft-RoCE in a QEMU VM"
   tests/softroce/verbs-conformance.sh build
 fi
-echo "all tests passed"
+echo "all tests passed [$(date -u +%T)]"
