@@ -132,6 +132,8 @@ class TcpConnection final : public Connection,
 
   // ---- initiator side (datapath.cpp)
   void enqueue_locked(const WorkRequest& request, std::uint64_t id);
+  void remember_in_flight(const WorkRequest& request, std::uint64_t id, std::uint64_t sequence,
+                          std::uint32_t bytes, Status local_error);
   void flush_locked();
   void send_response_locked(const FrameHeader& request, FrameType type, std::uint64_t value,
                             std::uint32_t length, const iovec* payload, RegistrationTable::Pin pin);
