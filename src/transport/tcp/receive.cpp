@@ -63,6 +63,7 @@ bool TcpConnection::drain_input(AckTiming timing, std::int64_t now_ns) {
     if (!rx_lock.owns_lock()) return false;
     rx_pending_.store(false, std::memory_order_release);
     rx_ack_timing_ = timing;
+    socket_drained_ = false;
     int reads = kReadsPerRound;
     bool more = false;
     while (read_some()) {
@@ -113,6 +114,11 @@ bool TcpConnection::read_some() {
       responder_full_.load(std::memory_order_relaxed))
     return false;
   if (ahead_.begin == ahead_.end) {
+    // A poller whose last read came back short has emptied the socket (epoll(7)): it reads again on its
+    // next poll, so it skips the read that would only say EAGAIN, a system call per message in a
+    // ping-pong. The engine reads on until EAGAIN: a stream's next bytes often arrive meanwhile, and
+    // reading them now saves it a wake-up.
+    if (socket_drained_ && rx_ack_timing_ == AckTiming::MayRide) return false;
     if (!read_socket()) return false;
   } else {
     take_ahead();
@@ -124,9 +130,11 @@ bool TcpConnection::read_some() {
 bool TcpConnection::read_socket() {
   if (ahead_.bytes.empty()) ahead_.bytes.resize(kReadAhead);
   ssize_t n = 0;
+  std::size_t asked = 0;
   switch (rx_.phase) {
     case Receive::Phase::Header:
-      n = ::recv(socket_.get(), ahead_.bytes.data(), ahead_.bytes.size(), MSG_DONTWAIT);
+      asked = ahead_.bytes.size();
+      n = ::recv(socket_.get(), ahead_.bytes.data(), asked, MSG_DONTWAIT);
       break;
     case Receive::Phase::Payload: {
       // The rest of the payload, then the buffer: the next frame's header comes in the same call.
@@ -134,6 +142,7 @@ bool TcpConnection::read_socket() {
       std::uint32_t count = 0;
       for (std::uint32_t i = rx_.iov_next; i < rx_.iov_count; ++i) iov[count++] = rx_.iov[i];
       iov[count++] = iovec{ahead_.bytes.data(), ahead_.bytes.size()};
+      for (std::uint32_t i = 0; i < count; ++i) asked += iov[i].iov_len;
       msghdr message{};
       message.msg_iov = iov.data();
       message.msg_iovlen = count;
@@ -142,8 +151,8 @@ bool TcpConnection::read_socket() {
     }
     case Receive::Phase::Discard:
       if (discard_buffer_.empty()) discard_buffer_.resize(kDiscardChunk);
-      n = ::recv(socket_.get(), discard_buffer_.data(),
-                 std::min<std::uint64_t>(rx_.discard_left, kDiscardChunk), MSG_DONTWAIT);
+      asked = std::min<std::uint64_t>(rx_.discard_left, kDiscardChunk);
+      n = ::recv(socket_.get(), discard_buffer_.data(), asked, MSG_DONTWAIT);
       break;
     case Receive::Phase::RnrWait:
       return false;
@@ -160,6 +169,7 @@ bool TcpConnection::read_socket() {
   tsan::acquire_from_peer();
   touch_receive();
   auto got = static_cast<std::size_t>(n);
+  socket_drained_ = got < asked;
   switch (rx_.phase) {
     case Receive::Phase::Header:
       ahead_.begin = 0;
