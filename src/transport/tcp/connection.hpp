@@ -229,8 +229,10 @@ class TcpConnection final : public Connection,
   std::atomic<bool> rx_pending_{false};
   Receive rx_;
   AckTiming rx_ack_timing_ = AckTiming::AtOnce;  // of the thread reading now
-  // The last read of this round returned less than it asked for: the socket had no more then.
+  // This round (drain_input): the last read returned less than it asked for, so the socket had no more
+  // then; a request of the peer was read.
   bool socket_drained_ = false;
+  bool round_read_request_ = false;
   std::vector<std::byte> discard_buffer_;
   // Bytes read from the socket past what the current step needed: [begin, end) of `bytes`. Only an empty
   // buffer reads the socket, so when a read finds the socket empty nothing is left here unnoticed by the
