@@ -141,6 +141,7 @@ Result<std::size_t> receive_message(int socket, std::span<std::byte> bytes, std:
   while (got < 0 && errno == EINTR);
   if (got < 0) return fail_errno("shm: receiving the handshake", errno);
   // Take ownership of every descriptor first, so none leaks whatever goes wrong next.
+  const std::size_t held_before = fds.size();
   for (cmsghdr* header = CMSG_FIRSTHDR(&msg); header; header = CMSG_NXTHDR(&msg, header)) {
     if (header->cmsg_level != SOL_SOCKET || header->cmsg_type != SCM_RIGHTS) continue;
     std::size_t count = (header->cmsg_len - CMSG_LEN(0)) / sizeof(int);
@@ -155,8 +156,11 @@ Result<std::size_t> receive_message(int socket, std::span<std::byte> bytes, std:
   if (msg.msg_flags & MSG_TRUNC)
     return fail(Errc::ProtocolError,
                 "shm: handshake message longer than " + std::to_string(bytes.size()) + " bytes");
-  // The kernel also truncates the descriptors it cannot install for want of a free fd number.
-  if ((msg.msg_flags & MSG_CTRUNC) && !has_free_fd())
+  // The kernel also truncates the descriptors it cannot install for want of a free fd number. Fewer than
+  // the buffer holds means exactly that; a full buffer may be either, and then a free fd number decides
+  // (looked at later, since another thread may close one meanwhile: that misnamed a limit in a test).
+  const std::size_t received = fds.size() - held_before;
+  if ((msg.msg_flags & MSG_CTRUNC) && (received < kMaxFds || !has_free_fd()))
     return std::unexpected(
         Error(Errc::ResourceExhausted,
               "shm: the peer's descriptors could not be received: " + std::string(std::strerror(EMFILE)) +
