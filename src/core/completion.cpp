@@ -43,10 +43,16 @@ std::size_t CompletionQueue::take_stashed(std::span<Completion> out) {
   return n;
 }
 
+std::size_t CompletionQueue::poll_taken(std::span<Completion> out) {
+  const std::size_t n = poll_transport(out);
+  if (n > 0) note_taken(out.first(n));
+  return n;
+}
+
 std::size_t CompletionQueue::poll(std::span<Completion> out) {
   std::size_t n = take_stashed(out);
-  if (n < out.size()) n += poll_transport(out.subspan(n));
   if (n > 0) note_taken(out.first(n));
+  if (n < out.size()) n += poll_taken(out.subspan(n));
   return n;
 }
 

@@ -123,6 +123,20 @@ std::size_t VerbsCompletionQueue::take_flushed_locked(std::span<Completion> out)
 
 std::size_t VerbsCompletionQueue::poll_transport(std::span<Completion> out) {
   std::lock_guard lock(mutex_);
+  return poll_transport_locked(out);
+}
+
+std::size_t VerbsCompletionQueue::poll_taken(std::span<Completion> out) {
+  std::lock_guard lock(mutex_);
+  const std::size_t n = poll_transport_locked(out);
+  // The tracks are the connections' RcStates that the core's note_taken would look up (attach and
+  // attach_track get the same one), alive while the lock holds them.
+  for (std::size_t i = 0; i < n; ++i)
+    if (detail::RcState* track = find(out[i].connection)) track->taken(out[i].id);
+  return n;
+}
+
+std::size_t VerbsCompletionQueue::poll_transport_locked(std::span<Completion> out) {
   std::size_t n = 0;
   if (has_backlog_.load(std::memory_order_relaxed)) {
     for (; n < out.size() && !backlog_.empty(); ++n) {

@@ -47,12 +47,16 @@ class VerbsCompletionQueue final : public CompletionQueue {
 
  protected:
   std::size_t poll_transport(std::span<Completion> out) override;
+  // Marks what it returns taken on the tracks it holds, under the one lock of the poll.
+  std::size_t poll_taken(std::span<Completion> out) override;
   Result<void> sleep_until(std::chrono::steady_clock::time_point deadline) override;
 
  private:
   VerbsCompletionQueue(std::shared_ptr<Device> device, WaitMode mode, std::chrono::microseconds spin)
       : CompletionQueue(mode, spin), device_(std::move(device)) {}
   std::size_t poll_locked(std::span<Completion> out);
+  // The backlog, the software completions and the device's, in that order (poll_transport's body).
+  std::size_t poll_transport_locked(std::span<Completion> out);
   // Moves the software completions whose turn has come (every earlier receive of their connection done)
   // into `out`, in order; how many.
   std::size_t take_flushed_locked(std::span<Completion> out);

@@ -41,6 +41,14 @@ std::uint64_t outstanding(const std::atomic<std::uint64_t>& posted, const std::a
   return p > d ? p - d : 0;
 }
 
+// Room for a chain longer than kStackChain, grown once per thread. Out of line: the thread_local is a
+// __tls_get_addr call in a shared library, which every post paid when it was inline.
+[[gnu::noinline]] ibv_send_wr* long_chain(std::size_t size) {
+  thread_local std::vector<ibv_send_wr> long_chains;
+  if (long_chains.size() < size) long_chains.resize(size);
+  return long_chains.data();
+}
+
 }  // namespace
 
 Result<std::uint64_t> VerbsConnection::post(std::span<const WorkRequest> chain) {
@@ -50,12 +58,7 @@ Result<std::uint64_t> VerbsConnection::post(std::span<const WorkRequest> chain) 
     return std::unexpected(ok.error());
 
   std::array<ibv_send_wr, kStackChain> on_stack;
-  thread_local std::vector<ibv_send_wr> long_chains;  // grows once per thread for chains longer than 32
-  ibv_send_wr* wrs = on_stack.data();
-  if (chain.size() > kStackChain) [[unlikely]] {
-    if (long_chains.size() < chain.size()) long_chains.resize(chain.size());
-    wrs = long_chains.data();
-  }
+  ibv_send_wr* wrs = chain.size() > kStackChain ? long_chain(chain.size()) : on_stack.data();
 
   const std::uint64_t first = track_->take_sends(chain.size());
   for (std::size_t i = 0; i < chain.size(); ++i) {
