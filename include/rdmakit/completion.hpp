@@ -85,6 +85,9 @@ class CompletionQueue {
   // instructions.
   virtual std::size_t poll_taken(std::span<Completion> out);
   virtual Result<void> sleep_until(std::chrono::steady_clock::time_point deadline) = 0;
+  // Tells the attached connections which completions the application took (what poll_taken adds to
+  // poll_transport), for a transport whose own lookup missed one.
+  void note_taken(std::span<const Completion> taken);
 
  private:
   std::size_t take_stashed(std::span<Completion> out);
@@ -96,7 +99,6 @@ class CompletionQueue {
   friend class Connection;
   void attach(std::shared_ptr<detail::RcState> state);
   void detach(const detail::RcState* state);
-  void note_taken(std::span<const Completion> taken);
 
   WaitMode mode_;
   std::chrono::microseconds spin_;

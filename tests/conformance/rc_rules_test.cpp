@@ -312,6 +312,27 @@ TEST_P(RcRules, WaitOnAnIdTakenLongAgoFailsAtOnce) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, kWait / 3) << "a refused wait waited";
 }
 
+// close() hands what was still pending to the queue; taking it there after the close counts as taken too.
+TEST_P(RcRules, ACompletionPolledAfterCloseIsTaken) {
+  auto id = RDMAKIT_ASSERT_OK(client_.connection->write(source_->slice(0, 8), target_->descriptor().at(0)));
+  std::this_thread::sleep_for(50ms);  // usually done by now; close() flushes it if not
+  client_.connection->close();
+  std::array<Completion, 4> batch;
+  std::optional<Completion> polled;
+  for (auto deadline = std::chrono::steady_clock::now() + kWait;
+       !polled && std::chrono::steady_clock::now() < deadline;) {
+    const std::size_t got = client_.connection->send_cq().poll(batch);
+    for (std::size_t i = 0; i < got; ++i)
+      if (batch[i].id == id) polled = batch[i];
+  }
+  ASSERT_TRUE(polled.has_value()) << "the WRITE's completion never came out of the queue after close()";
+  const auto start = std::chrono::steady_clock::now();
+  auto waited = client_.connection->wait(id, kWait);
+  ASSERT_FALSE(waited.has_value()) << "a completion polled after close() was returned again";
+  EXPECT_EQ(waited.error().code(), Errc::InvalidArgument) << waited.error().describe();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, kWait / 3) << "a refused wait waited";
+}
+
 INSTANTIATE_TEST_SUITE_P(Transports, RcRules, ::testing::ValuesIn(conformance_transports()),
                          transport_param_name);
 

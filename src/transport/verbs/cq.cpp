@@ -127,12 +127,23 @@ std::size_t VerbsCompletionQueue::poll_transport(std::span<Completion> out) {
 }
 
 std::size_t VerbsCompletionQueue::poll_taken(std::span<Completion> out) {
-  std::lock_guard lock(mutex_);
-  const std::size_t n = poll_transport_locked(out);
-  // The tracks are the connections' RcStates that the core's note_taken would look up (attach and
-  // attach_track get the same one), alive while the lock holds them.
-  for (std::size_t i = 0; i < n; ++i)
-    if (detail::RcState* track = find(out[i].connection)) track->taken(out[i].id);
+  std::size_t n = 0;
+  bool missed = false;
+  {
+    std::lock_guard lock(mutex_);
+    n = poll_transport_locked(out);
+    // The tracks are the connections' RcStates that the core's note_taken would look up (attach and
+    // attach_track get the same one), alive while the lock holds them.
+    for (std::size_t i = 0; i < n; ++i) {
+      if (detail::RcState* track = find(out[i].connection))
+        track->taken(out[i].id);
+      else
+        missed = true;
+    }
+  }
+  // A closed connection detached its track after draining its completions into the backlog, but the core
+  // still knows it until the Connection goes: a wait() on what was polled here must fail at once.
+  if (missed) note_taken(out.first(n));
   return n;
 }
 
