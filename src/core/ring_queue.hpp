@@ -1,8 +1,8 @@
 // A FIFO in one growing ring buffer. std::deque allocates a node per 512 bytes, which for a queue of
 // work requests with inline scatter-gather lists (a few hundred bytes each) is one malloc and one free
 // per operation (callgrind: 16 % of an 8-byte shm WRITE). This grows by doubling and then never allocates.
-// Growing moves the elements (by move assignment): an element that points into itself must say so in its
-// move assignment (see tcp's OutFrame).
+// Growing moves the elements (by move assignment): an element must not keep a pointer into itself (tcp's
+// OutFrame finds its header's part from the header, OutFrame::part, and never reads iov[0].iov_base).
 #pragma once
 
 #include <cstddef>

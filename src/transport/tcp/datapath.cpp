@@ -87,6 +87,15 @@ void TcpConnection::enqueue_locked(const WorkRequest& request, std::uint64_t id)
                      .operand2 = request.swap,
                      .sequence = sequence};
   attach_ack_locked(header);  // before the frame is queued: a CompareSwap may send the ACK first
+  if (rc().in_error()) [[unlikely]] {
+    // That ACK found the socket broken: fail_locked flushed what was in flight and will not run again, so
+    // this request (and the rest of its chain) completes Flushed behind them here, or never would.
+    const Completion flushed{
+        .id = id, .status = Status::Flushed, .opcode = request.opcode, .connection = rc().number()};
+    rc().completed(flushed);
+    send_queue_->push(flushed);
+    return;
+  }
   OutFrame& frame = out_.push_back_slot();
   frame.header = header;
   frame.iov[0] = iovec{&frame.header, sizeof(FrameHeader)};
