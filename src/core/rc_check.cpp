@@ -21,12 +21,6 @@ enum class Problem : std::uint8_t {
   StaleEpoch
 };
 
-std::uint64_t total_length(std::span<const Segment> segments) noexcept {
-  std::uint64_t total = 0;
-  for (const Segment& segment : segments) total += segment.length;
-  return total;
-}
-
 Problem segments_problem(std::span<const Segment> segments, const Capabilities& caps) noexcept {
   if (segments.size() > caps.max_sge) return Problem::TooManySegments;
   if (caps.max_message_size != 0 && total_length(segments) > caps.max_message_size) return Problem::TooLarge;

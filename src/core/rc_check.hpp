@@ -23,4 +23,11 @@ Result<void> check_chain(std::span<const WorkRequest> chain, const Capabilities&
 // Checks a scatter-gather list for post_recv().
 Result<void> check_recv(std::span<const Segment> sgl, const Capabilities& caps);
 
+// The bytes a scatter-gather list covers.
+inline std::uint64_t total_length(std::span<const Segment> segments) noexcept {
+  std::uint64_t total = 0;
+  for (const Segment& segment : segments) total += segment.length;
+  return total;
+}
+
 }  // namespace rdmakit

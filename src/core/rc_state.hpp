@@ -84,6 +84,11 @@ class RcState {
       flush(send_id(first + i), chain[i].opcode, Status::Flushed, push);
     return send_id(first);
   }
+  // One request taken already (its id issued) that the error state overtook before it was queued.
+  template <typename Push>
+  void flush_posted(std::uint64_t id, Opcode opcode, Push&& push) {
+    flush(id, opcode, Status::Flushed, push);
+  }
   template <typename Push>
   std::uint64_t post_recv_flushed(Push&& push) {
     const std::uint64_t id = recv_id(take_recv());

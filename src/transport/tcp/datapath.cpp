@@ -90,10 +90,7 @@ void TcpConnection::enqueue_locked(const WorkRequest& request, std::uint64_t id)
   if (rc().in_error()) [[unlikely]] {
     // That ACK found the socket broken: fail_locked flushed what was in flight and will not run again, so
     // this request (and the rest of its chain) completes Flushed behind them here, or never would.
-    const Completion flushed{
-        .id = id, .status = Status::Flushed, .opcode = request.opcode, .connection = rc().number()};
-    rc().completed(flushed);
-    send_queue_->push(flushed);
+    rc().flush_posted(id, request.opcode, [&](const Completion& c) { send_queue_->push(c); });
     return;
   }
   OutFrame& frame = out_.push_back_slot();

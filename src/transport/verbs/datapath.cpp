@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <vector>
 
+#include "core/rc_check.hpp"
 #include "core/rc_state.hpp"
 #include "transport/verbs/connection.hpp"
 #include "transport/verbs/context.hpp"
@@ -27,12 +28,6 @@ constexpr std::size_t kStackChain = 32;
 ibv_sge* as_sges(std::span<const Segment> segments) noexcept {
   // ibv_post_send takes non-const lists but only reads them.
   return reinterpret_cast<ibv_sge*>(const_cast<Segment*>(segments.data()));
-}
-
-std::uint64_t total_length(std::span<const Segment> segments) noexcept {
-  std::uint64_t total = 0;
-  for (const Segment& s : segments) total += s.length;
-  return total;
 }
 
 // Operations of one queue not yet done (racing posts may briefly see done ahead of posted).
