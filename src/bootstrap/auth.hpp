@@ -38,4 +38,22 @@ inline std::string_view bytes(const Nonce& n) { return {reinterpret_cast<const c
 // naming the option when it is too short.
 Result<std::string> job_secret(std::string_view given = {});
 
+// The per-user secret: 32 random bytes in a file only this uid can read, created on first use
+// (<home>/.rdmakit/user-secret, or /tmp/rdmakit-<uid>/user-secret when the home directory is not ours to
+// write). Every process of this uid reads the same one; a process of another uid cannot, so a proof of it
+// shows "same user" across loopback TCP, where the kernel cannot tell the peer's uid. The file and its
+// directory must be ours and closed to group and others, else this is an error naming the path.
+Result<std::string> user_secret();
+
+// Whether `host` (a name or numeric address, no port) is loopback: 127.0.0.0/8, ::1, "localhost".
+bool is_loopback_host(std::string_view host);
+
+// The key a service (`what`: "the replica server", ...) proves its peers with, given the host it binds or
+// reaches: the job secret when one is set (`given` first, then RDMAKIT_JOB_SECRET); without one, the user
+// secret when `host` is loopback; a non-loopback host without a job secret is an InvalidArgument error
+// naming the options job_secret and insecure, unless insecure is set (then the public key, with a warning:
+// anyone who reaches the address can join).
+Result<std::string> service_secret(std::string_view host, std::string_view what,
+                                   std::string_view given = {});
+
 }  // namespace rdmakit::bootstrap::auth

@@ -32,6 +32,10 @@ std::vector<Spec> specs() {
           "host:port of the rendezvous store; unset = MASTER_ADDR:MASTER_PORT, else derived from the launch",
           "host:port", &C::store_addr, &O::store_addr),
       secret_spec(),
+      option("insecure", "no",
+             "let a service listen beyond loopback without a job secret (anyone who reaches it can join); "
+             "without it that is an error",
+             "yes or no", &C::insecure, &O::insecure),
       option("store_max_bytes", "67108864", "rendezvous store: total bytes of keys and values it holds",
              "an integer", &C::store_max_bytes, &O::store_max_bytes),
       option("store_max_request_bytes", "4194304", "rendezvous store: largest key + value of one request",

@@ -17,6 +17,7 @@ struct BootstrapConfig {
   std::chrono::milliseconds timeout{};      // bootstrap_timeout_ms: how long to wait for a missing rank
   std::optional<std::string> store_addr{};  // store_addr: "host:port" of the store (used by detect_launch)
   std::string job_secret{};                 // job_secret: never logged or printed
+  bool insecure = false;                    // insecure: allow a non-loopback service without a job secret
   std::uint64_t store_max_bytes = 0;
   std::uint64_t store_max_request_bytes = 0;
   std::uint64_t store_max_client_buffer_bytes = 0;
@@ -28,6 +29,7 @@ struct BootstrapOptions {
   std::optional<std::chrono::milliseconds> timeout{};
   std::optional<std::string> store_addr{};
   std::optional<std::string> job_secret{};
+  std::optional<bool> insecure{};
   std::optional<std::uint64_t> store_max_bytes{};
   std::optional<std::uint64_t> store_max_request_bytes{};
   std::optional<std::uint64_t> store_max_client_buffer_bytes{};
