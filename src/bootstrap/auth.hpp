@@ -39,11 +39,14 @@ inline std::string_view bytes(const Nonce& n) { return {reinterpret_cast<const c
 Result<std::string> job_secret(std::string_view given = {});
 
 // The per-user secret: 32 random bytes in a file only this uid can read, created on first use
-// (<home>/.rdmakit/user-secret, or /tmp/rdmakit-<uid>/user-secret when the home directory is not ours to
-// write). Every process of this uid reads the same one; a process of another uid cannot, so a proof of it
-// shows "same user" across loopback TCP, where the kernel cannot tell the peer's uid. The file and its
-// directory must be ours and closed to group and others, else this is an error naming the path.
+// (<home>/.rdmakit/user-secret, or <private_dir::in_tmp()>/user-secret when the home directory is not ours
+// to write: /tmp/rdmakit-<uid>, or a private fallback when another uid took that name). Every process of this
+// uid reads the same one; a process of another uid cannot, so a proof of it shows "same user" across loopback
+// TCP, where the kernel cannot tell the peer's uid. The file and its directory must be ours and closed to
+// group and others, else this is an error naming the path.
 Result<std::string> user_secret();
+// The same in `directory` (which user_secret() picks; tests point it elsewhere).
+Result<std::string> user_secret_in(const std::string& directory);
 
 // Whether `host` (a name or numeric address, no port) is loopback: 127.0.0.0/8, ::1, "localhost".
 bool is_loopback_host(std::string_view host);
@@ -53,7 +56,6 @@ bool is_loopback_host(std::string_view host);
 // secret when `host` is loopback; a non-loopback host without a job secret is an InvalidArgument error
 // naming the options job_secret and insecure, unless insecure is set (then the public key, with a warning:
 // anyone who reaches the address can join).
-Result<std::string> service_secret(std::string_view host, std::string_view what,
-                                   std::string_view given = {});
+Result<std::string> service_secret(std::string_view host, std::string_view what, std::string_view given = {});
 
 }  // namespace rdmakit::bootstrap::auth

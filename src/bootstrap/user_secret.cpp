@@ -14,6 +14,7 @@
 #include "bootstrap/options.hpp"
 #include "core/fd.hpp"
 #include "core/log.hpp"
+#include "core/private_dir.hpp"
 
 namespace rdmakit::bootstrap::auth {
 namespace {
@@ -22,28 +23,16 @@ constexpr std::size_t kUserSecretBytes = 32;
 
 Error file_error(const std::string& path, const std::string& what) {
   return Error(Errc::SystemError, "user secret " + path + ": " + what +
-                                           " (set RDMAKIT_JOB_SECRET, or remove the file so a fresh one is made)");
-}
-
-// `path` is a directory owned by us, closed to group and others: created 0700 when missing.
-Result<void> private_directory(const std::string& path) {
-  if (::mkdir(path.c_str(), 0700) != 0 && errno != EEXIST)
-    return fail(Errc::SystemError, "user secret: mkdir " + path + ": " + std::strerror(errno));
-  struct stat st{};
-  if (::lstat(path.c_str(), &st) != 0)
-    return fail(Errc::SystemError, "user secret: stat " + path + ": " + std::strerror(errno));
-  if (!S_ISDIR(st.st_mode)) return std::unexpected(file_error(path, "not a directory"));
-  if (st.st_uid != ::geteuid()) return std::unexpected(file_error(path, "owned by another user"));
-  if ((st.st_mode & 077) != 0) return std::unexpected(file_error(path, "open to group or others"));
-  return {};
+                                      " (set RDMAKIT_JOB_SECRET, or remove the file so a fresh one is made)");
 }
 
 // Reads the secret file, refusing one that another uid owns or could read or write.
 Result<std::string> read_secret(const std::string& path) {
   Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
-  if (!fd) return fail(errno == ENOENT ? Errc::NotFound : Errc::SystemError,
-                       "user secret: open " + path + ": " + std::strerror(errno));
-  struct stat st{};
+  if (!fd)
+    return fail(errno == ENOENT ? Errc::NotFound : Errc::SystemError,
+                "user secret: open " + path + ": " + std::strerror(errno));
+  struct stat st {};
   if (::fstat(fd.get(), &st) != 0)
     return fail(Errc::SystemError, "user secret: stat " + path + ": " + std::strerror(errno));
   if (!S_ISREG(st.st_mode) || st.st_uid != ::geteuid())
@@ -86,27 +75,30 @@ Result<std::string> create_secret(const std::string& path) {
   return read_secret(path);
 }
 
-Result<std::string> secret_in(const std::string& directory) {
-  if (auto ok = private_directory(directory); !ok) return std::unexpected(ok.error());
+std::string home_directory() {
+  // The password database, not $HOME: every process of the uid (launched by ssh, srun, a cron job) agrees.
+  if (const passwd* pw = ::getpwuid(::geteuid()); pw && pw->pw_dir && pw->pw_dir[0] == '/') return pw->pw_dir;
+  return {};
+}
+
+}  // namespace
+
+Result<std::string> user_secret_in(const std::string& directory) {
+  if (auto ok = private_dir::ensure(directory); !ok)
+    return std::unexpected(Error(ok.error().code(), "user secret: " + ok.error().message()));
   std::string path = directory + "/user-secret";
   auto existing = read_secret(path);
   if (existing || existing.error().code() != Errc::NotFound) return existing;
   return create_secret(path);
 }
 
-std::string home_directory() {
-  // The password database, not $HOME: every process of the uid (launched by ssh, srun, a cron job) agrees.
-  if (const passwd* pw = ::getpwuid(::geteuid()); pw && pw->pw_dir && pw->pw_dir[0] == '/')
-    return pw->pw_dir;
-  return {};
-}
-
-}  // namespace
-
 Result<std::string> user_secret() {
   std::string home = home_directory();
-  if (!home.empty() && ::access(home.c_str(), W_OK) == 0) return secret_in(home + "/.rdmakit");
-  return secret_in("/tmp/rdmakit-" + std::to_string(::geteuid()));
+  if (!home.empty() && ::access(home.c_str(), W_OK) == 0) return user_secret_in(home + "/.rdmakit");
+  // The same directory the shm listeners use, with its fallback when another uid took /tmp/rdmakit-<uid>.
+  auto tmp = private_dir::in_tmp();
+  if (!tmp) return std::unexpected(Error(tmp.error().code(), "user secret: " + tmp.error().message()));
+  return user_secret_in(*tmp);
 }
 
 bool is_loopback_host(std::string_view host) {

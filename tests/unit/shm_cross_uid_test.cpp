@@ -122,6 +122,45 @@ TEST_F(ShmCrossUid, DefaultListenerIsInAPrivateDirectory) {
   EXPECT_TRUE(peer.line().starts_with("REFUSED"));
 }
 
+// Another uid created /tmp/rdmakit-<our uid> first (anyone can, in /tmp): it is refused, and without
+// XDG_RUNTIME_DIR the listener goes to a private directory of ours that nobody could have made first,
+// instead of failing. TMPDIR points the test at a directory of its own.
+TEST_F(ShmCrossUid, ListenFallsBackWhenAnotherUidTookOurTmpDirectory) {
+  std::string pattern = "/tmp/rdmakit-taken-XXXXXX";
+  ASSERT_NE(::mkdtemp(pattern.data()), nullptr);
+  ASSERT_EQ(::chmod(pattern.c_str(), 0755), 0);
+  std::string taken = pattern + "/rdmakit-" + std::to_string(::geteuid());
+  ASSERT_EQ(::mkdir(taken.c_str(), 0777), 0);
+  ASSERT_EQ(::chown(taken.c_str(), 65534, 65534), 0);  // as the stranger would have made it
+  const char* old_tmp = std::getenv("TMPDIR");
+  const char* old_runtime = std::getenv("XDG_RUNTIME_DIR");
+  std::string saved_tmp = old_tmp ? old_tmp : "", saved_runtime = old_runtime ? old_runtime : "";
+  ::setenv("TMPDIR", pattern.c_str(), 1);
+  ::unsetenv("XDG_RUNTIME_DIR");
+  rdmakit::testing::expect_warning("not a private directory");
+  auto listener = context_->listen();
+  auto client = Context::open(Options{.transport = "shm"});
+  Result<std::shared_ptr<Connection>> connected = std::unexpected(Error(Errc::InvalidArgument, "not tried"));
+  if (listener && client) connected = (*client)->connect((*listener)->address());
+  auto accepted = listener ? (*listener)->accept(5s)
+                           : Result<std::shared_ptr<Connection>>(std::unexpected(listener.error()));
+  old_tmp ? ::setenv("TMPDIR", saved_tmp.c_str(), 1) : ::unsetenv("TMPDIR");
+  if (old_runtime) ::setenv("XDG_RUNTIME_DIR", saved_runtime.c_str(), 1);
+  ASSERT_TRUE(listener) << "listen() failed: " << listener.error().describe();
+  std::string path = (*listener)->address().substr(4);
+  std::string dir = std::filesystem::path(path).parent_path();
+  EXPECT_TRUE(dir.starts_with(taken + "-")) << path;
+  struct stat st {};
+  ASSERT_EQ(::lstat(dir.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0700u);
+  EXPECT_EQ(st.st_uid, ::geteuid());
+  EXPECT_TRUE(connected) << connected.error().describe();
+  EXPECT_TRUE(accepted) << accepted.error().describe();
+  listener->reset();
+  std::error_code ignored;
+  std::filesystem::remove_all(pattern, ignored);
+}
+
 // A bare socket of nobody's gets a refusal of a few bytes and no descriptor: nothing of ours.
 TEST_F(ShmCrossUid, NothingOfOursIsSentToARefusedPeer) {
   auto listener = context_->listen("shm:rdmakit-cross-uid-raw-" + std::to_string(::getpid())).value();

@@ -15,6 +15,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "core/private_dir.hpp"
+
 namespace rdmakit::shm {
 namespace {
 
@@ -202,17 +204,11 @@ Result<std::string> private_socket_dir() {
   const char* runtime = std::getenv("XDG_RUNTIME_DIR");
   struct stat st {};
   bool own_runtime = runtime && runtime[0] == '/' && ::stat(runtime, &st) == 0 && st.st_uid == ::geteuid();
-  std::string dir =
-      own_runtime ? std::string(runtime) + "/rdmakit" : "/tmp/rdmakit-" + std::to_string(::geteuid());
-  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) return fail_errno("shm: mkdir " + dir, errno);
-  // Someone else may have created it first (in /tmp anyone can): use it only if it is ours and private.
-  if (::lstat(dir.c_str(), &st) != 0) return fail_errno("shm: lstat " + dir, errno);
-  if (!S_ISDIR(st.st_mode) || st.st_uid != ::geteuid() || (st.st_mode & 077) != 0)
-    return fail(Errc::InvalidArgument,
-                "shm: " + dir + " is not a private directory of ours (a real directory, owned by uid " +
-                    std::to_string(::geteuid()) +
-                    ", mode 0700); remove it or set "
-                    "XDG_RUNTIME_DIR");
+  Result<std::string> dir = own_runtime ? std::string(runtime) + "/rdmakit" : private_dir::in_tmp();
+  if (!dir) return std::unexpected(Error(dir.error().code(), "shm: " + dir.error().message()));
+  if (own_runtime)
+    if (auto ok = private_dir::ensure(*dir); !ok)
+      return std::unexpected(Error(ok.error().code(), "shm: " + ok.error().message()));
   return dir;
 }
 

@@ -25,9 +25,10 @@ Result<std::string> parse_address(std::string_view address);
 // A file-system name is bound with mode 0600 (only our uid can connect); an abstract name has no
 // permissions at all, so every connection is checked by uid (peer_credentials) whichever it is.
 Result<UniqueFd> listen_unix(const std::string& name);
-// Our private directory for listener sockets: $XDG_RUNTIME_DIR/rdmakit when that is set, else
-// /tmp/rdmakit-<uid>; created mode 0700 and refused unless it is a real directory (not a symlink) owned
-// by us with no permission for anyone else.
+// Our private directory for listener sockets: $XDG_RUNTIME_DIR/rdmakit when that is set and ours, else
+// private_dir::in_tmp() (/tmp/rdmakit-<uid>, or a private fallback when another uid took that name);
+// created mode 0700 and refused unless it is a real directory (not a symlink) owned by us with no
+// permission for anyone else.
 Result<std::string> private_socket_dir();
 // Removes the sockets of listeners whose process died without removing them ("rdmakit-<pid>-..." whose pid
 // no longer exists) from our private directory.
