@@ -55,18 +55,25 @@ Result<std::uint32_t> KeySource::draw() {
   return key;
 }
 
-Result<std::uint32_t> KeySource::next() {
+Result<std::uint32_t> KeySource::next() { return next(0, 0); }
+
+Result<std::uint32_t> KeySource::next(std::uint32_t mask, std::uint32_t bits) {
   if (issued_.size() >= kMaxIssued)
     return fail(Errc::ResourceExhausted,
                 "memory key: this context issued " + std::to_string(kMaxIssued) +
                     " keys, the most one context issues in its life; open a new context");
-  for (;;) {
-    auto key = draw();
-    if (!key) return key;
-    if (*key == 0 || issued_.contains(*key)) continue;  // 0 is no key; an issued key is never reused
-    issued_.insert(*key);
-    return *key;
+  // With every bit free a fresh key comes at the first draw all but once in 256 (kMaxIssued); with bits
+  // fixed, the free ones (18 on shm) still leave far more fresh keys than one pattern is ever asked for.
+  constexpr int kMaxDraws = 1024;
+  for (int attempt = 0; attempt < kMaxDraws; ++attempt) {
+    auto drawn = draw();
+    if (!drawn) return drawn;
+    std::uint32_t key = (*drawn & ~mask) | (bits & mask);
+    if (key == 0 || issued_.contains(key)) continue;  // 0 is no key; an issued key is never reused
+    issued_.insert(key);
+    return key;
   }
+  return fail(Errc::ResourceExhausted, "memory key: no fresh key left for this registration slot");
 }
 
 }  // namespace rdmakit

@@ -36,6 +36,10 @@ class KeySource {
 
   // A fresh key; ResourceExhausted once kMaxIssued keys were issued, SystemError if getrandom fails.
   Result<std::uint32_t> next();
+  // A fresh key whose bits under `mask` equal `bits` (shm: the low bits name the registration slot, so a
+  // peer finds it without a search); the other bits are random. ResourceExhausted also when no fresh key
+  // turned up in a bounded number of draws (every key of that pattern nearly used up).
+  Result<std::uint32_t> next(std::uint32_t mask, std::uint32_t bits);
   std::size_t issued() const noexcept { return issued_.size(); }
 
  private:

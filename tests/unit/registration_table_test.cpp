@@ -214,5 +214,24 @@ TEST(CheckRegistration, VerbsRules) {
   expect_rejected(check_registration(near_top, 100, Access::RemoteRead), "wraps");
 }
 
+TEST(KeySource, FixedBitsKeepTheRestRandomAndUnique) {
+  KeySource source;
+  std::set<std::uint32_t> seen;
+  std::vector<std::uint32_t> slot_zero;  // in the order drawn
+  for (int i = 0; i < 3000; ++i) {
+    auto slot = static_cast<std::uint32_t>(i % 3);
+    auto key = source.next(0x3fff, slot);
+    ASSERT_TRUE(key.has_value()) << key.error().describe();
+    ASSERT_EQ(*key & 0x3fff, slot);
+    ASSERT_TRUE(seen.insert(*key).second) << "key issued twice";
+    if (slot == 0) slot_zero.push_back(*key);
+  }
+  // The free bits carry the randomness: one slot's successive keys are no sequence (a generation counter
+  // gives one step, 0x4000, every time).
+  std::set<std::uint32_t> steps;
+  for (std::size_t i = 1; i < slot_zero.size(); ++i) steps.insert(slot_zero[i] - slot_zero[i - 1]);
+  EXPECT_GT(steps.size(), slot_zero.size() * 9 / 10);
+}
+
 }  // namespace
 }  // namespace rdmakit

@@ -17,12 +17,13 @@ namespace {
 class ShmRegion final : public MemoryRegion {
  public:
   ShmRegion(std::shared_ptr<ShmContext> context, void* data, std::size_t size, Access access,
-            std::uint32_t key, Arena* arena)
-      : MemoryRegion(data, size, access, key, key, context->identity().id, context->identity().epoch),
+            Registry::Keys keys, Arena* arena)
+      : MemoryRegion(data, size, access, keys.lkey, keys.rkey, context->identity().id,
+                     context->identity().epoch),
         context_(std::move(context)),
         arena_(arena) {}
   ~ShmRegion() override {
-    context_->deregister(lkey());
+    context_->deregister(rkey());  // the key peers pin
     if (arena_) arena_->free(data(), size());
   }
 

@@ -11,23 +11,33 @@
 #include <mutex>
 #include <vector>
 
+#include "core/key_source.hpp"
 #include "rdmakit/completion.hpp"
 #include "rdmakit/memory.hpp"
 #include "transport/shm/layout.hpp"
 
 namespace rdmakit::shm {
 
-// The owner's side: hands out slots and keys.
+// The owner's side: hands out slots and keys. A region has two keys, both (random << kSlotBits) | slot
+// from one KeySource (core/key_source.hpp, as tcp's): random, never issued twice in the registry's life,
+// lkey != rkey. Only the rkey is published in the shared table; the lkey lives in the private copy alone,
+// so an lkey is never valid as an rkey, and a peer holding one key learns nothing of any other.
 class Registry {
  public:
+  struct Keys {
+    std::uint32_t lkey;
+    std::uint32_t rkey;
+  };
+
   explicit Registry(ControlSegment* control);
 
   // Publishes [addr, addr+length) with `access`; Errc::ResourceExhausted when every slot is taken.
-  Result<std::uint32_t> add(std::uint64_t addr, std::uint64_t length, Access access);
-  // Makes `key` invalid at once for every initiator that looks it up from now on. Accesses that
-  // already pinned it are waited for by the caller (the context knows the connections), then release().
-  void revoke(std::uint32_t key) noexcept;
-  void release(std::uint32_t key);
+  Result<Keys> add(std::uint64_t addr, std::uint64_t length, Access access);
+  // Makes `rkey` (and its region's lkey) invalid at once for every initiator that looks it up from now on.
+  // Accesses that already pinned it are waited for by the caller (the context knows the connections),
+  // then release().
+  void revoke(std::uint32_t rkey) noexcept;
+  void release(std::uint32_t rkey);
   // Slots in use: regions registered now (revoked ones until released).
   std::size_t size() const;
 
@@ -39,10 +49,11 @@ class Registry {
 
  private:
   ControlSegment* control_;
-  std::unique_ptr<RegistrationSlot[]> private_;  // the owner's own copy: the authority
+  std::unique_ptr<RegistrationSlot[]> private_;  // the owner's own copy (key: the rkey): the authority
+  std::unique_ptr<std::atomic<std::uint32_t>[]> lkeys_;  // by slot; 0: free or revoked
   mutable std::mutex mutex_;
   std::vector<std::uint32_t> free_slots_;
-  std::vector<std::uint32_t> generation_;
+  KeySource keys_;
 };
 
 // The initiator's side: checks an access against the peer's table. The caller must have stored `key`
