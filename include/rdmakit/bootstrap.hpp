@@ -77,8 +77,11 @@ struct StoreOptions {
   std::uint16_t port = 0;
   bool is_server = false;                    // rank 0: host the store (and use it)
   std::chrono::milliseconds timeout{30000};  // clients: retry connecting this long
-  std::optional<std::string> secret{};       // the job secret; nullopt: option job_secret
-                                             // (RDMAKIT_JOB_SECRET); empty: none
+  // The job secret. nullopt: option job_secret (RDMAKIT_JOB_SECRET), and without one the per-user secret
+  // when `host` is loopback (a process of another uid cannot prove it); beyond loopback without a job
+  // secret, an error unless option insecure (RDMAKIT_INSECURE=1) is set. Empty: none (loopback or
+  // insecure only).
+  std::optional<std::string> secret{};
 };
 
 // Rank 0 (is_server) listens on host:port and serves the store from a thread for as long as the
@@ -93,9 +96,10 @@ class TcpStore : public Store {
   virtual std::uint16_t bound_port() const noexcept = 0;
 };
 
-// The store for a detected launch: rank 0 serves, the others connect. Without a job secret the store is
-// unauthenticated: on a launch within one host it then binds and is reached on 127.0.0.1 only; on a launch
-// that spans hosts rank 0 warns that anyone who reaches the store can join the job.
+// The store for a detected launch: rank 0 serves, the others connect. Without a job secret, a launch within
+// one host binds and reaches the store on 127.0.0.1 only, and clients prove the per-user secret (so a
+// process of another uid reads nothing); a launch that spans hosts is an InvalidArgument error naming
+// job_secret and insecure, unless option insecure is set (then it is unauthenticated, with a warning).
 Result<std::shared_ptr<Store>> open_store(const LaunchInfo& launch, std::chrono::milliseconds timeout);
 
 // Reads RDMAKIT_BOOTSTRAP_TIMEOUT_MS (default 60000): how long to wait for a rank that does not show up.

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "bootstrap/auth.hpp"
+#include "bootstrap/options.hpp"
 #include "bootstrap/store_server.hpp"
 #include "bootstrap/store_wire.hpp"
 #include "core/log.hpp"
@@ -173,10 +174,27 @@ class TcpStoreClient final : public TcpStore {
   std::mutex mutex_;
 };
 
+// The key clients prove: the one given in code, else auth::service_secret for the store's host (the job
+// secret; on loopback the per-user secret; beyond loopback an error unless insecure). An empty secret
+// given in code still needs loopback or insecure: it authenticates nobody.
+Result<std::string> store_secret(const StoreOptions& options) {
+  if (options.secret && !options.secret->empty()) return auth::job_secret(*options.secret);
+  if (!options.secret) return auth::service_secret(options.host, "the rendezvous store");
+  if (auth::is_loopback_host(options.host)) return std::string();
+  auto config = resolve_bootstrap_options();
+  if (!config) return std::unexpected(config.error());
+  if (!config->insecure)
+    return fail(Errc::InvalidArgument,
+                "store at " + options.host +
+                    ": an empty secret beyond loopback authenticates nobody: set a job "
+                    "secret (option job_secret) or option insecure");
+  return std::string();
+}
+
 }  // namespace
 
 Result<std::shared_ptr<TcpStore>> TcpStore::open(const StoreOptions& options) {
-  auto secret = options.secret ? Result<std::string>(*options.secret) : auth::job_secret();
+  auto secret = store_secret(options);
   if (!secret) return std::unexpected(secret.error());
   std::unique_ptr<StoreServer> server;
   std::uint16_t port = options.port;
@@ -212,18 +230,14 @@ Result<std::shared_ptr<TcpStore>> TcpStore::open(const StoreOptions& options) {
 
 Result<std::shared_ptr<Store>> open_store(const LaunchInfo& launch, std::chrono::milliseconds timeout) {
   if (launch.world_size == 1 && launch.launcher == "single") return make_memory_store();
-  auto secret = auth::job_secret();
-  if (!secret) return std::unexpected(secret.error());
+  auto job = auth::job_secret();
+  if (!job) return std::unexpected(job.error());
   std::string host = launch.store_host;
-  if (secret->empty() && !launch.spans_hosts()) {
-    host = "127.0.0.1";  // unauthenticated: nobody beyond this host may reach it
-  } else if (secret->empty() && launch.rank == 0) {
-    log::warn("bootstrap",
-              "the rendezvous store at " + launch.store_host + ":" + std::to_string(launch.store_port) +
-                  " is UNAUTHENTICATED: this launch spans hosts and RDMAKIT_JOB_SECRET is not set, so "
-                  "anyone who can reach that address can read the store and join the job as a rank. "
-                  "Set RDMAKIT_JOB_SECRET (the same value, at least 16 characters) on every rank.");
-  }
+  // Without a job secret a one-host launch keeps the store on loopback, proven with the per-user secret;
+  // a launch across hosts needs the job secret (or option insecure): service_secret decides.
+  if (job->empty() && !launch.spans_hosts()) host = "127.0.0.1";
+  auto secret = auth::service_secret(host, "the rendezvous store", *job);
+  if (!secret) return std::unexpected(secret.error());
   auto store = TcpStore::open(StoreOptions{.host = host,
                                            .port = launch.store_port,
                                            .is_server = launch.rank == 0,

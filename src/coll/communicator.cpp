@@ -11,6 +11,7 @@
 #include <mutex>
 #include <thread>
 
+#include "bootstrap/auth.hpp"
 #include "coll/algorithms.hpp"
 #include "coll/comm_options.hpp"
 #include "coll/cost_model.hpp"
@@ -239,7 +240,7 @@ Result<std::unique_ptr<Communicator>> Communicator::from_environment(const CommO
                                            : bootstrap::bootstrap_timeout();
   if (!timeout) return std::unexpected(timeout.error());
   options.bootstrap_timeout = *timeout;
-  bool loopback = launch->store_host.starts_with("127.") || launch->store_host == "localhost";
+  bool loopback = bootstrap::auth::is_loopback_host(launch->store_host);
   auto named = detail::named_listen_address(options);
   if (!named) return std::unexpected(named.error());
   if (!*named && !loopback) {

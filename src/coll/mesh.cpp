@@ -9,6 +9,7 @@
 #include "coll/handshake.hpp"
 #include "coll/hierarchy.hpp"
 #include "core/log.hpp"
+#include "core/net.hpp"
 
 namespace rdmakit::coll::detail {
 namespace {
@@ -59,6 +60,22 @@ Result<Layout> meet(bootstrap::Store& store, const MeshConfig& config, int rank,
     layout.hosts.push_back(value->substr(1));
   }
   return layout;
+}
+
+// The key every connection's handshake proves (auth::service_secret): the job secret when one is set;
+// without one, the per-user secret when the network listener stays on loopback (a process of another uid
+// cannot read it, so it cannot join as a rank; ranks on hosts simulated on this one prove it too). A
+// listener beyond loopback needs the job secret, or option insecure to run unauthenticated. (verbs binds
+// the device for a loopback listen_address; a rank elsewhere without our home directory then fails the
+// handshake, which says to set RDMAKIT_JOB_SECRET.)
+Result<std::string> connection_secret(const MeshConfig& config) {
+  std::string host = "127.0.0.1";  // the transports' default listen_address
+  if (!config.listen_address.empty()) {
+    // Not host:port: an endpoint name (shm:...), which only this machine can reach.
+    auto named = net::parse_host_port(config.listen_address);
+    if (named) host = named->host.empty() ? "0.0.0.0" : named->host;
+  }
+  return bootstrap::auth::service_secret(host, "the communicator's connections", config.secret);
 }
 
 // Phase 2: a context, staging and a listener per fabric, published.
@@ -245,7 +262,11 @@ std::string default_host_id() {
   return std::string(host) + "/" + netns.string();
 }
 
-Result<MeshInfo> build_mesh(bootstrap::Store& store, const MeshConfig& config, Exchange& ex) {
+Result<MeshInfo> build_mesh(bootstrap::Store& store, const MeshConfig& given, Exchange& ex) {
+  MeshConfig config = given;
+  auto secret = connection_secret(given);
+  if (!secret) return std::unexpected(Error(secret.error().code(), "coll: " + secret.error().message()));
+  config.secret = std::move(*secret);
   auto layout = meet(store, config, ex.rank(), ex.size());
   if (!layout) return std::unexpected(layout.error());
   for (const char* kind : {"local", "net"})

@@ -21,7 +21,9 @@ struct MeshConfig {
   std::string host_id;
   std::string key_prefix;
   std::chrono::milliseconds bootstrap_timeout{};
-  std::string secret;  // the job secret every connection's handshake proves; empty: none
+  // The job secret (empty: none). build_mesh turns it into the key every connection's handshake proves:
+  // without a job secret, the per-user secret on one host over loopback, else an error unless insecure.
+  std::string secret;
 };
 
 struct MeshInfo {

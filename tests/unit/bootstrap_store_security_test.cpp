@@ -21,6 +21,7 @@
 
 #include "core/fd.hpp"
 #include "rdmakit/bootstrap.hpp"
+#include "stranger.hpp"
 #include "support/test_support.hpp"
 
 #if __has_include("bootstrap/auth.hpp")
@@ -347,17 +348,54 @@ TEST(StoreSecurity, WithoutASecretAOneHostLaunchBindsLoopbackOnly) {
   EXPECT_TRUE(raw_connect("127.0.0.1", port));
 }
 
-TEST(StoreSecurity, WithoutASecretALaunchAcrossHostsWarnsLoudly) {
+TEST(StoreSecurity, WithoutASecretALaunchAcrossHostsIsRefusedUnlessInsecure) {
   std::string address = non_loopback_address();
   if (address.empty()) GTEST_SKIP() << "this machine has no non-loopback IPv4 address";
-  testing::expect_warning("UNAUTHENTICATED");
-  ScopedEnv env(ScopedEnv::Vars{{"RDMAKIT_JOB_SECRET", ""}});
+  ScopedEnv env(ScopedEnv::Vars{{"RDMAKIT_JOB_SECRET", ""}, {"RDMAKIT_INSECURE", "0"}});
   std::uint16_t port = free_port();
   auto launch = torchrun_launch(address, port, 1);
   ASSERT_TRUE(launch.has_value()) << launch.error().describe();
+  auto refused = open_store(*launch, 2000ms);
+  ASSERT_FALSE(refused.has_value()) << "a store beyond loopback started without a job secret";
+  EXPECT_EQ(refused.error().code(), Errc::InvalidArgument);
+  EXPECT_NE(refused.error().message().find("job_secret"), std::string::npos) << refused.error().message();
+  EXPECT_NE(refused.error().message().find("insecure"), std::string::npos) << refused.error().message();
+  EXPECT_FALSE(raw_connect(address, port)) << "the refused store listens anyway";
+
+  testing::expect_warning("UNAUTHENTICATED");
+  ScopedEnv insecure(ScopedEnv::Vars{{"RDMAKIT_INSECURE", "1"}});
   auto store = open_store(*launch, 2000ms);
   ASSERT_TRUE(store.has_value()) << store.error().describe();
-  EXPECT_EQ(testing::warnings_seen(), 1u) << "no warning that the store is unauthenticated";
+  EXPECT_GE(testing::warnings_seen(), 1u) << "no warning that the store is unauthenticated";
+}
+
+// Run as uid 65534 (stranger.hpp): a client of the store at 127.0.0.1:$RDMAKIT_TEST_PORT with no job
+// secret, as any process of that user would open it; prints what it read.
+int read_store_as_stranger() {
+  auto port = static_cast<std::uint16_t>(std::atoi(std::getenv("RDMAKIT_TEST_PORT")));
+  auto client = TcpStore::open({.host = "127.0.0.1", .port = port, .timeout = 2000ms});
+  if (!client) return std::printf("REFUSED %s\n", client.error().describe().c_str()), 0;
+  auto value = (*client)->get("coll/net/0", 1000ms);
+  if (!value) return std::printf("REFUSED get: %s\n", value.error().describe().c_str()), 0;
+  std::printf("READ %s\n", value->c_str());
+  return 0;
+}
+
+const int kParts = rdmakit::testing::stranger::parts({{"read-store", read_store_as_stranger}});
+
+TEST(StoreSecurity, WithoutAJobSecretAnotherUidReadsNothing) {
+  if (auto why = rdmakit::testing::stranger::unavailable(); !why.empty()) GTEST_SKIP() << why;
+  ScopedEnv env(ScopedEnv::Vars{{"RDMAKIT_JOB_SECRET", ""}});
+  auto server = open_server();
+  ASSERT_TRUE(server);
+  ASSERT_TRUE(server->set("coll/net/0", "127.0.0.1:4242 rank 0's listener"));
+  std::map<std::string, std::string> child{{"RDMAKIT_TEST_PORT", std::to_string(server->bound_port())}};
+  auto ours = rdmakit::testing::stranger::run("read-store", child, false);
+  EXPECT_TRUE(ours.output.starts_with("READ 127.0.0.1:4242")) << "a process of our uid: " << ours.output;
+  auto theirs = rdmakit::testing::stranger::run("read-store", child, true);
+  EXPECT_EQ(theirs.status, 0) << theirs.output;
+  EXPECT_TRUE(theirs.output.starts_with("REFUSED")) << theirs.output;
+  EXPECT_EQ(theirs.output.find("4242"), std::string::npos) << "uid 65534 read the store: " << theirs.output;
 }
 
 }  // namespace

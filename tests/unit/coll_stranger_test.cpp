@@ -7,9 +7,11 @@
 
 #include <cstdlib>
 #include <future>
+#include <map>
 
 #include "coll_harness.hpp"
 #include "rdmakit/context.hpp"
+#include "stranger.hpp"
 #include "support/test_support.hpp"
 
 namespace rdmakit::coll::testing {
@@ -115,6 +117,71 @@ TEST(CollStranger, CannotJoinAsARankNorWriteStagingMemory) {
   EXPECT_EQ(failed0, "") << "rank 0";
   EXPECT_EQ(failed1, "") << "rank 1";
   EXPECT_EQ(rdmakit::testing::warnings_seen(), 1u) << "rank 0 did not notice and refuse the stranger";
+}
+
+// Without a job secret (the default on one host) the store and every connection's handshake prove the
+// per-user secret, which a process of another uid cannot read. Run as uid 65534 (stranger.hpp), this part
+// first asks the store at 127.0.0.1:$RDMAKIT_TEST_PORT for rank 0's listener, then, handed what the store
+// holds (as if it had leaked), joins as rank 1 of 2 over an in-memory copy of it.
+int join_as_stranger() {
+  auto port = static_cast<std::uint16_t>(std::atoi(std::getenv("RDMAKIT_TEST_PORT")));
+  auto client = bootstrap::TcpStore::open({.host = "127.0.0.1", .port = port, .timeout = 2000ms});
+  auto read =
+      client ? (*client)->get("coll/net/0", 1000ms) : Result<std::string>(std::unexpected(client.error()));
+  std::printf("%s\n", read ? ("STORE_READ " + *read).c_str() : "STORE_REFUSED");
+  auto leaked = bootstrap::make_memory_store();
+  (void)leaked->set("coll/host/0", std::getenv("RDMAKIT_TEST_HOST0"));
+  (void)leaked->set("coll/net/0", std::getenv("RDMAKIT_TEST_NET0"));
+  CommOptions options{
+      .network_transport = "tcp", .local_transport = "tcp", .timeout = 2000ms, .bootstrap_timeout = 3000ms};
+  auto comm = Communicator::create(leaked, 1, 2, options);
+  std::printf("%s\n", comm ? "JOINED" : ("JOIN_REFUSED " + comm.error().describe()).c_str());
+  return 0;
+}
+
+const int kParts = rdmakit::testing::stranger::parts({{"join", join_as_stranger}});
+
+TEST(CollStranger, WithoutAJobSecretAnotherUidNeitherReadsTheStoreNorJoins) {
+  if (auto why = rdmakit::testing::stranger::unavailable(); !why.empty()) GTEST_SKIP() << why;
+  rdmakit::testing::expect_warning("refused a connection");
+  unsetenv("RDMAKIT_JOB_SECRET");
+  auto server = bootstrap::TcpStore::open({.host = "127.0.0.1", .port = 0, .is_server = true});
+  ASSERT_TRUE(server) << server.error().describe();
+  std::uint16_t port = (*server)->bound_port();
+  auto rank1_store = bootstrap::TcpStore::open({.host = "127.0.0.1", .port = port, .timeout = 2000ms});
+  ASSERT_TRUE(rank1_store) << rank1_store.error().describe();
+  std::promise<void> attempted;
+  std::shared_future<void> release = attempted.get_future().share();
+  CommOptions options{
+      .network_transport = "tcp", .local_transport = "tcp", .timeout = 4000ms, .bootstrap_timeout = 8000ms};
+  auto run_rank = [&](int rank, std::shared_ptr<bootstrap::Store> through) -> std::string {
+    auto comm = Communicator::create(std::move(through), rank, 2, options);
+    if (!comm) return "create: " + comm.error().describe();
+    std::vector<float> data(256, static_cast<float>(rank + 1));
+    if (auto ok = (*comm)->allreduce(data.data(), data.data(), data.size(), DataType::F32, ReduceOp::Sum);
+        !ok)
+      return "allreduce: " + ok.error().describe();
+    for (float x : data)
+      if (x != 3.0f) return "allreduce: wrong result " + std::to_string(x);
+    return "";
+  };
+  auto rank0 = std::async(std::launch::async, run_rank, 0, std::shared_ptr<bootstrap::Store>(*server));
+  auto rank1 =
+      std::async(std::launch::async, run_rank, 1, std::make_shared<HeldBackStore>(*rank1_store, release));
+  auto host0 = (*server)->get("coll/host/0", 5s);
+  auto net0 = (*server)->get("coll/net/0", 5s);
+  ASSERT_TRUE(host0 && net0);
+  auto outcome = rdmakit::testing::stranger::run("join", {{"RDMAKIT_TEST_PORT", std::to_string(port)},
+                                                          {"RDMAKIT_TEST_HOST0", *host0},
+                                                          {"RDMAKIT_TEST_NET0", *net0}});
+  attempted.set_value();
+  std::string failed0 = rank0.get(), failed1 = rank1.get();
+  EXPECT_NE(outcome.output.find("STORE_REFUSED"), std::string::npos)
+      << "uid 65534 read the store: " << outcome.output;
+  EXPECT_NE(outcome.output.find("JOIN_REFUSED"), std::string::npos)
+      << "uid 65534 joined as rank 1: " << outcome.output;
+  EXPECT_EQ(failed0, "") << "rank 0";
+  EXPECT_EQ(failed1, "") << "rank 1";
 }
 
 }  // namespace

@@ -44,6 +44,9 @@ if [ "$mode" = netns ]; then
   done
 fi
 
+# In netns mode the nodes listen beyond loopback: services that prove a secret need a job secret there.
+RDMAKIT_JOB_SECRET=${RDMAKIT_JOB_SECRET:-$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')}
+export RDMAKIT_JOB_SECRET
 for r in $(seq "$receivers" -1 1); do
   listen=""
   [ "$mode" = netns ] && listen="10.77.$r.2:0"

@@ -62,9 +62,11 @@ struct CommOptions {
                              // network transport; unset: from_environment() picks the
                              // interface that routes to the store when it is not on loopback
   std::string key_prefix{};  // store key prefix, to run several communicators over one store
-  std::optional<std::string>
-      job_secret{};  // option job_secret (RDMAKIT_JOB_SECRET): every connection between
-                     // two ranks proves it before staging memory is shared; "": none
+  // option job_secret (RDMAKIT_JOB_SECRET): every connection between two ranks proves it before staging
+  // memory is shared. Without one (unset or ""), the per-user secret when the network listener is on
+  // loopback (a process of another uid cannot prove it); a listen address beyond loopback is then an
+  // InvalidArgument error naming job_secret and insecure, unless option insecure (RDMAKIT_INSECURE=1) is set.
+  std::optional<std::string> job_secret{};
 };
 
 class Work;
