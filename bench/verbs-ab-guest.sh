@@ -5,6 +5,10 @@
 #   tests/softroce/run-in-vm.sh --file build/tools/rdmakit-perf --file bench/verbs-ab-guest.sh --file ib_read_lat \
 #     --env PERF=$PWD/build/tools/rdmakit-perf --env N=5000 --env "VARIANTS=new:X=1" -- bench/verbs-ab-guest.sh
 PERF=${PERF:?}; DEV=$RDMAKIT_VM_DEV0; ADDR=$RDMAKIT_VM_ADDR0; GID=$RDMAKIT_VM_GIDIDX0
+# The server listens on the device's address, beyond loopback: both sides prove a job secret (without one
+# rdmakit-perf refuses to run there).
+RDMAKIT_JOB_SECRET=${RDMAKIT_JOB_SECRET:-$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')}
+export RDMAKIT_JOB_SECRET
 REPS=${REPS:-4}; N=${N:-1000}; TESTS=${TESTS:-read_lat}
 port=19700
 echo "MACHINE nproc=$(nproc) load=$(cat /proc/loadavg)"

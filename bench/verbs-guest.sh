@@ -8,6 +8,10 @@ SIZES=${SIZES:-"8 4096 65536 1048576"}
 DEV=$RDMAKIT_VM_DEV0
 ADDR=$RDMAKIT_VM_ADDR0
 GID=$RDMAKIT_VM_GIDIDX0
+# The server listens on the device's address, beyond loopback: both sides prove a job secret (without one
+# rdmakit-perf refuses to run there).
+RDMAKIT_JOB_SECRET=${RDMAKIT_JOB_SECRET:-$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')}
+export RDMAKIT_JOB_SECRET
 port=19000
 echo "MACHINE nproc=$(nproc) kernel=$(uname -r) load=$(cat /proc/loadavg)"
 

@@ -5,6 +5,10 @@
 # the threads of each side with their voluntary / non-voluntary context switches during a long run.
 PERF=${PERF:?}
 DEV=$RDMAKIT_VM_DEV0; ADDR=$RDMAKIT_VM_ADDR0; GID=$RDMAKIT_VM_GIDIDX0
+# The server listens on the device's address, beyond loopback: both sides prove a job secret (without one
+# rdmakit-perf refuses to run there).
+RDMAKIT_JOB_SECRET=${RDMAKIT_JOB_SECRET:-$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')}
+export RDMAKIT_JOB_SECRET
 TESTS=${TESTS:-"read_lat send_lat"}
 NS=${NS:-"200 1200"}
 port=19500

@@ -3,6 +3,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <functional>
+
+#include "bootstrap/auth.hpp"
+#include "bootstrap/peer_proof.hpp"
+#include "core/log.hpp"
+#include "core/net.hpp"
 
 namespace rdmakit::perf {
 namespace {
@@ -11,6 +17,29 @@ using namespace std::chrono_literals;
 constexpr Access kDataAccess =
     Access::LocalWrite | Access::RemoteWrite | Access::RemoteRead | Access::RemoteAtomic;
 constexpr auto kAcceptTimeout = std::chrono::milliseconds(std::chrono::minutes(10));
+constexpr std::string_view kProofLabel = "rdmakit-perf/v1";  // a proof for another service is none here
+constexpr auto kProofTimeout = std::chrono::milliseconds(10000);
+
+// A connection from a client that proved the secret; strangers' connections are closed (by the proof) and
+// the next one is taken, until `timeout`.
+Result<std::shared_ptr<Connection>> accept_proven(
+    Context& context, Listener& listener, const bootstrap::PeerProofConfig& proof,
+    std::chrono::milliseconds timeout, const ConnectOptions& options,
+    const std::function<Result<void>(const std::shared_ptr<Connection>&)>& before_accept) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    auto connection = listener.accept(std::max(left, std::chrono::milliseconds(1)), options);
+    if (!connection) return std::unexpected(connection.error());
+    auto proven = bootstrap::prove_accept(context, **connection, proof, "rdmakit-perf server", [&]() {
+      return before_accept ? before_accept(*connection) : Result<void>();
+    });
+    if (proven) return connection;
+    log::warn("perf",
+              "refused a client at " + (*connection)->peer().address + ": " + proven.error().message());
+  }
+}
 
 bool needs_two_areas(Test test, bool bidirectional) { return bidirectional || !is_bandwidth(test); }
 
@@ -51,6 +80,19 @@ void put_region(ControlMessage& message, const MemoryRegion& region) {
 
 }  // namespace
 
+Result<bootstrap::PeerProofConfig> proof_config(const std::string& address, const Capabilities& caps) {
+  std::string host = "localhost";  // an endpoint name (shm) is on this machine
+  if (caps.address_prefix.empty()) {
+    auto parsed = net::parse_host_port(address);
+    if (!parsed) return std::unexpected(parsed.error());
+    host = parsed->host.empty() ? "0.0.0.0" : parsed->host;
+  }
+  auto secret = bootstrap::auth::service_secret(host, "the rdmakit-perf server");
+  if (!secret) return std::unexpected(secret.error());
+  return bootstrap::PeerProofConfig{
+      .secret = std::move(*secret), .label = std::string(kProofLabel), .timeout = kProofTimeout};
+}
+
 std::string endpoint(const std::string& address, std::uint16_t port, const Capabilities& caps) {
   // Transports that name their endpoints (shm) get one made of the port, so both sides agree on it.
   const std::string& prefix = caps.address_prefix;
@@ -77,8 +119,13 @@ Result<Session> connect_session(const Params& params, std::shared_ptr<Context> c
   Session session;
   session.context = std::move(context);
   const std::string address = endpoint(params.server, params.port, session.context->capabilities());
+  auto proof = proof_config(address, session.context->capabilities());
+  if (!proof) return std::unexpected(proof.error());
   auto control = session.context->connect(address);
   if (!control) return std::unexpected(control.error());
+  if (auto proven = bootstrap::prove_initiate(*session.context, **control, *proof, "rdmakit-perf client");
+      !proven)
+    return std::unexpected(proven.error());
   session.control_connection = *control;
   auto channel = ControlChannel::open(*session.context, *control);
   if (!channel) return std::unexpected(channel.error());
@@ -103,6 +150,10 @@ Result<Session> connect_session(const Params& params, std::shared_ptr<Context> c
     auto connection =
         session.context->connect(address, {.send_cq = session.send_cq, .recv_cq = session.recv_cq});
     if (!connection) return std::unexpected(connection.error());
+    if (auto proven =
+            bootstrap::prove_initiate(*session.context, **connection, *proof, "rdmakit-perf client");
+        !proven)
+      return std::unexpected(proven.error());
     session.data.push_back(std::move(*connection));
   }
   auto welcome = session.control->expect(MessageKind::Welcome, 30s);
@@ -122,12 +173,19 @@ Result<Session> connect_session(const Params& params, std::shared_ptr<Context> c
 Result<Session> accept_session(const Params& params, std::shared_ptr<Context> context, Listener& listener) {
   Session session;
   session.context = std::move(context);
-  auto control = listener.accept(kAcceptTimeout);
+  auto proof = proof_config(listener.address(), session.context->capabilities());
+  if (!proof) return std::unexpected(proof.error());
+  // The control channel's receive is posted before the proof's last message, so the client's Hello,
+  // sent right after it, finds one.
+  auto control = accept_proven(*session.context, listener, *proof, kAcceptTimeout, {},
+                               [&](const std::shared_ptr<Connection>& connection) {
+                                 auto channel = ControlChannel::open(*session.context, connection);
+                                 if (!channel) return Result<void>(std::unexpected(channel.error()));
+                                 session.control.emplace(std::move(*channel));
+                                 return Result<void>();
+                               });
   if (!control) return std::unexpected(control.error());
   session.control_connection = *control;
-  auto channel = ControlChannel::open(*session.context, *control);
-  if (!channel) return std::unexpected(channel.error());
-  session.control.emplace(std::move(*channel));
   auto hello = session.control->expect(MessageKind::Hello, 30s);
   if (!hello) return std::unexpected(hello.error());
   // The Hello sizes this side's buffers and counts its connections: checked before anything is made of it.
@@ -144,7 +202,8 @@ Result<Session> accept_session(const Params& params, std::shared_ptr<Context> co
 
   if (auto ok = make_cqs(session); !ok) return std::unexpected(ok.error());
   for (std::uint32_t i = 0; i < hello->connections; ++i) {
-    auto connection = listener.accept(30s, {.send_cq = session.send_cq, .recv_cq = session.recv_cq});
+    auto connection = accept_proven(*session.context, listener, *proof, 30s,
+                                    {.send_cq = session.send_cq, .recv_cq = session.recv_cq}, {});
     if (!connection) return std::unexpected(connection.error());
     session.data.push_back(std::move(*connection));
   }

@@ -7,6 +7,7 @@
 #include <optional>
 #include <vector>
 
+#include "bootstrap/peer_proof.hpp"
 #include "perf/control.hpp"
 #include "perf/params.hpp"
 #include "rdmakit/context.hpp"
@@ -46,9 +47,16 @@ struct Session {
 };
 
 Result<std::shared_ptr<Context>> open_context(const Params& params);
-// Client: connects to params.server and sends the shape of the run.
+// Every connection, control and data, starts with a proof of the secret (bootstrap/peer_proof.hpp) before
+// the server reads a control message or accepts a data lane: this is the key and label both sides use,
+// from auth::service_secret for the server's `address`: the job secret; without one, the per-user secret
+// where `address` is loopback or a local endpoint (shm), so a process of another uid gets nothing but a
+// nonce; beyond loopback, an error naming job_secret and insecure unless insecure is set.
+Result<bootstrap::PeerProofConfig> proof_config(const std::string& address, const Capabilities& caps);
+// Client: connects to params.server, proves the secret and sends the shape of the run.
 Result<Session> connect_session(const Params& params, std::shared_ptr<Context> context);
-// Server: waits for one client on `listener` and takes the shape of the run from it.
+// Server: waits for one client on `listener` that proves the secret (strangers are closed and the wait
+// goes on) and takes the shape of the run from it.
 Result<Session> accept_session(const Params& params, std::shared_ptr<Context> context, Listener& listener);
 // The address to listen on / connect to. "host" -> "host:<port>"; "host:port" unchanged. The shm
 // transport names endpoints, not hosts (both sides are on one machine): "shm:..." is used as given,

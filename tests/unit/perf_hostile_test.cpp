@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <thread>
@@ -12,6 +13,8 @@
 #include "perf/params.hpp"
 #include "perf/run.hpp"
 #include "perf/session.hpp"
+#include "stranger.hpp"
+#include "support/test_support.hpp"
 
 namespace rdmakit::perf {
 namespace {
@@ -42,6 +45,7 @@ class HostileClient : public ::testing::Test {
     server_ = std::thread([this] { served_ = run_server(server_params_, server_context_, *listener_); });
     client_context_ = Context::open({.transport = "tcp"}).value();
     control_connection_ = client_context_->connect(listener_->address()).value();
+    ASSERT_TRUE(prove(*control_connection_));  // hostile, but of our own user: it knows the secret
     control_.emplace(ControlChannel::open(*client_context_, control_connection_).value());
     memory_ =
         client_context_->allocate(1 << 16, Access::LocalWrite | Access::RemoteWrite | Access::RemoteRead)
@@ -61,6 +65,7 @@ class HostileClient : public ::testing::Test {
     for (std::uint32_t i = 0; i < hello.connections && i < 4; ++i) {
       auto c = client_context_->connect(listener_->address());
       if (!c) return std::unexpected(c.error());
+      if (auto proven = prove(**c); !proven) return std::unexpected(proven.error());
       data_.push_back(*c);
     }
     return control_->receive(10s);
@@ -68,6 +73,14 @@ class HostileClient : public ::testing::Test {
   Result<void> server_result() {
     server_.join();
     return served_;
+  }
+
+  Result<void> prove(Connection& connection) {
+    auto proof = proof_config(listener_->address(), client_context_->capabilities());
+    if (!proof) return std::unexpected(proof.error());
+    auto proven = bootstrap::prove_initiate(*client_context_, connection, *proof, "hostile client");
+    if (!proven) return std::unexpected(proven.error());
+    return {};
   }
 
   Params server_params_;
@@ -110,6 +123,87 @@ TEST_F(HostileClient, HelloWhoseLayoutOverflowsIsRefused) {
   EXPECT_FALSE(welcome->ok);
   EXPECT_NE(welcome->get_text().find("over 2 GiB"), std::string::npos) << welcome->get_text();
   EXPECT_FALSE(server_result().has_value());
+}
+
+// A client must prove the secret (the job secret, or without one the per-user secret) before the server
+// reads a control message: one that does not gets a nonce and a closed connection, and the server goes on
+// waiting for a client that can.
+std::vector<std::string_view> kClientArgs = {"write_bw", "x", "-s", "4096", "-n", "50", "--transport=tcp"};
+
+struct PerfServer {
+  Params params = parse_args(std::vector<std::string_view>{"write_bw", "--transport=tcp"}).value();
+  std::shared_ptr<Context> context = open_context(params).value();
+  std::shared_ptr<Listener> listener = context->listen("127.0.0.1:0").value();
+  Result<void> served;
+  std::thread thread{[this] { served = run_server(params, context, *listener); }};
+
+  Result<Report> run_honest_client() {
+    auto client = parse_args(kClientArgs).value();
+    client.server = listener->address();
+    auto client_context = open_context(client);
+    if (!client_context) return std::unexpected(client_context.error());
+    return run_client(client, *client_context);
+  }
+  ~PerfServer() {
+    if (thread.joinable()) thread.join();
+  }
+};
+
+TEST(PerfAuth, AClientWithoutTheSecretGetsOnlyANonceAndTheServerWaitsOn) {
+  rdmakit::testing::expect_warning("refused a client");
+  PerfServer server;
+  auto context = Context::open({.transport = "tcp"}).value();
+  auto connection = context->connect(server.listener->address()).value();
+  constexpr std::size_t kRoom = 4096;
+  auto memory = context->allocate(2 * kRoom + sizeof(ControlMessage), Access::LocalWrite).value();
+  auto* bytes = static_cast<unsigned char*>(memory->data());
+  auto first = connection->post_recv(memory->slice(0, kRoom)).value();
+  auto second = connection->post_recv(memory->slice(kRoom, kRoom)).value();
+  auto challenge = connection->wait(first, 10s);
+  ASSERT_TRUE(challenge && challenge->ok());
+  EXPECT_EQ(challenge->bytes, 192u);
+  EXPECT_EQ(std::memcmp(bytes, "RKPP", 4), 0);
+  for (std::size_t i = 40; i < kRoom; ++i) ASSERT_EQ(bytes[i], 0) << "the server said more than a nonce";
+  // The old protocol: a Hello at once.
+  ControlMessage hello = hello_for(*memory, 4096, 1);
+  std::memcpy(bytes + 2 * kRoom, &hello, sizeof(hello));
+  if (auto id = connection->send(memory->slice(2 * kRoom, sizeof(hello))); id)
+    (void)connection->wait(*id, 2s);
+  auto answer = connection->wait(second, 2s);
+  EXPECT_FALSE(answer && answer->ok()) << "the server answered a client that proved nothing";
+  for (std::size_t i = kRoom; i < 2 * kRoom; ++i) ASSERT_EQ(bytes[i], 0) << "the server sent a Welcome";
+  auto report = server.run_honest_client();
+  EXPECT_TRUE(report) << report.error().describe();
+  server.thread.join();
+  EXPECT_TRUE(server.served) << server.served.error().describe();
+}
+
+// Run as uid 65534 (stranger.hpp): an rdmakit-perf client of the server at $RDMAKIT_TEST_ADDRESS.
+int perf_client_as_stranger() {
+  auto client = parse_args(kClientArgs).value();
+  client.server = std::getenv("RDMAKIT_TEST_ADDRESS");
+  auto context = open_context(client);
+  if (!context) return std::printf("ERROR %s\n", context.error().describe().c_str()), 1;
+  auto report = run_client(client, *context);
+  std::printf("%s\n", report ? "SERVED" : ("REFUSED " + report.error().describe()).c_str());
+  return 0;
+}
+
+const int kParts = rdmakit::testing::stranger::parts({{"perf-client", perf_client_as_stranger}});
+
+TEST(PerfAuth, WithoutAJobSecretAnotherUidIsNotServed) {
+  if (auto why = rdmakit::testing::stranger::unavailable(); !why.empty()) GTEST_SKIP() << why;
+  rdmakit::testing::expect_warning("refused a client");
+  unsetenv("RDMAKIT_JOB_SECRET");
+  PerfServer server;
+  auto outcome =
+      rdmakit::testing::stranger::run("perf-client", {{"RDMAKIT_TEST_ADDRESS", server.listener->address()}});
+  EXPECT_EQ(outcome.status, 0) << outcome.output;
+  EXPECT_TRUE(outcome.output.starts_with("REFUSED")) << "uid 65534: " << outcome.output;
+  auto report = server.run_honest_client();
+  EXPECT_TRUE(report) << report.error().describe();
+  server.thread.join();
+  EXPECT_TRUE(server.served) << server.served.error().describe();
 }
 
 TEST(PerfControl, LayoutIsCheckedArithmetic) {
