@@ -268,6 +268,7 @@ std::string usage() {
   return "usage: rdmakit-perf <test> [server-address] [options]\n"
          "  tests: write_bw read_bw send_bw write_lat read_lat send_lat atomic_lat\n"
          "  without a server address this side is the server: it listens and serves one client\n"
+         "  both sides prove RDMAKIT_JOB_SECRET, or without it (loopback, shm only) the same user's secret\n"
          "  -s, --size N[K|M|G]   message size (default 65536)\n"
          "  -a, --all             sweep sizes 2 B .. 8 MiB (--max-size N to change the top)\n"
          "  -n, --iters N         operations per size (bw: 5000, lat: 1000)\n"

@@ -371,20 +371,22 @@ TEST(ShmArena, ReusedMemoryIsZeroed) {
 TEST(ShmRegistry, KeysBoundsRightsAndRevocation) {
   auto control = std::make_unique<shm::ControlSegment>();
   shm::Registry registry(control.get());
-  std::uint32_t key = registry.add(1000, 100, Access::LocalWrite | Access::RemoteRead).value();
+  auto keys = registry.add(1000, 100, Access::LocalWrite | Access::RemoteRead).value();
+  std::uint32_t key = keys.rkey;
   EXPECT_EQ(shm::check_remote(*control, key, 1000, 100, Access::RemoteRead), Status::Success);
   EXPECT_EQ(shm::check_remote(*control, key, 1001, 100, Access::RemoteRead), Status::RemoteAccess);
   EXPECT_EQ(shm::check_remote(*control, key, 1000, 10, Access::RemoteWrite), Status::RemoteAccess);
   EXPECT_EQ(shm::check_remote(*control, key ^ (1u << 20), 1000, 10, Access::RemoteRead),
             Status::RemoteAccess);
   EXPECT_EQ(shm::check_remote(*control, key, ~std::uint64_t{0}, 2, Access::RemoteRead), Status::RemoteAccess);
-  EXPECT_EQ(registry.check_local(Segment{1050, 50, key}, true), Status::Success);
-  EXPECT_EQ(registry.check_local(Segment{1050, 51, key}, false), Status::LocalProtection);
+  EXPECT_EQ(registry.check_local(Segment{1050, 50, keys.lkey}, true), Status::Success);
+  EXPECT_EQ(registry.check_local(Segment{1050, 51, keys.lkey}, false), Status::LocalProtection);
   registry.revoke(key);
   registry.release(key);
   EXPECT_EQ(shm::check_remote(*control, key, 1000, 100, Access::RemoteRead), Status::RemoteAccess);
-  std::uint32_t again = registry.add(1000, 100, Access::All).value();
-  EXPECT_NE(again, key);
+  auto again = registry.add(1000, 100, Access::All).value();
+  EXPECT_NE(again.rkey, key);
+  EXPECT_NE(again.lkey, keys.lkey);
 }
 
 }  // namespace
