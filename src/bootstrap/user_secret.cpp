@@ -7,6 +7,7 @@
 
 #include <array>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -55,10 +56,12 @@ Result<std::string> read_secret(const std::string& path) {
 Result<std::string> create_secret(const std::string& path) {
   auto nonce = fresh_nonce();
   if (!nonce) return std::unexpected(nonce.error());
-  std::string temporary = path + ".tmp." + std::to_string(::getpid());
-  ::unlink(temporary.c_str());
+  // A name no other process or thread uses (mkostemp: O_EXCL, mode 0600). It was path.tmp.<pid>, which
+  // threads of one process (ranks as threads, first use on a fresh machine) shared: one unlinked the
+  // other's file before its link, and that thread failed.
+  std::string temporary = path + ".tmp.XXXXXX";
   {
-    Fd fd(::open(temporary.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600));
+    Fd fd(::mkostemp(temporary.data(), O_CLOEXEC));
     if (!fd) return fail(Errc::SystemError, "user secret: create " + temporary + ": " + std::strerror(errno));
     if (::write(fd.get(), nonce->data(), nonce->size()) != static_cast<ssize_t>(nonce->size()) ||
         ::fsync(fd.get()) != 0) {

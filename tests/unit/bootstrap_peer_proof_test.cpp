@@ -13,6 +13,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "bootstrap/auth.hpp"
 #include "bootstrap/peer_proof.hpp"
@@ -190,6 +191,23 @@ TEST(UserSecret, TwoProcessesUsingItFirstAtOnceGetOneSecret) {
     ASSERT_EQ(second.status, 0) << second.output;
     EXPECT_TRUE(first.output.starts_with("SECRET ")) << first.output;
     EXPECT_EQ(first.output, second.output) << "round " << round << ": two processes made two secrets";
+  }
+}
+
+TEST(UserSecret, ThreadsUsingItFirstAtOnceGetOneSecret) {
+  for (int round = 0; round < 10; ++round) {  // ranks as threads on a machine that has no secret yet
+    TempDir tmp;
+    std::string dir = tmp.path() + "/secret";
+    std::vector<std::future<Result<std::string>>> threads;
+    for (int i = 0; i < 4; ++i)
+      threads.push_back(std::async(std::launch::async, [&] { return auth::user_secret_in(dir); }));
+    std::optional<std::string> first;
+    for (auto& t : threads) {
+      auto secret = t.get();
+      ASSERT_TRUE(secret) << "round " << round << ": " << secret.error().describe();
+      if (!first) first = *secret;
+      EXPECT_EQ(*secret, *first) << "round " << round << ": two threads made two secrets";
+    }
   }
 }
 
