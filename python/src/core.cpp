@@ -29,6 +29,9 @@ struct IsDuration<std::chrono::duration<Rep, Period>> : std::true_type {};
 template <auto Member>
 void set_option(Options& options, py::handle value, const std::string& name) {
   using T = typename std::remove_reference_t<decltype(options.*Member)>::value_type;
+  constexpr bool integer = IsDuration<T>::value || (std::is_integral_v<T> && !std::is_same_v<T, bool>);
+  if (integer && (PyBool_Check(value.ptr()) || !PyIndex_Check(value.ptr())))
+    throw py::cast_error();  // "has the wrong type", as for every other option
   if constexpr (IsDuration<T>::value)
     options.*Member = T(int_arg<std::uint32_t>(value, "Context option '" + name + "'"));
   else if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>)
