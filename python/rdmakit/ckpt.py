@@ -11,18 +11,21 @@
             ckpt.save(step)                          # returns once the state is copied; persists in the background
     ckpt.wait()                                      # the last checkpoint is durable
 
-The state is a (nested) dict whose leaves are numpy arrays or CPU tensors, or objects with a ``state_dict()``
-method (a torch Module or Optimizer), or callables returning such a dict. Objects and callables are read
-again at every :meth:`Checkpointer.save` and :meth:`Checkpointer.restore_latest`: an optimizer's state, which
-Adam and others create only at their first step, is checkpointed once it exists. (A ``state_dict()`` taken
-once, before that step, would hold no optimizer state, and so would every checkpoint.) When what the state
-holds has changed (new tensors, a tensor resized or given new storage), the engine is made again over the
-new arrays before the save or restore.
+The state is a (nested) dict whose leaves are numpy arrays or CPU tensors, objects with a ``state_dict()``
+method (a torch Module or Optimizer), or functions (lambdas, methods, partials) returning such a dict. Objects
+and functions are read again at every :meth:`Checkpointer.save` and :meth:`Checkpointer.restore_latest`: an
+optimizer's state, which Adam and others create only at their first step, is checkpointed once it exists. (A
+``state_dict()`` taken once, before that step, would hold no optimizer state, and so would every checkpoint:
+it is refused.) When what the state holds has changed (new tensors, a tensor resized or given new storage),
+the engine is made again over the new arrays before the save or restore.
 
 Arrays are registered in place, so update them in place between saves (as optimizers do). Leaves that are
 not arrays (an optimizer's ``param_groups``, plain numbers) are not checkpointed: they are listed in
 :attr:`Checkpointer.skipped` (keep them in your own configuration).
 """
+
+import functools
+import inspect
 
 from ._rdmakit import _CkptEngine
 
@@ -30,18 +33,20 @@ __all__ = ["Checkpointer", "flatten"]
 
 
 def _is_array(value):
+    if isinstance(value, type):  # np.float32 and other classes have the attributes, not the memory
+        return False
     if type(value).__module__.startswith("torch") and hasattr(value, "data_ptr"):
         return True
     return hasattr(value, "__array_interface__") and hasattr(value, "dtype")
 
 
 def _read(value):
-    """What a value of the state stands for now: an object's state_dict(), a callable's result, or itself."""
+    """What a value of the state stands for now: an object's state_dict(), a function's result, or itself."""
     if _is_array(value):
         return value
     if callable(getattr(value, "state_dict", None)):
         return value.state_dict()
-    if callable(value):
+    if inspect.isroutine(value) or isinstance(value, functools.partial):  # not classes (np.float32, ...)
         return value()
     return value
 
@@ -49,7 +54,7 @@ def _read(value):
 def flatten(state, prefix=""):
     """(name, array) pairs of a nested dict/list state, names joined with '/'; and the skipped names.
 
-    Objects with ``state_dict()`` and callables are replaced by what they return, read now."""
+    Objects with ``state_dict()`` and functions are replaced by what they return, read now."""
     arrays, skipped = [], []
     state = _read(state)
     items = state.items() if isinstance(state, dict) else enumerate(state)

@@ -157,3 +157,16 @@ def test_bad_steps_are_refused(tmp_path):
         assert again.restore_latest() == 6
     with pytest.raises(rdmakit.InvalidArgumentError, match="keep must be in"):
         Checkpointer(tmp_path, state, keep=-1)
+
+
+def test_functions_in_the_state_are_read_at_each_save(tmp_path):
+    current = {"w": np.ones(8, np.float32)}
+    with Checkpointer(tmp_path, {"model": lambda: current, "dtype": np.float32}, direct_io=False) as ckpt:
+        assert ckpt.names == ["model/w"] and ckpt.skipped == ["dtype"]  # a class is not called
+        ckpt.save(1)
+        current = {"w": np.full(4, 2, np.float32), "b": np.zeros(1, np.float32)}  # other arrays now
+        ckpt.save(2)
+        assert ckpt.names == ["model/w", "model/b"]
+        ckpt.wait()
+        current["w"][:] = 0
+        assert ckpt.restore_latest() == 2 and (current["w"] == 2).all()
