@@ -364,11 +364,12 @@ py::list results(const PyBatch& self) {
 
 // Raises one exception for every failed request of a finished batch: the class of the first failure, a
 // message that names each failed request with its code, status and reason, and `failures`, a dict from the
-// request's index to its rdmakit.Error.
-[[noreturn]] void raise_failures(const xfer::Batch& batch) {
+// request's index to its rdmakit.Error. Returns when none failed.
+void raise_failures(const xfer::Batch& batch) {
   std::vector<std::pair<std::size_t, Error>> failed;
   for (std::size_t i = 0; i < batch.size(); ++i)
     if (const auto status = batch.status(i); status && !*status) failed.emplace_back(i, status->error());
+  if (failed.empty()) return;
   std::string message =
       std::to_string(failed.size()) + " of " + std::to_string(batch.size()) + " requests failed:";
   py::dict failures;
