@@ -19,13 +19,18 @@
     peer.register_local(local)
     kv = peer.open_segment("kv")                         # one metadata lookup, then cached
     batch = peer.submit([(xfer.READ, local[:4096], kv, 0), (xfer.WRITE, local[4096:8192], kv, 8192)])
-    batch.wait()                                         # GIL released; raises the first failed request
+    batch.wait()                                         # GIL released; raises naming every failed request
 
 A request is ``(op, local, segment, offset[, length])``: ``local`` is memory registered with
 :meth:`Engine.register_local` (or published / allocated by this engine) or any slice of it; ``length``
-defaults to the size of ``local``. Each request of a batch succeeds or fails on its own: ``batch.wait(check=False)``
-returns the outcomes (``None``, or the :class:`rdmakit.Error` that says why). A bad request refuses the whole
-batch with :class:`rdmakit.InvalidArgumentError` naming it.
+defaults to the size of ``local``. Each request of a batch succeeds or fails on its own: ``batch.wait()`` raises
+when any failed (the class of the first failure; the message names every failed request with its code and
+status, and ``failures`` maps their indexes to their errors), and ``batch.wait(check=False)`` returns the
+outcomes instead (``None``, or the :class:`rdmakit.Error` that says why). A bad request refuses the whole batch
+with :class:`rdmakit.InvalidArgumentError` naming it.
+
+The array ``allocate_segment`` returns (and every view of it) keeps the segment's memory: unpublishing the
+name does not free it while an array refers to it.
 
 The weights broadcast (one owner's region to N receivers through a pipelined chain) works on core contexts
 and regions: :func:`broadcast_send` and :func:`broadcast_receive`.

@@ -2,9 +2,12 @@
 // The Python class rdmakit.ckpt.Checkpointer flattens dicts and state_dicts into the named list this takes.
 #include <pybind11/stl.h>
 
+#include <map>
+
 #include "array.hpp"
 #include "common.hpp"
 #include "rdmakit/ckpt/engine.hpp"
+#include "rdmakit/ckpt/store.hpp"
 
 namespace rdmakit::python {
 namespace {
@@ -22,8 +25,18 @@ DType ckpt_dtype(const std::string& name) {
   raise(Errc::NotSupported, "the checkpoint engine does not know dtype " + name);
 }
 
+// What one buffer was when the engine was made, to compare with checkpoints and with the array later.
+struct Layout {
+  std::string name;
+  DType dtype = DType::U8;
+  std::vector<std::uint64_t> shape;
+};
+
 struct PyEngine {
   std::vector<ArrayRef> arrays;  // declared first: destroyed after the engine that reads them
+  std::vector<Layout> layout;    // one per array, same order
+  std::string directory;
+  std::optional<std::uint64_t> newest;  // the newest step saved here or committed in the directory
   std::unique_ptr<ckpt::Engine> engine;
 
   ckpt::Engine& get() const {
@@ -42,6 +55,103 @@ struct PyEngine {
   }
 };
 
+std::string shape_text(const std::vector<std::uint64_t>& shape) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
+  return out + "]";
+}
+
+// The engine copies to and from the addresses it was given. A torch tensor can move its storage or change
+// its size in place (resize_(), set_(), `.data = ...`), which would leave the engine writing freed memory:
+// refused, naming the tensor. (numpy arrays cannot: the buffer the engine holds blocks their resize.)
+void check_unchanged(const PyEngine& e) {
+  for (std::size_t i = 0; i < e.arrays.size(); ++i) {
+    const auto& array = e.arrays[i];
+    if (!array.keep) continue;
+    const auto& tensor = array.keep;
+    std::vector<std::uint64_t> shape;
+    for (auto dim : tensor.attr("shape")) shape.push_back(dim.cast<std::uint64_t>());
+    const auto address = tensor.attr("data_ptr")().cast<std::uintptr_t>();
+    const bool contiguous = tensor.attr("is_contiguous")().cast<bool>();
+    if (address == reinterpret_cast<std::uintptr_t>(array.data) && shape == array.shape && contiguous)
+      continue;
+    raise(Errc::InvalidArgument,
+          "ckpt: tensor '" + e.layout[i].name + "' changed since the Checkpointer was made (shape " +
+              shape_text(array.shape) + " -> " + shape_text(shape) +
+              (address != reinterpret_cast<std::uintptr_t>(array.data) ? ", storage moved" : "") +
+              (contiguous ? "" : ", no longer contiguous") +
+              ": resize_(), set_() or assigning .data); checkpointed tensors must be updated in place, or "
+              "the Checkpointer made again");
+  }
+}
+
+// Why checkpoint `manifest` does not fit the buffers (names, dtypes, shapes), or "" when it does.
+std::string layout_difference(const ckpt::Manifest& manifest, const std::vector<Layout>& layout) {
+  std::map<std::string, const ckpt::TensorEntry*> theirs;
+  for (const auto& tensor : manifest.tensors) theirs[tensor.name] = &tensor;
+  for (const auto& mine : layout) {
+    const auto found = theirs.find(mine.name);
+    if (found == theirs.end()) return "'" + mine.name + "' is not in it";
+    const auto& entry = *found->second;
+    if (entry.dtype != mine.dtype || entry.shape != mine.shape)
+      return "'" + mine.name + "' is " + std::string(to_string(mine.dtype)) + " " + shape_text(mine.shape) +
+             " here but " + std::string(to_string(entry.dtype)) + " " + shape_text(entry.shape) + " in it";
+    theirs.erase(found);
+  }
+  if (!theirs.empty()) return "it also holds '" + theirs.begin()->first + "', which the state lacks";
+  return "";
+}
+
+// restore_latest() found nothing it could load. A committed checkpoint whose layout differs from the
+// buffers means the state no longer matches what was saved (a changed model, an optimizer without its
+// state yet): starting afresh silently would lose the run, so, as torch's load_state_dict(strict=True),
+// this is an error naming the difference.
+void refuse_mismatch(const PyEngine& e) {
+  auto found = ckpt::list_checkpoints(e.directory);
+  if (!found) return;
+  for (const auto& info : *found) {
+    if (!info.problem.empty()) continue;
+    const auto why = layout_difference(info.manifest, e.layout);
+    if (why.empty()) continue;
+    raise(Errc::InvalidArgument, "ckpt: no checkpoint in " + e.directory + " matches the state: in step " +
+                                     std::to_string(info.step) + ", " + why +
+                                     " (restore_latest(strict=False) starts afresh instead)");
+  }
+}
+
+// The newest step committed in `directory`, if any (damaged ones do not count: restore skips them).
+std::optional<std::uint64_t> newest_committed(const std::string& directory) {
+  auto found = ckpt::list_checkpoints(directory);
+  if (!found) return std::nullopt;
+  for (const auto& info : *found)
+    if (info.problem.empty()) return info.step;
+  return std::nullopt;
+}
+
+void snapshot(PyEngine& e, py::handle step_arg) {
+  const auto step = int_arg<std::uint64_t>(step_arg, "step");
+  e.get();
+  check_unchanged(e);
+  // restore_latest() takes the newest step: an older one saved after it would never be restored.
+  if (e.newest && step < *e.newest)
+    raise(Errc::InvalidArgument, "ckpt: step " + std::to_string(step) + " is older than step " +
+                                     std::to_string(*e.newest) +
+                                     ", the newest checkpoint: restore_latest() would never load it");
+  unwrap(e.unlocked([&](auto& x) { return x.snapshot(step); }));
+  e.newest = step;
+}
+
+std::optional<std::uint64_t> restore_latest(PyEngine& e, bool strict) {
+  e.get();
+  check_unchanged(e);
+  auto step = e.unlocked([](auto& x) { return x.restore_latest(); });
+  if (!step && step.error().code() == Errc::NotFound) {
+    if (strict) refuse_mismatch(e);
+    return std::nullopt;
+  }
+  return unwrap(std::move(step));
+}
+
 py::dict report_dict(const ckpt::PersistReport& report) {
   py::dict d;
   d["step"] = report.step, d["path"] = report.path, d["bytes"] = report.bytes;
@@ -53,13 +163,15 @@ py::dict report_dict(const ckpt::PersistReport& report) {
 
 std::unique_ptr<PyEngine> make_engine(const std::string& directory,
                                       const std::vector<std::pair<std::string, py::object>>& named,
-                                      std::uint32_t keep, std::size_t chunk_bytes, std::uint32_t io_depth,
-                                      bool lazy, bool incremental, bool direct_io) {
+                                      py::handle keep, py::handle chunk_bytes, py::handle io_depth, bool lazy,
+                                      bool incremental, bool direct_io) {
   auto result = std::make_unique<PyEngine>();
+  result->directory = directory;
   std::vector<ckpt::Buffer> buffers;
   for (const auto& [name, object] : named) {
     result->arrays.push_back(array_ref(object, true));
     const auto& array = result->arrays.back();
+    result->layout.push_back(Layout{name, ckpt_dtype(array.dtype), array.shape});
     buffers.push_back(ckpt::Buffer{.name = name,
                                    .data = array.data,
                                    .size = array.bytes(),
@@ -67,9 +179,9 @@ std::unique_ptr<PyEngine> make_engine(const std::string& directory,
                                    .shape = array.shape});
   }
   ckpt::EngineOptions options{.directory = directory,
-                              .keep = keep,
-                              .chunk_bytes = chunk_bytes,
-                              .io_depth = io_depth,
+                              .keep = int_arg<std::uint32_t>(keep, "keep"),
+                              .chunk_bytes = int_arg<std::size_t>(chunk_bytes, "chunk_bytes"),
+                              .io_depth = int_arg<std::uint32_t>(io_depth, "io_depth"),
                               .direct_io = direct_io,
                               .lazy = lazy,
                               .incremental = incremental};
@@ -78,6 +190,7 @@ std::unique_ptr<PyEngine> make_engine(const std::string& directory,
     return ckpt::Engine::create(options, std::move(buffers));
   }();
   result->engine = unwrap(std::move(engine));
+  result->newest = newest_committed(directory);
   return result;
 }
 
@@ -89,12 +202,9 @@ void bind_ckpt(py::module_& m) {
       .def(py::init(&make_engine), py::arg("directory"), py::arg("buffers"), py::arg("keep") = 3,
            py::arg("chunk_bytes") = 4u << 20, py::arg("io_depth") = 4, py::arg("lazy") = false,
            py::arg("incremental") = false, py::arg("direct_io") = true)
-      .def(
-          "snapshot",
-          [](PyEngine& e, std::uint64_t step) {
-            unwrap(e.unlocked([&](auto& x) { return x.snapshot(step); }));
-          },
-          py::arg("step"), "Copies the state into staging and persists it in the background.")
+      .def("snapshot", &snapshot, py::arg("step"),
+           "Copies the state into staging and persists it in the background; refuses a step older than the "
+           "newest checkpoint and a tensor that changed since the engine was made.")
       .def(
           "wait_snapshot", [](PyEngine& e) { unwrap(e.unlocked([](auto& x) { return x.wait_snapshot(); })); },
           "Returns when the copy of the last snapshot is complete (lazy mode).")
@@ -104,14 +214,13 @@ void bind_ckpt(py::module_& m) {
             return report_dict(unwrap(e.unlocked([](auto& x) { return x.wait_persisted(); })));
           },
           "Waits until the last snapshot is committed; its report.")
-      .def(
-          "restore_latest",
-          [](PyEngine& e) -> std::optional<std::uint64_t> {
-            auto step = e.unlocked([](auto& x) { return x.restore_latest(); });
-            if (!step && step.error().code() == Errc::NotFound) return std::nullopt;
-            return unwrap(std::move(step));
-          },
-          "Loads the newest good checkpoint into the arrays; its step, or None when there is none.")
+      .def("restore_latest", &restore_latest, py::arg("strict") = true,
+           "Loads the newest good checkpoint into the arrays; its step, or None when there is none. With "
+           "`strict`, checkpoints that exist but whose names, dtypes or shapes differ from the arrays are "
+           "InvalidArgumentError instead of None.")
+      .def_property_readonly(
+          "newest_step", [](const PyEngine& e) { return e.newest; },
+          "The newest step saved by this engine or committed in the directory when it was made, or None.")
       .def_property_readonly(
           "state_bytes", [](const PyEngine& e) { return e.get().state_bytes(); }, "Bytes of state.")
       .def(

@@ -5,7 +5,10 @@
 #include <pybind11/pybind11.h>
 
 #include <chrono>
+#include <concepts>
+#include <limits>
 #include <optional>
+#include <string>
 #include <utility>
 
 #include "rdmakit/error.hpp"
@@ -26,6 +29,27 @@ template <typename T>
 T unwrap(Result<T> result) {
   if (!result) raise(std::move(result.error()));
   if constexpr (!std::is_void_v<T>) return std::move(*result);
+}
+
+// An integer argument checked here, not by pybind11: a negative, oversized or non-integer value is
+// rdmakit.InvalidArgumentError naming `name` and the range (pybind11 would say "incompatible function
+// arguments", or wrap it into a range the caller did not mean). Accepts what has __index__ (numpy ints).
+std::uint64_t checked_uint(py::handle value, const std::string& name, std::uint64_t max);
+std::int64_t checked_int(py::handle value, const std::string& name, std::int64_t min, std::int64_t max);
+
+template <std::integral T>
+T int_arg(py::handle value, const std::string& name) {
+  if constexpr (std::is_unsigned_v<T>)
+    return static_cast<T>(checked_uint(value, name, std::numeric_limits<T>::max()));
+  else
+    return static_cast<T>(
+        checked_int(value, name, std::numeric_limits<T>::min(), std::numeric_limits<T>::max()));
+}
+// None stays None.
+template <std::integral T>
+std::optional<T> optional_int_arg(py::handle value, const std::string& name) {
+  if (value.is_none()) return std::nullopt;
+  return int_arg<T>(value, name);
 }
 
 // The rdmakit.errors exception for `error`, made but not raised (per-request outcomes of a batch). Needs

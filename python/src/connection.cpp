@@ -82,9 +82,16 @@ py::dict peer_dict(const PeerInfo& peer) {
 
 void bind_work_request(py::module_& m) {
   py::class_<PyWorkRequest>(m, "WorkRequest", "One operation of a chain posted by Connection.post().")
-      .def(py::init([](Opcode opcode, py::object local, py::object remote, std::uint64_t compare_add,
-                       std::uint64_t swap, std::uint32_t imm, bool with_imm, bool signaled) {
-             return PyWorkRequest{opcode, local, remote, compare_add, swap, imm, with_imm, signaled};
+      .def(py::init([](Opcode opcode, py::object local, py::object remote, py::handle compare_add,
+                       py::handle swap, py::handle imm, bool with_imm, bool signaled) {
+             return PyWorkRequest{opcode,
+                                  local,
+                                  remote,
+                                  int_arg<std::uint64_t>(compare_add, "compare_add"),
+                                  int_arg<std::uint64_t>(swap, "swap"),
+                                  int_arg<std::uint32_t>(imm, "imm"),
+                                  with_imm,
+                                  signaled};
            }),
            py::arg("opcode"), py::arg("local") = py::none(), py::arg("remote") = py::none(),
            py::arg("compare_add") = 0, py::arg("swap") = 0, py::arg("imm") = 0, py::arg("with_imm") = false,
@@ -122,8 +129,11 @@ void bind_connection(py::module_& m) {
           "RDMA WRITE of `local` (Region, Slice or list) to `remote` (RemoteRegion or RemoteAddress).")
       .def(
           "write_imm",
-          [](PyConnection& self, py::object local, py::object remote, std::uint32_t imm) {
-            return post_one(self, {.opcode = Opcode::WriteImm, .local = local, .remote = remote, .imm = imm});
+          [](PyConnection& self, py::object local, py::object remote, py::handle imm) {
+            return post_one(self, {.opcode = Opcode::WriteImm,
+                                   .local = local,
+                                   .remote = remote,
+                                   .imm = int_arg<std::uint32_t>(imm, "imm")});
           },
           py::arg("local"), py::arg("remote"), py::arg("imm"),
           "RDMA WRITE with immediate: consumes a posted receive at the peer, which completes with `imm`.")
@@ -135,22 +145,24 @@ void bind_connection(py::module_& m) {
           py::arg("local"), py::arg("remote"), "RDMA READ of `remote` into `local` (needs LOCAL_WRITE).")
       .def(
           "compare_swap",
-          [](PyConnection& self, py::object old_value, py::object remote, std::uint64_t expected,
-             std::uint64_t desired) {
+          [](PyConnection& self, py::object old_value, py::object remote, py::handle expected,
+             py::handle desired) {
             return post_one(self, {.opcode = Opcode::CompareSwap,
                                    .local = old_value,
                                    .remote = remote,
-                                   .compare_add = expected,
-                                   .swap = desired});
+                                   .compare_add = int_arg<std::uint64_t>(expected, "expected"),
+                                   .swap = int_arg<std::uint64_t>(desired, "desired")});
           },
           py::arg("old_value"), py::arg("remote"), py::arg("expected"), py::arg("desired"),
           "8-byte compare-and-swap at `remote` (8-byte aligned); the old value lands in the 8-byte "
           "`old_value` slice.")
       .def(
           "fetch_add",
-          [](PyConnection& self, py::object old_value, py::object remote, std::uint64_t add) {
-            return post_one(
-                self, {.opcode = Opcode::FetchAdd, .local = old_value, .remote = remote, .compare_add = add});
+          [](PyConnection& self, py::object old_value, py::object remote, py::handle add) {
+            return post_one(self, {.opcode = Opcode::FetchAdd,
+                                   .local = old_value,
+                                   .remote = remote,
+                                   .compare_add = int_arg<std::uint64_t>(add, "add")});
           },
           py::arg("old_value"), py::arg("remote"), py::arg("add"),
           "8-byte fetch-and-add at `remote`; the old value lands in the 8-byte `old_value` slice.")
@@ -162,8 +174,11 @@ void bind_connection(py::module_& m) {
           py::arg("local"), "Two-sided SEND; consumes a receive the peer posted.")
       .def(
           "send_imm",
-          [](PyConnection& self, py::object local, std::uint32_t imm) {
-            return post_one(self, {.opcode = Opcode::Send, .local = local, .imm = imm, .with_imm = true});
+          [](PyConnection& self, py::object local, py::handle imm) {
+            return post_one(self, {.opcode = Opcode::Send,
+                                   .local = local,
+                                   .imm = int_arg<std::uint32_t>(imm, "imm"),
+                                   .with_imm = true});
           },
           py::arg("local"), py::arg("imm"), "SEND carrying an immediate value.")
       .def(

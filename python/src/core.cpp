@@ -24,16 +24,23 @@ struct IsDuration<std::chrono::duration<Rep, Period>> : std::true_type {};
 
 // Sets one field of Options from a Python value; durations are given as integers in the option's unit
 // (timeout_ms=..., spin_us=...).
+// Integers are range-checked here (a negative timeout or depth is refused naming the option, instead of
+// being wrapped around or reported as a type error).
 template <auto Member>
-void set_option(Options& options, py::handle value) {
+void set_option(Options& options, py::handle value, const std::string& name) {
   using T = typename std::remove_reference_t<decltype(options.*Member)>::value_type;
+  constexpr bool integer = IsDuration<T>::value || (std::is_integral_v<T> && !std::is_same_v<T, bool>);
+  if (integer && (PyBool_Check(value.ptr()) || !PyIndex_Check(value.ptr())))
+    throw py::cast_error();  // "has the wrong type", as for every other option
   if constexpr (IsDuration<T>::value)
-    options.*Member = T(value.cast<std::int64_t>());
+    options.*Member = T(int_arg<std::uint32_t>(value, "Context option '" + name + "'"));
+  else if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>)
+    options.*Member = int_arg<T>(value, "Context option '" + name + "'");
   else
     options.*Member = value.cast<T>();
 }
 
-using OptionSetter = void (*)(Options&, py::handle);
+using OptionSetter = void (*)(Options&, py::handle, const std::string&);
 
 // The Options field behind each core option name (describe_options() is the list of names).
 const std::map<std::string, OptionSetter, std::less<>>& option_setters() {
@@ -89,7 +96,7 @@ Options options_from(const py::kwargs& kwargs) {
       raise(Errc::NotSupported,
             "Context option '" + name + "' cannot be set from Python yet (use RDMAKIT_" + upper(name) + ")");
     try {
-      setter->second(options, value);
+      setter->second(options, value, name);
     } catch (const py::cast_error&) {
       raise(Errc::InvalidArgument,
             "Context option '" + name + "': " + py::repr(value).cast<std::string>() + " has the wrong type");
@@ -186,8 +193,9 @@ void bind_enums(py::module_& m) {
 void bind_descriptors(py::module_& m) {
   py::class_<RemoteAddress>(m, "RemoteAddress",
                             "An address and key at the peer: where a one-sided operation lands.")
-      .def(py::init([](std::uint64_t addr, std::uint32_t rkey, std::uint64_t epoch) {
-             return RemoteAddress{addr, rkey, epoch};
+      .def(py::init([](py::handle addr, py::handle rkey, py::handle epoch) {
+             return RemoteAddress{int_arg<std::uint64_t>(addr, "addr"), int_arg<std::uint32_t>(rkey, "rkey"),
+                                  int_arg<std::uint64_t>(epoch, "owner_epoch")};
            }),
            py::arg("addr"), py::arg("rkey"), py::arg("owner_epoch") = 0,
            "An address built by hand (owner_epoch 0: not checked against the peer's epoch).")
@@ -228,7 +236,9 @@ void bind_descriptors(py::module_& m) {
       .def("to_hex", &RemoteRegion::to_hex, "Hex text of to_bytes(), for command lines and files.")
       .def(
           "at",
-          [](const RemoteRegion& r, std::uint64_t offset, std::optional<std::uint64_t> length) {
+          [](const RemoteRegion& r, py::handle offset_arg, py::handle length_arg) {
+            const auto offset = int_arg<std::uint64_t>(offset_arg, "offset");
+            const auto length = optional_int_arg<std::uint64_t>(length_arg, "length");
             if (!length) return r.at(offset);
             return unwrap(r.at(offset, *length));
           },
@@ -305,7 +315,9 @@ void bind_region(py::module_& m) {
       .def_property_readonly("closed", &PyRegion::closed, "Whether close() was called.")
       .def(
           "slice",
-          [](py::object self, std::uint64_t offset, std::optional<std::uint64_t> length) {
+          [](py::object self, py::handle offset_arg, py::handle length_arg) {
+            const auto offset = int_arg<std::uint64_t>(offset_arg, "offset");
+            const auto length = optional_int_arg<std::uint64_t>(length_arg, "length");
             const auto size = self.cast<PyRegion&>().get()->size();
             const auto n = length.value_or(size >= offset ? size - offset : 0);
             if (offset > size || n > size - offset)
@@ -436,18 +448,25 @@ void bind_context(py::module_& m) {
             return out;
           },
           "The effective configuration: one dict (name, env, value, default, doc) per option.")
-      .def("register", &make_region, py::arg("obj"), py::arg("access") = 7,
-           "Registers the memory of `obj` without copying: any buffer-protocol object (numpy array, "
-           "bytearray, "
-           "memoryview, mmap) or a contiguous CPU torch tensor. Write access (LOCAL_WRITE, REMOTE_WRITE, "
-           "REMOTE_ATOMIC) needs a writable buffer. The Region keeps `obj` alive.")
+      .def(
+          "register",
+          [](PyContext& self, py::handle object, py::handle access) {
+            return make_region(self, object, int_arg<std::uint32_t>(access, "access"));
+          },
+          py::arg("obj"), py::arg("access") = 7,
+          "Registers the memory of `obj` without copying: any buffer-protocol object (numpy array, "
+          "bytearray, "
+          "memoryview, mmap) or a contiguous CPU torch tensor. Write access (LOCAL_WRITE, REMOTE_WRITE, "
+          "REMOTE_ATOMIC) needs a writable buffer. The Region keeps `obj` alive.")
       .def(
           "allocate",
-          [](PyContext& self, std::size_t size, std::uint32_t access) {
+          [](PyContext& self, py::handle size_arg, py::handle access_arg) {
+            const auto size = int_arg<std::size_t>(size_arg, "size");
+            const auto access = access_from(int_arg<std::uint32_t>(access_arg, "access"));
             const auto context = self.get();
             auto region = [&] {
               py::gil_scoped_release unlocked;
-              return context->allocate(size, access_from(access));
+              return context->allocate(size, access);
             }();
             return std::make_unique<PyRegion>(context, unwrap(std::move(region)), nullptr);
           },
@@ -455,9 +474,10 @@ void bind_context(py::module_& m) {
           "Memory rdmakit allocates and registers (page-aligned, zeroed; on shm peers map it directly).")
       .def(
           "create_cq",
-          [](PyContext& self, std::size_t depth) {
+          [](PyContext& self, py::handle depth) {
             const auto context = self.get();
-            return std::make_unique<PyCompletionQueue>(context, unwrap(context->create_cq(depth)));
+            return std::make_unique<PyCompletionQueue>(
+                context, unwrap(context->create_cq(int_arg<std::size_t>(depth, "depth"))));
           },
           py::arg("depth") = 0, "A completion queue to share between connections.")
       .def(

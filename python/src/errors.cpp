@@ -52,6 +52,38 @@ py::object exception_for(const Error& error) {
              py::arg("errno") = error.sys_errno());
 }
 
+namespace {
+
+// `value` as a Python int (through __index__), or an error naming `name`.
+py::int_ index_of(py::handle value, const std::string& name, const std::string& range) {
+  if (PyBool_Check(value.ptr()) || !PyIndex_Check(value.ptr()))
+    raise(Errc::InvalidArgument,
+          name + " must be an integer in " + range + ", not " + py::repr(value).cast<std::string>() + " (" +
+              py::str(py::type::handle_of(value).attr("__name__")).cast<std::string>() + ")");
+  return py::reinterpret_steal<py::int_>(PyNumber_Index(value.ptr()));
+}
+
+[[noreturn]] void out_of_range(const py::int_& value, const std::string& name, const std::string& range) {
+  raise(Errc::InvalidArgument,
+        name + " must be in " + range + ", not " + py::repr(value).cast<std::string>());
+}
+
+}  // namespace
+
+std::uint64_t checked_uint(py::handle value, const std::string& name, std::uint64_t max) {
+  const auto range = "[0, " + std::to_string(max) + "]";
+  const auto number = index_of(value, name, range);
+  if (number < py::int_(0) || number > py::int_(max)) out_of_range(number, name, range);
+  return number.cast<std::uint64_t>();
+}
+
+std::int64_t checked_int(py::handle value, const std::string& name, std::int64_t min, std::int64_t max) {
+  const auto range = "[" + std::to_string(min) + ", " + std::to_string(max) + "]";
+  const auto number = index_of(value, name, range);
+  if (number < py::int_(min) || number > py::int_(max)) out_of_range(number, name, range);
+  return number.cast<std::int64_t>();
+}
+
 std::chrono::nanoseconds to_timeout(const std::optional<double>& seconds, std::chrono::nanoseconds fallback) {
   if (!seconds) return fallback;
   if (!(*seconds >= 0)) raise(Errc::InvalidArgument, "timeout must be >= 0 seconds");

@@ -24,11 +24,15 @@ using namespace std::chrono;
 
 constexpr nanoseconds kForever = hours(24 * 365);
 
-// Python memory the engine was given: registered for requests, published under names, or both.
+// Memory the engine holds for Python: a Python buffer registered for requests, published under names, or
+// both; or memory of allocate_segment(), which the engine itself owns (its registration frees it) and which
+// must outlive every array over it (`arrays`), whatever was unpublished or unregistered meanwhile.
 struct HeldMemory {
-  std::shared_ptr<HeldBuffer> buffer;
+  std::shared_ptr<HeldBuffer> buffer;  // null for allocated memory
+  std::size_t size = 0;
   bool local = false;
   std::set<std::string> published;
+  bool arrays = false;  // allocated memory that a numpy array (its _SegmentMemory base) still refers to
 };
 
 // A submitted batch and the buffers its requests read or write.
@@ -41,7 +45,6 @@ struct EngineCore {
   std::shared_ptr<xfer::MetadataStore> metadata;
   std::map<std::uintptr_t, HeldMemory> memory;  // by address
   std::vector<InFlight> inflight;
-  std::set<std::string> allocated;  // names of allocate_segment()
   std::unique_ptr<xfer::Engine> engine;
 
   EngineCore() = default;
@@ -85,11 +88,10 @@ struct PySegment {
   xfer::SegmentInfo info() const { return unwrap(core->engine->segment_info(xfer::SegmentHandle{handle})); }
 };
 
-// The bytes of an allocated segment; the numpy array allocate_segment() returns keeps it (and the engine).
-struct SegmentMemory {
-  Core core;
-  std::span<std::byte> bytes;
-};
+// The base of the numpy array allocate_segment() returns (numpy gives every view of it the same base): while
+// any array over the segment lives, its memory stays allocated and registered, even once unpublished, and
+// so its address cannot be handed to another allocation. Defined below (its destructor drops the memory).
+class SegmentMemory;
 
 struct PyBatch {
   Core core;
@@ -98,14 +100,13 @@ struct PyBatch {
 
 void PyXferEngine::close() {
   if (!core_) return;
-  std::vector<std::string> names(core_->allocated.begin(), core_->allocated.end());
+  std::vector<std::string> names;
   for (const auto& [address, held] : core_->memory)
     names.insert(names.end(), held.published.begin(), held.published.end());
   {
     py::gil_scoped_release unlocked;
     for (const auto& name : names) (void)core_->engine->unpublish(name);
   }
-  core_->allocated.clear();
   for (auto& [address, held] : core_->memory) held.published.clear();
   core_.reset();
 }
@@ -182,18 +183,39 @@ Core make_core(const PyMetadata& metadata, const py::kwargs& kwargs) {
 
 // Python memory for the engine: the existing hold at its address, or a new one.
 HeldMemory& hold(EngineCore& core, const std::shared_ptr<HeldBuffer>& buffer) {
-  auto [it, added] = core.memory.try_emplace(address_of(*buffer), HeldMemory{buffer});
+  auto [it, added] = core.memory.try_emplace(address_of(*buffer), HeldMemory{buffer, buffer->size()});
   return it->second;
 }
 
-// Gives memory back to the engine's registrations and to Python once neither a name nor register_local()
-// keeps it (batches in flight hold their own buffers).
+// Gives memory back to the engine's registrations and to Python once neither a name, register_local() nor
+// an array over allocated memory keeps it (batches in flight hold their own buffers). For allocated memory
+// the engine's registration is the owner: unregistering frees it.
 void drop_if_unused(EngineCore& core, std::uintptr_t address) {
   auto it = core.memory.find(address);
-  if (it == core.memory.end() || it->second.local || !it->second.published.empty()) return;
+  if (it == core.memory.end() || it->second.local || !it->second.published.empty() || it->second.arrays)
+    return;
   (void)unlocked([&] { return core.engine->unregister_local(reinterpret_cast<void*>(address)); });
   core.memory.erase(address);  // by key: another Python thread may have changed the map meanwhile
 }
+
+class SegmentMemory {
+ public:
+  SegmentMemory(Core core, std::span<std::byte> bytes) : core_(std::move(core)), bytes_(bytes) {}
+  SegmentMemory(const SegmentMemory&) = delete;
+  SegmentMemory& operator=(const SegmentMemory&) = delete;
+  // Runs when the last array over the segment goes (Python deallocates it with the GIL held).
+  ~SegmentMemory() {
+    const auto address = reinterpret_cast<std::uintptr_t>(bytes_.data());
+    auto it = core_->memory.find(address);
+    if (it == core_->memory.end()) return;
+    it->second.arrays = false;
+    drop_if_unused(*core_, address);
+  }
+
+ private:
+  Core core_;
+  std::span<std::byte> bytes_;
+};
 
 void publish(PyXferEngine& self, const std::string& name, py::handle object) {
   const auto& core = self.get();
@@ -205,7 +227,6 @@ void publish(PyXferEngine& self, const std::string& name, py::handle object) {
 void unpublish(PyXferEngine& self, const std::string& name) {
   const auto& core = self.get();
   unwrap(unlocked([&] { return core->engine->unpublish(name); }));
-  core->allocated.erase(name);
   for (auto& [address, held] : core->memory) {
     if (held.published.erase(name) != 0) return drop_if_unused(*core, address);
   }
@@ -215,7 +236,7 @@ void register_local(PyXferEngine& self, py::handle object) {
   const auto& core = self.get();
   auto buffer = std::make_shared<HeldBuffer>(object, true);  // READs land in it
   auto known = core->memory.find(address_of(*buffer));
-  const bool same = known != core->memory.end() && known->second.buffer->size() == buffer->size();
+  const bool same = known != core->memory.end() && known->second.size == buffer->size();
   if (same && known->second.local)
     raise(Errc::InvalidArgument, "register_local: this memory is registered already");
   if (!same) unwrap(unlocked([&] { return core->engine->register_local(buffer->data(), buffer->size()); }));
@@ -232,11 +253,16 @@ void unregister_local(PyXferEngine& self, py::handle object) {
   drop_if_unused(*core, address);
 }
 
-py::array allocate_segment(PyXferEngine& self, const std::string& name, std::size_t size) {
+py::array allocate_segment(PyXferEngine& self, const std::string& name, py::handle size_arg) {
+  const auto size = int_arg<std::size_t>(size_arg, "size");
   const auto& core = self.get();
   auto bytes = unwrap(unlocked([&] { return core->engine->allocate_segment(name, size); }));
-  core->allocated.insert(name);
-  auto owner = py::cast(SegmentMemory{core, bytes});
+  // New memory: no entry can be at its address (memory held for Python is not the allocator's to give).
+  auto& held = core->memory[reinterpret_cast<std::uintptr_t>(bytes.data())];
+  held.size = bytes.size();
+  held.published.insert(name);
+  held.arrays = true;
+  auto owner = py::cast(std::make_unique<SegmentMemory>(core, bytes));
   return py::array(py::dtype::of<std::uint8_t>(), {static_cast<py::ssize_t>(bytes.size())}, {1}, bytes.data(),
                    owner);
 }
@@ -254,6 +280,15 @@ xfer::Op op_of(py::handle value) {
 Error for_request(std::size_t i, const Error& error) {
   return Error(error.code(), "request " + std::to_string(i) + ": " + error.message(), error.sys_errno(),
                error.status());
+}
+
+// Whether [data, data + size) lies in memory of allocate_segment().
+bool inside_allocated(const EngineCore& core, const void* data, std::size_t size) {
+  const auto address = reinterpret_cast<std::uintptr_t>(data);
+  auto it = core.memory.upper_bound(address);
+  if (it == core.memory.begin()) return false;
+  --it;
+  return !it->second.buffer && address + size <= it->first + it->second.size;
 }
 
 // (op, local, segment, offset[, length]) -> a Request whose local memory `keep` holds. Every problem is
@@ -287,6 +322,10 @@ xfer::Request parse_request(const EngineCore& core, py::handle item, std::size_t
     if (request.length > size)
       raise(Errc::InvalidArgument, "length " + std::to_string(request.length) +
                                        " exceeds the local buffer (" + std::to_string(size) + " bytes)");
+    // In allocated memory, the engine's own work requests keep the allocation until they complete; holding
+    // the array here too would close a cycle (array -> its memory -> engine -> batch -> array) that only the
+    // next submit() broke, so a dropped engine with an unwaited batch never stopped.
+    if (inside_allocated(core, request.local, size)) keep.pop_back();
   } catch (const py::cast_error&) {
     raise(Errc::InvalidArgument, "request " + std::to_string(i) + ": " + kFields[at] + " " +
                                      py::repr(fields[at]).cast<std::string>() + " (" + type_name(fields[at]) +
@@ -323,16 +362,38 @@ py::list results(const PyBatch& self) {
   return out;
 }
 
+// Raises one exception for every failed request of a finished batch: the class of the first failure, a
+// message that names each failed request with its code, status and reason, and `failures`, a dict from the
+// request's index to its rdmakit.Error. Returns when none failed.
+void raise_failures(const xfer::Batch& batch) {
+  std::vector<std::pair<std::size_t, Error>> failed;
+  for (std::size_t i = 0; i < batch.size(); ++i)
+    if (const auto status = batch.status(i); status && !*status) failed.emplace_back(i, status->error());
+  if (failed.empty()) return;
+  std::string message =
+      std::to_string(failed.size()) + " of " + std::to_string(batch.size()) + " requests failed:";
+  py::dict failures;
+  for (const auto& [i, error] : failed) {
+    // The completion status where one is behind the failure (an operation that failed at the peer).
+    const auto status = error.status() == Status::Success
+                            ? std::string()
+                            : ", status " + std::string(to_string(error.status()));
+    message += "\n  request " + std::to_string(i) + ": " + error.message() + " (" +
+               std::string(to_string(error.code())) + status + ")";
+    failures[py::int_(i)] = exception_for(for_request(i, error));
+  }
+  const auto& first = failed.front().second;
+  auto exception = exception_for(Error(first.code(), message, first.sys_errno(), first.status()));
+  exception.attr("failures") = failures;
+  PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(exception.ptr())), exception.ptr());
+  throw py::error_already_set();
+}
+
 py::list wait(PyBatch& self, std::optional<double> timeout, bool check) {
   const auto batch = self.batch;
   unwrap(
       wait_in_slices(to_timeout(timeout, kForever), [&](nanoseconds slice) { return batch->wait(slice); }));
-  if (check && batch->failed() != 0) {
-    for (std::size_t i = 0; i < batch->size(); ++i) {
-      const auto status = batch->status(i);
-      if (status && !*status) raise(for_request(i, status->error()));
-    }
-  }
+  if (check && batch->failed() != 0) raise_failures(*batch);
   return results(self);
 }
 
@@ -352,7 +413,8 @@ py::dict stats_dict(const xfer::EngineStats& s) {
 }
 
 void bind_segment(py::module_& m) {
-  py::class_<SegmentMemory>(m, "_SegmentMemory", "Keeps an allocated segment's engine alive.");
+  py::class_<SegmentMemory>(m, "_SegmentMemory",
+                            "The base of allocated segments' arrays: keeps the memory and the engine alive.");
   py::class_<PySegment>(m, "Segment",
                         "A segment opened by name (Engine.open_segment): the target of requests.")
       .def_readonly("name", &PySegment::name, "The segment's name.")
@@ -376,8 +438,10 @@ void bind_batch(py::module_& m) {
           "failed", [](const PyBatch& b) { return b.batch->failed(); }, "Requests that failed so far.")
       .def("wait", &wait, py::arg("timeout") = py::none(), py::arg("check") = true,
            "Waits (GIL released) until every request finished; rdmakit.TimeoutError after `timeout` seconds. "
-           "With `check`, raises the first failed request's error (its message names the request). Returns "
-           "results().")
+           "Returns results() when every request succeeded. When any failed, raises (the class of the first "
+           "failure) an error whose message names every failed request with its code and status, and whose "
+           "`failures` maps each failed request's index to its rdmakit.Error; with check=False it returns "
+           "results() instead, where each request's outcome is None or its error.")
       .def("results", &results,
            "One entry per request once done: None when its bytes landed, else the rdmakit.Error "
            "(not raised) saying why it failed.");

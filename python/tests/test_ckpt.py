@@ -3,6 +3,8 @@
 import numpy as np
 import pytest
 
+import rdmakit
+from rdmakit._rdmakit import _CkptEngine
 from rdmakit.ckpt import Checkpointer, flatten
 
 
@@ -50,3 +52,121 @@ def test_flatten_refuses_empty_state(tmp_path):
     assert flatten({"a": 1}) == ([], ["a"])
     with pytest.raises(ValueError):
         Checkpointer(tmp_path, {"a": 1})
+
+
+def test_resized_tensor_is_refused_by_the_engine_and_followed_by_the_checkpointer(tmp_path):
+    """resize_() moves a tensor's storage (the old 4 MiB is unmapped): restoring into the address the engine
+    was given crashed. The engine now refuses, naming the tensor; the Checkpointer makes its engine again."""
+    torch = pytest.importorskip("torch")
+    weights = torch.ones(1 << 20)
+    engine = _CkptEngine(str(tmp_path / "engine"), [("layer/w", weights)], direct_io=False)
+    engine.snapshot(1)
+    engine.wait_persisted()
+    weights.resize_(4 << 20)
+    for call in (engine.restore_latest, lambda: engine.snapshot(2)):
+        with pytest.raises(rdmakit.InvalidArgumentError, match=r"tensor 'layer/w' changed .*\[1048576\] -> "
+                                                                r"\[4194304\], storage moved"):
+            call()
+    engine.close()
+
+    weights = torch.ones(1 << 20)
+    with Checkpointer(tmp_path / "ckpt", {"w": weights}, direct_io=False) as ckpt:
+        ckpt.save(1)
+        ckpt.wait()
+        weights.resize_(4 << 20).fill_(2)
+        ckpt.save(2)  # over the resized tensor
+        ckpt.wait()
+        weights.zero_()
+        assert ckpt.restore_latest() == 2
+    assert weights.shape == (4 << 20,) and bool((weights == 2).all())
+
+
+def test_optimizer_state_created_at_the_first_step_is_saved_and_restored(tmp_path):
+    """Adam creates its state at its first step: a state_dict() taken before holds none, and every checkpoint
+    silently lacked it. The optimizer object is read at each save; a fresh one is given its state to load."""
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(0)
+
+    def make():
+        model = torch.nn.Linear(8, 2)
+        return model, torch.optim.Adam(model.parameters(), lr=0.1)
+
+    def train(model, optimizer, step):
+        optimizer.zero_grad()
+        model(torch.full((4, 8), float(step))).pow(2).sum().backward()
+        optimizer.step()
+
+    model, optimizer = make()
+    with pytest.raises(ValueError, match="'optim' is an optimizer's state_dict.* before its first step"):
+        Checkpointer(tmp_path, {"model": model.state_dict(), "optim": optimizer.state_dict()})
+    with Checkpointer(tmp_path, {"model": model, "optim": optimizer}, direct_io=False) as ckpt:
+        assert ckpt.restore_latest() is None and not optimizer.state  # a fresh start leaves it untouched
+        for step in range(3):
+            train(model, optimizer, step)
+            ckpt.save(step)
+        ckpt.wait()
+        assert "optim/state/0/exp_avg" in ckpt.names and "optim/state/1/exp_avg_sq" in ckpt.names
+
+    resumed_model, resumed_optimizer = make()  # as a restarted process makes them
+    with Checkpointer(tmp_path, {"model": resumed_model, "optim": resumed_optimizer}, direct_io=False) as again:
+        assert again.restore_latest() == 2
+    for (name, value), resumed in zip(optimizer.state_dict()["state"][0].items(),
+                                      resumed_optimizer.state_dict()["state"][0].values()):
+        assert torch.equal(value, resumed), name
+    assert resumed_optimizer.param_groups[0]["lr"] == 0.1
+    # Training goes on exactly as it would have without the restart.
+    train(model, optimizer, 3)
+    train(resumed_model, resumed_optimizer, 3)
+    for name, value in model.state_dict().items():
+        assert torch.equal(value, resumed_model.state_dict()[name]), name
+
+
+def test_restore_refuses_checkpoints_that_do_not_fit_the_state(tmp_path):
+    """Checkpoints whose shapes or dtypes differ from the state were skipped and restore_latest() returned
+    None: training silently started again from step 0. Now an error, unless strict=False."""
+    with Checkpointer(tmp_path, {"w": np.ones(16, np.float32)}, direct_io=False) as ckpt:
+        ckpt.save(1)
+        ckpt.wait()
+    cases = [({"w": np.zeros(8, np.float32)}, r"in step 1, 'w' is f32 \[8\] here but f32 \[16\] in it"),
+             ({"w": np.zeros(16, np.int32)}, r"'w' is i32 \[16\] here but f32 \[16\] in it"),
+             ({"v": np.zeros(16, np.float32)}, "'v' is not in it"),
+             ({"w": np.zeros(16, np.float32), "v": np.zeros(1)}, "'v' is not in it")]
+    for state, message in cases:
+        with Checkpointer(tmp_path, state, direct_io=False) as other:
+            with pytest.raises(rdmakit.InvalidArgumentError, match=message):
+                other.restore_latest()
+            assert other.restore_latest(strict=False) is None
+            assert all(not array.any() for array in state.values())  # untouched
+
+
+def test_bad_steps_are_refused(tmp_path):
+    state = {"w": np.ones(16, np.float32)}
+    with Checkpointer(tmp_path, state, direct_io=False) as ckpt:
+        ckpt.save(5)
+        with pytest.raises(rdmakit.InvalidArgumentError, match="step 3 is older than step 5, the newest"):
+            ckpt.save(3)  # restore_latest() would have returned 5 and never 3
+        ckpt.save(6)
+        ckpt.wait()
+        for bad, message in ((-1, "step must be in .*, not -1"), (2 ** 64, "step must be in"),
+                             ("7", r"step must be an integer .*\(str\)")):
+            with pytest.raises(rdmakit.InvalidArgumentError, match=message):
+                ckpt.save(bad)
+    with Checkpointer(tmp_path, state, direct_io=False) as again:  # the newest on disk counts too
+        with pytest.raises(rdmakit.InvalidArgumentError, match="step 0 is older than step 6"):
+            again.save(0)
+        assert again.restore_latest() == 6
+    with pytest.raises(rdmakit.InvalidArgumentError, match="keep must be in"):
+        Checkpointer(tmp_path, state, keep=-1)
+
+
+def test_functions_in_the_state_are_read_at_each_save(tmp_path):
+    current = {"w": np.ones(8, np.float32)}
+    with Checkpointer(tmp_path, {"model": lambda: current, "dtype": np.float32}, direct_io=False) as ckpt:
+        assert ckpt.names == ["model/w"] and ckpt.skipped == ["dtype"]  # a class is not called
+        ckpt.save(1)
+        current = {"w": np.full(4, 2, np.float32), "b": np.zeros(1, np.float32)}  # other arrays now
+        ckpt.save(2)
+        assert ckpt.names == ["model/w", "model/b"]
+        ckpt.wait()
+        current["w"][:] = 0
+        assert ckpt.restore_latest() == 2 and (current["w"] == 2).all()

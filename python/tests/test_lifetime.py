@@ -1,5 +1,13 @@
 """Python objects may die in any order, with operations in flight, without a leak or a crash.
 
+The rules each test drops objects against:
+- core: a Region keeps its Context and the registered object; a Connection keeps its Context, its queues
+  and every Region an unfinished operation uses; a Listener and a CompletionQueue keep their Context.
+- xfer: an Engine keeps its MetadataStore; Segments, Batches and allocated arrays keep the Engine; a Batch
+  keeps the buffers of its requests until it is done; an allocated segment's memory lives while any array
+  or view over it does, unpublished or not, so its address is not handed out again meanwhile.
+- ckpt: a Checkpointer keeps the arrays and tensors of its state.
+
 Run under AddressSanitizer by the sanitizer build's ctest (python/tests/CMakeLists.txt preloads libasan):
 a region freed while a transport still writes into it would be reported there.
 """
@@ -14,6 +22,8 @@ import pytest
 
 import rdmakit
 from conftest import connect_pair
+from rdmakit import xfer
+from rdmakit.ckpt import Checkpointer
 
 CLIENT_SIDE = ("context", "connection", "region", "array", "queue")
 
@@ -142,3 +152,47 @@ def test_receive_lands_after_the_arrays_name_is_gone():
         server.wait(receive, timeout=5)
         assert bytes(view) == b"sixteen bytes!!!"
         client.close(), server.close()
+
+
+# The store goes first in every order (the engine keeps it): 24 orders, as each engine costs its threads.
+XFER_SIDE = ("engine", "segment", "batch", "array")
+
+
+def test_xfer_objects_die_in_every_order():
+    with xfer.serve_metadata() as server:
+        owner = xfer.Engine(xfer.open_metadata(server.url), transports=["tcp"])
+        owner.publish("source", np.full(1 << 16, 3, np.uint8))
+        watched = []
+        for order in itertools.permutations(XFER_SIDE):
+            engine = xfer.Engine(xfer.open_metadata(server.url), transports=["tcp"])
+            array = engine.allocate_segment("inbox", 1 << 16)
+            view = array[4096:8192]  # its base is the segment's memory, not `array`
+            segment = engine.open_segment("source")
+            batch = engine.submit([(xfer.READ, array[:4096], segment, 0)])  # in flight while objects go
+            objects = {"engine": engine, "segment": segment, "batch": batch, "array": array}
+            watched += [weakref.ref(array), weakref.ref(view.base)]  # the base holds the memory and the engine
+            del engine, segment, batch, array
+            for name in order:
+                del objects[name]  # the last reference (no cycles: reference counting frees at once)
+                view[:] = 1  # the segment's memory is still ours, whatever went
+            assert (view == 1).all()
+            del view
+        gc.collect()
+        assert all(ref() is None for ref in watched), "an allocated array or its engine outlived every object"
+        owner.close()
+
+
+def test_checkpointer_and_its_state_die_in_every_order(tmp_path):
+    for number, order in enumerate(itertools.permutations(("checkpointer", "state", "array"))):
+        array = np.ones(1 << 16, np.float32)
+        state = {"w": array}
+        ckpt = Checkpointer(tmp_path / str(number), state, direct_io=False)
+        ckpt.save(1)  # persisted in the background while the names go
+        watched = weakref.ref(array)
+        objects = {"checkpointer": ckpt, "state": state, "array": array}
+        del ckpt, state, array
+        for name in order:
+            del objects[name]
+            if "checkpointer" in objects:  # it still has its arrays: restoring writes into live memory
+                assert watched() is not None and objects["checkpointer"].restore_latest() == 1
+        assert watched() is None, "the state outlived the Checkpointer and every name"

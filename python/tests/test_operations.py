@@ -192,3 +192,33 @@ def test_waiting_releases_the_gil(ctx, pair):
     assert waited >= 0.45
     # With the GIL held for 0.5 s the other thread could not count at all; released, it counts freely.
     assert during > 10_000, f"the other thread ran only {during} iterations while we waited"
+
+
+def test_out_of_range_integers_name_the_argument(ctx, peer_ctx, pair):
+    """Negative or oversized integers are rdmakit.InvalidArgumentError naming the argument and its range, not
+    pybind11's "incompatible function arguments" (a TypeError) or a message about another option."""
+    client, _ = pair
+    region = ctx.register(np.zeros(64, np.uint8), ALL)
+    remote = peer_ctx.register(np.zeros(64, np.uint64), ALL).descriptor
+    cases = [
+        (lambda: region.slice(-1), r"offset must be in \[0, 18446744073709551615\], not -1"),
+        (lambda: region.slice(0, -5), "length must be in .*, not -5"),
+        (lambda: region.slice(0.5), r"offset must be an integer in \[0, .*\], not 0.5 \(float\)"),
+        (lambda: ctx.allocate(-1), "size must be in .*, not -1"),
+        (lambda: client.write_imm(region, remote.at(0), imm=2 ** 40),
+         r"imm must be in \[0, 4294967295\], not 1099511627776"),
+        (lambda: client.send_imm(region, -3), r"imm must be in \[0, 4294967295\], not -3"),
+        (lambda: client.compare_swap(region[0:8], remote.at(0), 0, desired=2 ** 70), "desired must be in"),
+        (lambda: client.fetch_add(region[0:8], remote.at(0), -1), "add must be in"),
+        (lambda: WorkRequest(Opcode.WRITE, region, remote, swap=-2), "swap must be in"),
+        (lambda: rdmakit.RemoteAddress(-1, 0), "addr must be in"),
+        (lambda: remote.at(-8), "offset must be in"),
+        (lambda: ctx.create_cq(-1), "depth must be in"),
+        (lambda: rdmakit.Context(transport=ctx.transport, timeout_ms=-1),
+         r"Context option 'timeout_ms' must be in \[0, 4294967295\], not -1"),
+        (lambda: rdmakit.Context(transport=ctx.transport, cq_depth=2 ** 33), "Context option 'cq_depth' must be in"),
+    ]
+    for call, message in cases:
+        with pytest.raises(rdmakit.InvalidArgumentError, match=message):
+            call()
+    assert client.stats()["posted"] == 0  # nothing was posted by a refused call

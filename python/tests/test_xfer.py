@@ -168,6 +168,13 @@ def test_bad_names_options_and_stores(engines, server):
         xfer.Engine(xfer.open_metadata(server.url), max_retries="two")
     with pytest.raises(rdmakit.InvalidArgumentError, match="peer_timeout must be a positive number"):
         xfer.Engine(xfer.open_metadata(server.url), peer_timeout=-1)
+    # Refused when made, not at the first request (which could only fail).
+    with pytest.raises(rdmakit.InvalidArgumentError, match="transport 'nope' is not one of the engine's"):
+        xfer.Engine(xfer.open_metadata(server.url), transports=["tcp"], transport="nope")
+    with pytest.raises(rdmakit.InvalidArgumentError, match="transport 'shm' is not one of the engine's"):
+        xfer.Engine(xfer.open_metadata(server.url), transports=["tcp"], transport="shm")
+    with pytest.raises(rdmakit.InvalidArgumentError, match=r"size must be in \[0, .*\], not -1"):
+        owner.allocate_segment("negative", -1)
     with pytest.raises(rdmakit.NotSupportedError, match="unknown backend 'ftp'"):
         xfer.open_metadata("ftp://x:1")
     with pytest.raises(rdmakit.Error, match="127.0.0.1:1"):
@@ -188,7 +195,10 @@ def test_unpublished_segment_fails_cleanly_and_memory_stays_alive(engines):
     np.testing.assert_array_equal(local, data)
     owner.unpublish("data")
     # The cached descriptor is stale now: the request fails (re-resolved: gone), nothing reads freed memory.
-    with pytest.raises(rdmakit.NotFoundError, match="request 0: segment 'data' is gone"):
+    # The message does not claim the owner died: a stopped owner's lease runs out the same way.
+    with pytest.raises(rdmakit.NotFoundError, match="request 0: segment 'data' is gone from the metadata "
+                                                    r"\(unpublished, or its owner's lease ran out: the owner "
+                                                    "died, is stopped"):
         peer.submit([(xfer.READ, local, seg, 0)]).wait(timeout=60)
     with pytest.raises(rdmakit.NotFoundError):
         peer.open_segment("data")
@@ -234,6 +244,60 @@ def test_metadata_store_and_broadcast(server):
             xfer.broadcast_send(ctx, store, ctx.register(source), 1, size=size + 1)
     store.close()
 
+
+
+def test_batch_wait_raises_naming_every_failed_request(engines):
+    """wait() raises when any request failed, naming each failed request with its code and status (not only the
+    first), with `failures` by index; wait(check=False) returns the outcomes without raising."""
+    owner, peer = engines
+    owner.publish("gone", np.zeros(4096, dtype=np.uint8))
+    local = np.zeros(4096, dtype=np.uint8)
+    peer.register_local(local)
+    seg, gone = peer.open_segment("seg"), peer.open_segment("gone")
+    owner.unpublish("gone")
+    requests = [(xfer.READ, local, gone, 0), (xfer.READ, local, seg, 0), (xfer.WRITE, local, gone, 0)]
+    batch = peer.submit(requests)
+    outcomes = batch.wait(timeout=60, check=False)
+    assert outcomes[1] is None and isinstance(outcomes[0], rdmakit.NotFoundError) and batch.failed == 2
+    with pytest.raises(rdmakit.NotFoundError) as failure:
+        batch.wait(timeout=60)
+    message = str(failure.value)
+    assert "2 of 3 requests failed" in message, message
+    for i in (0, 2):
+        assert f"request {i}: segment 'gone' is gone" in message and "(not found)" in message, message
+    assert "request 1" not in message
+    assert sorted(failure.value.failures) == [0, 2]
+    assert all(isinstance(e, rdmakit.NotFoundError) for e in failure.value.failures.values())
+    np.testing.assert_array_equal(local, 0)  # request 1 read the owner's zeros
+
+
+@pytest.mark.parametrize("transports", [["tcp"], None])  # None: the default rails (shm's arena first)
+def test_allocated_memory_lives_while_an_array_refers_to_it(server, transports):
+    """allocate / unpublish / publish the array under another name / unpublish freed the memory under the
+    first array (tcp: SIGSEGV when writing it; default rails: the next allocation got the same address)."""
+    options = {"transports": transports} if transports else {}
+    with xfer.Engine(xfer.open_metadata(server.url), **options) as engine:
+        first = engine.allocate_segment("a", 1 << 20)
+        view = first[4096:]
+        engine.unpublish("a")
+        engine.publish("b", first)
+        engine.unpublish("b")
+        engine.register_local(first)
+        engine.unregister_local(first)
+        first[:] = 7  # still this array's memory
+        second = engine.allocate_segment("c", 1 << 20)
+        start, end = second.ctypes.data, second.ctypes.data + second.nbytes
+        assert end <= first.ctypes.data or start >= first.ctypes.data + first.nbytes, "two segments alias"
+        second[:] = 9
+        assert (first == 7).all() and (view == 7).all()
+        del first
+        view[:] = 5  # a view keeps the memory too
+        assert (view == 5).all() and (second == 9).all()
+        # A peer reads what the second segment holds (the memory is still the engine's registered segment).
+        local = np.zeros(1 << 20, dtype=np.uint8)
+        engine.register_local(local)
+        engine.submit([(xfer.READ, local, engine.open_segment("c"), 0)]).wait(timeout=60)
+        assert (local == 9).all()
 
 
 @pytest.fixture(params=["redis", "etcd"])

@@ -360,7 +360,9 @@ void EngineImpl::retry_one(std::unique_ptr<InflightOp> op) {
   }
   if (current->gone) {
     return fail_op(*op, Error(Errc::NotFound,
-                              "segment '" + current->name + "' is gone (unpublished, or its owner died)"));
+                              "segment '" + current->name +
+                                  "' is gone from the metadata (unpublished, or its owner's lease ran out: "
+                                  "the owner died, is stopped or hung, or lost the metadata server)"));
   }
   if (op->op.offset + op->op.length > current->record.length) {
     return fail_op(*op,

@@ -17,6 +17,12 @@ Result<std::unique_ptr<Engine>> Engine::create(MetadataStore& metadata, const En
                 "xfer engine: connections_per_rail, max_inflight_per_peer, max_inflight_per_rail and "
                 "stripe_bytes must be positive");
   }
+  // A forced transport this engine does not offer could never be chosen: every request would fail later.
+  if (!options.transport.empty() &&
+      std::ranges::find(options.transports, options.transport) == options.transports.end()) {
+    return fail(Errc::InvalidArgument,
+                "xfer engine: transport '" + options.transport + "' is not one of the engine's transports");
+  }
   auto engine = std::make_unique<detail::EngineImpl>(metadata, options);
   if (auto started = engine->start(); !started) return std::unexpected(started.error());
   return std::unique_ptr<Engine>(std::move(engine));
