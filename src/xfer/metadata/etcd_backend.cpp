@@ -2,7 +2,9 @@
 // with our own HTTP/1.1 client over one kept-alive connection. This store's keys hang off one lease:
 // renewal is one keepalive; when the lease is gone (the server restarted empty, or we were cut off past
 // the TTL) a new lease is granted and every owned key put again. Closing revokes the lease, which deletes
-// the keys in one request.
+// the keys in one request. A name belongs to its first publisher: puts are transactions that compare
+// first (the key absent, or holding our previous value), and each renewal checks in one transaction that
+// every key still holds our value.
 #include "xfer/metadata/backend.hpp"
 #include "xfer/metadata/http.hpp"
 
@@ -33,24 +35,29 @@ class EtcdBackend final : public Backend {
 
   Result<void> start(Deadline deadline) override { return grant(deadline); }
 
-  Result<void> put(const std::string& key, const std::string& value, const Owned& owned,
-                   Deadline deadline) override {
-    auto ok = put_one(key, value, deadline);
+  Result<void> put(const std::string& key, const std::string& value, const std::string* previous,
+                   const Owned& owned, Deadline deadline) override {
+    auto ok = put_one(key, value, previous, deadline);
     if (ok || !lease_lost(ok.error())) return ok;
-    return regrant_and_put(owned, deadline);  // the lease expired under us: every key went with it
+    std::vector<std::string> replaced;  // the lease expired under us: every key went with it
+    if (auto again = regrant_and_put(owned, replaced, deadline); !again) return again;
+    for (const auto& k : replaced)
+      if (k == key) return taken(connection_.where(), key);
+    return {};
   }
 
   // A store that owns nothing lets its lease lapse (no traffic from pure readers); a later put finds it
   // gone and grants a new one.
-  Result<void> renew(const Owned& owned, Deadline deadline) override {
+  Result<void> renew(const Owned& owned, std::vector<std::string>& replaced, Deadline deadline) override {
     if (owned.empty()) return {};
     auto reply = call("/v3/lease/keepalive", "{" + field("ID", json::quote(lease_)) + "}", deadline);
     if (!reply) return std::unexpected(reply.error());
     const Value* result = reply->find("result");
     const Value* ttl = result ? result->find("TTL") : nullptr;
     // A lease that is gone comes back without a TTL (zero is left out of the JSON).
-    if (!ttl || ttl->text == "0") return regrant_and_put(owned, deadline);
-    return unsettled_ ? put_all(owned, deadline) : Result<void>();
+    if (!ttl || ttl->text == "0") return regrant_and_put(owned, replaced, deadline);
+    if (unsettled_) return put_all(owned, replaced, deadline);
+    return check_values(owned, replaced, deadline);
   }
 
   Result<void> erase(const std::string& key, Deadline deadline) override {
@@ -137,24 +144,81 @@ class EtcdBackend final : public Backend {
     return {};
   }
 
-  Result<void> put_one(const std::string& key, const std::string& value, Deadline deadline) {
-    return outcome(call("/v3/kv/put",
-                        "{" + field("key", json::quote(base64::encode(key))) + "," +
-                            field("value", json::quote(base64::encode(value))) + "," +
-                            field("lease", json::quote(lease_)) + "}",
-                        deadline));
+  static std::string compare(const std::string& key, std::string_view target, const std::string& value) {
+    auto operand = target == "CREATE" ? field("create_revision", "\"0\"")
+                                      : field("value", json::quote(base64::encode(value)));
+    return "{" + field("key", json::quote(base64::encode(key))) + "," +
+           field("target", json::quote(target)) + "," + operand + "}";
   }
 
-  Result<void> regrant_and_put(const Owned& owned, Deadline deadline) {
+  // One transaction: `compares` all hold -> `success` runs. Whether they held.
+  Result<bool> txn(const std::string& compares, const std::string& success, Deadline deadline) {
+    auto reply = call("/v3/kv/txn",
+                      "{" + field("compare", "[" + compares + "]") + "," + field("success", "[" + success + "]") + "}",
+                      deadline);
+    if (!reply) return std::unexpected(reply.error());
+    const Value* succeeded = reply->find("succeeded");  // false is left out of the JSON
+    return succeeded != nullptr && succeeded->text == "true";
+  }
+
+  // Puts `key` when it is absent, or holds `previous`; InvalidArgument (taken) otherwise.
+  Result<void> put_one(const std::string& key, const std::string& value, const std::string* previous,
+                       Deadline deadline) {
+    auto request = "{" + field("request_put", "{" + field("key", json::quote(base64::encode(key))) + "," +
+                                                  field("value", json::quote(base64::encode(value))) + "," +
+                                                  field("lease", json::quote(lease_)) + "}") +
+                   "}";
+    auto created = txn(compare(key, "CREATE", {}), request, deadline);
+    if (!created) return std::unexpected(created.error());
+    if (*created) return {};
+    if (previous) {
+      auto swapped = txn(compare(key, "VALUE", *previous), request, deadline);
+      if (!swapped) return std::unexpected(swapped.error());
+      if (*swapped) return {};
+    }
+    return taken(connection_.where(), key);
+  }
+
+  // One transaction compares every owned key with our value; when one differs, each is looked at alone:
+  // gone (put back when still free) or replaced.
+  Result<void> check_values(const Owned& owned, std::vector<std::string>& replaced, Deadline deadline) {
+    std::string compares;
+    for (const auto& [key, value] : owned) compares += (compares.empty() ? "" : ",") + compare(key, "VALUE", value);
+    auto same = txn(compares, "", deadline);
+    if (!same) return std::unexpected(same.error());
+    if (*same) return {};
+    for (const auto& [key, value] : owned) {
+      auto current = get(key, deadline);
+      if (!current) return std::unexpected(current.error());
+      if (*current && **current == value) continue;
+      if (*current) {
+        replaced.push_back(key);
+        continue;
+      }
+      auto put = put_one(key, value, nullptr, deadline);
+      if (!put && put.error().code() != Errc::InvalidArgument) return put;
+      if (!put) replaced.push_back(key);
+    }
+    return {};
+  }
+
+  Result<void> regrant_and_put(const Owned& owned, std::vector<std::string>& replaced, Deadline deadline) {
     if (auto ok = grant(deadline); !ok) return ok;
-    return put_all(owned, deadline);
+    return put_all(owned, replaced, deadline);
   }
 
-  // Puts every owned key on the current lease; until all went through, each renewal tries again.
-  Result<void> put_all(const Owned& owned, Deadline deadline) {
+  // Puts every owned key on the current lease (each only while free or ours); until all went through,
+  // each renewal tries again.
+  Result<void> put_all(const Owned& owned, std::vector<std::string>& replaced, Deadline deadline) {
     unsettled_ = true;
-    for (const auto& [key, value] : owned)
-      if (auto ok = put_one(key, value, deadline); !ok) return ok;
+    for (const auto& [key, value] : owned) {
+      auto ok = put_one(key, value, &value, deadline);
+      if (!ok && ok.error().code() == Errc::InvalidArgument) {
+        replaced.push_back(key);
+        continue;
+      }
+      if (!ok) return ok;
+    }
     unsettled_ = false;
     return {};
   }
