@@ -100,7 +100,8 @@ TEST(XferTrust, ForgedAndDecoyRecordsAreRefusedAndNeverCached) {
     auto handle = client->open_segment(name);
     ASSERT_FALSE(handle.has_value()) << name;
     EXPECT_EQ(handle.error().code(), Errc::ConnectionRefused) << handle.error().describe();
-    EXPECT_NE(handle.error().message().find("does not verify"), std::string::npos) << handle.error().message();
+    EXPECT_NE(handle.error().message().find("does not verify"), std::string::npos)
+        << handle.error().message();
     EXPECT_EQ(client->stats().resolves, resolves + 1) << name << ": a refused record must not be cached";
   }
   auto unsealed = client->open_segment("plain");
@@ -117,7 +118,8 @@ TEST(XferTrust, ForgedAndDecoyRecordsAreRefusedAndNeverCached) {
   ASSERT_TRUE((*batch)->wait(10s).has_value());
   ASSERT_TRUE((*batch)->status(0)->has_value()) << (*batch)->status(0)->error().describe();
   EXPECT_EQ(find_pattern_mismatch(real->data(), kSize, 3), kSize);
-  for (std::size_t i = 0; i < kSize; ++i) ASSERT_EQ(decoy->data()[i], std::byte{0}) << "stranger got byte " << i;
+  for (std::size_t i = 0; i < kSize; ++i)
+    ASSERT_EQ(decoy->data()[i], std::byte{0}) << "stranger got byte " << i;
 }
 
 // A record (sealed by a job member) names owner "a", but the engine listening at its address is "b": the

@@ -336,13 +336,20 @@ Result<void> EngineImpl::prove_owner(Rail& rail, Connection& connection, const s
                                      const std::string& address) {
   auto deadline = std::chrono::steady_clock::now() + options_.connect_timeout;
   if (rail.credits->acquire(1, deadline) == 0)
-    return fail(Errc::ResourceExhausted, "xfer: no room on the rail's queue to prove the secret to '" + owner +
-                                             "' (max_inflight_per_rail)");
-  Result<std::string> identity = std::string();
+    return fail(Errc::ResourceExhausted, "xfer: no room on the rail's queue to prove the secret to '" +
+                                             owner + "' (max_inflight_per_rail)");
+  Result<std::string> identity =
+      fail(Errc::Timeout, "the rail's completions stayed busy for the whole connect_timeout");
   {
-    std::lock_guard reaper(rail.reap_mutex);
-    bootstrap::PeerProofConfig config{secret_, std::string(kPeerProofLabel), options_.connect_timeout};
-    identity = bootstrap::prove_initiate(*rail.context, connection, config, options_.name);
+    // Polled rather than blocked on: a batch callback (run by a reaper holding this lock) that opens a
+    // segment gets a Timeout instead of a deadlock.
+    std::unique_lock reaper(rail.reap_mutex, std::defer_lock);
+    while (!reaper.try_lock() && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    if (reaper.owns_lock()) {
+      bootstrap::PeerProofConfig config{secret_, std::string(kPeerProofLabel), options_.connect_timeout};
+      identity = bootstrap::prove_initiate(*rail.context, connection, config, options_.name);
+    }
   }
   rail.credits->release(1);
   if (!identity)
@@ -393,7 +400,8 @@ Result<std::shared_ptr<const SegmentEntry>> EngineImpl::resolve(std::string_view
   // Nothing of a record is used (nor cached) before it verified.
   auto record = open_sealed(**value, name, secret_);
   if (!record)
-    return std::unexpected(Error(record.error().code(), "segment '" + entry->name + "': " + record.error().message()));
+    return std::unexpected(
+        Error(record.error().code(), "segment '" + entry->name + "': " + record.error().message()));
   auto transport = choose_transport(transports_, host_, *record, options_.transport);
   if (!transport) return std::unexpected(transport.error());
   auto peer = peer_for(*record, *transport);

@@ -94,7 +94,8 @@ bootstrap::auth::Mac record_key(std::string_view secret) {
 }
 
 // Starts an AES-256-GCM context over `name` as associated data; encrypting or decrypting.
-CipherContext start_gcm(std::string_view secret, const std::uint8_t* iv, std::string_view name, bool encrypt) {
+CipherContext start_gcm(std::string_view secret, const std::uint8_t* iv, std::string_view name,
+                        bool encrypt) {
   CipherContext ctx(EVP_CIPHER_CTX_new(), &EVP_CIPHER_CTX_free);
   auto key = record_key(secret);
   int ignored = 0;
@@ -114,7 +115,8 @@ CipherContext start_gcm(std::string_view secret, const std::uint8_t* iv, std::st
 
 }  // namespace
 
-Result<std::vector<std::byte>> seal(const SegmentRecord& record, std::string_view name, std::string_view secret) {
+Result<std::vector<std::byte>> seal(const SegmentRecord& record, std::string_view name,
+                                    std::string_view secret) {
   auto body = encode(record);
   std::vector<std::byte> out(4 + kIvSize + body.size() + kTagSize);
   std::memcpy(out.data(), &kSealedMagic, 4);

@@ -147,15 +147,16 @@ class EtcdBackend final : public Backend {
   static std::string compare(const std::string& key, std::string_view target, const std::string& value) {
     auto operand = target == "CREATE" ? field("create_revision", "\"0\"")
                                       : field("value", json::quote(base64::encode(value)));
-    return "{" + field("key", json::quote(base64::encode(key))) + "," +
-           field("target", json::quote(target)) + "," + operand + "}";
+    return "{" + field("key", json::quote(base64::encode(key))) + "," + field("target", json::quote(target)) +
+           "," + operand + "}";
   }
 
   // One transaction: `compares` all hold -> `success` runs. Whether they held.
   Result<bool> txn(const std::string& compares, const std::string& success, Deadline deadline) {
-    auto reply = call("/v3/kv/txn",
-                      "{" + field("compare", "[" + compares + "]") + "," + field("success", "[" + success + "]") + "}",
-                      deadline);
+    auto reply =
+        call("/v3/kv/txn",
+             "{" + field("compare", "[" + compares + "]") + "," + field("success", "[" + success + "]") + "}",
+             deadline);
     if (!reply) return std::unexpected(reply.error());
     const Value* succeeded = reply->find("succeeded");  // false is left out of the JSON
     return succeeded != nullptr && succeeded->text == "true";
@@ -164,9 +165,10 @@ class EtcdBackend final : public Backend {
   // Puts `key` when it is absent, or holds `previous`; InvalidArgument (taken) otherwise.
   Result<void> put_one(const std::string& key, const std::string& value, const std::string* previous,
                        Deadline deadline) {
-    auto request = "{" + field("request_put", "{" + field("key", json::quote(base64::encode(key))) + "," +
-                                                  field("value", json::quote(base64::encode(value))) + "," +
-                                                  field("lease", json::quote(lease_)) + "}") +
+    auto request = "{" +
+                   field("request_put", "{" + field("key", json::quote(base64::encode(key))) + "," +
+                                            field("value", json::quote(base64::encode(value))) + "," +
+                                            field("lease", json::quote(lease_)) + "}") +
                    "}";
     auto created = txn(compare(key, "CREATE", {}), request, deadline);
     if (!created) return std::unexpected(created.error());
@@ -183,7 +185,8 @@ class EtcdBackend final : public Backend {
   // gone (put back when still free) or replaced.
   Result<void> check_values(const Owned& owned, std::vector<std::string>& replaced, Deadline deadline) {
     std::string compares;
-    for (const auto& [key, value] : owned) compares += (compares.empty() ? "" : ",") + compare(key, "VALUE", value);
+    for (const auto& [key, value] : owned)
+      compares += (compares.empty() ? "" : ",") + compare(key, "VALUE", value);
     auto same = txn(compares, "", deadline);
     if (!same) return std::unexpected(same.error());
     if (*same) return {};

@@ -177,7 +177,8 @@ class LeasedStore final : public MetadataStore {
       auto deadline = Clock::now() + options_.timeout;
       auto lock = take_lock(deadline);
       std::vector<std::string> replaced;
-      auto ok = lock ? backend_->renew(owned_, replaced, deadline) : Result<void>(std::unexpected(lock.error()));
+      auto ok =
+          lock ? backend_->renew(owned_, replaced, deadline) : Result<void>(std::unexpected(lock.error()));
       if (lock) forget_replaced(replaced);
       if (!ok && !renewal_failing_)
         log::warn("xfer", "metadata at " + url_ + ": lease renewal failed, retrying every " +
@@ -202,7 +203,7 @@ class LeasedStore final : public MetadataStore {
   bool renewal_failing_ = false;  // renewal thread only
   mutable std::mutex replaced_mutex_;
   std::vector<std::string> replaced_;  // names (without the namespace) another publisher took from us
-  std::jthread renewer_;          // last: stopped first
+  std::jthread renewer_;               // last: stopped first
 };
 
 // "scheme://host:port[/]" -> the scheme and the endpoint; `default_port` when the port is left out.

@@ -132,7 +132,8 @@ class RedisBackend final : public Backend {
 
  private:
   static std::string command(std::initializer_list<std::string_view> args) { return resp::command(args); }
-  std::string put_command(const std::string& key, const std::string& value, const std::string& previous) const {
+  std::string put_command(const std::string& key, const std::string& value,
+                          const std::string& previous) const {
     return command({"EVAL", kPutScript, "1", key, value, previous, ttl_ms_});
   }
 
@@ -141,13 +142,15 @@ class RedisBackend final : public Backend {
     if (password_.empty()) return {};
     count_round_trip();
     auto auth = username_.empty() ? command({"AUTH", password_}) : command({"AUTH", username_, password_});
-    auto reply = connection.exchange<std::vector<Value>>(auth, deadline, [](std::string_view in, std::size_t& consumed) {
-      return resp::parse_many(in, 1, consumed);
-    });
+    auto reply = connection.exchange<std::vector<Value>>(
+        auth, deadline,
+        [](std::string_view in, std::size_t& consumed) { return resp::parse_many(in, 1, consumed); });
     if (!reply) return std::unexpected(reply.error());
     if (reply->front().kind == Value::Kind::Simple && reply->front().text == "OK") return {};
-    return fail(Errc::ConnectionRefused, connection.where() + ": redis refused AUTH (MetadataOptions::username/password)" +
-                                             (reply->front().kind == Value::Kind::Error ? ": " + reply->front().text.substr(0, 200) : std::string()));
+    return fail(Errc::ConnectionRefused,
+                connection.where() + ": redis refused AUTH (MetadataOptions::username/password)" +
+                    (reply->front().kind == Value::Kind::Error ? ": " + reply->front().text.substr(0, 200)
+                                                               : std::string()));
   }
 
   // Sends the commands in one write and reads their replies: one round trip.

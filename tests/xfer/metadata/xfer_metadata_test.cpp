@@ -184,7 +184,7 @@ TEST_P(MetadataTest, ALiveNameBelongsToItsFirstPublisher) {
   EXPECT_EQ(refused.error().code(), Errc::InvalidArgument) << refused.error().describe();
   EXPECT_NE(refused.error().message().find("another store"), std::string::npos) << refused.error().message();
   EXPECT_EQ(text(*second->lookup("name")), "first");
-  EXPECT_FALSE(second->unpublish("name"));  // not its own
+  EXPECT_FALSE(second->unpublish("name"));                     // not its own
   ASSERT_TRUE(owner->publish("name", bytes("first, again")));  // the owner replaces its own value
   EXPECT_EQ(text(*second->lookup("name")), "first, again");
   std::this_thread::sleep_for(test_options(GetParam()).renew_interval * 2);
@@ -329,20 +329,22 @@ TEST(MetadataServer, ClientsProveTheJobSecret) {
 // or with a wrong one is refused before it reads or writes anything.
 TEST(MetadataRedis, AuthPasswordIsASecondWall) {
   if (::access("/usr/bin/redis-server", X_OK) != 0) {
-    if (std::getenv("RDMAKIT_TEST_SKIP_MISSING_SERVERS") != nullptr) GTEST_SKIP() << "SKIPPED: no redis-server";
+    if (std::getenv("RDMAKIT_TEST_SKIP_MISSING_SERVERS") != nullptr)
+      GTEST_SKIP() << "SKIPPED: no redis-server";
     FAIL() << "/usr/bin/redis-server is not installed (Debian package redis-server)";
   }
   TempDir dir;
   auto port = free_port();
-  auto server = Process::spawn({"/usr/bin/redis-server", "--port", std::to_string(port), "--bind", "127.0.0.1",
-                                "--save", "", "--appendonly", "no", "--dir", dir.path(), "--loglevel", "warning",
-                                "--requirepass", "the redis password"},
+  auto server = Process::spawn({"/usr/bin/redis-server", "--port", std::to_string(port), "--bind",
+                                "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir.path(),
+                                "--loglevel", "warning", "--requirepass", "the redis password"},
                                dir.path() + "/redis.log");
   const std::string url = "redis://127.0.0.1:" + std::to_string(port);
   auto options = test_options("redis");
   options.password = "the redis password";
   std::unique_ptr<MetadataStore> store;
-  for (auto deadline = Clock::now() + 10s; !store && Clock::now() < deadline; std::this_thread::sleep_for(50ms)) {
+  for (auto deadline = Clock::now() + 10s; !store && Clock::now() < deadline;
+       std::this_thread::sleep_for(50ms)) {
     if (auto opened = open_metadata(url, options)) store = std::move(*opened);
   }
   ASSERT_TRUE(store) << "redis-server with --requirepass did not come up";
@@ -371,8 +373,9 @@ TEST(MetadataServer, AnotherUidCannotUseTheBuiltinStore) {
   ASSERT_TRUE((*owner)->publish("segment", bytes("descriptor\n")));
   TempDir dir;
   for (const char* command : {"get", "list"}) {
-    std::vector<std::string> argv{"/usr/bin/setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups",
-                                  RDMAKIT_METADATA_TOOL, command, (*server)->url(), "tool"};
+    std::vector<std::string> argv{
+        "/usr/bin/setpriv",    "--reuid", "65534",          "--regid", "65534", "--clear-groups",
+        RDMAKIT_METADATA_TOOL, command,   (*server)->url(), "tool"};
     if (std::string(command) == "get") argv.push_back("segment");
     auto log = dir.path() + "/" + command + ".log";
     auto stranger = Process::spawn(argv, log, true);
