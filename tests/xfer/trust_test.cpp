@@ -46,11 +46,6 @@ detail::SegmentRecord sample_record() {
   return record;
 }
 
-std::vector<std::byte> as_bytes(const std::string& s) {
-  auto p = reinterpret_cast<const std::byte*>(s.data());
-  return {p, p + s.size()};
-}
-
 TEST(XferTrust, SealedRecordOpensOnlyWithItsSecretAndName) {
   auto record = sample_record();
   auto sealed = detail::seal(record, "kv", kJob);
