@@ -31,9 +31,9 @@ struct MetadataOptions {
   std::chrono::milliseconds renew_interval{1000};  // how often the lease is renewed
   std::chrono::milliseconds timeout{5000};         // bound of one metadata round trip
   // The server's own authentication, a second wall behind the records' seal (the engine's records are
-  // verified by readers whatever the server lets in). redis: AUTH [username] password on every connection
-  // (requirepass, or an ACL user); empty: no AUTH. Not used by the builtin (it proves the job secret) nor
-  // by etcd (not supported yet).
+  // verified by readers whatever the server lets in), used when `password` is not empty. redis: AUTH
+  // [username] password on every connection (requirepass, or an ACL user). etcd: the user's token
+  // (/v3/auth/authenticate) on every request. Not used by the builtin backend (it proves the job secret).
   std::string username{};
   std::string password{};
 };

@@ -4,7 +4,9 @@
 // the TTL) a new lease is granted and every owned key put again. Closing revokes the lease, which deletes
 // the keys in one request. A name belongs to its first publisher: puts are transactions that compare
 // first (the key absent, or holding our previous value), and each renewal checks in one transaction that
-// every key still holds our value.
+// every key still holds our value. With MetadataOptions::username and password, the store authenticates
+// (/v3/auth/authenticate) and sends the token with every request, authenticating again when etcd says
+// the token is no longer valid.
 #include "xfer/metadata/backend.hpp"
 #include "xfer/metadata/http.hpp"
 
@@ -29,11 +31,16 @@ class EtcdBackend final : public Backend {
   EtcdBackend(const Endpoint& endpoint, const MetadataOptions& options)
       : ttl_s_(std::max<std::int64_t>(1, (options.ttl.count() + 999) / 1000)),
         host_(endpoint.host + ":" + std::to_string(endpoint.port)),
+        username_(options.username),
+        password_(options.password),
         connection_(endpoint.host, endpoint.port, endpoint.url) {}
 
   std::string_view name() const noexcept override { return "etcd"; }
 
-  Result<void> start(Deadline deadline) override { return grant(deadline); }
+  Result<void> start(Deadline deadline) override {
+    if (auto ok = authenticate(deadline); !ok) return ok;
+    return grant(deadline);
+  }
 
   Result<void> put(const std::string& key, const std::string& value, const std::string* previous,
                    const Owned& owned, Deadline deadline) override {
@@ -112,11 +119,42 @@ class EtcdBackend final : public Backend {
     return error.code() == Errc::NotFound && error.message().find("lease not found") != std::string::npos;
   }
 
-  // One POST, one round trip: the reply's JSON, or the gateway's error (404 is gRPC's NotFound).
+  // With a password: a token for the user, sent with every later request.
+  Result<void> authenticate(Deadline deadline) {
+    if (password_.empty()) return {};
+    token_.clear();
+    auto reply = call_once(
+        "/v3/auth/authenticate",
+        "{" + field("name", json::quote(username_)) + "," + field("password", json::quote(password_)) + "}",
+        deadline);
+    if (!reply)
+      return fail(Errc::ConnectionRefused,
+                  "etcd refused the user '" + username_ +
+                      "' (MetadataOptions::username/password): " + reply.error().message());
+    const Value* token = reply->find("token");
+    if (!token || token->kind != Value::Kind::String || token->text.empty())
+      return malformed("no auth token");
+    token_ = token->text;
+    return {};
+  }
+
+  static bool token_invalid(const Error& error) {
+    return error.message().find("invalid auth token") != std::string::npos;
+  }
+
+  // call_once, authenticating again once when etcd no longer takes our token (it expires when unused).
   Result<Value> call(std::string_view path, const std::string& body, Deadline deadline) {
+    auto reply = call_once(path, body, deadline);
+    if (reply || password_.empty() || !token_invalid(reply.error())) return reply;
+    if (auto ok = authenticate(deadline); !ok) return std::unexpected(ok.error());
+    return call_once(path, body, deadline);
+  }
+
+  // One POST, one round trip: the reply's JSON, or the gateway's error (404 is gRPC's NotFound).
+  Result<Value> call_once(std::string_view path, const std::string& body, Deadline deadline) {
     count_round_trip();
     auto response = connection_.exchange<http::Response>(
-        http::post(host_, path, body), deadline,
+        http::post(host_, path, body, token_), deadline,
         [](std::string_view in, std::size_t& consumed) { return http::parse_response(in, consumed); });
     if (!response) return std::unexpected(response.error());
     auto parsed = json::parse(response->body);
@@ -228,6 +266,8 @@ class EtcdBackend final : public Backend {
 
   std::int64_t ttl_s_;  // etcd leases count whole seconds
   std::string host_;    // the Host header
+  std::string username_, password_;
+  std::string token_;  // from /v3/auth/authenticate; empty without a password
   Connection connection_;
   std::string lease_;       // the lease ID, decimal as the gateway writes it
   bool unsettled_ = false;  // a new lease whose keys are not all put yet

@@ -17,6 +17,7 @@
 #include "servers.hpp"
 #include "support/test_support.hpp"
 #include "xfer/metadata/connection.hpp"
+#include "xfer/metadata/http.hpp"
 
 namespace rdmakit::xfer::testing {
 namespace {
@@ -355,6 +356,52 @@ TEST(MetadataRedis, AuthPasswordIsASecondWall) {
   EXPECT_NE(without.error().message().find("NOAUTH"), std::string::npos) << without.error().describe();
   options.password = "a wrong password";
   auto wrong = open_metadata(url, options);
+  ASSERT_FALSE(wrong);
+  EXPECT_EQ(wrong.error().code(), Errc::ConnectionRefused) << wrong.error().describe();
+}
+
+// etcd's own users as a second wall: with auth enabled (a root user), a store with the user's password
+// works, one without it or with a wrong one is refused.
+TEST(MetadataEtcd, UserPasswordIsASecondWall) {
+  std::string why;
+  auto server = make_server("etcd", why);
+  if (!server) {
+    if (std::getenv("RDMAKIT_TEST_SKIP_MISSING_SERVERS") != nullptr) GTEST_SKIP() << "SKIPPED: " << why;
+    FAIL() << why;
+  }
+  auto port = static_cast<std::uint16_t>(std::stoi(server->url().substr(server->url().rfind(':') + 1)));
+  std::string host = "127.0.0.1:" + std::to_string(port);
+  metadata::Connection admin("127.0.0.1", port, server->url());
+  auto post = [&](std::string_view path, const std::string& body) {
+    auto reply =
+        admin.exchange<metadata::http::Response>(metadata::http::post(host, path, body), Clock::now() + 5s,
+                                                 [](std::string_view in, std::size_t& consumed) {
+                                                   return metadata::http::parse_response(in, consumed);
+                                                 });
+    EXPECT_TRUE(reply) << path << ": " << (reply ? "" : reply.error().describe());
+    return reply ? reply->status : 0;
+  };
+  EXPECT_EQ(post("/v3/auth/user/add", R"({"name":"root","password":"the etcd password"})"), 200);
+  post("/v3/auth/role/add", R"({"name":"root"})");  // built in on some versions
+  EXPECT_EQ(post("/v3/auth/user/grant", R"({"user":"root","role":"root"})"), 200);
+  EXPECT_EQ(post("/v3/auth/enable", "{}"), 200);
+
+  auto options = test_options("etcd");
+  options.username = "root";
+  options.password = "the etcd password";
+  auto store = open_metadata(server->url(), options);
+  ASSERT_TRUE(store) << store.error().describe();
+  ASSERT_TRUE((*store)->publish("k", bytes("v")));
+  EXPECT_EQ(text(*(*store)->lookup("k")), "v");
+  // No user: etcd 3.4 grants it a lease, but it can neither read nor write a key.
+  if (auto anonymous = open_metadata(server->url(), test_options("etcd"))) {
+    EXPECT_FALSE((*anonymous)->publish("k", bytes("squatted")));
+    EXPECT_FALSE((*anonymous)->lookup("k"));
+    EXPECT_FALSE((*anonymous)->publish("other", bytes("squatted")));
+  }
+  EXPECT_EQ(text(*(*store)->lookup("k")), "v");
+  options.password = "a wrong password";
+  auto wrong = open_metadata(server->url(), options);
   ASSERT_FALSE(wrong);
   EXPECT_EQ(wrong.error().code(), Errc::ConnectionRefused) << wrong.error().describe();
 }
