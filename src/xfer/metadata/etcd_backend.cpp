@@ -221,25 +221,37 @@ class EtcdBackend final : public Backend {
 
   // One transaction compares every owned key with our value; when one differs, each is looked at alone:
   // gone (put back when still free) or replaced.
+  // Transactions compare every owned key with our value (at most kMaxTxnOps compares each: etcd's default
+  // --max-txn-ops); when one differs, the keys of that transaction are looked at alone: gone (put back
+  // when still free) or replaced.
   Result<void> check_values(const Owned& owned, std::vector<std::string>& replaced, Deadline deadline) {
-    std::string compares;
-    for (const auto& [key, value] : owned)
-      compares += (compares.empty() ? "" : ",") + compare(key, "VALUE", value);
-    auto same = txn(compares, "", deadline);
-    if (!same) return std::unexpected(same.error());
-    if (*same) return {};
-    for (const auto& [key, value] : owned) {
-      auto current = get(key, deadline);
-      if (!current) return std::unexpected(current.error());
-      if (*current && **current == value) continue;
-      if (*current) {
-        replaced.push_back(key);
-        continue;
-      }
-      auto put = put_one(key, value, nullptr, deadline);
-      if (!put && put.error().code() != Errc::InvalidArgument) return put;
-      if (!put) replaced.push_back(key);
+    constexpr std::size_t kMaxTxnOps = 128;
+    for (auto first = owned.begin(); first != owned.end();) {
+      auto last = first;
+      std::string compares;
+      for (std::size_t n = 0; last != owned.end() && n < kMaxTxnOps; ++last, ++n)
+        compares += (compares.empty() ? "" : ",") + compare(last->first, "VALUE", last->second);
+      auto same = txn(compares, "", deadline);
+      if (!same) return std::unexpected(same.error());
+      for (auto it = first; !*same && it != last; ++it)
+        if (auto ok = check_one(it->first, it->second, replaced, deadline); !ok) return ok;
+      first = last;
     }
+    return {};
+  }
+
+  Result<void> check_one(const std::string& key, const std::string& value, std::vector<std::string>& replaced,
+                         Deadline deadline) {
+    auto current = get(key, deadline);
+    if (!current) return std::unexpected(current.error());
+    if (*current && **current == value) return {};
+    if (*current) {
+      replaced.push_back(key);
+      return {};
+    }
+    auto put = put_one(key, value, nullptr, deadline);
+    if (!put && put.error().code() != Errc::InvalidArgument) return put;
+    if (!put) replaced.push_back(key);
     return {};
   }
 
