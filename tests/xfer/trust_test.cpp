@@ -177,7 +177,11 @@ TEST(XferTrust, ListenerDropsAPeerWithoutTheSecret) {
   Segment local{reinterpret_cast<std::uint64_t>((*buffer)->data()), kSize, (*buffer)->lkey()};
   auto silent = (*context)->connect(rail.address);
   ASSERT_TRUE(silent.has_value()) << silent.error().describe();
-  std::this_thread::sleep_for(800ms);  // past the owner's connect_timeout: the proof ran out
+  // The owner's proof runs out after its connect_timeout (300 ms) and it closes the connection.
+  for (auto deadline = std::chrono::steady_clock::now() + 5s;
+       (*silent)->health().has_value() && std::chrono::steady_clock::now() < deadline;)
+    std::this_thread::sleep_for(20ms);
+  EXPECT_FALSE((*silent)->health().has_value()) << "the owner kept a connection that proved nothing";
   auto read = (*silent)->read(local, rail.region.at(0));
   if (read) {
     auto done = (*silent)->wait(*read, 5s);
