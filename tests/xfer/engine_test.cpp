@@ -226,7 +226,9 @@ TEST_P(XferEngine, CachedNamesCostNoMetadataRoundTrip) {
 TEST_P(XferEngine, RestartedOwnerIsReResolvedAndAStaleDescriptorNeverLands) {
   auto old_record = metadata_->lookup(detail::segment_key("kv"));
   ASSERT_TRUE(old_record.has_value() && old_record->has_value());
-  auto address = detail::decode(**old_record)->rails.front().address;
+  auto secret = detail::engine_secret(EngineOptions{}.listen_address);
+  ASSERT_TRUE(secret.has_value()) << secret.error().describe();
+  auto address = detail::open_sealed(**old_record, "kv", *secret)->rails.front().address;
   owner_.reset();
   auto opts = options("owner", owner_verbs_devices());
   // The new life listens where the old one did when the old one listened where it was told (the loopback

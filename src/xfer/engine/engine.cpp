@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <random>
 
+#include "bootstrap/peer_proof.hpp"
+#include "core/log.hpp"
 #include "rdmakit/transports.hpp"
 #include "xfer/engine/engine_impl.hpp"
 
@@ -36,6 +38,9 @@ std::string default_name() {
   return "xfer-" + std::to_string(::getpid()) + "-" + std::to_string(random());
 }
 
+// Proofs running at once on one rail's listener: more connections wait in the listener's backlog.
+constexpr std::size_t kMaxProving = 16;
+
 constexpr Access kSegmentAccess = Access::LocalWrite | Access::RemoteWrite | Access::RemoteRead;
 
 // Whether `transport` opens one of several devices (one rail per device, EngineOptions::verbs_devices), as
@@ -62,6 +67,12 @@ EngineImpl::EngineImpl(MetadataStore& metadata, EngineOptions options)
 }
 
 Result<void> EngineImpl::start() {
+  if (options_.name.size() > bootstrap::kMaxPeerIdentity)
+    return fail(Errc::InvalidArgument, "xfer engine: name '" + options_.name + "' is longer than " +
+                                           std::to_string(bootstrap::kMaxPeerIdentity) + " bytes");
+  auto secret = engine_secret(options_.listen_address);
+  if (!secret) return std::unexpected(secret.error());
+  secret_ = std::move(*secret);
   for (const auto& transport : options_.transports) {
     if (std::ranges::find(transports_, transport, &detail::OfferedTransport::name) != transports_.end())
       continue;
@@ -110,14 +121,50 @@ Result<void> EngineImpl::open_rail(const std::string& transport, const std::stri
   return {};
 }
 
-// Peers connect to us to reach our segments; their operations need nothing from us but an open connection.
+// Peers connect to us to reach our segments; their operations need nothing from us but an open connection,
+// which is kept only once the peer proved the secret (bootstrap/peer_proof.hpp). Until then the peer has
+// no descriptor of ours (records are sealed), and the proof is bounded by connect_timeout.
 void EngineImpl::accept_loop(Rail& rail) {
   while (!stop_.load(std::memory_order_acquire)) {
     auto connection = rail.listener->accept(std::chrono::milliseconds(100));
-    std::lock_guard lock(rail.accepted_mutex);
-    std::erase_if(rail.accepted, [](const auto& c) { return !c->health().has_value(); });
-    if (connection) rail.accepted.push_back(std::move(*connection));
+    std::erase_if(rail.proving, [](Rail::Proving& p) {
+      if (!p.done->load(std::memory_order_acquire)) return false;
+      p.thread.join();
+      return true;
+    });
+    {
+      std::lock_guard lock(rail.accepted_mutex);
+      std::erase_if(rail.accepted, [](const auto& c) { return !c->health().has_value(); });
+    }
+    if (!connection) continue;
+    if (rail.proving.size() >= kMaxProving) {
+      log::warn("xfer", "refused a connection on " + rail.listener->address() + ": " +
+                            std::to_string(kMaxProving) + " peers are still proving the secret");
+      (*connection)->close();
+      continue;
+    }
+    start_proof(rail, std::move(*connection));
   }
+  for (auto& p : rail.proving) p.connection->close();  // ends their waits at once
+  for (auto& p : rail.proving) p.thread.join();
+  rail.proving.clear();
+}
+
+void EngineImpl::start_proof(Rail& rail, std::shared_ptr<Connection> connection) {
+  auto done = std::make_shared<std::atomic<bool>>(false);
+  bootstrap::PeerProofConfig config{secret_, std::string(kPeerProofLabel), options_.connect_timeout};
+  auto thread = std::thread([this, &rail, connection, done, config = std::move(config)] {
+    auto proven = bootstrap::prove_accept(*rail.context, *connection, config, options_.name);
+    if (proven) {
+      std::lock_guard lock(rail.accepted_mutex);
+      rail.accepted.push_back(connection);
+    } else {
+      log::info("xfer", "closed a connection on " + rail.listener->address() +
+                            " whose peer did not prove the secret: " + proven.error().message());
+    }
+    done->store(true, std::memory_order_release);
+  });
+  rail.proving.push_back({std::move(connection), std::move(done), std::move(thread)});
 }
 
 EngineImpl::~EngineImpl() {
@@ -241,7 +288,9 @@ Result<void> EngineImpl::publish_region(std::string_view name, std::shared_ptr<L
     record.rails.push_back(
         {rail->transport, rail->listener->address(), region->by_rail[rail->index]->descriptor()});
   }
-  if (auto put = metadata_.publish(segment_key(name), encode(record)); !put) return put;
+  auto sealed = seal(record, name, secret_);
+  if (!sealed) return std::unexpected(sealed.error());
+  if (auto put = metadata_.publish(segment_key(name), *sealed); !put) return put;
   published_.emplace(std::string(name), std::move(region));
   return {};
 }
@@ -275,16 +324,57 @@ Result<std::shared_ptr<Peer>> EngineImpl::connect_peer(const SegmentRecord& reco
         peer->close();
         return std::unexpected(connection.error());
       }
+      if (auto proven = prove_owner(*local[i], **connection, record.owner, remote[i]->address); !proven) {
+        (*connection)->close();
+        peer->close();
+        return std::unexpected(proven.error());
+      }
       peer->links.push_back(std::make_unique<Link>(Link{local[i], i, std::move(*connection)}));
     }
   }
   return peer;
 }
 
+// The proof's SEND completes on the rail's shared queue: we hold the rail's reaper lock meanwhile, so no
+// reaper takes that completion for one of its chains (Connection::wait picks it out and leaves the others
+// queued), and a rail credit, so the queue keeps room for it.
+Result<void> EngineImpl::prove_owner(Rail& rail, Connection& connection, const std::string& owner,
+                                     const std::string& address) {
+  auto deadline = std::chrono::steady_clock::now() + options_.connect_timeout;
+  if (rail.credits->acquire(1, deadline) == 0)
+    return fail(Errc::ResourceExhausted, "xfer: no room on the rail's queue to prove the secret to '" +
+                                             owner + "' (max_inflight_per_rail)");
+  Result<std::string> identity =
+      fail(Errc::Timeout, "the rail's completions stayed busy for the whole connect_timeout");
+  {
+    // Polled rather than blocked on: a batch callback (run by a reaper holding this lock) that opens a
+    // segment gets a Timeout instead of a deadlock.
+    std::unique_lock reaper(rail.reap_mutex, std::defer_lock);
+    while (!reaper.try_lock() && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    if (reaper.owns_lock()) {
+      bootstrap::PeerProofConfig config{secret_, std::string(kPeerProofLabel), options_.connect_timeout};
+      identity = bootstrap::prove_initiate(*rail.context, connection, config, options_.name);
+    }
+  }
+  rail.credits->release(1);
+  if (!identity)
+    return std::unexpected(Error(identity.error().code(), "xfer: the owner '" + owner + "' at " + address +
+                                                              ": " + identity.error().message()));
+  // The record names the owner; the one listening there must prove it is that owner (the secret binds the
+  // name), or the record's address leads to someone else.
+  if (*identity != owner)
+    return fail(Errc::ConnectionRefused, "xfer: the peer at " + address + " proved the secret as '" +
+                                             *identity + "', not as the segment's owner '" + owner + "'");
+  return {};
+}
+
 Result<std::shared_ptr<Peer>> EngineImpl::peer_for(const SegmentRecord& record,
                                                    const std::string& transport) {
+  // Keyed by every address too: only an owner at those addresses that proved its name is reused.
   auto key = record.owner + "/" + transport + "/" +
              std::to_string(rails_of(record, transport).front()->region.owner_epoch);
+  for (const auto* rail : rails_of(record, transport)) key += "/" + rail->address;
   if (auto it = peers_.find(key); it != peers_.end()) {
     if (it->second->healthy()) return it->second;
     it->second->close();
@@ -313,8 +403,11 @@ Result<std::shared_ptr<const SegmentEntry>> EngineImpl::resolve(std::string_view
     if (previous != nullptr && previous->peer) entry->record = previous->record;
     return entry;
   }
-  auto record = decode(**value);
-  if (!record) return fail(Errc::ProtocolError, "segment '" + entry->name + "': " + record.error().message());
+  // Nothing of a record is used (nor cached) before it verified.
+  auto record = open_sealed(**value, name, secret_);
+  if (!record)
+    return std::unexpected(
+        Error(record.error().code(), "segment '" + entry->name + "': " + record.error().message()));
   auto transport = choose_transport(transports_, host_, *record, options_.transport);
   if (!transport) return std::unexpected(transport.error());
   auto peer = peer_for(*record, *transport);

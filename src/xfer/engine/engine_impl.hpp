@@ -99,9 +99,17 @@ struct Rail {
   std::mutex idle_mutex;
   std::condition_variable work_posted;
   std::atomic<bool> progress_sleeping{false};
-  // Connections peers made to us (we are a segment owner): kept open until they fail or we close.
+  // Connections peers made to us (we are a segment owner): kept open until they fail or we close. Only
+  // those whose peer proved the secret get here; `proving` holds the others while their proof runs (each
+  // on its own thread, so a silent stranger delays nobody), at most kMaxProving at a time.
   std::mutex accepted_mutex;
   std::vector<std::shared_ptr<Connection>> accepted;
+  struct Proving {
+    std::shared_ptr<Connection> connection;
+    std::shared_ptr<std::atomic<bool>> done;
+    std::thread thread;
+  };
+  std::vector<Proving> proving;  // the acceptor thread's own
   std::thread progress;
   std::thread acceptor;
 };
@@ -210,6 +218,10 @@ class EngineImpl final : public Engine {
   // engine.cpp: control path.
   Result<void> open_rail(const std::string& transport, const std::string& device);
   void accept_loop(Rail& rail);
+  void start_proof(Rail& rail, std::shared_ptr<Connection> connection);
+  // Proves the secret to the owner on a fresh connection and checks that it is `owner`.
+  Result<void> prove_owner(Rail& rail, Connection& connection, const std::string& owner,
+                           const std::string& address);
   Result<std::shared_ptr<LocalRegion>> register_everywhere(void* data, std::size_t size,
                                                            std::shared_ptr<MemoryRegion> first);
   Result<void> publish_region(std::string_view name, std::shared_ptr<LocalRegion> region);
@@ -248,6 +260,7 @@ class EngineImpl final : public Engine {
   MetadataStore& metadata_;
   EngineOptions options_;
   std::string host_;
+  std::string secret_;  // engine_secret(): seals our records, opens theirs, proves our connections
   std::vector<std::unique_ptr<Rail>> rails_;
   std::vector<OfferedTransport> transports_;  // offered, one per kind
 

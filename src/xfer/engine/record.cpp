@@ -1,10 +1,16 @@
 #include "xfer/engine/record.hpp"
 
+#include <openssl/evp.h>
+#include <openssl/rand.h>
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <fstream>
+#include <memory>
+
+#include "bootstrap/auth.hpp"
 
 namespace rdmakit::xfer::detail {
 namespace {
@@ -72,7 +78,88 @@ Result<RailEntry> decode_rail(Reader& reader) {
   return rail;
 }
 
+// The sealed record: magic, a fresh 96-bit IV, the encrypted body, the 128-bit GCM tag.
+constexpr std::uint32_t kSealedMagic = 0x32535852;  // "RXS2"
+constexpr std::size_t kIvSize = 12;
+constexpr std::size_t kTagSize = 16;
+constexpr std::size_t kMaxSealed = 1u << 20;
+constexpr std::string_view kSealLabel = "rdmakit-xfer-record/v1";
+
+using CipherContext = std::unique_ptr<EVP_CIPHER_CTX, decltype(&EVP_CIPHER_CTX_free)>;
+
+// The AES key: an HMAC of the service secret, so the secret itself keys nothing but HMACs, and the
+// record key is worth nothing to the other services that share the secret.
+bootstrap::auth::Mac record_key(std::string_view secret) {
+  return bootstrap::auth::mac(secret, {kSealLabel, "record key"});
+}
+
+// Starts an AES-256-GCM context over `name` as associated data; encrypting or decrypting.
+CipherContext start_gcm(std::string_view secret, const std::uint8_t* iv, std::string_view name,
+                        bool encrypt) {
+  CipherContext ctx(EVP_CIPHER_CTX_new(), &EVP_CIPHER_CTX_free);
+  auto key = record_key(secret);
+  int ignored = 0;
+  bool ok = ctx && (encrypt ? EVP_EncryptInit_ex(ctx.get(), EVP_aes_256_gcm(), nullptr, key.data(), iv)
+                            : EVP_DecryptInit_ex(ctx.get(), EVP_aes_256_gcm(), nullptr, key.data(), iv)) == 1;
+  auto aad = [&](std::string_view part) {
+    auto* p = reinterpret_cast<const unsigned char*>(part.data());
+    auto n = static_cast<int>(part.size());
+    return (encrypt ? EVP_EncryptUpdate(ctx.get(), nullptr, &ignored, p, n)
+                    : EVP_DecryptUpdate(ctx.get(), nullptr, &ignored, p, n)) == 1;
+  };
+  // The label is fixed, so label + name names one segment unambiguously.
+  ok = ok && aad(kSealLabel) && aad(name);
+  if (!ok) ctx.reset();
+  return ctx;
+}
+
 }  // namespace
+
+Result<std::vector<std::byte>> seal(const SegmentRecord& record, std::string_view name,
+                                    std::string_view secret) {
+  auto body = encode(record);
+  std::vector<std::byte> out(4 + kIvSize + body.size() + kTagSize);
+  std::memcpy(out.data(), &kSealedMagic, 4);
+  auto* iv = reinterpret_cast<unsigned char*>(out.data() + 4);
+  if (RAND_bytes(iv, kIvSize) != 1) return fail(Errc::SystemError, "segment record: RAND_bytes failed");
+  auto ctx = start_gcm(secret, iv, name, true);
+  auto* cipher = iv + kIvSize;
+  int written = 0, final_bytes = 0;
+  if (!ctx ||
+      EVP_EncryptUpdate(ctx.get(), cipher, &written, reinterpret_cast<const unsigned char*>(body.data()),
+                        static_cast<int>(body.size())) != 1 ||
+      EVP_EncryptFinal_ex(ctx.get(), cipher + written, &final_bytes) != 1 ||
+      EVP_CIPHER_CTX_ctrl(ctx.get(), EVP_CTRL_GCM_GET_TAG, kTagSize, cipher + body.size()) != 1)
+    return fail(Errc::SystemError, "segment record: AES-GCM sealing failed");
+  return out;
+}
+
+Result<SegmentRecord> open_sealed(std::span<const std::byte> bytes, std::string_view name,
+                                  std::string_view secret) {
+  std::uint32_t magic = 0;
+  if (bytes.size() < 4 + kIvSize + kTagSize || bytes.size() > kMaxSealed ||
+      (std::memcpy(&magic, bytes.data(), 4), magic != kSealedMagic))
+    return fail(Errc::ProtocolError, "not a sealed segment record (bad magic or size)");
+  const auto* iv = reinterpret_cast<const unsigned char*>(bytes.data() + 4);
+  const auto* cipher = iv + kIvSize;
+  const std::size_t size = bytes.size() - 4 - kIvSize - kTagSize;
+  std::vector<std::byte> body(size);
+  std::array<unsigned char, kTagSize> tag{};
+  std::memcpy(tag.data(), cipher + size, kTagSize);
+  auto ctx = start_gcm(secret, iv, name, false);
+  int written = 0, final_bytes = 0;
+  bool ok = ctx &&
+            EVP_DecryptUpdate(ctx.get(), reinterpret_cast<unsigned char*>(body.data()), &written, cipher,
+                              static_cast<int>(size)) == 1 &&
+            EVP_CIPHER_CTX_ctrl(ctx.get(), EVP_CTRL_GCM_SET_TAG, kTagSize, tag.data()) == 1 &&
+            EVP_DecryptFinal_ex(ctx.get(), reinterpret_cast<unsigned char*>(body.data()) + written,
+                                &final_bytes) == 1;
+  if (!ok)
+    return fail(Errc::ConnectionRefused,
+                "the segment record does not verify: not published under this name by a holder of this "
+                "job's secret (RDMAKIT_JOB_SECRET; without one, the same user on loopback); refused");
+  return decode(body);
+}
 
 std::string segment_key(std::string_view name) { return "xfer/segment/" + std::string(name); }
 
@@ -113,6 +200,12 @@ Result<SegmentRecord> decode(std::span<const std::byte> bytes) {
   }
   if (!r.at_end()) return fail(Errc::ProtocolError, "segment record: trailing bytes");
   return record;
+}
+
+Result<std::string> engine_secret(std::string_view listen_address) {
+  auto colon = listen_address.rfind(':');
+  auto host = colon == std::string_view::npos ? listen_address : listen_address.substr(0, colon);
+  return bootstrap::auth::service_secret(host, "the transfer engine (records and listeners)");
 }
 
 std::string host_id() {

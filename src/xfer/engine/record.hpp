@@ -37,9 +37,29 @@ struct SegmentRecord {
 // The metadata key of a segment name.
 std::string segment_key(std::string_view name);
 
+// The record's body (what seal() protects).
 std::vector<std::byte> encode(const SegmentRecord& record);
 // Refuses anything that is not a well-formed record (the bytes come from the metadata store: untrusted).
 Result<SegmentRecord> decode(std::span<const std::byte> bytes);
+
+// What is published: the body sealed with AES-256-GCM under a key derived from `secret` (the engine's
+// auth::service_secret), the segment's name as associated data. Anyone who can write the metadata store
+// can put bytes under a name, but only a holder of the secret can make bytes that open_sealed() takes: a
+// record forged, altered, or moved to another name is refused before any field is used. The body is also
+// encrypted, so a stranger who can read the store does not learn the owner's descriptors (address and rkey).
+Result<std::vector<std::byte>> seal(const SegmentRecord& record, std::string_view name,
+                                    std::string_view secret);
+// Errc::ConnectionRefused when the bytes were not sealed for `name` with
+// `secret`; ProtocolError when they are not a sealed record at all.
+Result<SegmentRecord> open_sealed(std::span<const std::byte> bytes, std::string_view name,
+                                  std::string_view secret);
+
+// The secret an engine seals its records and proves its connections with: auth::service_secret for the
+// host of `listen_address` (the job secret; without one, on loopback, the per-user secret).
+Result<std::string> engine_secret(std::string_view listen_address);
+
+// The label of the engine's peer proof (bootstrap/peer_proof.hpp): a proof for another service is none here.
+inline constexpr std::string_view kPeerProofLabel = "rdmakit-xfer-engine/v1";
 
 // This host as shm sees it: the boot id and the network namespace (shm's sockets are abstract Unix
 // sockets, which are per network namespace).

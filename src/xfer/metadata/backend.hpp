@@ -25,12 +25,15 @@ class Backend {
 
   // Reaches the server (and proves who we are, or takes a lease) so that open_metadata fails early.
   virtual Result<void> start(Deadline deadline) = 0;
-  // Puts `key` (already in `owned`) bound to this store's lease.
-  virtual Result<void> put(const std::string& key, const std::string& value, const Owned& owned,
-                           Deadline deadline) = 0;
-  // Keeps every owned key alive; puts back those the server lost (it restarted, or we were cut off
-  // longer than the TTL).
-  virtual Result<void> renew(const Owned& owned, Deadline deadline) = 0;
+  // Puts `key` (already in `owned`) bound to this store's lease, only when the key is absent or holds
+  // `previous` (our own earlier value; null when we had none): a name belongs to its first publisher
+  // until it unpublishes or its lease expires. Errc::InvalidArgument naming the key when it is taken.
+  virtual Result<void> put(const std::string& key, const std::string& value, const std::string* previous,
+                           const Owned& owned, Deadline deadline) = 0;
+  // Keeps every owned key alive, and only while it still holds our value (compare-and-renew); puts back
+  // those the server lost (it restarted, or we were cut off longer than the TTL) unless another publisher
+  // took the name meanwhile. Keys found holding another value are added to `replaced`.
+  virtual Result<void> renew(const Owned& owned, std::vector<std::string>& replaced, Deadline deadline) = 0;
   virtual Result<void> erase(const std::string& key, Deadline deadline) = 0;
   // Removes every owned key (the store closes).
   virtual Result<void> erase_all(const Owned& owned, Deadline deadline) = 0;
@@ -64,6 +67,13 @@ struct Endpoint {
 std::unique_ptr<Backend> make_builtin_backend(const Endpoint& endpoint, const MetadataOptions& options,
                                               std::string secret);
 std::unique_ptr<Backend> make_redis_backend(const Endpoint& endpoint, const MetadataOptions& options);
+
+// The refusal of a put onto a name another publisher holds.
+inline std::unexpected<Error> taken(const std::string& where, const std::string& key) {
+  return fail(Errc::InvalidArgument, where + ": key '" + key +
+                                         "' is published by another store (a name belongs to its first "
+                                         "publisher until it unpublishes or its lease expires)");
+}
 std::unique_ptr<Backend> make_etcd_backend(const Endpoint& endpoint, const MetadataOptions& options);
 
 }  // namespace rdmakit::xfer::metadata

@@ -69,22 +69,35 @@ class BuiltinBackend final : public Backend {
 
   Result<void> start(Deadline deadline) override { return outcome(ask({}, 0, deadline)); }
 
-  Result<void> put(const std::string& key, const std::string& value, const Owned&,
-                   Deadline deadline) override {
+  // The server has no compare-and-set: a GET, then the PUT when the key is free or ours. Only clients
+  // that proved the secret reach the server, so the window between the two is open to them alone.
+  Result<void> put(const std::string& key, const std::string& value, const std::string* previous,
+                   const Owned&, Deadline deadline) override {
+    auto current = get(key, deadline);
+    if (!current) return std::unexpected(current.error());
+    if (*current && (!previous || **current != *previous)) return taken(connection_.where(), key);
     return outcome(ask(wire::request(wire::kPut, key, ttl_ + value), 1, deadline));
   }
 
-  // One round trip renews every key; a second puts back those the server no longer has.
-  Result<void> renew(const Owned& owned, Deadline deadline) override {
+  // One round trip renews every key and reads it back (RENEW + GET each); a second puts back those the
+  // server no longer has. A key holding another value was replaced: reported, not renewed again.
+  Result<void> renew(const Owned& owned, std::vector<std::string>& replaced, Deadline deadline) override {
     if (owned.empty()) return {};
     std::string requests;
-    for (const auto& [key, value] : owned) requests += wire::request(wire::kRenew, key, ttl_);
-    auto renewed = ask(requests, owned.size(), deadline);
+    for (const auto& [key, value] : owned)
+      requests += wire::request(wire::kRenew, key, ttl_) + wire::request(wire::kGet, key, {});
+    auto renewed = ask(requests, 2 * owned.size(), deadline);
     if (!renewed) return std::unexpected(renewed.error());
     std::string puts;
     std::size_t count = 0, i = 0;
     for (const auto& [key, value] : owned) {
-      if ((*renewed)[i++].status != wire::kNotFound) continue;
+      const Answer& renew_answer = (*renewed)[i++];
+      const Answer& read = (*renewed)[i++];
+      if (read.status == wire::kOk && read.payload != value) {
+        replaced.push_back(key);
+        continue;
+      }
+      if (renew_answer.status != wire::kNotFound) continue;
       puts += wire::request(wire::kPut, key, ttl_ + value);
       ++count;
     }
@@ -203,16 +216,11 @@ Result<std::unique_ptr<MetadataServer>> serve_builtin_metadata(std::string_view 
   if (bad || port > 65535)
     return fail(Errc::InvalidArgument, "builtin metadata server: address '" + std::string(address) +
                                            "' is not host:port (port 0: any free port)");
-  auto secret = bootstrap::auth::job_secret();
+  // The job secret; without one, on loopback, the per-user secret, so that only processes of this uid can
+  // use the store (a stranger could otherwise squat names or replace records); beyond loopback without a
+  // job secret it is refused unless option insecure is set.
+  auto secret = bootstrap::auth::service_secret(host, "builtin metadata server at " + std::string(address));
   if (!secret) return std::unexpected(secret.error());
-  // As the rendezvous store: unauthenticated, it must not be reachable from beyond this host.
-  in_addr parsed{};
-  bool loopback = host == "localhost" ||
-                  (inet_pton(AF_INET, host.c_str(), &parsed) == 1 && (ntohl(parsed.s_addr) >> 24) == 127);
-  if (secret->empty() && !loopback)
-    return fail(Errc::InvalidArgument, "builtin metadata server at " + std::string(address) +
-                                           ": without a job secret (RDMAKIT_JOB_SECRET) it serves loopback "
-                                           "addresses only (127.0.0.1)");
   auto limits = bootstrap::store_limits();
   if (!limits) return std::unexpected(limits.error());
   auto server = bootstrap::StoreServer::start(host, static_cast<std::uint16_t>(port), *secret, *limits);

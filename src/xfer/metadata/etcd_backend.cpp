@@ -2,7 +2,11 @@
 // with our own HTTP/1.1 client over one kept-alive connection. This store's keys hang off one lease:
 // renewal is one keepalive; when the lease is gone (the server restarted empty, or we were cut off past
 // the TTL) a new lease is granted and every owned key put again. Closing revokes the lease, which deletes
-// the keys in one request.
+// the keys in one request. A name belongs to its first publisher: puts are transactions that compare
+// first (the key absent, or holding our previous value), and each renewal checks in one transaction that
+// every key still holds our value. With MetadataOptions::username and password, the store authenticates
+// (/v3/auth/authenticate) and sends the token with every request, authenticating again when etcd says
+// the token is no longer valid.
 #include "xfer/metadata/backend.hpp"
 #include "xfer/metadata/http.hpp"
 
@@ -27,30 +31,40 @@ class EtcdBackend final : public Backend {
   EtcdBackend(const Endpoint& endpoint, const MetadataOptions& options)
       : ttl_s_(std::max<std::int64_t>(1, (options.ttl.count() + 999) / 1000)),
         host_(endpoint.host + ":" + std::to_string(endpoint.port)),
+        username_(options.username),
+        password_(options.password),
         connection_(endpoint.host, endpoint.port, endpoint.url) {}
 
   std::string_view name() const noexcept override { return "etcd"; }
 
-  Result<void> start(Deadline deadline) override { return grant(deadline); }
+  Result<void> start(Deadline deadline) override {
+    if (auto ok = authenticate(deadline); !ok) return ok;
+    return grant(deadline);
+  }
 
-  Result<void> put(const std::string& key, const std::string& value, const Owned& owned,
-                   Deadline deadline) override {
-    auto ok = put_one(key, value, deadline);
+  Result<void> put(const std::string& key, const std::string& value, const std::string* previous,
+                   const Owned& owned, Deadline deadline) override {
+    auto ok = put_one(key, value, previous, deadline);
     if (ok || !lease_lost(ok.error())) return ok;
-    return regrant_and_put(owned, deadline);  // the lease expired under us: every key went with it
+    std::vector<std::string> replaced;  // the lease expired under us: every key went with it
+    if (auto again = regrant_and_put(owned, replaced, deadline); !again) return again;
+    for (const auto& k : replaced)
+      if (k == key) return taken(connection_.where(), key);
+    return {};
   }
 
   // A store that owns nothing lets its lease lapse (no traffic from pure readers); a later put finds it
   // gone and grants a new one.
-  Result<void> renew(const Owned& owned, Deadline deadline) override {
+  Result<void> renew(const Owned& owned, std::vector<std::string>& replaced, Deadline deadline) override {
     if (owned.empty()) return {};
     auto reply = call("/v3/lease/keepalive", "{" + field("ID", json::quote(lease_)) + "}", deadline);
     if (!reply) return std::unexpected(reply.error());
     const Value* result = reply->find("result");
     const Value* ttl = result ? result->find("TTL") : nullptr;
     // A lease that is gone comes back without a TTL (zero is left out of the JSON).
-    if (!ttl || ttl->text == "0") return regrant_and_put(owned, deadline);
-    return unsettled_ ? put_all(owned, deadline) : Result<void>();
+    if (!ttl || ttl->text == "0") return regrant_and_put(owned, replaced, deadline);
+    if (unsettled_) return put_all(owned, replaced, deadline);
+    return check_values(owned, replaced, deadline);
   }
 
   Result<void> erase(const std::string& key, Deadline deadline) override {
@@ -105,11 +119,42 @@ class EtcdBackend final : public Backend {
     return error.code() == Errc::NotFound && error.message().find("lease not found") != std::string::npos;
   }
 
-  // One POST, one round trip: the reply's JSON, or the gateway's error (404 is gRPC's NotFound).
+  // With a password: a token for the user, sent with every later request.
+  Result<void> authenticate(Deadline deadline) {
+    if (password_.empty()) return {};
+    token_.clear();
+    auto reply = call_once(
+        "/v3/auth/authenticate",
+        "{" + field("name", json::quote(username_)) + "," + field("password", json::quote(password_)) + "}",
+        deadline);
+    if (!reply)
+      return fail(Errc::ConnectionRefused,
+                  "etcd refused the user '" + username_ +
+                      "' (MetadataOptions::username/password): " + reply.error().message());
+    const Value* token = reply->find("token");
+    if (!token || token->kind != Value::Kind::String || token->text.empty())
+      return malformed("no auth token");
+    token_ = token->text;
+    return {};
+  }
+
+  static bool token_invalid(const Error& error) {
+    return error.message().find("invalid auth token") != std::string::npos;
+  }
+
+  // call_once, authenticating again once when etcd no longer takes our token (it expires when unused).
   Result<Value> call(std::string_view path, const std::string& body, Deadline deadline) {
+    auto reply = call_once(path, body, deadline);
+    if (reply || password_.empty() || !token_invalid(reply.error())) return reply;
+    if (auto ok = authenticate(deadline); !ok) return std::unexpected(ok.error());
+    return call_once(path, body, deadline);
+  }
+
+  // One POST, one round trip: the reply's JSON, or the gateway's error (404 is gRPC's NotFound).
+  Result<Value> call_once(std::string_view path, const std::string& body, Deadline deadline) {
     count_round_trip();
     auto response = connection_.exchange<http::Response>(
-        http::post(host_, path, body), deadline,
+        http::post(host_, path, body, token_), deadline,
         [](std::string_view in, std::size_t& consumed) { return http::parse_response(in, consumed); });
     if (!response) return std::unexpected(response.error());
     auto parsed = json::parse(response->body);
@@ -137,30 +182,104 @@ class EtcdBackend final : public Backend {
     return {};
   }
 
-  Result<void> put_one(const std::string& key, const std::string& value, Deadline deadline) {
-    return outcome(call("/v3/kv/put",
-                        "{" + field("key", json::quote(base64::encode(key))) + "," +
-                            field("value", json::quote(base64::encode(value))) + "," +
-                            field("lease", json::quote(lease_)) + "}",
-                        deadline));
+  static std::string compare(const std::string& key, std::string_view target, const std::string& value) {
+    auto operand = target == "CREATE" ? field("create_revision", "\"0\"")
+                                      : field("value", json::quote(base64::encode(value)));
+    return "{" + field("key", json::quote(base64::encode(key))) + "," + field("target", json::quote(target)) +
+           "," + operand + "}";
   }
 
-  Result<void> regrant_and_put(const Owned& owned, Deadline deadline) {
+  // One transaction: `compares` all hold -> `success` runs. Whether they held.
+  Result<bool> txn(const std::string& compares, const std::string& success, Deadline deadline) {
+    auto reply =
+        call("/v3/kv/txn",
+             "{" + field("compare", "[" + compares + "]") + "," + field("success", "[" + success + "]") + "}",
+             deadline);
+    if (!reply) return std::unexpected(reply.error());
+    const Value* succeeded = reply->find("succeeded");  // false is left out of the JSON
+    return succeeded != nullptr && succeeded->text == "true";
+  }
+
+  // Puts `key` when it is absent, or holds `previous`; InvalidArgument (taken) otherwise.
+  Result<void> put_one(const std::string& key, const std::string& value, const std::string* previous,
+                       Deadline deadline) {
+    auto request = "{" +
+                   field("request_put", "{" + field("key", json::quote(base64::encode(key))) + "," +
+                                            field("value", json::quote(base64::encode(value))) + "," +
+                                            field("lease", json::quote(lease_)) + "}") +
+                   "}";
+    auto created = txn(compare(key, "CREATE", {}), request, deadline);
+    if (!created) return std::unexpected(created.error());
+    if (*created) return {};
+    if (previous) {
+      auto swapped = txn(compare(key, "VALUE", *previous), request, deadline);
+      if (!swapped) return std::unexpected(swapped.error());
+      if (*swapped) return {};
+    }
+    return taken(connection_.where(), key);
+  }
+
+  // One transaction compares every owned key with our value; when one differs, each is looked at alone:
+  // gone (put back when still free) or replaced.
+  // Transactions compare every owned key with our value (at most kMaxTxnOps compares each: etcd's default
+  // --max-txn-ops); when one differs, the keys of that transaction are looked at alone: gone (put back
+  // when still free) or replaced.
+  Result<void> check_values(const Owned& owned, std::vector<std::string>& replaced, Deadline deadline) {
+    constexpr std::size_t kMaxTxnOps = 128;
+    for (auto first = owned.begin(); first != owned.end();) {
+      auto last = first;
+      std::string compares;
+      for (std::size_t n = 0; last != owned.end() && n < kMaxTxnOps; ++last, ++n)
+        compares += (compares.empty() ? "" : ",") + compare(last->first, "VALUE", last->second);
+      auto same = txn(compares, "", deadline);
+      if (!same) return std::unexpected(same.error());
+      for (auto it = first; !*same && it != last; ++it)
+        if (auto ok = check_one(it->first, it->second, replaced, deadline); !ok) return ok;
+      first = last;
+    }
+    return {};
+  }
+
+  Result<void> check_one(const std::string& key, const std::string& value, std::vector<std::string>& replaced,
+                         Deadline deadline) {
+    auto current = get(key, deadline);
+    if (!current) return std::unexpected(current.error());
+    if (*current && **current == value) return {};
+    if (*current) {
+      replaced.push_back(key);
+      return {};
+    }
+    auto put = put_one(key, value, nullptr, deadline);
+    if (!put && put.error().code() != Errc::InvalidArgument) return put;
+    if (!put) replaced.push_back(key);
+    return {};
+  }
+
+  Result<void> regrant_and_put(const Owned& owned, std::vector<std::string>& replaced, Deadline deadline) {
     if (auto ok = grant(deadline); !ok) return ok;
-    return put_all(owned, deadline);
+    return put_all(owned, replaced, deadline);
   }
 
-  // Puts every owned key on the current lease; until all went through, each renewal tries again.
-  Result<void> put_all(const Owned& owned, Deadline deadline) {
+  // Puts every owned key on the current lease (each only while free or ours); until all went through,
+  // each renewal tries again.
+  Result<void> put_all(const Owned& owned, std::vector<std::string>& replaced, Deadline deadline) {
     unsettled_ = true;
-    for (const auto& [key, value] : owned)
-      if (auto ok = put_one(key, value, deadline); !ok) return ok;
+    for (const auto& [key, value] : owned) {
+      auto ok = put_one(key, value, &value, deadline);
+      if (!ok && ok.error().code() == Errc::InvalidArgument) {
+        replaced.push_back(key);
+        continue;
+      }
+      if (!ok) return ok;
+    }
     unsettled_ = false;
     return {};
   }
 
   std::int64_t ttl_s_;  // etcd leases count whole seconds
   std::string host_;    // the Host header
+  std::string username_, password_;
+  std::string token_;  // from /v3/auth/authenticate; empty without a password
   Connection connection_;
   std::string lease_;       // the lease ID, decimal as the gateway writes it
   bool unsettled_ = false;  // a new lease whose keys are not all put yet

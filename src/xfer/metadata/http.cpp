@@ -115,11 +115,13 @@ Result<std::optional<std::string>> dechunk(std::string_view in, std::size_t& at)
 
 }  // namespace
 
-std::string post(std::string_view host, std::string_view path, std::string_view json_body) {
+std::string post(std::string_view host, std::string_view path, std::string_view json_body,
+                 std::string_view authorization) {
   std::string request =
       "POST " + std::string(path) + " HTTP/1.1\r\nHost: " + std::string(host) +
-      "\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(json_body.size()) +
-      "\r\n\r\n";
+      "\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(json_body.size()) + "\r\n";
+  if (!authorization.empty()) request += "Authorization: " + std::string(authorization) + "\r\n";
+  request += "\r\n";
   request.append(json_body);
   return request;
 }

@@ -24,7 +24,9 @@ struct Response {
   std::string body;
 };
 
-std::string post(std::string_view host, std::string_view path, std::string_view json_body);
+// `authorization`: the value of an Authorization header (etcd's auth token); empty: none.
+std::string post(std::string_view host, std::string_view path, std::string_view json_body,
+                 std::string_view authorization = {});
 
 // Decodes the response at the front of `in`: nullopt while incomplete, else the response and the bytes it
 // took. A response needs a Content-Length or chunked body (etcd's gateway always sends one).

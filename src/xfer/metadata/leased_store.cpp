@@ -58,7 +58,7 @@ class LeasedStore final : public MetadataStore {
     std::optional<std::string> old;
     if (previous != owned_.end()) old = previous->second;
     owned_[*full] = as_string(value);
-    auto ok = backend_->put(*full, owned_[*full], owned_, deadline);
+    auto ok = backend_->put(*full, owned_[*full], old ? &*old : nullptr, owned_, deadline);
     if (!ok) {  // not ours after all: renewals must not publish what the caller was told failed
       if (old)
         owned_[*full] = *old;
@@ -108,6 +108,11 @@ class LeasedStore final : public MetadataStore {
     return names;
   }
 
+  std::vector<std::string> replaced() const override {
+    std::lock_guard lock(replaced_mutex_);
+    return replaced_;
+  }
+
   std::uint64_t round_trips() const noexcept override { return backend_->round_trips(); }
   std::string_view backend() const noexcept override { return backend_->name(); }
 
@@ -149,6 +154,19 @@ class LeasedStore final : public MetadataStore {
     return Turn(this);
   }
 
+  // Under the turn: keys another publisher now holds are no longer ours to renew, put back or erase.
+  void forget_replaced(const std::vector<std::string>& keys) {
+    for (const auto& key : keys) {
+      owned_.erase(key);
+      auto name = key.substr(prefix_.size());
+      log::warn("xfer", "metadata at " + url_ + ": key '" + name +
+                            "' no longer holds this store's value: another publisher replaced it; it is "
+                            "not renewed any more (MetadataStore::replaced() lists it)");
+      std::lock_guard lock(replaced_mutex_);
+      replaced_.push_back(std::move(name));
+    }
+  }
+
   void renew_loop(std::stop_token stop) {
     std::mutex wait_mutex;
     std::condition_variable_any wake;
@@ -158,7 +176,10 @@ class LeasedStore final : public MetadataStore {
       if (stop.stop_requested()) return;
       auto deadline = Clock::now() + options_.timeout;
       auto lock = take_lock(deadline);
-      auto ok = lock ? backend_->renew(owned_, deadline) : Result<void>(std::unexpected(lock.error()));
+      std::vector<std::string> replaced;
+      auto ok =
+          lock ? backend_->renew(owned_, replaced, deadline) : Result<void>(std::unexpected(lock.error()));
+      if (lock) forget_replaced(replaced);
       if (!ok && !renewal_failing_)
         log::warn("xfer", "metadata at " + url_ + ": lease renewal failed, retrying every " +
                               std::to_string(options_.renew_interval.count()) +
@@ -180,7 +201,9 @@ class LeasedStore final : public MetadataStore {
   bool busy_ = false;  // a call holds the turn (guards backend_ calls and owned_)
   metadata::Owned owned_;
   bool renewal_failing_ = false;  // renewal thread only
-  std::jthread renewer_;          // last: stopped first
+  mutable std::mutex replaced_mutex_;
+  std::vector<std::string> replaced_;  // names (without the namespace) another publisher took from us
+  std::jthread renewer_;               // last: stopped first
 };
 
 // "scheme://host:port[/]" -> the scheme and the endpoint; `default_port` when the port is left out.
@@ -238,7 +261,9 @@ Result<std::unique_ptr<MetadataStore>> open_metadata(std::string_view url, const
   auto& [scheme, endpoint] = *parsed;
   std::unique_ptr<Backend> backend;
   if (scheme == "builtin") {
-    auto secret = bootstrap::auth::job_secret();
+    // The job secret; without one, on loopback, the per-user secret (the server does the same), so a
+    // process of another uid cannot even connect.
+    auto secret = bootstrap::auth::service_secret(endpoint.host, "the builtin metadata store");
     if (!secret) return std::unexpected(secret.error());
     backend = metadata::make_builtin_backend(endpoint, options, *secret);
   } else if (scheme == "redis") {

@@ -1,6 +1,8 @@
 // The Redis backend: our own RESP client (resp.hpp) over one connection, no client library. Every key is a
 // plain Redis string with a PX expiry; renewal is a pipeline of PEXPIRE (one round trip), and a key the
-// server lost (PEXPIRE answers 0) is SET again. list() walks SCAN with a MATCH on the namespace.
+// server lost is SET again. list() walks SCAN with a MATCH on the namespace. A name belongs to its first
+// publisher: puts and renewals are Lua scripts that compare the stored value with ours first (one atomic
+// step at the server). With MetadataOptions::password every connection starts with AUTH.
 #include <set>
 
 #include "xfer/metadata/backend.hpp"
@@ -21,11 +23,26 @@ std::string match_prefix(std::string_view prefix) {
   return pattern + "*";
 }
 
+// KEYS[1] key; ARGV value, our previous value ("" for none: records are never empty), ttl. 1 put, 0 taken.
+constexpr std::string_view kPutScript =
+    "local v = redis.call('GET', KEYS[1]) "
+    "if v == false or (ARGV[2] ~= '' and v == ARGV[2]) then "
+    "redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[3]) return 1 end return 0";
+// KEYS[1] key; ARGV our value, ttl. 1 renewed, 0 gone, -1 another value (replaced).
+constexpr std::string_view kRenewScript =
+    "local v = redis.call('GET', KEYS[1]) "
+    "if v == false then return 0 end "
+    "if v ~= ARGV[1] then return -1 end "
+    "redis.call('PEXPIRE', KEYS[1], ARGV[2]) return 1";
+
 class RedisBackend final : public Backend {
  public:
   RedisBackend(const Endpoint& endpoint, const MetadataOptions& options)
       : ttl_ms_(std::to_string(options.ttl.count())),
-        connection_(endpoint.host, endpoint.port, endpoint.url) {}
+        username_(options.username),
+        password_(options.password),
+        connection_(endpoint.host, endpoint.port, endpoint.url,
+                    [this](Connection& c, Deadline d) { return authenticate(c, d); }) {}
 
   std::string_view name() const noexcept override { return "redis"; }
 
@@ -35,31 +52,41 @@ class RedisBackend final : public Backend {
     return expect_simple(pong->front(), "PONG");
   }
 
-  Result<void> put(const std::string& key, const std::string& value, const Owned&,
-                   Deadline deadline) override {
-    auto reply = ask({set_command(key, value)}, deadline);
+  Result<void> put(const std::string& key, const std::string& value, const std::string* previous,
+                   const Owned&, Deadline deadline) override {
+    auto reply = ask({put_command(key, value, previous ? *previous : std::string())}, deadline);
     if (!reply) return std::unexpected(reply.error());
-    return expect_simple(reply->front(), "OK");
+    if (reply->front().kind != Value::Kind::Integer) return unexpected_reply(reply->front());
+    if (reply->front().integer != 1) return taken(connection_.where(), key);
+    return {};
   }
 
-  Result<void> renew(const Owned& owned, Deadline deadline) override {
+  Result<void> renew(const Owned& owned, std::vector<std::string>& replaced, Deadline deadline) override {
     if (owned.empty()) return {};
     std::vector<std::string> commands;
-    for (const auto& entry : owned) commands.push_back(command({"PEXPIRE", entry.first, ttl_ms_}));
+    for (const auto& [key, value] : owned)
+      commands.push_back(command({"EVAL", kRenewScript, "1", key, value, ttl_ms_}));
     auto replies = ask(commands, deadline);
     if (!replies) return std::unexpected(replies.error());
     commands.clear();
+    std::vector<const std::string*> lost;
     std::size_t i = 0;
     for (const auto& [key, value] : owned) {
       const Value& reply = (*replies)[i++];
       if (reply.kind != Value::Kind::Integer) return unexpected_reply(reply);
-      if (reply.integer == 0) commands.push_back(set_command(key, value));  // lost: the server restarted
+      if (reply.integer == -1) replaced.push_back(key);
+      if (reply.integer != 0) continue;
+      commands.push_back(put_command(key, value, {}));  // lost (the server restarted): put back if free
+      lost.push_back(&key);
     }
     if (commands.empty()) return {};
     auto puts = ask(commands, deadline);
     if (!puts) return std::unexpected(puts.error());
-    for (const auto& reply : *puts)
-      if (auto ok = expect_simple(reply, "OK"); !ok) return ok;
+    for (std::size_t k = 0; k < puts->size(); ++k) {
+      const Value& reply = (*puts)[k];
+      if (reply.kind != Value::Kind::Integer) return unexpected_reply(reply);
+      if (reply.integer != 1) replaced.push_back(*lost[k]);  // another publisher took it meanwhile
+    }
     return {};
   }
 
@@ -105,8 +132,25 @@ class RedisBackend final : public Backend {
 
  private:
   static std::string command(std::initializer_list<std::string_view> args) { return resp::command(args); }
-  std::string set_command(const std::string& key, const std::string& value) const {
-    return command({"SET", key, value, "PX", ttl_ms_});
+  std::string put_command(const std::string& key, const std::string& value,
+                          const std::string& previous) const {
+    return command({"EVAL", kPutScript, "1", key, value, previous, ttl_ms_});
+  }
+
+  // AUTH [username] password, first on every (re)connection, when a password is set.
+  Result<void> authenticate(Connection& connection, Deadline deadline) {
+    if (password_.empty()) return {};
+    count_round_trip();
+    auto auth = username_.empty() ? command({"AUTH", password_}) : command({"AUTH", username_, password_});
+    auto reply = connection.exchange<std::vector<Value>>(
+        auth, deadline,
+        [](std::string_view in, std::size_t& consumed) { return resp::parse_many(in, 1, consumed); });
+    if (!reply) return std::unexpected(reply.error());
+    if (reply->front().kind == Value::Kind::Simple && reply->front().text == "OK") return {};
+    return fail(Errc::ConnectionRefused,
+                connection.where() + ": redis refused AUTH (MetadataOptions::username/password)" +
+                    (reply->front().kind == Value::Kind::Error ? ": " + reply->front().text.substr(0, 200)
+                                                               : std::string()));
   }
 
   // Sends the commands in one write and reads their replies: one round trip.
@@ -139,6 +183,7 @@ class RedisBackend final : public Backend {
   }
 
   std::string ttl_ms_;
+  std::string username_, password_;
   Connection connection_;
 };
 

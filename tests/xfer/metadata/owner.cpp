@@ -1,5 +1,6 @@
 // A publisher for the tests' "owner dies" cases: opens the store, publishes one key, says "ready" and
-// waits to be killed (SIGKILL: no close, no unpublish; only the TTL can remove its key).
+// waits to be killed (SIGKILL: no close, no unpublish; only the TTL can remove its key). Meanwhile it
+// prints "replaced KEY" once its renewal finds that another publisher replaced the key.
 //   xfer_metadata_owner URL NAMESPACE KEY VALUE TTL_MS RENEW_MS
 #include <unistd.h>
 
@@ -31,5 +32,11 @@ int main(int argc, char** argv) {
   }
   std::printf("ready\n");
   std::fflush(stdout);
-  for (;;) ::pause();
+  for (bool told = false;; ::usleep(20000)) {
+    auto replaced = (*store)->replaced();
+    if (told || replaced.empty()) continue;
+    std::printf("replaced %s\n", replaced.front().c_str());
+    std::fflush(stdout);
+    told = true;
+  }
 }

@@ -9,12 +9,15 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <fstream>
+#include <iterator>
 #include <thread>
 
 #include "core/fd.hpp"
 #include "servers.hpp"
 #include "support/test_support.hpp"
 #include "xfer/metadata/connection.hpp"
+#include "xfer/metadata/http.hpp"
 
 namespace rdmakit::xfer::testing {
 namespace {
@@ -170,6 +173,50 @@ TEST_P(MetadataTest, KilledOwnersEntriesExpire) {
       << "gone before its ttl: it was not the ttl that removed it";
 }
 
+// A live name belongs to its first publisher: a second store's publish is refused and changes nothing,
+// until the owner unpublishes.
+TEST_P(MetadataTest, ALiveNameBelongsToItsFirstPublisher) {
+  auto owner = open();
+  auto second = open();
+  ASSERT_TRUE(owner && second);
+  ASSERT_TRUE(owner->publish("name", bytes("first")));
+  auto refused = second->publish("name", bytes("second"));
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().code(), Errc::InvalidArgument) << refused.error().describe();
+  EXPECT_NE(refused.error().message().find("another store"), std::string::npos) << refused.error().message();
+  EXPECT_EQ(text(*second->lookup("name")), "first");
+  EXPECT_FALSE(second->unpublish("name"));                     // not its own
+  ASSERT_TRUE(owner->publish("name", bytes("first, again")));  // the owner replaces its own value
+  EXPECT_EQ(text(*second->lookup("name")), "first, again");
+  std::this_thread::sleep_for(test_options(GetParam()).renew_interval * 2);
+  EXPECT_TRUE(owner->replaced().empty());  // its own renewals see its own value
+  ASSERT_TRUE(owner->unpublish("name"));
+  ASSERT_TRUE(second->publish("name", bytes("second"))) << "free again after the unpublish";
+  EXPECT_EQ(text(*owner->lookup("name")), "second");
+}
+
+// An owner stopped past its ttl (SIGSTOP) loses its name; another store takes it. When the owner runs
+// again its renewal compares before it renews: it reports the key replaced (and stops renewing it)
+// instead of succeeding silently or writing its old value back over the new owner's.
+TEST_P(MetadataTest, RenewalReportsARecordReplacedUnderIt) {
+  auto options = test_options(GetParam());
+  TempDir dir;
+  auto owner =
+      Process::spawn({XFER_METADATA_OWNER, server_->url(), "test", "owned", "by-the-child",
+                      std::to_string(options.ttl.count()), std::to_string(options.renew_interval.count())},
+                     dir.path() + "/owner.log", true);
+  ASSERT_EQ(owner.read_line(10s), "ready");
+  auto peer = open();
+  ASSERT_TRUE(peer);
+  ASSERT_EQ(::kill(owner.pid(), SIGSTOP), 0);
+  ASSERT_EQ(await(*peer, "owned", std::nullopt, options.ttl + 2s), std::nullopt);
+  ASSERT_TRUE(peer->publish("owned", bytes("by-the-peer")));
+  ASSERT_EQ(::kill(owner.pid(), SIGCONT), 0);
+  EXPECT_EQ(owner.read_line(options.renew_interval * 5 + options.timeout), "replaced owned");
+  std::this_thread::sleep_for(options.renew_interval * 2);
+  EXPECT_EQ(text(*peer->lookup("owned")), "by-the-peer");
+}
+
 TEST_P(MetadataTest, RestartedServerIsRepopulatedByLiveOwners) {
   rdmakit::testing::expect_warning("lease renewal failed");
   auto options = test_options(GetParam());
@@ -278,6 +325,115 @@ TEST(MetadataServer, ClientsProveTheJobSecret) {
   EXPECT_EQ(stranger.error().code(), Errc::ConnectionRefused) << stranger.error().describe();
   EXPECT_NE(stranger.error().message().find("secret"), std::string::npos) << stranger.error().message();
 }
+
+// Redis's own password (requirepass) as a second wall: a store with the password works, one without it
+// or with a wrong one is refused before it reads or writes anything.
+TEST(MetadataRedis, AuthPasswordIsASecondWall) {
+  if (::access("/usr/bin/redis-server", X_OK) != 0) {
+    if (std::getenv("RDMAKIT_TEST_SKIP_MISSING_SERVERS") != nullptr)
+      GTEST_SKIP() << "SKIPPED: no redis-server";
+    FAIL() << "/usr/bin/redis-server is not installed (Debian package redis-server)";
+  }
+  TempDir dir;
+  auto port = free_port();
+  auto server = Process::spawn({"/usr/bin/redis-server", "--port", std::to_string(port), "--bind",
+                                "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir.path(),
+                                "--loglevel", "warning", "--requirepass", "the redis password"},
+                               dir.path() + "/redis.log");
+  const std::string url = "redis://127.0.0.1:" + std::to_string(port);
+  auto options = test_options("redis");
+  options.password = "the redis password";
+  std::unique_ptr<MetadataStore> store;
+  for (auto deadline = Clock::now() + 10s; !store && Clock::now() < deadline;
+       std::this_thread::sleep_for(50ms)) {
+    if (auto opened = open_metadata(url, options)) store = std::move(*opened);
+  }
+  ASSERT_TRUE(store) << "redis-server with --requirepass did not come up";
+  ASSERT_TRUE(store->publish("k", bytes("v")));
+  EXPECT_EQ(text(*store->lookup("k")), "v");
+  auto without = open_metadata(url, test_options("redis"));
+  ASSERT_FALSE(without);
+  EXPECT_NE(without.error().message().find("NOAUTH"), std::string::npos) << without.error().describe();
+  options.password = "a wrong password";
+  auto wrong = open_metadata(url, options);
+  ASSERT_FALSE(wrong);
+  EXPECT_EQ(wrong.error().code(), Errc::ConnectionRefused) << wrong.error().describe();
+}
+
+// etcd's own users as a second wall: with auth enabled (a root user), a store with the user's password
+// works, one without it or with a wrong one is refused.
+TEST(MetadataEtcd, UserPasswordIsASecondWall) {
+  std::string why;
+  auto server = make_server("etcd", why);
+  if (!server) {
+    if (std::getenv("RDMAKIT_TEST_SKIP_MISSING_SERVERS") != nullptr) GTEST_SKIP() << "SKIPPED: " << why;
+    FAIL() << why;
+  }
+  auto port = static_cast<std::uint16_t>(std::stoi(server->url().substr(server->url().rfind(':') + 1)));
+  std::string host = "127.0.0.1:" + std::to_string(port);
+  metadata::Connection admin("127.0.0.1", port, server->url());
+  auto post = [&](std::string_view path, const std::string& body) {
+    auto reply =
+        admin.exchange<metadata::http::Response>(metadata::http::post(host, path, body), Clock::now() + 5s,
+                                                 [](std::string_view in, std::size_t& consumed) {
+                                                   return metadata::http::parse_response(in, consumed);
+                                                 });
+    EXPECT_TRUE(reply) << path << ": " << (reply ? "" : reply.error().describe());
+    return reply ? reply->status : 0;
+  };
+  EXPECT_EQ(post("/v3/auth/user/add", R"({"name":"root","password":"the etcd password"})"), 200);
+  post("/v3/auth/role/add", R"({"name":"root"})");  // built in on some versions
+  EXPECT_EQ(post("/v3/auth/user/grant", R"({"user":"root","role":"root"})"), 200);
+  EXPECT_EQ(post("/v3/auth/enable", "{}"), 200);
+
+  auto options = test_options("etcd");
+  options.username = "root";
+  options.password = "the etcd password";
+  auto store = open_metadata(server->url(), options);
+  ASSERT_TRUE(store) << store.error().describe();
+  ASSERT_TRUE((*store)->publish("k", bytes("v")));
+  EXPECT_EQ(text(*(*store)->lookup("k")), "v");
+  // No user: etcd 3.4 grants it a lease, but it can neither read nor write a key.
+  if (auto anonymous = open_metadata(server->url(), test_options("etcd"))) {
+    EXPECT_FALSE((*anonymous)->publish("k", bytes("squatted")));
+    EXPECT_FALSE((*anonymous)->lookup("k"));
+    EXPECT_FALSE((*anonymous)->publish("other", bytes("squatted")));
+  }
+  EXPECT_EQ(text(*(*store)->lookup("k")), "v");
+  options.password = "a wrong password";
+  auto wrong = open_metadata(server->url(), options);
+  ASSERT_FALSE(wrong);
+  EXPECT_EQ(wrong.error().code(), Errc::ConnectionRefused) << wrong.error().describe();
+}
+
+#ifdef RDMAKIT_METADATA_TOOL
+// Without a job secret the builtin store proves the per-user secret: a process of another uid (setpriv,
+// as nobody) cannot read a record, list names, or squat one; before, it could do all three.
+TEST(MetadataServer, AnotherUidCannotUseTheBuiltinStore) {
+  if (::geteuid() != 0) GTEST_SKIP() << "switching to uid 65534 needs root";
+  if (::access("/usr/bin/setpriv", X_OK) != 0) GTEST_SKIP() << "setpriv (util-linux) is not installed";
+  ASSERT_EQ(std::getenv("RDMAKIT_JOB_SECRET"), nullptr) << "this case needs no job secret in the environment";
+  auto server = serve_builtin_metadata("127.0.0.1:0");
+  ASSERT_TRUE(server) << server.error().describe();
+  auto owner = open_metadata((*server)->url(), test_options("builtin", "tool"));
+  ASSERT_TRUE(owner) << owner.error().describe();
+  ASSERT_TRUE((*owner)->publish("segment", bytes("descriptor\n")));
+  TempDir dir;
+  for (const char* command : {"get", "list"}) {
+    std::vector<std::string> argv{
+        "/usr/bin/setpriv",    "--reuid", "65534",          "--regid", "65534", "--clear-groups",
+        RDMAKIT_METADATA_TOOL, command,   (*server)->url(), "tool"};
+    if (std::string(command) == "get") argv.push_back("segment");
+    auto log = dir.path() + "/" + command + ".log";
+    auto stranger = Process::spawn(argv, log, true);
+    EXPECT_EQ(stranger.read_line(10s), std::nullopt) << command << " as another uid printed something";
+    std::ifstream in(log);
+    std::string said((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_NE(said.find("secret"), std::string::npos) << command << ": " << said;
+  }
+  EXPECT_EQ(text(*(*owner)->lookup("segment")), "descriptor\n");
+}
+#endif
 
 // The connection's connect (core/net.hpp's helper) is bounded by the deadline: a listener whose accept
 // queue is full drops further SYNs, so the connect stays in progress until the deadline, then a Timeout
