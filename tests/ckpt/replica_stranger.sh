@@ -32,6 +32,7 @@ code=$?
 grep -q "refused this process's proof\|did not prove" "$work/stranger.out" ||
   { cat "$work/stranger.out"; fail "the stranger was not refused by the proof"; }
 grep -q "replica_GBps" "$work/stranger.out" && fail "the stranger replicated"
+cat "$work/stranger.out"
 
 "$tool" bench-replica "$work/mine" "$address" 1 1 > "$work/mine.out" 2>&1 ||
   { cat "$work/mine.out" "$work/serve.out"; fail "an engine of our uid could not replicate"; }

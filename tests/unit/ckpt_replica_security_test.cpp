@@ -310,6 +310,17 @@ TEST(CkptReplicaSecurity, AManifestWithoutTheSecretsMacIsNotRestored) {
       << fetched.error().message();
 }
 
+// Writes every byte of the region a successful HelloReply granted, so that the server's memory for it is
+// resident (an untouched mapping costs no RSS, and an attacker writes what it was given).
+void touch(RawClient& client, const Message& reply) {
+  if (reply.status != 0) return;
+  auto remote = RemoteRegion::from_hex(reply.text).value();
+  auto local = client.context->allocate(1 << 20, Access::LocalWrite).value();
+  for (std::uint64_t at = 0; at < remote.length; at += 1 << 20)
+    ASSERT_TRUE(detail::transfer(*client.connection, true, *local, 0, remote.at(at),
+                                 std::min<std::uint64_t>(1 << 20, remote.length - at), 1 << 20));
+}
+
 TEST(CkptReplicaSecurity, TheBudgetHoldsInRealMemoryUnderAnyHellos) {
   constexpr std::uint64_t kBudget = 64 << 20;
   auto server = serve({.budget_bytes = kBudget});
@@ -324,6 +335,7 @@ TEST(CkptReplicaSecurity, TheBudgetHoldsInRealMemoryUnderAnyHellos) {
     ASSERT_TRUE(reply);
     EXPECT_EQ(reply->status, 0u) << reply->text;
     EXPECT_LE(server->used_bytes(), kBudget);
+    if (mib % 4 == 0) touch(*raw, *reply);
   }
   // Twelve more connections of rank 0 with other sizes: the owner's slots are the rank's, the others get
   // none.
@@ -334,6 +346,7 @@ TEST(CkptReplicaSecurity, TheBudgetHoldsInRealMemoryUnderAnyHellos) {
     auto reply = c->hello(0, 1, mib << 20);
     ASSERT_TRUE(reply);
     EXPECT_NE(reply->status, 0u);
+    touch(*c, *reply);
     same_rank.push_back(std::move(*c));
   }
   EXPECT_LE(server->used_bytes(), kBudget);
@@ -346,6 +359,7 @@ TEST(CkptReplicaSecurity, TheBudgetHoldsInRealMemoryUnderAnyHellos) {
     ASSERT_TRUE(c);
     auto reply = c->hello(r, 13, (4ull + r) << 20);
     ASSERT_TRUE(reply);
+    touch(*c, *reply);
     if (reply->status != 0) {
       ++refused;
       EXPECT_EQ(reply->text.find_first_of("0123456789"), std::string::npos) << reply->text;
@@ -379,6 +393,50 @@ TEST(CkptReplicaSecurity, IdleConnectionsCostNoThreadNorCpu) {
   std::this_thread::sleep_for(1s);
   EXPECT_LT(cpu_seconds() - start, 0.1) << "idle connections burn CPU";
   idle.clear();
+}
+
+std::size_t mapping_count() {
+  std::ifstream maps("/proc/self/maps");
+  std::size_t n = 0;
+  for (std::string line; std::getline(maps, line);) ++n;
+  return n;
+}
+
+// Connections that come and go leave no thread, mapping or registration behind (each left a thread that
+// was never joined, until thread creation failed and took the server down).
+TEST(CkptReplicaSecurity, ClosedConnectionsLeaveNothingBehind) {
+  auto server = serve({.budget_bytes = 64 << 20});
+  ASSERT_TRUE(server);
+  auto context = Context::open().value();
+  auto cycle = [&](int n) {
+    for (int i = 0; i < n; ++i) {
+      auto c = RawClient::connect(server->address(), "rank 1", user_key(), context);
+      ASSERT_TRUE(c) << c.error().describe();
+    }
+  };
+  cycle(20);  // warm-up: the client context's own pools
+  std::this_thread::sleep_for(100ms);
+  auto threads = thread_count();
+  auto maps = mapping_count();
+  cycle(200);
+  std::this_thread::sleep_for(200ms);  // the server notices the last ones leave
+  EXPECT_LE(thread_count(), threads + 2) << "threads left behind by closed connections";
+  EXPECT_LE(mapping_count(), maps + 20) << "mappings left behind by closed connections";
+}
+
+// max_rank_bytes keeps one rank from taking the whole budget: another rank still fits.
+TEST(CkptReplicaSecurity, ARankCapLeavesRoomForTheOthers) {
+  auto server = serve({.budget_bytes = 64 << 20, .max_rank_bytes = 24 << 20});
+  ASSERT_TRUE(server);
+  ::rdmakit::testing::expect_warning("over the budget");
+  auto greedy = RawClient::connect(server->address(), "rank 0", user_key());
+  ASSERT_TRUE(greedy);
+  auto reply = greedy->hello(0, 2, 30 << 20);
+  ASSERT_TRUE(reply);
+  EXPECT_NE(reply->status, 0u);
+  EXPECT_EQ(server->used_bytes(), 0u);
+  Pusher honest(server->address(), 1, 2, 8 << 20);
+  ASSERT_TRUE(honest.client) << honest.error->describe();
 }
 
 TEST(CkptReplicaSecurity, SilentStrangersAreCutAtTheProofTimeoutAndCapped) {
