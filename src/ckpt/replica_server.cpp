@@ -1,6 +1,6 @@
 // `rdmakit-ckpt serve`: holds the newest complete replica of each rank in memory it registered.
 //
-// Threads: one acceptor, two provers (each new connection proves the secret there, bounded by
+// Threads: one acceptor, four provers (each new connection proves the secret there, bounded by
 // proof_timeout_ms, so a silent stranger holds a prover at most that long) and one progress thread that
 // serves every proven connection by polling their receive queues, sleeping when none has anything (an idle
 // connection costs a poll per wake-up, not a thread). All are joined by the destructor.
@@ -31,7 +31,7 @@ namespace {
 
 constexpr auto kPoll = std::chrono::milliseconds(100);
 constexpr auto kIdleSleepMax = std::chrono::milliseconds(20);
-constexpr int kProvers = 2;
+constexpr int kProvers = 4;  // proofs in parallel: each silent stranger holds one up to proof_timeout_ms
 
 // One rank's two slots; `newest` is the slot holding its newest verified replica. Its bytes count against
 // the budget from before the allocation until the region is freed (the destructor gives them back), so
@@ -119,7 +119,11 @@ struct ReplicaServer::Impl {
 
   std::mutex queue_mutex;  // unproven (for the provers) and proven (for the progress thread)
   std::condition_variable queue_changed;
-  std::deque<std::shared_ptr<Connection>> unproven;
+  struct Unproven {
+    std::shared_ptr<Connection> connection;
+    std::chrono::steady_clock::time_point deadline;  // accepted + proof_timeout_ms
+  };
+  std::deque<Unproven> unproven;
   std::vector<Session> proven;
 
   // The progress thread's own: every proven connection, and which one owns each rank.
@@ -318,13 +322,21 @@ struct ReplicaServer::Impl {
   }
 
   // Proves one connection; on success hands it to the progress thread with its receive posted.
-  void prove(std::shared_ptr<Connection> connection) {
-    auto channel = Channel::create(*context, connection, 0);
+  // The proof's time counts from the accept, queueing included: connections that waited behind silent
+  // ones past their deadline are closed unheard, so silent strangers cannot stack up their timeouts.
+  void prove(std::shared_ptr<Connection> connection, std::chrono::steady_clock::time_point deadline) {
+    auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    auto channel = left.count() > 0
+                       ? Channel::create(*context, connection, 0)
+                       : Result<Channel>(fail(Errc::Timeout, "waited past the proof's deadline"));
     if (!channel) {
       connection->close();
       return void(--live);
     }
-    auto identity = bootstrap::prove_accept(*context, *connection, proof, "rdmakit-ckpt serve",
+    auto config = proof;
+    config.timeout = left;
+    auto identity = bootstrap::prove_accept(*context, *connection, config, "rdmakit-ckpt serve",
                                             [&] { return channel->expect(); });
     auto rank = identity ? parse_rank_identity(*identity) : std::nullopt;
     if (!rank) {
@@ -340,7 +352,7 @@ struct ReplicaServer::Impl {
 
   void prove_loop() {
     while (true) {
-      std::shared_ptr<Connection> next;
+      Unproven next;
       {
         std::unique_lock lock(queue_mutex);
         queue_changed.wait(lock, [&] { return stop || !unproven.empty(); });
@@ -348,7 +360,7 @@ struct ReplicaServer::Impl {
         next = std::move(unproven.front());
         unproven.pop_front();
       }
-      prove(std::move(next));
+      prove(std::move(next.connection), next.deadline);
     }
   }
 
@@ -364,7 +376,8 @@ struct ReplicaServer::Impl {
       }
       ++live;
       std::lock_guard lock(queue_mutex);
-      unproven.push_back(std::move(*connection));
+      unproven.push_back({std::move(*connection), std::chrono::steady_clock::now() +
+                                                      std::chrono::milliseconds(options.proof_timeout_ms)});
       queue_changed.notify_all();
     }
   }
@@ -379,7 +392,7 @@ struct ReplicaServer::Impl {
     for (auto& t : provers)
       if (t.joinable()) t.join();
     if (progress.joinable()) progress.join();
-    for (auto& c : unproven) c->close();
+    for (auto& c : unproven) c.connection->close();
     unproven.clear();
     proven.clear();
   }
