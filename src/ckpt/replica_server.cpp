@@ -269,10 +269,12 @@ struct ReplicaServer::Impl {
 
   Message handle(const Message& m, Session& session) {
     if (m.type == MessageType::Hello) return hello(m, session);
+    // A refusal answers in the type the peer waits for.
+    auto type = m.type == MessageType::Fetch ? MessageType::FetchReply : MessageType::CommitReply;
     auto owner = owners.find(session.rank);
     if (!session.slots || owner == owners.end() || owner->second != &session)
-      return reply(MessageType::CommitReply, "this connection does not own the rank's replicas (no Hello)");
-    if (m.rank != session.rank) return reply(MessageType::CommitReply, "not this connection's rank");
+      return reply(type, "this connection does not own the rank's replicas (no Hello)");
+    if (m.rank != session.rank) return reply(type, "not this connection's rank");
     if (m.type == MessageType::Commit) return commit(m, *session.slots, session.rank);
     if (m.type == MessageType::Fetch) return fetch(*session.slots, session.rank);
     return reply(MessageType::CommitReply, "unexpected message");
