@@ -7,8 +7,9 @@
 //   rdmakit-ckpt bench DIR [MiB] [rounds]    snapshot stall vs memcpy, persist and restore bandwidth
 //   rdmakit-ckpt bench-lazy DIR [MiB] [rounds] [compute]   lazy mode's stall at wait_snapshot()
 //   rdmakit-ckpt bench-replica DIR ADDR [MiB] [rounds]   the peer-memory replica's push bandwidth
-//   rdmakit-ckpt serve [--listen ADDR] [--budget MiB] [--persist DIR] [--keep K]
-//                                            hold engines' replicas in memory (EngineOptions::replica)
+//   rdmakit-ckpt serve [--listen ADDR] [--budget MiB] [--persist DIR] [--keep K] [--max-connections N]
+//                      [--max-rank MiB]      hold engines' replicas in memory (EngineOptions::replica);
+//                                            peers prove RDMAKIT_JOB_SECRET (loopback: the per-user secret)
 #include <unistd.h>
 
 #include <charconv>
@@ -32,16 +33,17 @@ namespace ckpt = rdmakit::ckpt;
 namespace {
 
 int usage() {
-  std::fprintf(
-      stderr,
-      "usage: rdmakit-ckpt list DIR\n"
-      "       rdmakit-ckpt verify CKPT|DIR\n"
-      "       rdmakit-ckpt show CKPT|DIR\n"
-      "       rdmakit-ckpt export CKPT|DIR NAME OUT.npy\n"
-      "       rdmakit-ckpt bench DIR [MiB=256] [rounds=3]\n"
-      "       rdmakit-ckpt bench-lazy DIR [MiB=256] [rounds=3] [compute=1.5 x memcpy]\n"
-      "       rdmakit-ckpt bench-replica DIR ADDR [MiB=256] [rounds=3]\n"
-      "       rdmakit-ckpt serve [--listen ADDR] [--budget MiB=1024] [--persist DIR] [--keep K=2]\n");
+  std::fprintf(stderr,
+               "usage: rdmakit-ckpt list DIR\n"
+               "       rdmakit-ckpt verify CKPT|DIR\n"
+               "       rdmakit-ckpt show CKPT|DIR\n"
+               "       rdmakit-ckpt export CKPT|DIR NAME OUT.npy\n"
+               "       rdmakit-ckpt bench DIR [MiB=256] [rounds=3]\n"
+               "       rdmakit-ckpt bench-lazy DIR [MiB=256] [rounds=3] [compute=1.5 x memcpy]\n"
+               "       rdmakit-ckpt bench-replica DIR ADDR [MiB=256] [rounds=3]\n"
+               "       rdmakit-ckpt serve [--listen ADDR] [--budget MiB=1024] [--persist DIR] [--keep K=2]\n"
+               "                          [--max-connections N=64] [--max-rank MiB=budget]\n"
+               "         (peers must prove RDMAKIT_JOB_SECRET; without it only loopback, for this user)\n");
   return 2;
 }
 
@@ -259,6 +261,14 @@ int serve(const std::vector<std::string>& args) {
       auto keep = number<std::uint32_t>(args[i + 1], "--keep");
       if (!keep) return 2;
       options.keep = *keep;
+    } else if (args[i] == "--max-connections") {
+      auto n = number<std::uint32_t>(args[i + 1], "--max-connections");
+      if (!n) return 2;
+      options.max_connections = *n;
+    } else if (args[i] == "--max-rank") {
+      auto mib = number<std::uint64_t>(args[i + 1], "--max-rank (MiB)");
+      if (!mib) return 2;
+      options.max_rank_bytes = *mib << 20;
     } else
       return usage();
   }

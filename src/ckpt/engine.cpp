@@ -75,7 +75,10 @@ Result<void> check_compatible(const Manifest& m, const EngineOptions& o,
 // (the shared temporary directories included), and no rank starts before it is done.
 Result<void> prepare_directory(EngineOptions& o) {
   if (!o.communicator) {
-    if (auto ok = detail::make_directory(o.directory); !ok) return ok;
+    if (auto ok =
+            detail::make_directory(o.directory, detail::file_modes(o.shared_group.value_or(false)).directory);
+        !ok)
+      return ok;
     detail::clean_leftovers(o.directory, o.rank);
     return {};
   }
@@ -83,7 +86,8 @@ Result<void> prepare_directory(EngineOptions& o) {
   o.world_size = static_cast<std::uint32_t>(o.communicator->size());
   Result<void> prepared;
   if (o.rank == 0) {
-    prepared = detail::make_directory(o.directory);
+    prepared =
+        detail::make_directory(o.directory, detail::file_modes(o.shared_group.value_or(false)).directory);
     if (prepared) detail::clean_leftovers(o.directory, std::nullopt);
   }
   // Every rank learns whether rank 0 succeeded (instead of a barrier that would leave them waiting).
@@ -381,8 +385,11 @@ Result<std::unique_ptr<Engine>> Engine::create(EngineOptions given, std::vector<
   impl->ring.emplace(std::move(*ring));
   unsigned threads = *options.copy_threads;
   if (!options.replica.empty()) {
-    auto replica = detail::ReplicaClient::connect(options.replica, options.rank, options.world_size,
-                                                  impl->staging.data(), impl->staging.size(), impl->bytes);
+    detail::ReplicaClient::Settings settings{.timeout =
+                                                 std::chrono::milliseconds(*options.replica_timeout_ms)};
+    auto replica =
+        detail::ReplicaClient::connect(options.replica, options.rank, options.world_size,
+                                       impl->staging.data(), impl->staging.size(), impl->bytes, settings);
     if (!replica)
       return fail(replica.error().code(),
                   "ckpt: replica at " + options.replica + ": " + replica.error().message());

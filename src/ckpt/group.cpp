@@ -21,12 +21,14 @@ std::string shard_manifest_name(std::uint32_t rank) {
 // This rank's shard, durable in `pending` when this returns success.
 Result<bool> write_shard(Ring& ring, const PersistJob& job, const std::string& pending) {
   const auto& options = *job.options;
-  if (::mkdir(pending.c_str(), 0755) != 0 && errno != EEXIST)
+  auto modes = file_modes(options.shared_group.value_or(false));
+  if (::mkdir(pending.c_str(), modes.directory) != 0 && errno != EEXIST)
     return fail_errno("ckpt: creating " + pending, errno);
   Manifest shard = rank_manifest(job);
   auto direct = write_data(ring, job, pending, shard);
   if (!direct) return direct;
-  if (auto ok = write_whole_file(pending + "/" + shard_manifest_name(options.rank), encode_manifest(shard));
+  if (auto ok = write_whole_file(pending + "/" + shard_manifest_name(options.rank), encode_manifest(shard),
+                                 modes.file);
       !ok)
     return std::unexpected(ok.error());
   if (auto ok = fsync_directory(pending); !ok) return std::unexpected(ok.error());
@@ -49,7 +51,9 @@ Result<std::vector<std::string>> commit_group(RemoveOnFailure& pending, const Pe
   auto global = merge_shards(shards);
   if (!global) return std::unexpected(global.error());
   crash_if(options, CrashPoint::ShardsReported);
-  if (auto ok = write_whole_file(pending.path + "/" + kManifestName, encode_manifest(*global)); !ok)
+  if (auto ok = write_whole_file(pending.path + "/" + kManifestName, encode_manifest(*global),
+                                 file_modes(options.shared_group.value_or(false)).file);
+      !ok)
     return std::unexpected(ok.error());
   crash_if(options, CrashPoint::AfterManifest);
   if (auto ok = fsync_directory(pending.path); !ok) return std::unexpected(ok.error());

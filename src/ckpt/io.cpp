@@ -194,17 +194,21 @@ Result<void> run_pipeline(Ring& ring, bool write, int fd, const std::vector<IoCh
 }
 
 // ---- Files and directories ----------------------------------------------------------------------------
-Result<Fd> open_file(const std::string& path, int flags, bool direct, bool& got_direct) {
+FileModes file_modes(bool shared_group) noexcept {
+  return shared_group ? FileModes{.file = 0640, .directory = 0750} : FileModes{};
+}
+
+Result<Fd> open_file(const std::string& path, int flags, bool direct, bool& got_direct, unsigned mode) {
   got_direct = false;
   if (direct) {
-    int fd = ::open(path.c_str(), flags | O_DIRECT | O_CLOEXEC, 0644);
+    int fd = ::open(path.c_str(), flags | O_DIRECT | O_CLOEXEC, mode);
     if (fd >= 0) {
       got_direct = true;
       return Fd(fd);
     }
     if (errno != EINVAL) return fail_errno("ckpt: opening " + path, errno);
   }
-  int fd = ::open(path.c_str(), flags | O_CLOEXEC, 0644);
+  int fd = ::open(path.c_str(), flags | O_CLOEXEC, mode);
   if (fd < 0) return fail_errno("ckpt: opening " + path, errno);
   return Fd(fd);
 }
@@ -220,8 +224,8 @@ Result<void> fsync_directory(const std::string& path) {
   return fsync_fd(fd.get(), "directory " + path);
 }
 
-Result<void> write_whole_file(const std::string& path, const std::string& contents) {
-  Fd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+Result<void> write_whole_file(const std::string& path, const std::string& contents, unsigned mode) {
+  Fd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode));
   if (!fd) return fail_errno("ckpt: creating " + path, errno);
   std::size_t done = 0;
   while (done < contents.size()) {
@@ -253,10 +257,22 @@ Result<std::string> read_whole_file(const std::string& path, std::uint64_t limit
   return contents;
 }
 
-Result<void> make_directory(const std::string& path) {
-  std::error_code ec;
-  std::filesystem::create_directories(path, ec);
-  if (ec) return fail_errno("ckpt: creating directory " + path, ec.value());
+Result<void> make_directory(const std::string& path, unsigned mode) {
+  if (path.empty()) return fail(Errc::InvalidArgument, "ckpt: an empty directory name");
+  // Component by component (not create_directories, whose mode is 0777 less the umask).
+  std::string prefix;
+  std::string_view rest = path;
+  while (!rest.empty()) {
+    auto slash = rest.find('/', 1);
+    prefix += rest.substr(0, slash);
+    rest = slash == std::string_view::npos ? std::string_view{} : rest.substr(slash);
+    if (prefix == "/" || prefix.empty()) continue;
+    if (::mkdir(prefix.c_str(), mode) != 0 && errno != EEXIST)
+      return fail_errno("ckpt: creating directory " + prefix, errno);
+  }
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+    return fail(Errc::InvalidArgument, "ckpt: " + path + " is not a directory");
   return {};
 }
 

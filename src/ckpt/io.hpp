@@ -80,14 +80,26 @@ struct Pipeline {
 Result<void> run_pipeline(Ring& ring, bool write, int fd, const std::vector<IoChunk>& chunks,
                           const Pipeline& steps, const std::string& file_name);
 
-// Opens `path` with O_DIRECT when `direct` and the file system accepts it; `got_direct` says which.
-Result<Fd> open_file(const std::string& path, int flags, bool direct, bool& got_direct);
+// Modes of what the engine creates: private to this uid by default (a checkpoint holds a model's weights);
+// EngineOptions::shared_group (ckpt_shared_group) opens them to the group for jobs whose ranks run as
+// different users of one group. The umask may take more away, never add.
+struct FileModes {
+  unsigned file = 0600;
+  unsigned directory = 0700;
+};
+FileModes file_modes(bool shared_group) noexcept;
+
+// Opens `path` with O_DIRECT when `direct` and the file system accepts it; `got_direct` says which. A file
+// it creates gets `mode`.
+Result<Fd> open_file(const std::string& path, int flags, bool direct, bool& got_direct, unsigned mode = 0600);
 Result<void> fsync_fd(int fd, const std::string& what);
 Result<void> fsync_directory(const std::string& path);
-Result<void> write_whole_file(const std::string& path, const std::string& contents);  // with fsync
+Result<void> write_whole_file(const std::string& path, const std::string& contents,
+                              unsigned mode = 0600);  // with fsync
 Result<std::string> read_whole_file(const std::string& path, std::uint64_t limit);
-Result<void> make_directory(const std::string& path);  // mkdir -p
-void remove_tree(const std::string& path) noexcept;    // best effort
+// mkdir -p; the directories it creates get `mode` (existing ones are left as they are).
+Result<void> make_directory(const std::string& path, unsigned mode = 0700);
+void remove_tree(const std::string& path) noexcept;  // best effort
 
 std::uint64_t round_up(std::uint64_t value, std::uint64_t alignment) noexcept;
 

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <filesystem>
+#include <memory>
+#include <new>
 #include <vector>
 
 #include "ckpt/io.hpp"
@@ -98,21 +100,28 @@ Result<void> read_range(const std::string& path, std::uint64_t offset, std::size
   return {};
 }
 
-// The tensor's bytes, chunk by chunk: an incremental checkpoint's chunk may live in an older checkpoint.
-Result<std::vector<unsigned char>> read_tensor(const std::string& checkpoint_path, const Manifest& m,
-                                               const TensorEntry& t) {
-  std::vector<unsigned char> bytes(t.size);
+// The tensor's bytes, chunk by chunk, from each chunk's holder (an incremental checkpoint's chunk may live
+// in an older checkpoint) to `out` after the header, through one bounded buffer: a tensor larger than the
+// memory this process may have exports all the same, and a buffer that cannot be had is an error.
+Result<void> copy_tensor(const std::string& checkpoint_path, const Manifest& m, const TensorEntry& t, int out,
+                         std::uint64_t out_offset, const std::string& output_file) {
+  constexpr std::size_t kPiece = 4u << 20;
+  std::unique_ptr<unsigned char[]> buffer(new (std::nothrow) unsigned char[kPiece]);
+  if (!buffer) return fail(Errc::ResourceExhausted, "ckpt: no memory for an export buffer");
   auto parent = std::filesystem::path(checkpoint_path).parent_path().string();
   for (const auto& c : m.chunks) {
     std::uint64_t begin = std::max(c.offset, t.offset), end = std::min(c.offset + c.size, t.offset + t.size);
     if (c.file != t.file || begin >= end) continue;
     auto holder = c.source_step ? parent + "/" + detail::checkpoint_name(*c.source_step) : checkpoint_path;
-    if (auto ok = read_range(holder + "/" + m.files[t.file].name, begin, end - begin,
-                             bytes.data() + (begin - t.offset));
-        !ok)
-      return std::unexpected(ok.error());
+    for (std::uint64_t at = begin; at < end; at += kPiece) {
+      auto size = static_cast<std::size_t>(std::min<std::uint64_t>(kPiece, end - at));
+      if (auto ok = read_range(holder + "/" + m.files[t.file].name, at, size, buffer.get()); !ok) return ok;
+      if (::lseek(out, static_cast<off_t>(out_offset + (at - t.offset)), SEEK_SET) < 0)
+        return fail_errno("ckpt: seeking in " + output_file, errno);
+      if (auto ok = write_all(out, buffer.get(), size, output_file); !ok) return ok;
+    }
   }
-  return bytes;
+  return {};
 }
 
 }  // namespace
@@ -128,13 +137,11 @@ Result<void> export_npy(const std::string& checkpoint_path, const std::string& t
   if (tensor->size % dtype_size(tensor->dtype) != 0)
     return fail(Errc::InvalidArgument,
                 "ckpt: tensor '" + tensor_name + "' is not a whole number of elements");
-  auto bytes = read_tensor(checkpoint_path, *manifest, *tensor);
-  if (!bytes) return std::unexpected(bytes.error());
-  Fd out(::open(output_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  Fd out(::open(output_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
   if (!out) return fail_errno("ckpt: creating " + output_file, errno);
   auto header = npy_header(*tensor);
   if (auto ok = write_all(out.get(), header.data(), header.size(), output_file); !ok) return ok;
-  return write_all(out.get(), bytes->data(), bytes->size(), output_file);
+  return copy_tensor(checkpoint_path, *manifest, *tensor, out.get(), header.size(), output_file);
 }
 
 }  // namespace rdmakit::ckpt

@@ -14,6 +14,8 @@ struct CkptConfig {
   std::uint32_t io_depth = 0;
   std::optional<std::uint32_t> copy_threads;  // unset: min(4, cores)
   bool direct_io = true;
+  std::uint32_t replica_timeout_ms = 0;
+  bool shared_group = false;
 };
 
 using options::option;
@@ -37,6 +39,12 @@ std::vector<options::Spec<C, O>> specs() {
              "checkpoints: write with O_DIRECT (falls back to buffered I/O, with a warning, "
              "where refused)",
              "yes or no", &C::direct_io, &O::direct_io),
+      option("ckpt_replica_timeout_ms", "10000",
+             "checkpoints: how long Engine::create waits for the replica server (connect, proof, hello)",
+             "an integer", &C::replica_timeout_ms, &O::replica_timeout_ms),
+      option("ckpt_shared_group", "no",
+             "checkpoints: create directories 0750 and files 0640 (group-readable) instead of 0700 / 0600",
+             "yes or no", &C::shared_group, &O::shared_group),
   };
 }
 
@@ -50,6 +58,7 @@ Result<void> check(C& c, const options::SetOptions&) {
                                        std::to_string(c.chunk_bytes));
   if (c.io_depth == 0 || c.io_depth > 256)
     return bad("ckpt_io_depth", "EngineOptions::io_depth must be 1..256");
+  if (c.replica_timeout_ms == 0) return bad("ckpt_replica_timeout_ms", "must be at least 1");
   if (c.copy_threads && *c.copy_threads == 0) return bad("ckpt_copy_threads", "must be at least 1 when set");
   return {};
 }
@@ -70,6 +79,8 @@ Result<EngineOptions> resolve_engine_options(EngineOptions given) {
   given.copy_threads =
       config->copy_threads.value_or(std::min(4u, std::max(1u, std::thread::hardware_concurrency())));
   given.direct_io = config->direct_io;
+  given.replica_timeout_ms = config->replica_timeout_ms;
+  given.shared_group = config->shared_group;
   return given;
 }
 

@@ -65,7 +65,8 @@ Result<bool> write_data(Ring& ring, const PersistJob& job, const std::string& tm
   const auto& file = manifest.files[0];
   std::string path = tmp + "/" + file.name;
   bool direct = false;
-  auto fd = open_file(path, O_WRONLY | O_CREAT | O_TRUNC, job.options->direct_io.value_or(true), direct);
+  auto fd = open_file(path, O_WRONLY | O_CREAT | O_TRUNC, job.options->direct_io.value_or(true), direct,
+                      file_modes(job.options->shared_group.value_or(false)).file);
   if (!fd) return std::unexpected(fd.error());
   if (job.options->direct_io.value_or(true) && !direct) warn_buffered(job);
   auto io = plan_chunks(manifest, job.bytes, direct);
@@ -183,7 +184,8 @@ Result<PersistReport> persist_checkpoint(Ring& ring, const PersistJob& job) {
   auto start = steady_ns();
   RemoveOnFailure tmp{job.directory + "/" + temporary_name(job.step, "r" + std::to_string(options.rank))};
   remove_tree(tmp.path);
-  if (::mkdir(tmp.path.c_str(), 0755) != 0) return fail_errno("ckpt: creating " + tmp.path, errno);
+  auto modes = file_modes(options.shared_group.value_or(false));
+  if (::mkdir(tmp.path.c_str(), modes.directory) != 0) return fail_errno("ckpt: creating " + tmp.path, errno);
 
   Manifest manifest = rank_manifest(job);
   auto direct = write_data(ring, job, tmp.path, manifest);
@@ -193,7 +195,7 @@ Result<PersistReport> persist_checkpoint(Ring& ring, const PersistJob& job) {
   for (const auto& c : manifest.chunks)
     if (c.source_step) report.reused_bytes += c.size;
 
-  if (auto ok = write_whole_file(tmp.path + "/" + kManifestName, encode_manifest(manifest)); !ok)
+  if (auto ok = write_whole_file(tmp.path + "/" + kManifestName, encode_manifest(manifest), modes.file); !ok)
     return std::unexpected(ok.error());
   crash_if(options, CrashPoint::AfterManifest);
   if (auto ok = fsync_directory(tmp.path); !ok) return std::unexpected(ok.error());

@@ -1,7 +1,10 @@
 #include "ckpt/replica.hpp"
 
+#include <charconv>
+#include <cstdio>
 #include <cstring>
 
+#include "bootstrap/auth.hpp"
 #include "ckpt/checksum.hpp"
 #include "ckpt/io.hpp"
 #include "ckpt/manifest.hpp"
@@ -64,6 +67,40 @@ Result<Message> decode_message(const std::byte* data, std::size_t size) {
                  .slot = get<std::uint32_t>(data, 40),
                  .status = get<std::uint32_t>(data, 44),
                  .text = std::string(text, length)};
+}
+
+std::string rank_identity(std::uint32_t rank) { return "rank " + std::to_string(rank); }
+
+std::optional<std::uint32_t> parse_rank_identity(std::string_view identity) {
+  constexpr std::string_view kPrefix = "rank ";
+  if (!identity.starts_with(kPrefix) || identity.size() == kPrefix.size()) return std::nullopt;
+  std::uint32_t rank = 0;
+  const char* end = identity.data() + identity.size();
+  auto [at, ec] = std::from_chars(identity.data() + kPrefix.size(), end, rank);
+  if (ec != std::errc() || at != end || rank_identity(rank) != identity) return std::nullopt;  // canonical
+  return rank;
+}
+
+std::string host_of(std::string_view address) {
+  if (address.starts_with('[')) {
+    auto close = address.find(']');
+    return std::string(address.substr(1, close == std::string_view::npos ? address.npos : close - 1));
+  }
+  auto colon = address.rfind(':');
+  return std::string(colon == std::string_view::npos ? address : address.substr(0, colon));
+}
+
+std::string manifest_mac(std::string_view secret, std::uint32_t rank, std::uint32_t world_size,
+                         std::uint64_t step, std::string_view manifest_text) {
+  auto mac = bootstrap::auth::mac(secret, {"rdmakit-ckpt-replica-manifest/v1", std::to_string(rank),
+                                           std::to_string(world_size), std::to_string(step), manifest_text});
+  std::string hex;
+  for (auto b : mac) {
+    char two[3];
+    std::snprintf(two, sizeof(two), "%02x", b);
+    hex += two;
+  }
+  return hex;
 }
 
 std::uint64_t replica_slot_bytes(std::uint64_t state_bytes) {

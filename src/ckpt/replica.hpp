@@ -5,22 +5,30 @@
 // pipeline to its own disk.
 //
 // Protocol, over one connection per rank (SEND/RECV of fixed 256-byte messages, data by WRITE and READ):
+//   peer proof (bootstrap/peer_proof.hpp, label kProofLabel): the client proves the secret
+//     (auth::service_secret: the job secret, else on loopback the per-user one) with the identity
+//     "rank <r>"; the server learns nothing else before that and the rank is the proven one from then on
 //   Hello  {rank, world_size, bytes}        -> HelloReply {descriptor of the rank's region, newest slot}
 //   (client WRITEs a snapshot into the slot that is not the newest, then its manifest after the data)
-//   Commit {step, slot, manifest_bytes}     -> CommitReply: the server decodes the manifest from its own
-//                                              memory, checks it against the Hello, verifies every chunk's
+//   Commit {step, slot, manifest_bytes,     -> CommitReply: the server decodes the manifest from its own
+//           text: manifest MAC}                memory, checks it against the Hello, verifies every chunk's
 //                                              checksum, and only then makes that slot the newest
-//   Fetch  {}                               -> FetchReply {newest slot, step, manifest_bytes} (client READs)
+//   Fetch  {}                               -> FetchReply {newest slot, step, manifest_bytes, text: the
+//                                              manifest MAC} (client READs and verifies MAC and checksums)
 // Everything a client writes is input: messages are decoded with checks, manifests decoded and checked,
-// data verified before it is called complete.
+// data verified before it is called complete. Everything a server returns is input too: the client
+// restores only a manifest whose MAC under the secret binds this rank, world size and step, and data whose
+// every chunk matches it.
 #pragma once
 
 #include <array>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "rdmakit/ckpt/serve.hpp"
 #include "rdmakit/ckpt/store.hpp"
@@ -32,6 +40,9 @@ namespace rdmakit::ckpt::detail {
 inline constexpr std::size_t kMessageBytes = 256;
 inline constexpr std::size_t kMessageText = 208;
 inline constexpr std::uint64_t kReplicaManifestArea = 1ull << 20;  // per slot, after the data
+inline constexpr std::uint64_t kMaxReplicaBytes = 1ull << 40;      // a Hello's largest state
+inline constexpr std::string_view kProofLabel = "rdmakit-ckpt-replica/v1";
+inline constexpr std::string_view kServiceName = "the replica server";
 
 enum class MessageType : std::uint16_t { Hello = 1, HelloReply, Commit, CommitReply, Fetch, FetchReply };
 
@@ -52,15 +63,35 @@ MessageBytes encode_message(const Message& message);
 // Checks magic, version, type and the text's termination; the error names what is wrong.
 Result<Message> decode_message(const std::byte* data, std::size_t size);
 
+// The identity a client proves: "rank <r>"; the server takes the rank from it, never from a message.
+std::string rank_identity(std::uint32_t rank);
+std::optional<std::uint32_t> parse_rank_identity(std::string_view identity);
+// The host part of "host:port" / "[v6]:port" (auth::service_secret decides by it).
+std::string host_of(std::string_view address);
+// MAC (hex) under the secret over a replica's manifest text, binding rank, world size and step: what a
+// client checks before it restores anything a server returns.
+std::string manifest_mac(std::string_view secret, std::uint32_t rank, std::uint32_t world_size,
+                         std::uint64_t step, std::string_view manifest_text);
+
 // Bytes of one slot of a rank's region: the data rounded up to 4 KiB, then the manifest area.
 std::uint64_t replica_slot_bytes(std::uint64_t state_bytes);
 
 // The engine's side: one connection to the server, the engine's staging registered for WRITE and READ.
 class ReplicaClient {
  public:
+  struct Settings {
+    // Bounds the connection, the proof and the Hello (Timeout naming the address when it passes); pushes
+    // and fetches wait longer (the server verifies and may persist).
+    std::chrono::milliseconds timeout{10000};
+    std::string secret{};  // non-empty: this key instead of auth::service_secret's (tests)
+  };
   static Result<ReplicaClient> connect(const std::string& address, std::uint32_t rank,
                                        std::uint32_t world_size, unsigned char* staging,
                                        std::size_t staging_size, std::uint64_t bytes);
+  static Result<ReplicaClient> connect(const std::string& address, std::uint32_t rank,
+                                       std::uint32_t world_size, unsigned char* staging,
+                                       std::size_t staging_size, std::uint64_t bytes,
+                                       const Settings& settings);
   ReplicaClient(ReplicaClient&&) noexcept;
   ReplicaClient& operator=(ReplicaClient&&) noexcept;
   ~ReplicaClient();

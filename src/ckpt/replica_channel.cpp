@@ -23,8 +23,7 @@ Result<void> completed(Connection& connection, std::uint64_t id, const std::stri
 }  // namespace
 
 Result<Channel> Channel::create(Context& context, std::shared_ptr<Connection> connection, std::size_t extra) {
-  auto region =
-      context.allocate(kExtraOffset + extra, Access::LocalWrite | Access::RemoteRead | Access::RemoteWrite);
+  auto region = context.allocate(kExtraOffset + extra, Access::LocalWrite);
   if (!region) return std::unexpected(region.error());
   return Channel(std::move(connection), std::move(*region));
 }
@@ -48,6 +47,35 @@ Result<Message> Channel::receive(std::chrono::milliseconds timeout) {
                 "ckpt replica: receive failed (" + std::string(to_string(done->status)) + ")");
   const auto* bytes = static_cast<const std::byte*>(region_->data()) + kRecvOffset;
   return decode_message(bytes, done->bytes);
+}
+
+std::optional<Result<Message>> Channel::try_receive() {
+  if (!recv_posted_) return std::nullopt;
+  Completion done[1];
+  // The connection's own receive queue, and one receive posted at a time: a completion is that receive.
+  if (connection_->recv_cq().poll(done) == 0) return std::nullopt;
+  recv_posted_ = false;
+  if (!done[0].ok())
+    return fail(Errc::ConnectionBroken,
+                "ckpt replica: receive failed (" + std::string(to_string(done[0].status)) + ")");
+  const auto* bytes = static_cast<const std::byte*>(region_->data()) + kRecvOffset;
+  return decode_message(bytes, done[0].bytes);
+}
+
+Result<void> Channel::send_nowait(const Message& message) {
+  if (send_posted_) {
+    auto done = connection_->wait(pending_send_, std::chrono::seconds(1));
+    if (!done) return std::unexpected(done.error());
+    if (!done->ok()) return fail(Errc::ConnectionBroken, "ckpt replica: a reply was not delivered");
+    send_posted_ = false;
+  }
+  auto bytes = encode_message(message);
+  std::copy(bytes.begin(), bytes.end(), static_cast<std::byte*>(region_->data()) + kSendOffset);
+  auto id = connection_->send(region_->slice(kSendOffset, kMessageBytes));
+  if (!id) return std::unexpected(id.error());
+  pending_send_ = *id;
+  send_posted_ = true;
+  return {};
 }
 
 Result<void> Channel::send(const Message& message) {

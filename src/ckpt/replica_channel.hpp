@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 
 #include "ckpt/replica.hpp"
 #include "rdmakit/connection.hpp"
@@ -13,7 +14,8 @@ namespace rdmakit::ckpt::detail {
 
 class Channel {
  public:
-  // `extra` bytes after the two message buffers, at offset kExtraOffset (the client's manifest area).
+  // `extra` bytes after the two message buffers, at offset kExtraOffset (the client's manifest area). Local
+  // access only: nothing of a channel is the peer's to read or write.
   static constexpr std::size_t kExtraOffset = 4096;
   static Result<Channel> create(Context& context, std::shared_ptr<Connection> connection, std::size_t extra);
 
@@ -21,7 +23,12 @@ class Channel {
   Result<void> expect();
   // Waits for the message expect() made room for. Timeout (Errc::Timeout) leaves it posted.
   Result<Message> receive(std::chrono::milliseconds timeout);
+  // The message expect() made room for if it arrived, without waiting (the server's progress loop).
+  std::optional<Result<Message>> try_receive();
   Result<void> send(const Message& message);
+  // Posts the SEND and returns; the previous one's completion is reaped first (waiting up to a second: a
+  // peer asks again only after it got the previous reply, so it has long completed).
+  Result<void> send_nowait(const Message& message);
   // send() then receive() of the reply, with the receive posted first.
   Result<Message> call(const Message& message, std::chrono::milliseconds timeout);
 
@@ -35,6 +42,8 @@ class Channel {
   std::shared_ptr<MemoryRegion> region_;
   std::uint64_t pending_recv_ = 0;
   bool recv_posted_ = false;
+  std::uint64_t pending_send_ = 0;
+  bool send_posted_ = false;
 };
 
 // Moves [offset, offset + size) between a local region and a remote one in pieces of at most `piece`

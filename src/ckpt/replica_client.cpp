@@ -1,6 +1,8 @@
 // The engine's side of the peer-memory replica (src/ckpt/replica.hpp).
 #include <cstring>
 
+#include "bootstrap/auth.hpp"
+#include "bootstrap/peer_proof.hpp"
 #include "ckpt/checksum.hpp"
 #include "ckpt/io.hpp"
 #include "ckpt/manifest.hpp"
@@ -11,6 +13,13 @@ namespace rdmakit::ckpt::detail {
 namespace {
 
 constexpr auto kReplyTimeout = std::chrono::milliseconds(120'000);  // the server verifies (and may persist)
+
+// A step of the connection that ran out of time says which server did not answer.
+Error timed_out(const Error& error, const std::string& address, std::chrono::milliseconds timeout) {
+  if (error.code() != Errc::Timeout) return error;
+  return Error(Errc::Timeout, "ckpt replica: the server at " + address + " did not answer within " +
+                                  std::to_string(timeout.count()) + " ms (" + error.message() + ")");
+}
 
 Result<Message> checked_reply(Result<Message> reply, MessageType type, const std::string& what) {
   if (!reply) return fail(reply.error().code(), "ckpt replica: " + what + ": " + reply.error().message());
@@ -28,7 +37,9 @@ struct ReplicaClient::State {
   std::optional<Channel> channel;
   RemoteRegion remote;
   std::uint32_t rank = 0;
+  std::uint32_t world_size = 1;
   std::uint64_t bytes = 0;
+  std::string secret;                   // MACs of manifests (replica.hpp)
   std::optional<std::uint32_t> newest;  // the server's slot holding the newest verified replica
   std::uint64_t piece = 4u << 20;       // WRITE/READ size
 
@@ -42,28 +53,47 @@ struct ReplicaClient::State {
 Result<ReplicaClient> ReplicaClient::connect(const std::string& address, std::uint32_t rank,
                                              std::uint32_t world_size, unsigned char* staging,
                                              std::size_t staging_size, std::uint64_t bytes) {
+  return connect(address, rank, world_size, staging, staging_size, bytes, Settings{});
+}
+
+Result<ReplicaClient> ReplicaClient::connect(const std::string& address, std::uint32_t rank,
+                                             std::uint32_t world_size, unsigned char* staging,
+                                             std::size_t staging_size, std::uint64_t bytes,
+                                             const Settings& settings) {
   auto s = std::make_unique<State>();
   s->rank = rank;
+  s->world_size = world_size;
   s->bytes = bytes;
   auto context = Context::open();
   if (!context) return std::unexpected(context.error());
   s->context = std::move(*context);
   auto caps = s->context->capabilities();
   if (caps.max_message_size) s->piece = std::min<std::uint64_t>(s->piece, caps.max_message_size);
+  // The key: the job secret, else on a loopback server (or a same-host transport) the per-user secret.
+  std::string host = caps.same_host_only ? "127.0.0.1" : host_of(address);
+  auto secret = settings.secret.empty() ? bootstrap::auth::service_secret(host, kServiceName)
+                                        : Result<std::string>(settings.secret);
+  if (!secret) return std::unexpected(secret.error());
+  s->secret = std::move(*secret);
   auto region = s->context->register_memory(staging, staging_size, Access::LocalWrite);
   if (!region) return std::unexpected(region.error());
   s->staging = std::move(*region);
   auto connection = s->context->connect(address);
-  if (!connection) return std::unexpected(connection.error());
-  auto channel = Channel::create(*s->context, std::move(*connection), kReplicaManifestArea);
+  if (!connection) return std::unexpected(timed_out(connection.error(), address, settings.timeout));
+  auto channel = Channel::create(*s->context, *connection, kReplicaManifestArea);
   if (!channel) return std::unexpected(channel.error());
   s->channel.emplace(std::move(*channel));
+  // Nothing about this rank goes out, and nothing the server says is taken, before both proved the secret.
+  bootstrap::PeerProofConfig proof{
+      .secret = s->secret, .label = std::string(kProofLabel), .timeout = settings.timeout};
+  auto proven = bootstrap::prove_initiate(*s->context, **connection, proof, rank_identity(rank));
+  if (!proven) return std::unexpected(timed_out(proven.error(), address, settings.timeout));
 
   auto hello = s->request(MessageType::Hello);
   hello.world_size = world_size;
   hello.bytes = bytes;
-  auto reply = checked_reply(s->channel->call(hello, kReplyTimeout), MessageType::HelloReply, "hello");
-  if (!reply) return std::unexpected(reply.error());
+  auto reply = checked_reply(s->channel->call(hello, settings.timeout), MessageType::HelloReply, "hello");
+  if (!reply) return std::unexpected(timed_out(reply.error(), address, settings.timeout));
   auto remote = RemoteRegion::from_hex(reply->text);
   if (!remote) return std::unexpected(remote.error());
   if (remote->length < 2 * replica_slot_bytes(bytes))
@@ -98,6 +128,7 @@ Result<void> ReplicaClient::push(const Manifest& manifest) {
   commit.step = manifest.step;
   commit.slot = slot;
   commit.manifest_bytes = text.size();
+  commit.text = manifest_mac(s.secret, s.rank, s.world_size, manifest.step, text);
   auto reply = checked_reply(channel.call(commit, kReplyTimeout), MessageType::CommitReply,
                              "step " + std::to_string(manifest.step));
   if (!reply) return std::unexpected(reply.error());
@@ -129,10 +160,18 @@ Result<Manifest> ReplicaClient::fetch() {
                          s.remote.at(s.manifest_offset(checked->slot)), checked->manifest_bytes, s.piece);
       !ok)
     return std::unexpected(ok.error());
-  auto manifest = decode_manifest(std::string_view(
-      static_cast<const char*>(channel.region().data()) + Channel::kExtraOffset, checked->manifest_bytes));
+  std::string_view text(static_cast<const char*>(channel.region().data()) + Channel::kExtraOffset,
+                        checked->manifest_bytes);
+  // The MAC first: a manifest no holder of the secret wrote for this rank, world size and step (a stranger's
+  // scribble, a hostile server's invention) is not even decoded.
+  if (checked->text != manifest_mac(s.secret, s.rank, s.world_size, checked->step, text))
+    return fail(Errc::ProtocolError,
+                "ckpt replica: the replica's manifest is not authenticated (its MAC "
+                "does not verify under this job's secret)");
+  auto manifest = decode_manifest(text);
   if (!manifest) return fail(Errc::ProtocolError, "ckpt replica: " + manifest.error().message());
-  if (manifest->files.size() != 1 || manifest->files[0].size != s.bytes || manifest->step != checked->step)
+  if (manifest->files.size() != 1 || manifest->files[0].size != s.bytes || manifest->step != checked->step ||
+      manifest->rank != s.rank || manifest->world_size != s.world_size)
     return fail(Errc::ProtocolError, "ckpt replica: the replica's manifest does not fit this engine");
   if (auto ok = transfer(channel.connection(), false, *s.staging, 0,
                          s.remote.at(s.slot_offset(checked->slot)), s.bytes, s.piece);

@@ -1,10 +1,20 @@
 // `rdmakit-ckpt serve`: holds the newest complete replica of each rank in memory it registered.
+//
+// Threads: one acceptor, four provers (each new connection proves the secret there, bounded by
+// proof_timeout_ms, so a silent stranger holds a prover at most that long) and one progress thread that
+// serves every proven connection by polling their receive queues, sleeping when none has anything (an idle
+// connection costs a poll per wake-up, not a thread). All are joined by the destructor.
 #include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <list>
 #include <map>
 #include <mutex>
 #include <thread>
 #include <vector>
 
+#include "bootstrap/auth.hpp"
+#include "bootstrap/peer_proof.hpp"
 #include "ckpt/checksum.hpp"
 #include "ckpt/io.hpp"
 #include "ckpt/manifest.hpp"
@@ -20,21 +30,44 @@ using namespace detail;
 namespace {
 
 constexpr auto kPoll = std::chrono::milliseconds(100);
+constexpr auto kIdleSleepMax = std::chrono::milliseconds(20);
+constexpr int kProvers = 4;  // proofs in parallel: each silent stranger holds one up to proof_timeout_ms
 
-// One rank's two slots; `newest` is the slot holding its newest verified replica.
+// One rank's two slots; `newest` is the slot holding its newest verified replica. Its bytes count against
+// the budget from before the allocation until the region is freed (the destructor gives them back), so
+// the count is the memory really held, whoever still holds a reference.
 struct RankSlots {
+  std::shared_ptr<std::atomic<std::uint64_t>> used;
+  std::uint64_t reserved = 0;
   std::shared_ptr<MemoryRegion> region;
   std::uint32_t world_size = 0;
   std::uint64_t bytes = 0;
   std::optional<std::uint32_t> newest;
   std::uint64_t step = 0;
-  std::uint64_t manifest_bytes = 0;
-  std::mutex busy;  // one commit or persist of this rank at a time
+  std::string manifest_text;  // the newest's manifest as committed, kept here where no peer can write
+  Manifest manifest;
+  std::string mac;          // the client's MAC over it (replica.hpp), returned with Fetch
+  mutable std::mutex busy;  // newest/step for newest() against the progress thread
 
+  ~RankSlots() {
+    region.reset();
+    if (used) *used -= reserved;
+  }
   std::uint64_t slot_offset(std::uint32_t slot) const { return slot * replica_slot_bytes(bytes); }
   unsigned char* slot_data(std::uint32_t slot) const {
     return static_cast<unsigned char*>(region->data()) + slot_offset(slot);
   }
+  std::string_view manifest_area(std::uint32_t slot, std::uint64_t size) const {
+    return {reinterpret_cast<const char*>(slot_data(slot) + round_up(bytes, kIoAlignment)), size};
+  }
+};
+
+// A proven connection: its rank is the one its proof named.
+struct Session {
+  std::shared_ptr<Connection> connection;
+  Channel channel;
+  std::uint32_t rank = 0;
+  std::shared_ptr<RankSlots> slots;  // after a Hello
 };
 
 Message reply(MessageType type, std::string error = {}) {
@@ -43,12 +76,12 @@ Message reply(MessageType type, std::string error = {}) {
 
 // The manifest a client wrote after its data, decoded and checked against what the server knows.
 Result<Manifest> checked_manifest(const RankSlots& slots, std::uint32_t rank, const Message& commit) {
-  if (commit.slot > 1) return fail(Errc::ProtocolError, "slot " + std::to_string(commit.slot));
+  if (commit.slot > 1) return fail(Errc::ProtocolError, "no such slot");
   if (commit.manifest_bytes == 0 || commit.manifest_bytes > kReplicaManifestArea)
-    return fail(Errc::ProtocolError, "manifest of " + std::to_string(commit.manifest_bytes) + " bytes");
-  const char* text =
-      reinterpret_cast<const char*>(slots.slot_data(commit.slot) + round_up(slots.bytes, kIoAlignment));
-  auto manifest = decode_manifest(std::string_view(text, commit.manifest_bytes));
+    return fail(Errc::ProtocolError, "the manifest's size does not fit its area");
+  if (commit.text.size() != 2 * bootstrap::auth::kMacSize)
+    return fail(Errc::ProtocolError, "a commit carries the manifest's MAC");
+  auto manifest = decode_manifest(slots.manifest_area(commit.slot, commit.manifest_bytes));
   if (!manifest) return manifest;
   if (manifest->rank != rank || manifest->world_size != slots.world_size || manifest->step != commit.step ||
       manifest->files.size() != 1 || manifest->files[0].size != slots.bytes)
@@ -73,61 +106,101 @@ struct ReplicaServer::Impl {
   ServeOptions options;
   std::shared_ptr<Context> context;
   std::shared_ptr<Listener> listener;
+  bootstrap::PeerProofConfig proof;
   std::optional<Ring> ring;  // --persist
   EngineOptions persist_options;
   bool warned_buffered = false;
 
-  mutable std::mutex mutex;
+  std::shared_ptr<std::atomic<std::uint64_t>> used = std::make_shared<std::atomic<std::uint64_t>>(0);
+  mutable std::mutex mutex;  // ranks
   std::map<std::uint32_t, std::shared_ptr<RankSlots>> ranks;
-  std::uint64_t used = 0;
   std::atomic<bool> stop = false;
-  std::mutex threads_mutex;
-  std::vector<std::jthread> connections;
-  std::jthread acceptor;  // last: joined first
+  std::atomic<std::uint32_t> live = 0;  // connections proving or proven
 
-  Result<std::shared_ptr<RankSlots>> slots_for(const Message& hello) {
+  std::mutex queue_mutex;  // unproven (for the provers) and proven (for the progress thread)
+  std::condition_variable queue_changed;
+  struct Unproven {
+    std::shared_ptr<Connection> connection;
+    std::chrono::steady_clock::time_point deadline;  // accepted + proof_timeout_ms
+  };
+  std::deque<Unproven> unproven;
+  std::vector<Session> proven;
+
+  // The progress thread's own: every proven connection, and which one owns each rank.
+  std::list<Session> sessions;
+  std::map<std::uint32_t, const Session*> owners;
+
+  std::vector<std::jthread> provers;
+  std::jthread progress;
+  std::jthread acceptor;
+
+  std::uint64_t rank_cap() const {
+    return options.max_rank_bytes ? std::min(options.max_rank_bytes, options.budget_bytes)
+                                  : options.budget_bytes;
+  }
+
+  // A rank's slots of this shape: the ones it has (kept for a restarted process), else new ones, whose
+  // bytes are reserved before anything is allocated. Slots of another shape are dropped first, so a
+  // re-Hello with another size frees the old ones. Refusals sent to peers carry no sizes (logged here).
+  Result<std::shared_ptr<RankSlots>> slots_for(Session& session, const Message& hello) {
     if (hello.world_size == 0 || hello.rank >= hello.world_size || hello.bytes == 0 ||
-        hello.bytes > (1ull << 40))
+        hello.bytes > kMaxReplicaBytes)
       return fail(Errc::InvalidArgument, "bad rank, world size or size");
     std::lock_guard lock(mutex);
-    auto& entry = ranks[hello.rank];
-    // Same shape: the rank's replicas are kept for a restarted process to fetch.
-    if (entry && entry->world_size == hello.world_size && entry->bytes == hello.bytes) return entry;
+    auto found = ranks.find(hello.rank);
+    if (found != ranks.end() && found->second->world_size == hello.world_size &&
+        found->second->bytes == hello.bytes)
+      return found->second;
+    session.slots.reset();
+    if (found != ranks.end()) ranks.erase(found);  // frees the old region: only the map and owner held it
     std::uint64_t need = 2 * replica_slot_bytes(hello.bytes);
-    std::uint64_t freed = entry ? 2 * replica_slot_bytes(entry->bytes) : 0;
-    if (used - freed + need > options.budget_bytes)
-      return fail(Errc::ResourceExhausted, "the replica of rank " + std::to_string(hello.rank) + " needs " +
-                                               std::to_string(need) + " bytes, over the budget of " +
-                                               std::to_string(options.budget_bytes) + " (" +
-                                               std::to_string(used - freed) + " in use)");
-    auto region = context->allocate(need, Access::LocalWrite | Access::RemoteWrite | Access::RemoteRead);
-    if (!region) return std::unexpected(region.error());
+    std::uint64_t in_use = *used;
+    if (need > rank_cap() || in_use + need > options.budget_bytes) {
+      log::warn("ckpt", "serve: rank " + std::to_string(hello.rank) + " refused: its replica needs " +
+                            std::to_string(need) + " bytes, over the budget of " +
+                            std::to_string(options.budget_bytes) + " (" + std::to_string(in_use) +
+                            " in use, at most " + std::to_string(rank_cap()) + " per rank)");
+      return fail(Errc::ResourceExhausted, "the replica is over the budget of the server");
+    }
     auto fresh = std::make_shared<RankSlots>();
+    *used += need;  // reserved first: the destructor gives it back, allocated or not
+    fresh->used = used;
+    fresh->reserved = need;
+    auto region = context->allocate(need, Access::LocalWrite | Access::RemoteWrite | Access::RemoteRead);
+    if (!region) {
+      log::warn("ckpt", "serve: allocating the replica of rank " + std::to_string(hello.rank) + ": " +
+                            region.error().describe());
+      return fail(Errc::ResourceExhausted, "the server could not allocate the replica");
+    }
     fresh->region = std::move(*region);
     fresh->world_size = hello.world_size;
     fresh->bytes = hello.bytes;
-    used = used - freed + need;
-    entry = fresh;
+    ranks[hello.rank] = fresh;
     return fresh;
   }
 
-  Message hello(const Message& m, std::shared_ptr<RankSlots>& slots, std::uint32_t& rank) {
-    auto found = slots_for(m);
+  Message hello(const Message& m, Session& session) {
+    if (m.rank != session.rank)
+      return reply(MessageType::HelloReply, "the rank differs from the one this connection proved");
+    // An owner whose connection already failed is as good as gone (its session is dropped at its next poll).
+    auto owner = owners.find(session.rank);
+    if (owner != owners.end() && owner->second != &session && owner->second->connection->health())
+      return reply(MessageType::HelloReply, "another live connection owns this rank's replicas");
+    auto found = slots_for(session, m);
     if (!found) return reply(MessageType::HelloReply, found.error().message());
-    slots = *found;
-    rank = m.rank;
-    std::lock_guard lock(slots->busy);
+    session.slots = *found;
+    owners[session.rank] = &session;
+    auto& slots = *session.slots;
     auto out = reply(MessageType::HelloReply);
-    out.text = slots->region->descriptor().to_hex();
-    out.slot = slots->newest ? *slots->newest : 2;  // 2: none yet
-    out.step = slots->step;
+    out.text = slots.region->descriptor().to_hex();
+    out.slot = slots.newest ? *slots.newest : 2;  // 2: none yet
+    out.step = slots.step;
     return out;
   }
 
   Message commit(const Message& m, RankSlots& slots, std::uint32_t rank) {
-    std::lock_guard lock(slots.busy);
     if (slots.newest && *slots.newest == m.slot)
-      return reply(MessageType::CommitReply, "slot " + std::to_string(m.slot) + " holds the newest replica");
+      return reply(MessageType::CommitReply, "that slot holds the newest replica");
     auto manifest = checked_manifest(slots, rank, m);
     if (manifest)
       if (auto ok = verify_slot(slots, m.slot, *manifest); !ok) manifest = std::unexpected(ok.error());
@@ -136,63 +209,160 @@ struct ReplicaServer::Impl {
                             " refused: " + manifest.error().message());
       return reply(MessageType::CommitReply, manifest.error().message());
     }
-    slots.newest = m.slot;
-    slots.step = m.step;
-    slots.manifest_bytes = m.manifest_bytes;
-    persist(slots, rank, *manifest);
+    {
+      std::lock_guard lock(slots.busy);
+      slots.newest = m.slot;
+      slots.step = m.step;
+    }
+    slots.manifest_text = std::string(slots.manifest_area(m.slot, m.manifest_bytes));
+    slots.manifest = std::move(*manifest);
+    slots.mac = m.text;
+    persist(slots, rank);
     return reply(MessageType::CommitReply);
   }
 
-  // --persist: the same pipeline as the engine's, into <dir>/rank-<r>/ (rank and world size recorded).
-  void persist(const RankSlots& slots, std::uint32_t rank, const Manifest& manifest) {
+  // --persist: the same pipeline as the engine's, into <dir>/rank-<r>/ (rank and world size recorded;
+  // the number at least 5 digits and never cut, so no two ranks share a directory).
+  void persist(const RankSlots& slots, std::uint32_t rank) {
     if (!ring) return;
     EngineOptions o = persist_options;
-    o.directory += "/" + data_file_name(rank).substr(0, 10);
+    auto name = data_file_name(rank);
+    o.directory += "/" + name.substr(0, name.rfind('.'));
     o.rank = rank;
     o.world_size = slots.world_size;
-    if (auto ok = make_directory(o.directory); !ok) return log::error("ckpt", ok.error().describe());
+    if (auto ok = make_directory(o.directory, file_modes(o.shared_group.value_or(false)).directory); !ok)
+      return log::error("ckpt", ok.error().describe());
     PersistJob job{o.directory,
-                   manifest.step,
-                   manifest.time_ns,
+                   slots.manifest.step,
+                   slots.manifest.time_ns,
                    slots.slot_data(*slots.newest),
                    slots.bytes,
-                   manifest.tensors,
+                   slots.manifest.tensors,
                    &o,
                    &warned_buffered};
     if (auto done = persist_checkpoint(*ring, job); !done)
       log::error("ckpt", "serve: persisting rank " + std::to_string(rank) + ": " + done.error().describe());
   }
 
-  Message fetch(RankSlots& slots) {
-    std::lock_guard lock(slots.busy);
+  // The newest is in memory peers may write: before it is offered again its manifest area and every
+  // chunk are checked against the copy kept here; one that no longer matches is dropped, not served.
+  Message fetch(RankSlots& slots, std::uint32_t rank) {
     if (!slots.newest) return reply(MessageType::FetchReply, "no replica");
+    auto slot = *slots.newest;
+    bool intact = slots.manifest_area(slot, slots.manifest_text.size()) == slots.manifest_text &&
+                  verify_slot(slots, slot, slots.manifest).has_value();
+    if (!intact) {
+      log::warn("ckpt", "serve: the replica of rank " + std::to_string(rank) + " step " +
+                            std::to_string(slots.step) + " was overwritten after its commit; dropped");
+      std::lock_guard lock(slots.busy);
+      slots.newest.reset();
+      return reply(MessageType::FetchReply, "no replica");
+    }
     auto out = reply(MessageType::FetchReply);
-    out.slot = *slots.newest;
+    out.slot = slot;
     out.step = slots.step;
     out.bytes = slots.bytes;
-    out.manifest_bytes = slots.manifest_bytes;
+    out.manifest_bytes = slots.manifest_text.size();
+    out.text = slots.mac;
     return out;
   }
 
-  Message handle(const Message& m, std::shared_ptr<RankSlots>& slots, std::uint32_t& rank) {
-    if (m.type == MessageType::Hello) return hello(m, slots, rank);
-    if (!slots) return reply(MessageType::CommitReply, "no Hello yet");
-    if (m.type == MessageType::Commit) return commit(m, *slots, rank);
-    if (m.type == MessageType::Fetch) return fetch(*slots);
+  Message handle(const Message& m, Session& session) {
+    if (m.type == MessageType::Hello) return hello(m, session);
+    // A refusal answers in the type the peer waits for.
+    auto type = m.type == MessageType::Fetch ? MessageType::FetchReply : MessageType::CommitReply;
+    auto owner = owners.find(session.rank);
+    if (!session.slots || owner == owners.end() || owner->second != &session)
+      return reply(type, "this connection does not own the rank's replicas (no Hello)");
+    if (m.rank != session.rank) return reply(type, "not this connection's rank");
+    if (m.type == MessageType::Commit) return commit(m, *session.slots, session.rank);
+    if (m.type == MessageType::Fetch) return fetch(*session.slots, session.rank);
     return reply(MessageType::CommitReply, "unexpected message");
   }
 
-  void serve_connection(std::shared_ptr<Connection> connection) {
-    auto channel = Channel::create(*context, connection, 0);
-    if (!channel) return;
-    std::shared_ptr<RankSlots> slots;
-    std::uint32_t rank = 0;
+  // Serves one message if one arrived; false when the connection is to be dropped.
+  bool serve_one(Session& session, bool& active) {
+    auto message = session.channel.try_receive();
+    if (!message) return true;
+    active = true;
+    if (!*message) return false;  // the peer left or sent garbage: its connection ends, the replicas stay
+    if (auto ok = session.channel.expect(); !ok) return false;
+    return session.channel.send_nowait(handle(**message, session)).has_value();
+  }
+
+  void drop(std::list<Session>::iterator it) {
+    auto owner = owners.find(it->rank);
+    if (owner != owners.end() && owner->second == &*it) owners.erase(owner);
+    it->connection->close();
+    sessions.erase(it);
+    --live;
+  }
+
+  void progress_loop() {
+    auto idle = std::chrono::milliseconds(1);
     while (!stop) {
-      auto message = channel->receive(kPoll);
-      if (!message && message.error().code() == Errc::Timeout) continue;
-      if (!message) return;  // the peer left or sent garbage: its connection ends, the replicas stay
-      if (auto ok = channel->expect(); !ok) return;
-      if (auto ok = channel->send(handle(*message, slots, rank)); !ok) return;
+      {
+        std::unique_lock lock(queue_mutex);
+        for (auto& s : proven) sessions.push_back(std::move(s));
+        proven.clear();
+      }
+      bool active = false;
+      for (auto it = sessions.begin(); it != sessions.end();) {
+        auto next = std::next(it);
+        if (!serve_one(*it, active)) drop(it);
+        it = next;
+      }
+      if (active) {
+        idle = std::chrono::milliseconds(1);
+        continue;
+      }
+      std::unique_lock lock(queue_mutex);
+      queue_changed.wait_for(lock, idle, [&] { return stop || !proven.empty(); });
+      idle = std::min(idle * 2, std::chrono::duration_cast<std::chrono::milliseconds>(kIdleSleepMax));
+    }
+    while (!sessions.empty()) drop(sessions.begin());
+  }
+
+  // Proves one connection; on success hands it to the progress thread with its receive posted.
+  // The proof's time counts from the accept, queueing included: connections that waited behind silent
+  // ones past their deadline are closed unheard, so silent strangers cannot stack up their timeouts.
+  void prove(std::shared_ptr<Connection> connection, std::chrono::steady_clock::time_point deadline) {
+    auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    auto channel = left.count() > 0
+                       ? Channel::create(*context, connection, 0)
+                       : Result<Channel>(fail(Errc::Timeout, "waited past the proof's deadline"));
+    if (!channel) {
+      connection->close();
+      return void(--live);
+    }
+    auto config = proof;
+    config.timeout = left;
+    auto identity = bootstrap::prove_accept(*context, *connection, config, "rdmakit-ckpt serve",
+                                            [&] { return channel->expect(); });
+    auto rank = identity ? parse_rank_identity(*identity) : std::nullopt;
+    if (!rank) {
+      log::info("ckpt", "serve: refused a connection: " +
+                            (identity ? "its identity names no rank" : identity.error().message()));
+      connection->close();
+      return void(--live);
+    }
+    std::lock_guard lock(queue_mutex);
+    proven.push_back(Session{std::move(connection), std::move(*channel), *rank, nullptr});
+    queue_changed.notify_all();
+  }
+
+  void prove_loop() {
+    while (true) {
+      Unproven next;
+      {
+        std::unique_lock lock(queue_mutex);
+        queue_changed.wait(lock, [&] { return stop || !unproven.empty(); });
+        if (stop) return;
+        next = std::move(unproven.front());
+        unproven.pop_front();
+      }
+      prove(std::move(next.connection), next.deadline);
     }
   }
 
@@ -200,13 +370,39 @@ struct ReplicaServer::Impl {
     while (!stop) {
       auto connection = listener->accept(kPoll);
       if (!connection) continue;
-      std::lock_guard lock(threads_mutex);
-      connections.emplace_back([this, c = std::move(*connection)] { serve_connection(c); });
+      if (live >= options.max_connections) {
+        log::warn("ckpt", "serve: closed a connection: max_connections (" +
+                              std::to_string(options.max_connections) + ") are open");
+        (*connection)->close();
+        continue;
+      }
+      ++live;
+      std::lock_guard lock(queue_mutex);
+      unproven.push_back({std::move(*connection), std::chrono::steady_clock::now() +
+                                                      std::chrono::milliseconds(options.proof_timeout_ms)});
+      queue_changed.notify_all();
     }
+  }
+
+  void stop_threads() {
+    {
+      std::lock_guard lock(queue_mutex);
+      stop = true;
+      queue_changed.notify_all();
+    }
+    if (acceptor.joinable()) acceptor.join();
+    for (auto& t : provers)
+      if (t.joinable()) t.join();
+    if (progress.joinable()) progress.join();
+    for (auto& c : unproven) c.connection->close();
+    unproven.clear();
+    proven.clear();
   }
 };
 
 Result<std::unique_ptr<ReplicaServer>> ReplicaServer::create(const ServeOptions& options) {
+  if (options.max_connections == 0 || options.proof_timeout_ms == 0)
+    return fail(Errc::InvalidArgument, "ckpt serve: max_connections and proof_timeout_ms must be at least 1");
   auto impl = std::make_unique<Impl>();
   impl->options = options;
   Options context_options;
@@ -214,6 +410,16 @@ Result<std::unique_ptr<ReplicaServer>> ReplicaServer::create(const ServeOptions&
   auto context = Context::open(context_options);
   if (!context) return std::unexpected(context.error());
   impl->context = std::move(*context);
+  // The secret is settled before anything listens: a non-loopback address without a job secret is an
+  // error naming the option (auth::service_secret), never a listener open to anyone.
+  bool local = impl->context->capabilities().same_host_only;
+  std::string host = options.listen.empty() || local ? "127.0.0.1" : host_of(options.listen);
+  if (!local && options.listen.empty()) host = host_of(impl->context->config().listen_address);
+  auto secret = bootstrap::auth::service_secret(host, kServiceName, options.job_secret);
+  if (!secret) return std::unexpected(secret.error());
+  impl->proof = bootstrap::PeerProofConfig{.secret = std::move(*secret),
+                                           .label = std::string(kProofLabel),
+                                           .timeout = std::chrono::milliseconds(options.proof_timeout_ms)};
   auto listener = impl->context->listen(options.listen);
   if (!listener) return std::unexpected(listener.error());
   impl->listener = std::move(*listener);
@@ -226,34 +432,28 @@ Result<std::unique_ptr<ReplicaServer>> ReplicaServer::create(const ServeOptions&
     if (!persist) return std::unexpected(persist.error());
     impl->persist_options = std::move(*persist);
   }
-  impl->acceptor = std::jthread([raw = impl.get()] { raw->accept_loop(); });
+  auto* raw = impl.get();
+  for (int i = 0; i < kProvers; ++i) impl->provers.emplace_back([raw] { raw->prove_loop(); });
+  impl->progress = std::jthread([raw] { raw->progress_loop(); });
+  impl->acceptor = std::jthread([raw] { raw->accept_loop(); });
   return std::unique_ptr<ReplicaServer>(new ReplicaServer(std::move(impl)));
 }
 
 ReplicaServer::ReplicaServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
-ReplicaServer::~ReplicaServer() {
-  impl_->stop = true;
-  if (impl_->acceptor.joinable()) impl_->acceptor.join();
-  std::lock_guard lock(impl_->threads_mutex);
-  for (auto& t : impl_->connections)
-    if (t.joinable()) t.join();
-}
+ReplicaServer::~ReplicaServer() { impl_->stop_threads(); }
 
 std::string ReplicaServer::address() const { return impl_->listener->address(); }
 
 std::optional<ReplicaInfo> ReplicaServer::newest(std::uint32_t rank) const {
   std::lock_guard lock(impl_->mutex);
   auto it = impl_->ranks.find(rank);
-  if (it == impl_->ranks.end()) return std::nullopt;
+  if (it == impl_->ranks.end() || !it->second) return std::nullopt;
   std::lock_guard busy(it->second->busy);
   if (!it->second->newest) return std::nullopt;
   return ReplicaInfo{it->second->step, it->second->bytes};
 }
 
-std::uint64_t ReplicaServer::used_bytes() const {
-  std::lock_guard lock(impl_->mutex);
-  return impl_->used;
-}
+std::uint64_t ReplicaServer::used_bytes() const { return *impl_->used; }
 
 }  // namespace rdmakit::ckpt

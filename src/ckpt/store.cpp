@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <map>
 
@@ -177,15 +178,34 @@ Result<Manifest> verify_checkpoint(const std::string& checkpoint_path,
   return manifest;
 }
 
+namespace {
+// A name as a terminal may show it: control bytes (ESC, newline, ...), DEL and backslash as \xNN, so a
+// name cannot forge lines of the listing or drive the terminal.
+std::string printable(std::string_view name) {
+  std::string out;
+  for (unsigned char c : name) {
+    if (c < 0x20 || c == 0x7f || c == '\\') {
+      char hex[5];
+      std::snprintf(hex, sizeof(hex), "\\x%02x", c);
+      out += hex;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out;
+}
+}  // namespace
+
 std::string describe_manifest(const Manifest& m) {
   std::string text = "step " + std::to_string(m.step) + "\ntime_ns " + std::to_string(m.time_ns) + "\nrank " +
                      std::to_string(m.rank) + " of " + std::to_string(m.world_size) + "\nchunk_bytes " +
                      std::to_string(m.chunk_bytes) + "\n";
-  for (const auto& f : m.files) text += "file " + f.name + " " + std::to_string(f.size) + " bytes\n";
+  for (const auto& f : m.files)
+    text += "file " + printable(f.name) + " " + std::to_string(f.size) + " bytes\n";
   for (const auto& t : m.tensors) {
     std::string shape;
     for (auto d : t.shape) shape += (shape.empty() ? "" : ", ") + std::to_string(d);
-    text += "tensor " + t.name + " " + std::string(to_string(t.dtype)) + " [" + shape + "] file " +
+    text += "tensor " + printable(t.name) + " " + std::string(to_string(t.dtype)) + " [" + shape + "] file " +
             std::to_string(t.file) + " offset " + std::to_string(t.offset) + " size " +
             std::to_string(t.size) + "\n";
   }

@@ -80,9 +80,13 @@ TEST(CkptReplica, BudgetRefusedClearly) {
   auto server = serve(1 << 20);  // smaller than two slots of 1.6 MiB
   ASSERT_TRUE(server);
   PatternState state;
+  ::rdmakit::testing::expect_warning("over the budget");  // the sizes are logged by the server only
   auto engine = Engine::create(replica_options(dir.path(), *server), state.buffers());
   ASSERT_FALSE(engine);
   EXPECT_NE(engine.error().message().find("over the budget"), std::string::npos) << engine.error().message();
+  EXPECT_EQ(engine.error().message().find_first_of("0123456789", engine.error().message().find("refused")),
+            std::string::npos)
+      << "the refusal tells the peer sizes: " << engine.error().message();
   EXPECT_EQ(server->used_bytes(), 0u);
 }
 

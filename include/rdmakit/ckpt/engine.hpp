@@ -64,7 +64,9 @@ struct EngineOptions {
   // Peer-memory replica: the address of an `rdmakit-ckpt serve` (its transport: RDMAKIT_TRANSPORT, tcp by
   // default). Each committed checkpoint is also written into the server's memory (one-sided WRITEs into
   // memory it registered, staging registered here), and restore_latest() takes the server's newest replica
-  // when it is at least as new as the newest checkpoint on disk. Single-rank engines only.
+  // when it is at least as new as the newest checkpoint on disk. Single-rank engines only. Both sides
+  // prove the secret first (RDMAKIT_JOB_SECRET; on a loopback server without one, the per-user secret),
+  // and a replica is restored only if its manifest's MAC under that secret and every chunk verify.
   std::string replica{};
   // Test hook for crash tests: the persist thread raises SIGKILL on its own process when it reaches this
   // numbered point of the commit (see CrashPoint in src/ckpt/persist.hpp). 0 = never.
@@ -73,6 +75,12 @@ struct EngineOptions {
   // CUDA): a file name or path. Empty: libcudart.so.13, .12, .11.0, then libcudart.so (the loader's
   // search path). Untested on a GPU (docs/ckpt.md).
   std::string cuda_runtime{};
+  // ckpt_replica_timeout_ms, 10000: how long create() waits for the replica server to connect, prove the
+  // job secret and answer the Hello (Timeout naming the address when it does not).
+  std::optional<std::uint32_t> replica_timeout_ms{};
+  // ckpt_shared_group, no: checkpoint directories and files are created 0700 / 0600 (this uid only);
+  // yes: 0750 / 0640, for jobs whose ranks are different users of one group.
+  std::optional<bool> shared_group{};
 };
 
 class Engine {

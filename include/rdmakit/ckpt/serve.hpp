@@ -3,6 +3,14 @@
 // slots per rank within a memory budget (the newest complete replica stays intact while the next is
 // written), verifies every replica's checksums before calling it complete, and with a persist directory
 // writes each one to its own disk through the engine's persist pipeline. Protocol: src/ckpt/replica.hpp.
+//
+// Who may use it: every connection first proves the secret (RDMAKIT_JOB_SECRET, or on a loopback address
+// the per-user secret, so only this uid); a non-loopback --listen without a job secret is an error unless
+// insecure is set. A client proves the identity "rank <r>" and touches only rank r's slots. Ownership: the
+// first proven connection of a rank that says Hello owns the rank's slots while it stays connected; a
+// second connection of that rank is refused until the owner disconnects (a restarted process reconnects
+// and takes over, keeping the replicas). Every proven peer holds the same secret, so this separates ranks
+// of one job, it does not defend one rank against a hostile member of its own job.
 #pragma once
 
 #include <cstdint>
@@ -15,11 +23,15 @@
 namespace rdmakit::ckpt {
 
 struct ServeOptions {
-  std::string listen{};             // "host:port"; empty: the transport's default (loopback)
-  std::string transport{};          // empty: RDMAKIT_TRANSPORT, else tcp
-  std::uint64_t budget_bytes = 0;   // memory for every rank's two slots together
-  std::string persist_directory{};  // non-empty: each replica is also persisted there, per rank
-  std::uint32_t keep = 2;           // checkpoints kept per rank under persist_directory
+  std::string listen{};                // "host:port"; empty: the transport's default (loopback)
+  std::string transport{};             // empty: RDMAKIT_TRANSPORT, else tcp
+  std::uint64_t budget_bytes = 0;      // memory for every rank's two slots together
+  std::string persist_directory{};     // non-empty: each replica is also persisted there, per rank
+  std::uint32_t keep = 2;              // checkpoints kept per rank under persist_directory
+  std::string job_secret{};            // empty: RDMAKIT_JOB_SECRET, else (loopback only) the per-user secret
+  std::uint32_t max_connections = 64;  // connections held at once (proving or proven); more are closed
+  std::uint32_t proof_timeout_ms = 5000;  // a connection that has not proven the secret by then is closed
+  std::uint64_t max_rank_bytes = 0;       // one rank's two slots at most; 0: budget_bytes
 };
 
 // What the server holds for one rank (for tests and `serve`'s log).
