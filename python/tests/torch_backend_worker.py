@@ -4,6 +4,8 @@ Every check compares an operation's result with the value computed here from the
 Prints "rank R: N checks passed" at the end; any mismatch raises (non-zero exit).
     torch_backend_worker.py ops      every operation, dtype and reduce op
     torch_backend_worker.py errors   the same, then the errors a user can cause, each an exception naming the cause
+    torch_backend_worker.py mismatch two ranks call collectives with another count, dtype or op: both raise
+    torch_backend_worker.py raise    rank 1 raises; every other rank's next all_reduce must raise naming it
 """
 
 import sys
@@ -273,9 +275,54 @@ def run_errors():
     expect_raises(lambda: dist.all_reduce(torch.ones(1000)), ["rdmakit allreduce failed"], "all_reduce after a rank left")
 
 
+def run_mismatch():
+    # Each case in a group of its own: a mismatch leaves the group's communicator failed, as any error does.
+    rank = dist.get_rank()
+    cases = [
+        ("count", lambda: torch.ones(10 + rank), None, ["another element count", "allreduce of f32 (sum)"]),
+        ("dtype", lambda: torch.ones(10, dtype=torch.float64 if rank else torch.float32), None,
+         ["allreduce of f64 (sum)", "allreduce of f32 (sum)"]),
+        ("op", lambda: torch.ones(10), dist.ReduceOp.MAX if rank else dist.ReduceOp.SUM,
+         ["allreduce of f32 (max)", "allreduce of f32 (sum)"]),
+    ]
+    for name, tensor, op, words in cases:
+        group = dist.new_group([0, 1], backend="rdmakit")
+        t = tensor()
+        expect_raises(lambda: dist.all_reduce(t, op=op or dist.ReduceOp.SUM, group=group),
+                      ["rdmakit allreduce failed", "InvalidArgument"] + words, f"all_reduce with another {name}")
+        # The result was not touched by the other rank's data.
+        expect(t, tensor(), f"all_reduce with another {name} left the tensor")
+    dist.barrier()  # the world's group is unaffected
+
+
+def run_raise():
+    rank = dist.get_rank()
+    t = torch.ones(10)
+    dist.all_reduce(t)  # the job works
+    if rank == 1:
+        raise ValueError("boom from rank 1")
+    try:
+        for _ in range(100):
+            dist.all_reduce(torch.ones(1000))
+    except RuntimeError as error:
+        print(f"rank {rank}: peer failure seen: {error}", flush=True)
+        raise
+    raise AssertionError(f"rank {rank}: every all_reduce succeeded without rank 1")
+
+
 def main():
-    dist.init_process_group("rdmakit", timeout=timedelta(seconds=20))
+    scenario = sys.argv[1]
+    # The failure scenarios run with torch's default 30 min timeout: ending within seconds proves the cause
+    # was detected, not waited out.
+    timeout = timedelta(minutes=30) if scenario in ("raise", "mismatch") else timedelta(seconds=20)
+    dist.init_process_group("rdmakit", timeout=timeout)
     assert dist.get_backend() == "rdmakit", dist.get_backend()
+    if scenario == "raise":
+        return run_raise()
+    if scenario == "mismatch":
+        run_mismatch()
+        print(f"rank {dist.get_rank()}: {CHECKS} checks passed", flush=True)
+        return
     run_ops()  # the errors launch runs with an odd number of ranks: the ops there too
     if sys.argv[1] == "errors":
         run_errors()

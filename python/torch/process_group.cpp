@@ -107,8 +107,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmakit::allreduce(std::vector<at::Te
   const auto type = checked_reduction_type(tensors[0], "allreduce");
   const auto op = checked_reduce_op(opts.reduceOp, "allreduce");
   at::Tensor tensor = tensors[0];
-  return enqueue(c10d::OpType::ALLREDUCE, tensors, [tensor, type, op](Communicator& comm) mutable {
-    at::Tensor buffer = staged(tensor);
+  const c10d::ReduceOp torch_op = opts.reduceOp;
+  return enqueue(c10d::OpType::ALLREDUCE, tensors, [tensor, type, op, torch_op](Communicator& comm) mutable {
+    at::Tensor buffer = premultiplied(staged(tensor), torch_op, true);
     if (buffer.numel() == 0) return;
     throw_if_failed(comm.allreduce(buffer.data_ptr(), buffer.data_ptr(), buffer.numel(), type, op),
                     "allreduce");
@@ -125,13 +126,15 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmakit::allreduce_coalesced(
   }
   const auto type = checked_reduction_type(tensors[0], "allreduce_coalesced");
   const auto op = checked_reduce_op(opts.reduceOp, "allreduce_coalesced");
-  return enqueue(c10d::OpType::ALLREDUCE_COALESCED, tensors, [tensors, type, op](Communicator& comm) mutable {
-    at::Tensor flat = flatten(tensors);
-    if (flat.numel() == 0) return;
-    throw_if_failed(comm.allreduce(flat.data_ptr(), flat.data_ptr(), flat.numel(), type, op),
-                    "allreduce_coalesced");
-    unflatten(flat, tensors);
-  });
+  const c10d::ReduceOp torch_op = opts.reduceOp;
+  return enqueue(c10d::OpType::ALLREDUCE_COALESCED, tensors,
+                 [tensors, type, op, torch_op](Communicator& comm) mutable {
+                   at::Tensor flat = premultiplied(flatten(tensors), torch_op, true);
+                   if (flat.numel() == 0) return;
+                   throw_if_failed(comm.allreduce(flat.data_ptr(), flat.data_ptr(), flat.numel(), type, op),
+                                   "allreduce_coalesced");
+                   unflatten(flat, tensors);
+                 });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRdmakit::reduce(std::vector<at::Tensor>& tensors,
@@ -260,8 +263,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmakit::scatter(std::vector<at::Tens
   const int size = size_, rank = rank_;
   return enqueue(
       c10d::OpType::SCATTER, outputs, [output, pieces, size, rank, root](Communicator& comm) mutable {
-        at::Tensor all =
-            pieces.empty() ? at::empty({size * output.numel()}, output.options()) : flatten(pieces);
+        at::Tensor all = pieces.empty()
+                             ? at::empty({size * output.numel()}, output.options().device(at::kCPU))
+                             : flatten(pieces);
         if (all.nbytes() == 0) return;
         throw_if_failed(comm.broadcast(bytes_of(all), bytes_of(all), all.nbytes(), DataType::U8, root),
                         "scatter");
@@ -279,15 +283,17 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmakit::reduce_scatter(
   const auto op = checked_reduce_op(opts.reduceOp, "reduce_scatter");
   at::Tensor output = outputs[0];
   std::vector<at::Tensor> pieces = inputs[0];
-  return enqueue(
-      c10d::OpType::REDUCE_SCATTER, outputs, [output, pieces, type, op](Communicator& comm) mutable {
-        at::Tensor send = flatten(pieces);
-        at::Tensor recv = staged(output);
-        if (recv.numel() == 0) return;
-        throw_if_failed(comm.reduce_scatter(send.data_ptr(), recv.data_ptr(), recv.numel(), type, op),
-                        "reduce_scatter");
-        write_back(output, recv);
-      });
+  const c10d::ReduceOp torch_op = opts.reduceOp;
+  return enqueue(c10d::OpType::REDUCE_SCATTER, outputs,
+                 [output, pieces, type, op, torch_op](Communicator& comm) mutable {
+                   at::Tensor send = premultiplied(flatten(pieces), torch_op, true);
+                   at::Tensor recv = staged(output);
+                   if (recv.numel() == 0) return;
+                   throw_if_failed(
+                       comm.reduce_scatter(send.data_ptr(), recv.data_ptr(), recv.numel(), type, op),
+                       "reduce_scatter");
+                   write_back(output, recv);
+                 });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRdmakit::_reduce_scatter_base(
@@ -300,15 +306,17 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmakit::_reduce_scatter_base(
               " (world size times the output's)");
   const auto type = checked_reduction_type(output, "_reduce_scatter_base");
   const auto op = checked_reduce_op(opts.reduceOp, "_reduce_scatter_base");
-  return enqueue(
-      c10d::OpType::_REDUCE_SCATTER_BASE, {output}, [output, input, type, op](Communicator& comm) mutable {
-        at::Tensor send = staged(input);
-        at::Tensor recv = staged(output);
-        if (recv.numel() == 0) return;
-        throw_if_failed(comm.reduce_scatter(send.data_ptr(), recv.data_ptr(), recv.numel(), type, op),
-                        "_reduce_scatter_base");
-        write_back(output, recv);
-      });
+  const c10d::ReduceOp torch_op = opts.reduceOp;
+  return enqueue(c10d::OpType::_REDUCE_SCATTER_BASE, {output},
+                 [output, input, type, op, torch_op](Communicator& comm) mutable {
+                   at::Tensor send = premultiplied(staged(input), torch_op, false);
+                   at::Tensor recv = staged(output);
+                   if (recv.numel() == 0) return;
+                   throw_if_failed(
+                       comm.reduce_scatter(send.data_ptr(), recv.data_ptr(), recv.numel(), type, op),
+                       "_reduce_scatter_base");
+                   write_back(output, recv);
+                 });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRdmakit::alltoall_base(at::Tensor& output, at::Tensor& input,

@@ -11,6 +11,7 @@
 
 #include "rdmakit/coll/types.hpp"
 #include "rdmakit/error.hpp"
+#include "torch_compat.hpp"
 
 namespace rdmakit::torch_backend {
 
@@ -21,12 +22,13 @@ inline void throw_if_failed(const Result<void>& result, std::string_view what) {
     throw std::runtime_error("rdmakit " + std::string(what) + " failed: " + result.error().describe());
 }
 
-// Every tensor the backend touches: defined, on the CPU, strided (dense). Non-contiguous tensors are fine:
-// they are staged through a contiguous copy.
+// Every tensor the backend touches: defined, on the CPU or a CUDA device, strided (dense). Non-contiguous
+// tensors are staged through a contiguous copy, CUDA tensors through a host copy (torch 2.x registers the
+// backend for "cuda" too; the copies are synchronous, on the current stream).
 inline void check_tensor(const at::Tensor& tensor, std::string_view op) {
   TORCH_CHECK(tensor.defined(), "rdmakit ", op, ": the tensor is undefined");
-  TORCH_CHECK(tensor.device().is_cpu(), "rdmakit ", op, ": only CPU tensors are supported, got one on ",
-              tensor.device());
+  TORCH_CHECK(tensor.device().is_cpu() || tensor.device().is_cuda(), "rdmakit ", op,
+              ": only CPU and CUDA tensors are supported, got one on ", tensor.device());
   TORCH_CHECK(tensor.layout() == at::kStrided, "rdmakit ", op,
               ": only dense (strided) tensors are supported, got ", tensor.layout());
 }
@@ -84,15 +86,27 @@ inline coll::ReduceOp checked_reduce_op(const c10d::ReduceOp& op, std::string_vi
       return coll::ReduceOp::Min;
     case c10d::ReduceOp::MAX:
       return coll::ReduceOp::Max;
+    case c10d::ReduceOp::PREMUL_SUM:  // the inputs are multiplied first (premultiplied())
+      return coll::ReduceOp::Sum;
     default:
       TORCH_CHECK(false, "rdmakit ", name, ": reduce op ", static_cast<int>(op.op_),
-                  " is not supported (supported: SUM, AVG, PRODUCT, MIN, MAX)");
+                  " is not supported (supported: SUM, AVG, PRODUCT, MIN, MAX, PREMUL_SUM)");
   }
 }
 
-// A contiguous tensor holding `tensor`'s values: the tensor itself when it is contiguous, else a copy.
-// After the communicator wrote into it, write_back() puts the result into a non-contiguous original.
-inline at::Tensor staged(const at::Tensor& tensor) { return tensor.contiguous(); }
+// A contiguous host tensor holding `tensor`'s values: the tensor itself when it is a contiguous CPU one,
+// else a copy. After the communicator wrote into it, write_back() puts the result into the original.
+inline at::Tensor staged(const at::Tensor& tensor) {
+  return tensor.device().is_cpu() ? tensor.contiguous() : tensor.to(at::kCPU).contiguous();
+}
+
+// `staging` (staged()) multiplied by PREMUL_SUM's factor, in place when `in_place` (the tensor is
+// overwritten by the result anyway), else into a new tensor; unchanged for every other op.
+inline at::Tensor premultiplied(at::Tensor staging, const c10d::ReduceOp& op, bool in_place) {
+  auto factor = premul_factor(op);
+  if (!factor) return staging;
+  return in_place ? staging.mul_(*factor) : staging.mul(*factor);
+}
 inline void write_back(at::Tensor& original, const at::Tensor& staging) {
   if (!original.is_same(staging)) original.copy_(staging);
 }
@@ -101,7 +115,8 @@ inline void write_back(at::Tensor& original, const at::Tensor& staging) {
 inline at::Tensor flatten(const std::vector<at::Tensor>& tensors) {
   int64_t total = 0;
   for (const auto& t : tensors) total += t.numel();
-  auto flat = at::empty({total}, tensors.at(0).options().memory_format(at::MemoryFormat::Contiguous));
+  auto flat = at::empty({total},
+                        tensors.at(0).options().device(at::kCPU).memory_format(at::MemoryFormat::Contiguous));
   int64_t offset = 0;
   for (const auto& t : tensors) {
     flat.narrow(0, offset, t.numel()).view(t.sizes()).copy_(t);

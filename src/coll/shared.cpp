@@ -57,6 +57,7 @@ struct SharedArea::Control {
   alignas(64) std::uint32_t generation;  // group rank 0's: barriers completed
   alignas(64) std::uint32_t sleepers;    // group rank 0's: waiters asleep on `generation`
   alignas(64) std::uint32_t entered;     // each rank's own: barriers it entered (for diagnosis)
+  alignas(64) std::uint32_t call[2];     // each rank's own: its calls' signatures, by parity
 };
 
 SharedArea::SharedArea(std::shared_ptr<MemoryRegion> mine, std::vector<std::byte*> areas, int rank,
@@ -121,9 +122,9 @@ Result<std::unique_ptr<SharedArea>> SharedArea::create(Exchange& ex, std::size_t
   }
   // 3. All or none.
   std::int32_t all = mapped;
-  Buffers agree{reinterpret_cast<const std::byte*>(&mapped), reinterpret_cast<std::byte*>(&all), 1,
-                DataType::I32, ReduceOp::Min};
-  if (auto ok = allreduce_doubling(ex, agree); !ok) return std::unexpected(ok.error());
+  Buffers agreement{reinterpret_cast<const std::byte*>(&mapped), reinterpret_cast<std::byte*>(&all), 1,
+                    DataType::I32, ReduceOp::Min};
+  if (auto ok = allreduce_doubling(ex, agreement); !ok) return std::unexpected(ok.error());
   if (!all) return std::unique_ptr<SharedArea>();
   return std::unique_ptr<SharedArea>(new SharedArea(std::move(mine), std::move(areas), r, round_bytes));
 }
@@ -196,18 +197,22 @@ void SharedArea::reduce_slice(const Buffers& b, std::size_t first, Block slice, 
 
 // One round of a reduction: the whole result lands at every rank (root < 0) or at `root` only.
 Result<void> SharedArea::reduce_round(Exchange& ex, const Buffers& b, std::size_t first, std::size_t count,
-                                      int root) {
+                                      int root, int check) {
   std::size_t e = size_of(b.type);
   int parity = parity_;
   parity_ ^= 1;
   Block own = partition(count, size_, rank_);
   // 1. The input, all but this rank's own slice, into this rank's buffer.
   std::byte* mine = buffer(rank_, parity);
-  const std::byte* input = b.send + first * e;
-  std::memcpy(mine, input, own.offset * e);
   std::size_t after = own.offset + own.count;
-  std::memcpy(mine + after * e, input + after * e, (count - after) * e);
+  if (count > 0) {  // an empty call has one round without data: its barriers and the check
+    const std::byte* input = b.send + first * e;
+    std::memcpy(mine, input, own.offset * e);
+    std::memcpy(mine + after * e, input + after * e, (count - after) * e);
+  }
   if (auto ok = barrier(ex); !ok) return ok;
+  if (check >= 0)
+    if (auto ok = agree(ex, check); !ok) return ok;
   // 2. This rank's slice, from everyone. A result larger than the caches goes out with streaming stores
   // (no read-for-ownership of lines that are written whole and not read again here).
   bool receives = root < 0 || root == rank_;
@@ -215,7 +220,7 @@ Result<void> SharedArea::reduce_round(Exchange& ex, const Buffers& b, std::size_
   reduce_slice(b, first, own, parity, receives ? b.recv : nullptr, streaming);
   if (auto ok = barrier(ex); !ok) return ok;
   // 3. The other slices of the result, from their owners.
-  for (int m = 0; receives && m < size_; ++m) {
+  for (int m = 0; receives && count > 0 && m < size_; ++m) {
     if (m == rank_) continue;
     Block slice = partition(count, size_, m);
     copy_bytes(b.recv + (first + slice.offset) * e, buffer(m, parity) + slice.offset * e, slice.count * e,
@@ -228,41 +233,69 @@ Result<void> SharedArea::reduce_round(Exchange& ex, const Buffers& b, std::size_
 // other buffer, and the one after this one again only past the next round's barrier, which every rank
 // enters after its copy-out here).
 Result<void> SharedArea::broadcast_round(Exchange& ex, const Buffers& b, std::size_t first, std::size_t count,
-                                         int root) {
+                                         int root, int check) {
   std::size_t e = size_of(b.type);
   int parity = parity_;
   parity_ ^= 1;
-  if (rank_ == root) std::memcpy(buffer(root, parity), b.send + first * e, count * e);
+  if (rank_ == root && count > 0) std::memcpy(buffer(root, parity), b.send + first * e, count * e);
   if (auto ok = barrier(ex); !ok) return ok;
-  if (rank_ != root)
+  if (check >= 0)
+    if (auto ok = agree(ex, check); !ok) return ok;
+  if (rank_ != root && count > 0)
     copy_bytes(b.recv + first * e, buffer(root, parity), count * e,
                b.count * e * static_cast<std::size_t>(size_) >= kStreamingWorkingSet);
   return {};
 }
 
+int SharedArea::announce(const Exchange& ex) {
+  int slot = static_cast<int>(calls_++ & 1);
+  // Relaxed: the first barrier's release publishes it.
+  word(control(rank_).call[slot]).store(ex.call_signature(), std::memory_order_relaxed);
+  return slot;
+}
+
+Result<void> SharedArea::agree(Exchange& ex, int slot) const {
+  for (int m = 0; m < size_; ++m) {
+    if (m == rank_) continue;
+    std::uint32_t theirs = word(control(m).call[slot]).load(std::memory_order_acquire);
+    if (theirs != ex.call_signature()) return std::unexpected(ex.mismatched(ex.world_rank(m), theirs));
+  }
+  return {};
+}
+
+// At least one round, so that every call has a barrier and a check (an empty call moves no data).
 template <typename Round>
 Result<void> SharedArea::in_rounds(const Buffers& b, Round&& round) {
   std::size_t per_round = std::max<std::size_t>(1, round_ / size_of(b.type));
-  for (std::size_t first = 0; first < b.count; first += per_round)
+  std::size_t first = 0;
+  do {
     if (auto ok = round(first, std::min(per_round, b.count - first)); !ok) return ok;
+    first += per_round;
+  } while (first < b.count);
   return {};
 }
 
 Result<void> SharedArea::allreduce(Exchange& ex, const Buffers& b) {
-  return in_rounds(
-      b, [&](std::size_t first, std::size_t count) { return reduce_round(ex, b, first, count, -1); });
+  int slot = announce(ex);
+  return in_rounds(b, [&](std::size_t first, std::size_t count) {
+    return reduce_round(ex, b, first, count, -1, first == 0 ? slot : -1);
+  });
 }
 
 Result<void> SharedArea::reduce(Exchange& ex, const Buffers& b, int root) {
-  return in_rounds(
-      b, [&](std::size_t first, std::size_t count) { return reduce_round(ex, b, first, count, root); });
+  int slot = announce(ex);
+  return in_rounds(b, [&](std::size_t first, std::size_t count) {
+    return reduce_round(ex, b, first, count, root, first == 0 ? slot : -1);
+  });
 }
 
 Result<void> SharedArea::broadcast(Exchange& ex, const Buffers& b, int root) {
   std::size_t bytes = b.count * size_of(b.type);
   if (rank_ == root && b.send != b.recv && bytes > 0) std::memmove(b.recv, b.send, bytes);
-  return in_rounds(
-      b, [&](std::size_t first, std::size_t count) { return broadcast_round(ex, b, first, count, root); });
+  int slot = announce(ex);
+  return in_rounds(b, [&](std::size_t first, std::size_t count) {
+    return broadcast_round(ex, b, first, count, root, first == 0 ? slot : -1);
+  });
 }
 
 }  // namespace rdmakit::coll::detail
