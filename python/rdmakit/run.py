@@ -14,8 +14,8 @@ one that converts the number with ``Std(value)`` (only when the installed torch 
 A failing rank ends the job: torch's agent stops the other ranks (SIGTERM, SIGKILL 30 s later) as soon as
 it sees one exit non-zero, and this launcher checks every half second (``--monitor_interval``; torch's
 default is 5 s) unless told otherwise. Ranks of the rdmakit backend learn of the failure within
-milliseconds anyway and raise naming the rank. It exits 1 and ends with one line per failed rank,
-first failure first: ``rdmakit.run: rank 1 failed (exit code 1): ValueError: boom``.
+milliseconds anyway and raise naming the rank. It exits 1 and ends with one line per failed rank, the
+cause first (a rank whose error blames no other): ``rdmakit.run: rank 1 failed (exit code 1): ValueError: boom``.
 """
 
 import re
@@ -46,12 +46,26 @@ def patch_std_parsing():
     return True
 
 
+def _message(failure) -> str:
+    message = failure.message
+    if isinstance(message, dict):  # from an error file: {"message": ..., "extraInfo": {...}}
+        message = message.get("message", "")
+    return str(message or "").strip()
+
+
+def _blames_another(rank, message) -> bool:
+    # rdmakit's errors on the survivors name the rank that failed first ("rank 1 aborted", "rank 1 died").
+    return any(int(other) != rank for other in re.findall(r"rank (\d+) (?:aborted|died)", message))
+
+
 def summarize_failures(error) -> list:
-    """One line per failed rank of torch's ``ChildFailedError``, the first failure (by time) first."""
-    failures = sorted(getattr(error, "failures", {}).items(), key=lambda item: (item[1].timestamp, item[0]))
+    """One line per failed rank of torch's ``ChildFailedError``: the cause first (a rank whose error blames no
+    other rank), then by time and rank."""
+    failures = sorted(getattr(error, "failures", {}).items(),
+                      key=lambda item: (_blames_another(item[0], _message(item[1])), item[1].timestamp, item[0]))
     lines = []
     for rank, failure in failures:
-        message = str(failure.message or "").strip()
+        message = _message(failure)
         if not message or message.startswith("To enable traceback"):
             message = "no error recorded (see its output above)"
         why = f"exit code {failure.exitcode}" if failure.exitcode >= 0 else f"signal {-failure.exitcode}"

@@ -166,6 +166,13 @@ class Exchange {
   }
   const Call& call() const noexcept { return call_; }
   std::uint32_t call_signature() const noexcept { return signature_; }
+  // The signature of the next chunk from world rank `rank` that arrived and is not consumed yet, if any
+  // (the shared-memory path, which receives no chunks, looks for a peer that runs another collective).
+  std::optional<std::uint32_t> pending_call(int rank) const noexcept {
+    const Peer& p = peers_[static_cast<std::size_t>(rank)];
+    if (p.arrived == p.consumed) return std::nullopt;
+    return p.arrived_call[p.consumed % slots_];
+  }
   // A peer's chunk or shared-memory record carried `theirs`, not this call's: fails everything, naming
   // both calls; the peers are told who disagreed.
   Error mismatched(int peer, std::uint32_t theirs);

@@ -133,6 +133,20 @@ std::byte* SharedArea::buffer(int member, int parity) const noexcept {
   return areas_[static_cast<std::size_t>(member)] + kHeader + static_cast<std::size_t>(parity) * round_;
 }
 
+// A member that sent a chunk of another call (a staged collective, or the barrier of a communicator that
+// closes) while this barrier is still open is not coming: it runs another collective. Checked after
+// `done`: a member that passed this barrier may already send the next collective's chunks.
+template <typename Done>
+Result<void> SharedArea::foreign(Exchange& ex, const Done& done) const {
+  for (int m = 0; m < size_; ++m) {
+    if (m == rank_) continue;
+    auto theirs = ex.pending_call(ex.world_rank(m));
+    if (theirs && *theirs != ex.call_signature() && !done())
+      return std::unexpected(ex.mismatched(ex.world_rank(m), *theirs));
+  }
+  return {};
+}
+
 Result<void> SharedArea::barrier(Exchange& ex) {
   Control& root = control(0);
   std::uint32_t target = ++barriers_;
@@ -154,8 +168,10 @@ Result<void> SharedArea::barrier(Exchange& ex) {
   auto spin_until = now + ex.spin(), deadline = now + ex.timeout();
   for (unsigned i = 0;; ++i) {
     if (done()) return {};
-    if (i % 64 == 0)
+    if (i % 64 == 0) {
       if (auto ok = ex.poll(missing()); !ok) return ok;
+      if (auto ok = foreign(ex, done); !ok) return ok;
+    }
     now = Clock::now();
     if (now >= deadline) return std::unexpected(ex.stalled(missing(), "the shared-memory barrier with"));
     if (now < spin_until) {

@@ -32,6 +32,8 @@
 // its own: a peer with another count, type or operator fails the call on every rank at that barrier. The
 // word a call writes was last read two calls ago, before its readers entered the barrier of the call in
 // between; every call has at least one barrier (an empty one too), so no read can see the next write.
+// A member that runs a staged collective instead (or closes its communicator) never arrives; the chunks
+// it sends meanwhile carry its call, and a waiting rank that finds one fails the call (foreign()).
 #pragma once
 
 #include <cstddef>
@@ -71,6 +73,8 @@ class SharedArea {
   Control& control(int member) const noexcept;
   std::byte* buffer(int member, int parity) const noexcept;
   Result<void> barrier(Exchange& ex);
+  template <typename Done>
+  Result<void> foreign(Exchange& ex, const Done& done) const;
   // Publishes this call's signature; the word agree() compares after the first barrier.
   int announce(const Exchange& ex);
   Result<void> agree(Exchange& ex, int word) const;

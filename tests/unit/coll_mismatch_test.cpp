@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <latch>
 #include <mutex>
 #include <set>
 
@@ -70,7 +71,10 @@ void expect_every_rank_fails(int n, const std::string& transport, int odd,
                              const std::vector<std::string>& words) {
   std::mutex mutex;
   std::vector<std::string> errors(static_cast<std::size_t>(n));
+  // Every rank created before any calls: a rank told of the mismatch while still in create() fails there.
+  std::latch created(n);
   run_ranks(n, small_chunks(transport), [&](Communicator& comm) {
+    created.arrive_and_wait();
     auto began = Clock::now();
     auto result = call(comm, comm.rank() == odd);
     auto took = Clock::now() - began;
@@ -163,7 +167,9 @@ TEST_P(CollMismatch, MatchingCallsStillAgreeAroundEmptyOnes) {
 }
 
 TEST_P(CollMismatch, ARankThatClosesFailsThePeersCollectiveAtOnce) {
+  std::latch created(3);
   run_ranks(3, small_chunks(GetParam()), [&](Communicator& comm) {
+    created.arrive_and_wait();
     if (comm.rank() == 1) return;  // closes its communicator: the destructor's barrier
     std::vector<float> data(10, 1.0f);
     auto began = Clock::now();
@@ -178,7 +184,9 @@ TEST_P(CollMismatch, ARankThatClosesFailsThePeersCollectiveAtOnce) {
 TEST_P(CollMismatch, AnAbortingRankFailsEveryPeerNamingItAndWaitsForNobody) {
   for (bool peers_waiting : {true, false}) {
     std::atomic<int> entered{0};
+    std::latch created(4);
     run_ranks(4, small_chunks(GetParam()), [&](Communicator& comm) {
+      created.arrive_and_wait();
       std::vector<float> data(10, 1.0f);
       if (comm.rank() == 2) {
         if (peers_waiting)
