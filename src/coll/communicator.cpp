@@ -175,7 +175,7 @@ Work failed_work(Error error) {
 
 Result<void> check(const void* send, const void* recv, std::size_t count, DataType type, std::size_t factor,
                    const char* what) {
-  if (static_cast<unsigned>(type) > static_cast<unsigned>(DataType::U8))
+  if (static_cast<unsigned>(type) > static_cast<unsigned>(DataType::I8))
     return fail(Errc::InvalidArgument, std::string(what) + ": unknown data type");
   if (count > (std::size_t{1} << 40) / size_of(type) / factor)
     return fail(Errc::InvalidArgument,
@@ -186,9 +186,13 @@ Result<void> check(const void* send, const void* recv, std::size_t count, DataTy
   return {};
 }
 
-Result<void> check_op(ReduceOp op, const char* what) {
-  if (static_cast<unsigned>(op) > static_cast<unsigned>(ReduceOp::Avg))
+Result<void> check_op(ReduceOp op, DataType type, const char* what) {
+  if (static_cast<unsigned>(op) > static_cast<unsigned>(ReduceOp::BXor))
     return fail(Errc::InvalidArgument, std::string(what) + ": unknown reduction operator");
+  if (is_bitwise(op) && !is_integer(type))
+    return fail(Errc::InvalidArgument, std::string(what) + ": " + std::string(to_string(op)) +
+                                           " takes an integer type (i8, u8, i32, i64), not " +
+                                           std::string(to_string(type)));
   return {};
 }
 
@@ -316,13 +320,13 @@ Result<void> first_failure(std::initializer_list<Result<void>> checks) {
 }
 
 Result<void> check_allreduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op) {
-  return first_failure({check(send, recv, count, type, 1, "allreduce"), check_op(op, "allreduce")});
+  return first_failure({check(send, recv, count, type, 1, "allreduce"), check_op(op, type, "allreduce")});
 }
 
 Result<void> check_reduce(const Communicator& comm, const void* send, void* recv, std::size_t count,
                           DataType type, ReduceOp op, int root) {
   return first_failure({check(send, comm.rank() == root ? recv : send, count, type, 1, "reduce"),
-                        check_op(op, "reduce"), check_root(root, comm.size(), "reduce")});
+                        check_op(op, type, "reduce"), check_root(root, comm.size(), "reduce")});
 }
 
 Result<void> check_broadcast(const Communicator& comm, const void* send, void* recv, std::size_t count,
@@ -338,8 +342,8 @@ Result<void> check_per_rank(const Communicator& comm, const void* send, void* re
 
 Result<void> check_reduce_scatter(const Communicator& comm, const void* send, void* recv, std::size_t count,
                                   DataType type, ReduceOp op) {
-  return first_failure(
-      {check_per_rank(comm, send, recv, count, type, "reduce_scatter"), check_op(op, "reduce_scatter")});
+  return first_failure({check_per_rank(comm, send, recv, count, type, "reduce_scatter"),
+                        check_op(op, type, "reduce_scatter")});
 }
 
 // Every rank of the job maps every other's area: reduce and broadcast go through it too.
@@ -522,13 +526,13 @@ Work Communicator::barrier_async() {
 }
 
 std::string_view to_string(DataType type) noexcept {
-  static constexpr std::string_view names[] = {"f32", "f64", "f16", "bf16", "i32", "i64", "u8"};
+  static constexpr std::string_view names[] = {"f32", "f64", "f16", "bf16", "i32", "i64", "u8", "i8"};
   auto i = static_cast<std::size_t>(type);
   return i < std::size(names) ? names[i] : "unknown";
 }
 
 std::string_view to_string(ReduceOp op) noexcept {
-  static constexpr std::string_view names[] = {"sum", "prod", "min", "max", "avg"};
+  static constexpr std::string_view names[] = {"sum", "prod", "min", "max", "avg", "band", "bor", "bxor"};
   auto i = static_cast<std::size_t>(op);
   return i < std::size(names) ? names[i] : "unknown";
 }
