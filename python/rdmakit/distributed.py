@@ -9,8 +9,9 @@ Importing this module registers the backend, after which existing scripts only c
 Collectives (allreduce, also bucketed and coalesced as DDP issues them; broadcast; allgather; reduce_scatter;
 all_to_all; barrier; reduce, gather, scatter) and send/recv run on rdmakit's communicator: shared memory
 between the ranks of one host, the network transport (``RDMAKIT_TRANSPORT``, tcp by default) between hosts.
-CPU tensors only. Reductions take float32, float64, float16, bfloat16, int32, int64 and uint8 and the ops
-SUM, AVG, PRODUCT, MIN and MAX; data movement takes every dtype. Non-contiguous tensors are staged through a
+CPU tensors (CUDA ones staged through host memory under torch 2.x). Reductions take float32, float64, float16,
+bfloat16, int32, int64, uint8, int8 and bool and the ops SUM, AVG, PRODUCT, MIN, MAX, PREMUL_SUM, and BAND, BOR
+and BXOR over integers and bool; data movement takes every dtype. Non-contiguous tensors are staged through a
 contiguous copy. Messages between two ranks match in the order they were issued, and their tags must agree.
 
 Launchers: ``torch.distributed.run`` sets torch's ``env://`` variables itself. Under ``mpirun`` (Open MPI) or

@@ -45,7 +45,8 @@ def value(rank, n, dtype):
     return (torch.arange(n) % 3 + rank + 1).to(dtype)
 
 
-REDUCE_DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int32, torch.int64, torch.uint8]
+REDUCE_DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int32, torch.int64, torch.uint8,
+                 torch.int8]
 
 
 def reference(op, world, n, dtype):
@@ -74,6 +75,23 @@ def check_allreduce(rank, world):
                 t = value(rank, n, dtype)
                 dist.all_reduce(t, op=op)
                 expect(t, reference(op, world, n, dtype), f"all_reduce {op} {dtype} n={n}")
+    # Bitwise operators over the integer types, and bool (SUM is OR, PRODUCT is AND, as in gloo and NCCL).
+    bitwise = {dist.ReduceOp.BAND: torch.bitwise_and, dist.ReduceOp.BOR: torch.bitwise_or,
+               dist.ReduceOp.BXOR: torch.bitwise_xor}
+    for dtype in (torch.int8, torch.uint8, torch.int32, torch.int64, torch.bool):
+        def bits(r):
+            v = (torch.arange(300) * 11 + r * 37) ^ 0x5a
+            return (v % 2 == 0) if dtype == torch.bool else (v % 128).to(dtype)
+        ops = dict(bitwise)
+        if dtype == torch.bool:
+            ops.update({dist.ReduceOp.SUM: torch.logical_or, dist.ReduceOp.MAX: torch.logical_or,
+                        dist.ReduceOp.PRODUCT: torch.logical_and, dist.ReduceOp.MIN: torch.logical_and})
+        for op, combine in ops.items():
+            t, expected = bits(rank), bits(0)
+            for r in range(1, world):
+                expected = combine(expected, bits(r))
+            dist.all_reduce(t, op=op)
+            expect(t, expected.to(dtype), f"all_reduce {op} {dtype}")
     # Async: the Work and its future (what DDP's hooks chain on).
     t = value(rank, 1000, torch.float32)
     work = dist.all_reduce(t, async_op=True)
@@ -248,10 +266,12 @@ def run_ops():
 
 def run_errors():
     rank, world = dist.get_rank(), dist.get_world_size()
-    expect_raises(lambda: dist.all_reduce(torch.ones(3, dtype=torch.bool)), ["rdmakit", "Bool", "cannot be reduced"],
-                  "all_reduce of bool")
-    expect_raises(lambda: dist.all_reduce(torch.ones(3, dtype=torch.int32), op=dist.ReduceOp.BAND),
-                  ["rdmakit", "not supported"], "all_reduce with BAND")
+    expect_raises(lambda: dist.all_reduce(torch.ones(3, dtype=torch.int16)), ["rdmakit", "Short", "cannot be reduced"],
+                  "all_reduce of int16")
+    expect_raises(lambda: dist.all_reduce(torch.ones(3), op=dist.ReduceOp.BAND),
+                  ["rdmakit", "BAND, BOR and BXOR take integer or bool tensors", "Float"], "all_reduce of float with BAND")
+    expect_raises(lambda: dist.all_reduce(torch.ones(3, dtype=torch.bool), op=dist.ReduceOp.AVG),
+                  ["rdmakit", "AVG of bool"], "all_reduce of bool with AVG")
     expect_raises(lambda: dist.all_reduce(torch.ones(3).to_sparse()), ["rdmakit", "dense"], "sparse all_reduce")
     expect_raises(lambda: dist._all_gather_base(torch.zeros(3), torch.zeros(2)), ["rdmakit", "elements"],
                   "_all_gather_base of the wrong size")

@@ -105,7 +105,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmakit::allreduce(std::vector<at::Te
                                                               const c10d::AllreduceOptions& opts) {
   check_single(tensors, "allreduce");
   const auto type = checked_reduction_type(tensors[0], "allreduce");
-  const auto op = checked_reduce_op(opts.reduceOp, "allreduce");
+  const auto op = checked_reduce_op(opts.reduceOp, "allreduce", tensors[0]);
   at::Tensor tensor = tensors[0];
   const c10d::ReduceOp torch_op = opts.reduceOp;
   return enqueue(c10d::OpType::ALLREDUCE, tensors, [tensor, type, op, torch_op](Communicator& comm) mutable {
@@ -125,7 +125,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmakit::allreduce_coalesced(
     check_same_type(t, tensors[0], "allreduce_coalesced");
   }
   const auto type = checked_reduction_type(tensors[0], "allreduce_coalesced");
-  const auto op = checked_reduce_op(opts.reduceOp, "allreduce_coalesced");
+  const auto op = checked_reduce_op(opts.reduceOp, "allreduce_coalesced", tensors[0]);
   const c10d::ReduceOp torch_op = opts.reduceOp;
   return enqueue(c10d::OpType::ALLREDUCE_COALESCED, tensors,
                  [tensors, type, op, torch_op](Communicator& comm) mutable {
@@ -142,7 +142,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmakit::reduce(std::vector<at::Tenso
   check_single(tensors, "reduce");
   const int root = static_cast<int>(root_of(opts.rootRank, size_, "reduce"));
   const auto type = checked_reduction_type(tensors[0], "reduce");
-  const auto op = checked_reduce_op(opts.reduceOp, "reduce");
+  const auto op = checked_reduce_op(opts.reduceOp, "reduce", tensors[0]);
   at::Tensor tensor = tensors[0];
   return enqueue(c10d::OpType::REDUCE, tensors, [tensor, type, op, root](Communicator& comm) mutable {
     at::Tensor buffer = staged(tensor);
@@ -280,7 +280,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmakit::reduce_scatter(
   TORCH_CHECK(inputs.size() == 1, "rdmakit reduce_scatter takes one input list, got ", inputs.size());
   check_pieces(inputs[0], outputs[0], static_cast<std::size_t>(size_), "reduce_scatter");
   const auto type = checked_reduction_type(outputs[0], "reduce_scatter");
-  const auto op = checked_reduce_op(opts.reduceOp, "reduce_scatter");
+  const auto op = checked_reduce_op(opts.reduceOp, "reduce_scatter", outputs[0]);
   at::Tensor output = outputs[0];
   std::vector<at::Tensor> pieces = inputs[0];
   const c10d::ReduceOp torch_op = opts.reduceOp;
@@ -305,7 +305,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmakit::_reduce_scatter_base(
               input.numel(), " elements, expected ", output.numel() * size_,
               " (world size times the output's)");
   const auto type = checked_reduction_type(output, "_reduce_scatter_base");
-  const auto op = checked_reduce_op(opts.reduceOp, "_reduce_scatter_base");
+  const auto op = checked_reduce_op(opts.reduceOp, "_reduce_scatter_base", output);
   const c10d::ReduceOp torch_op = opts.reduceOp;
   return enqueue(c10d::OpType::_REDUCE_SCATTER_BASE, {output},
                  [output, input, type, op, torch_op](Communicator& comm) mutable {

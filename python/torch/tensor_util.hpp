@@ -61,7 +61,10 @@ inline std::optional<coll::DataType> reduction_type(at::ScalarType type) {
     case at::kLong:
       return coll::DataType::I64;
     case at::kByte:
+    case at::kBool:  // one byte, 0 or 1: reduced as u8 with the ops of bool_op()
       return coll::DataType::U8;
+    case at::kChar:
+      return coll::DataType::I8;
     default:
       return std::nullopt;
   }
@@ -69,9 +72,29 @@ inline std::optional<coll::DataType> reduction_type(at::ScalarType type) {
 
 inline coll::DataType checked_reduction_type(const at::Tensor& tensor, std::string_view op) {
   auto type = reduction_type(tensor.scalar_type());
-  TORCH_CHECK(type.has_value(), "rdmakit ", op, ": dtype ", tensor.scalar_type(),
-              " cannot be reduced (supported: float32, float64, float16, bfloat16, int32, int64, uint8)");
+  TORCH_CHECK(
+      type.has_value(), "rdmakit ", op, ": dtype ", tensor.scalar_type(),
+      " cannot be reduced (supported: float32, float64, float16, bfloat16, int32, int64, uint8, int8, bool)");
   return *type;
+}
+
+// Over bool (0 or 1 as u8), as gloo and NCCL reduce it: SUM is OR (MAX), PRODUCT is AND (MIN).
+inline coll::ReduceOp bool_op(coll::ReduceOp op, std::string_view name) {
+  TORCH_CHECK(op != coll::ReduceOp::Avg, "rdmakit ", name, ": AVG of bool tensors is not defined");
+  if (op == coll::ReduceOp::Sum) return coll::ReduceOp::Max;
+  if (op == coll::ReduceOp::Prod) return coll::ReduceOp::Min;
+  return op;
+}
+
+inline coll::ReduceOp checked_reduce_op(const c10d::ReduceOp& op, std::string_view name);
+
+// The operator for `tensor`'s dtype: bitwise ones take integer and bool tensors only.
+inline coll::ReduceOp checked_reduce_op(const c10d::ReduceOp& op, std::string_view name,
+                                        const at::Tensor& tensor) {
+  coll::ReduceOp chosen = checked_reduce_op(op, name);
+  TORCH_CHECK(!coll::is_bitwise(chosen) || !at::isFloatingType(tensor.scalar_type()), "rdmakit ", name,
+              ": BAND, BOR and BXOR take integer or bool tensors, got ", tensor.scalar_type());
+  return tensor.scalar_type() == at::kBool ? bool_op(chosen, name) : chosen;
 }
 
 inline coll::ReduceOp checked_reduce_op(const c10d::ReduceOp& op, std::string_view name) {
@@ -88,9 +111,15 @@ inline coll::ReduceOp checked_reduce_op(const c10d::ReduceOp& op, std::string_vi
       return coll::ReduceOp::Max;
     case c10d::ReduceOp::PREMUL_SUM:  // the inputs are multiplied first (premultiplied())
       return coll::ReduceOp::Sum;
+    case c10d::ReduceOp::BAND:
+      return coll::ReduceOp::BAnd;
+    case c10d::ReduceOp::BOR:
+      return coll::ReduceOp::BOr;
+    case c10d::ReduceOp::BXOR:
+      return coll::ReduceOp::BXor;
     default:
       TORCH_CHECK(false, "rdmakit ", name, ": reduce op ", static_cast<int>(op.op_),
-                  " is not supported (supported: SUM, AVG, PRODUCT, MIN, MAX, PREMUL_SUM)");
+                  " is not supported (supported: SUM, AVG, PRODUCT, MIN, MAX, BAND, BOR, BXOR, PREMUL_SUM)");
   }
 }
 
