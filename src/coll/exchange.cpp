@@ -193,10 +193,11 @@ void Exchange::on_control(Peer& p, ControlMessage m) {
                m.rank, m.kind);
       return;
     case Control::NoticeMismatch:
-      if (m.rank == rank_) culprit = "this rank";
       fail_all(Error(Errc::InvalidArgument,
-                     self + culprit + " called a collective with other arguments than rank " +
-                         std::to_string(p.rank) + by + ", whose error names both calls"),
+                     self + (m.rank == rank_ ? std::string("this rank") : culprit) +
+                         " called another collective than the other ranks, or the same one with other "
+                         "arguments, or closed its communicator" +
+                         by + "; the ranks that found it name both calls"),
                m.rank, m.kind);
       return;
     case Control::NoticeOther:
@@ -329,10 +330,13 @@ Result<void> Exchange::check_abort() {
   return {};
 }
 
+// The rank that closes its communicator is the odd one out; otherwise the peer whose chunk disagreed
+// (with two ranks either could be; the message names both calls).
 Error Exchange::mismatched(int peer, std::uint32_t theirs) {
+  int culprit = call_.kind == CallKind::Close ? rank_ : peer;
   return fail_all(
       Error(Errc::InvalidArgument, "rank " + std::to_string(rank_) + ": " + mismatch(call_, theirs, peer)),
-      peer, Control::NoticeMismatch);
+      culprit, Control::NoticeMismatch);
 }
 
 // Sleeps in the transport's wait (spin, then block, per Config::wait_mode) on the one completion queue;

@@ -91,6 +91,9 @@ Result<std::unique_ptr<SharedArea>> SharedArea::create(Exchange& ex, std::size_t
   if (usable && fabric) {
     auto region = fabric->context->allocate(kHeader + 2 * round_bytes, Access::All);
     if (region) mine = std::move(*region);
+    // The control block starts clean: memory an earlier area of this process left (a barrier count, a
+    // call word after a failure) must not count here. Peers touch it only after the allgather below.
+    if (mine) std::memset(mine->data(), 0, kHeader);
   }
   AreaRecord record{};
   if (mine)
@@ -274,7 +277,11 @@ Result<void> SharedArea::agree(Exchange& ex, int slot) const {
   for (int m = 0; m < size_; ++m) {
     if (m == rank_) continue;
     std::uint32_t theirs = word(control(m).call[slot]).load(std::memory_order_acquire);
-    if (theirs != ex.call_signature()) return std::unexpected(ex.mismatched(ex.world_rank(m), theirs));
+    if (theirs == ex.call_signature()) continue;
+    // A peer that found the mismatch first told us, then freed its area (no closing barrier after a
+    // failure): its word may be gone already, and its notice, ahead of that in the queue, says why.
+    if (auto ok = ex.poll(ex.world_rank(m)); !ok) return ok;
+    return std::unexpected(ex.mismatched(ex.world_rank(m), theirs));
   }
   return {};
 }
