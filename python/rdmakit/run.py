@@ -9,13 +9,21 @@ its single-bit members (OUT, ERR), not NONE (0) or ALL (3), so ``from_str("0")``
 launcher fails later in ``to_map`` with "AttributeError: 'NoneType' object has no attribute 'get'". The
 plain launcher works with ``--redirects 2 --tee 2`` (values it can find); this one replaces ``from_str`` by
 one that converts the number with ``Std(value)`` (only when the installed torch needs it) and then calls
-``torch.distributed.run.main`` unchanged.
+``torch.distributed.run.main``.
+
+A failing rank ends the job: torch's agent stops the other ranks (SIGTERM, SIGKILL 30 s later) as soon as
+it sees one exit non-zero, and this launcher checks every half second (``--monitor_interval``; torch's
+default is 5 s) unless told otherwise. Ranks of the rdmakit backend learn of the failure within
+milliseconds anyway and raise naming the rank. It exits 1 and ends with one line per failed rank, the
+cause first (a rank whose error blames no other): ``rdmakit.run: rank 1 failed (exit code 1): ValueError: boom``.
 """
 
 import re
 import sys
 
-__all__ = ["main", "patch_std_parsing"]
+__all__ = ["main", "patch_std_parsing", "summarize_failures"]
+
+MONITOR_INTERVAL = "0.5"
 
 
 def patch_std_parsing():
@@ -38,12 +46,52 @@ def patch_std_parsing():
     return True
 
 
+def _message(failure) -> str:
+    message = failure.message
+    if isinstance(message, dict):  # from an error file: {"message": ..., "extraInfo": {...}}
+        message = message.get("message", "")
+    return str(message or "").strip()
+
+
+def _blames_another(rank, message) -> bool:
+    # rdmakit's errors on the survivors name the rank that failed first ("rank 1 aborted", "rank 1 died").
+    return any(int(other) != rank for other in re.findall(r"rank (\d+) (?:aborted|died)", message))
+
+
+def summarize_failures(error) -> list:
+    """One line per failed rank of torch's ``ChildFailedError``: the cause first (a rank whose error blames no
+    other rank), then by time and rank."""
+    failures = sorted(getattr(error, "failures", {}).items(),
+                      key=lambda item: (_blames_another(item[0], _message(item[1])), item[1].timestamp, item[0]))
+    lines = []
+    for rank, failure in failures:
+        message = _message(failure)
+        if not message or message.startswith("To enable traceback"):
+            message = "no error recorded (see its output above)"
+        why = f"exit code {failure.exitcode}" if failure.exitcode >= 0 else f"signal {-failure.exitcode}"
+        lines.append(f"rdmakit.run: rank {rank} failed ({why}): {message.splitlines()[0]}")
+    return lines
+
+
 def main(args=None):
-    """Runs ``torch.distributed.run`` with ``args`` (default: the command line) after the fix above."""
+    """Runs ``torch.distributed.run`` with ``args`` (default: the command line) after the fix above; 1 when a rank
+    failed, after saying which and why."""
     patch_std_parsing()
     from torch.distributed import run
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
-    run.main(args)
+    args = list(sys.argv[1:] if args is None else args)
+    # Launcher options come before the script: only those count.
+    options = args[: next((i for i, a in enumerate(args) if not a.startswith("-")), len(args))]
+    if not any(a.startswith(("--monitor_interval", "--monitor-interval")) for a in options):
+        args.insert(0, f"--monitor_interval={MONITOR_INTERVAL}")
+    try:
+        run.main(args)
+    except ChildFailedError as error:
+        print(str(error), file=sys.stderr)  # torch's table: every failed rank, its host, pid and traceback
+        print("\n".join(summarize_failures(error)), file=sys.stderr, flush=True)
+        return 1
+    return 0
 
 
 if __name__ == "__main__":

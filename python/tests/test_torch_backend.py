@@ -10,6 +10,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -90,6 +91,43 @@ def test_errors_name_their_cause():
     ranks = passed_ranks(output)
     assert sorted(ranks) == [0, 1, 2], output
     assert code == 0, output
+
+
+def test_mismatched_arguments_raise_on_both_ranks():
+    # Issue 24: 10 against 11 elements returned [2,2,2,2,2,1,2,2,2,2] on rank 0; float32 against float64
+    # garbage. Every case must raise on both ranks, naming both calls, well within the 30 min timeout.
+    began = time.monotonic()
+    code, output = launch(2, "mismatch")
+    assert code == 0, output
+    ranks = passed_ranks(output)
+    assert sorted(ranks) == [0, 1] and all(count == 6 for count in ranks.values()), output
+    assert time.monotonic() - began < 60, output
+
+
+@pytest.mark.parametrize("nproc", [2, 4])
+def test_a_raising_rank_ends_the_job_with_its_cause_on_every_rank(nproc):
+    # Issue 24: rank 1 raised and waited in its communicator's destructor; rank 0's next all_reduce hung
+    # until the collective timeout (30 min), and the launcher never saw a failure.
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    command = [sys.executable, "-m", "rdmakit.run", f"--nproc_per_node={nproc}", "--master_addr=127.0.0.1",
+               f"--master_port={free_port()}", str(WORKER), "raise"]
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=180)
+    ended = time.time()
+    output = result.stdout + result.stderr
+    assert result.returncode == 1, output
+    raised = re.search(r"rank 1: raising at ([0-9.]+)", output)
+    assert raised, output
+    # From the raise to the launcher's exit (starting torch in each rank takes longer than that here).
+    took = ended - float(raised.group(1))
+    assert took < 30, f"the job took {took:.1f} s to end after rank 1 raised\n{output}"
+    for rank in range(nproc):
+        if rank == 1:
+            continue
+        seen = re.search(rf"rank {rank}: peer failure seen: (.*)", output)
+        assert seen and "rank 1 aborted" in seen.group(1), output
+    assert re.search(r"rdmakit.run: rank 1 failed \(exit code 1\): ValueError: boom from rank 1", output), output
+    # The cause first: the others' errors blame rank 1.
+    assert re.findall(r"rdmakit.run: rank (\d+) failed", output)[0] == "1", output
 
 
 @pytest.mark.skipif(shutil.which("mpirun") is None, reason="Open MPI's mpirun is not installed")

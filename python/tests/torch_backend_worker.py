@@ -4,6 +4,8 @@ Every check compares an operation's result with the value computed here from the
 Prints "rank R: N checks passed" at the end; any mismatch raises (non-zero exit).
     torch_backend_worker.py ops      every operation, dtype and reduce op
     torch_backend_worker.py errors   the same, then the errors a user can cause, each an exception naming the cause
+    torch_backend_worker.py mismatch two ranks call collectives with another count, dtype or op: both raise
+    torch_backend_worker.py raise    rank 1 raises; every other rank's next all_reduce must raise naming it
 """
 
 import sys
@@ -43,7 +45,8 @@ def value(rank, n, dtype):
     return (torch.arange(n) % 3 + rank + 1).to(dtype)
 
 
-REDUCE_DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int32, torch.int64, torch.uint8]
+REDUCE_DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int32, torch.int64, torch.uint8,
+                 torch.int8]
 
 
 def reference(op, world, n, dtype):
@@ -72,6 +75,23 @@ def check_allreduce(rank, world):
                 t = value(rank, n, dtype)
                 dist.all_reduce(t, op=op)
                 expect(t, reference(op, world, n, dtype), f"all_reduce {op} {dtype} n={n}")
+    # Bitwise operators over the integer types, and bool (SUM is OR, PRODUCT is AND, as in gloo and NCCL).
+    bitwise = {dist.ReduceOp.BAND: torch.bitwise_and, dist.ReduceOp.BOR: torch.bitwise_or,
+               dist.ReduceOp.BXOR: torch.bitwise_xor}
+    for dtype in (torch.int8, torch.uint8, torch.int32, torch.int64, torch.bool):
+        def bits(r):
+            v = (torch.arange(300) * 11 + r * 37) ^ 0x5a
+            return (v % 2 == 0) if dtype == torch.bool else (v % 128).to(dtype)
+        ops = dict(bitwise)
+        if dtype == torch.bool:
+            ops.update({dist.ReduceOp.SUM: torch.logical_or, dist.ReduceOp.MAX: torch.logical_or,
+                        dist.ReduceOp.PRODUCT: torch.logical_and, dist.ReduceOp.MIN: torch.logical_and})
+        for op, combine in ops.items():
+            t, expected = bits(rank), bits(0)
+            for r in range(1, world):
+                expected = combine(expected, bits(r))
+            dist.all_reduce(t, op=op)
+            expect(t, expected.to(dtype), f"all_reduce {op} {dtype}")
     # Async: the Work and its future (what DDP's hooks chain on).
     t = value(rank, 1000, torch.float32)
     work = dist.all_reduce(t, async_op=True)
@@ -246,10 +266,12 @@ def run_ops():
 
 def run_errors():
     rank, world = dist.get_rank(), dist.get_world_size()
-    expect_raises(lambda: dist.all_reduce(torch.ones(3, dtype=torch.bool)), ["rdmakit", "Bool", "cannot be reduced"],
-                  "all_reduce of bool")
-    expect_raises(lambda: dist.all_reduce(torch.ones(3, dtype=torch.int32), op=dist.ReduceOp.BAND),
-                  ["rdmakit", "not supported"], "all_reduce with BAND")
+    expect_raises(lambda: dist.all_reduce(torch.ones(3, dtype=torch.int16)), ["rdmakit", "Short", "cannot be reduced"],
+                  "all_reduce of int16")
+    expect_raises(lambda: dist.all_reduce(torch.ones(3), op=dist.ReduceOp.BAND),
+                  ["rdmakit", "BAND, BOR and BXOR take integer or bool tensors", "Float"], "all_reduce of float with BAND")
+    expect_raises(lambda: dist.all_reduce(torch.ones(3, dtype=torch.bool), op=dist.ReduceOp.AVG),
+                  ["rdmakit", "AVG of bool"], "all_reduce of bool with AVG")
     expect_raises(lambda: dist.all_reduce(torch.ones(3).to_sparse()), ["rdmakit", "dense"], "sparse all_reduce")
     expect_raises(lambda: dist._all_gather_base(torch.zeros(3), torch.zeros(2)), ["rdmakit", "elements"],
                   "_all_gather_base of the wrong size")
@@ -273,9 +295,64 @@ def run_errors():
     expect_raises(lambda: dist.all_reduce(torch.ones(1000)), ["rdmakit allreduce failed"], "all_reduce after a rank left")
 
 
+def run_mismatch():
+    # Each case in a group of its own: a mismatch leaves the group's communicator failed, as any error does.
+    rank = dist.get_rank()
+    cases = [
+        ("count", lambda: torch.ones(10 + rank), None, ["another element count", "allreduce of f32 (sum)"]),
+        ("dtype", lambda: torch.ones(10, dtype=torch.float64 if rank else torch.float32), None,
+         ["allreduce of f64 (sum)", "allreduce of f32 (sum)"]),
+        ("op", lambda: torch.ones(10), dist.ReduceOp.MAX if rank else dist.ReduceOp.SUM,
+         ["allreduce of f32 (max)", "allreduce of f32 (sum)"]),
+    ]
+    for name, tensor, op, words in cases:
+        group = dist.new_group([0, 1], backend="rdmakit")
+        t = tensor()
+        # The rank that finds it names both calls; a rank told by it first says so.
+        told = ["rdmakit allreduce failed", "invalid argument", "the ranks that found it name both calls"]
+        try:
+            expect_raises(lambda: dist.all_reduce(t, op=op or dist.ReduceOp.SUM, group=group),
+                          ["rdmakit allreduce failed", "invalid argument"] + words, f"all_reduce with another {name}")
+        except AssertionError as error:
+            if not all(w in str(error) for w in told):
+                raise
+            global CHECKS
+            CHECKS += 1
+        # The result was not touched by the other rank's data.
+        expect(t, tensor(), f"all_reduce with another {name} left the tensor")
+    dist.barrier()  # the world's group is unaffected
+
+
+def run_raise():
+    rank = dist.get_rank()
+    t = torch.ones(10)
+    dist.all_reduce(t)  # the job works
+    if rank == 1:
+        import time
+        print(f"rank 1: raising at {time.time():.3f}", flush=True)
+        raise ValueError("boom from rank 1")
+    try:
+        for _ in range(100):
+            dist.all_reduce(torch.ones(1000))
+    except RuntimeError as error:
+        print(f"rank {rank}: peer failure seen: {error}", flush=True)
+        raise
+    raise AssertionError(f"rank {rank}: every all_reduce succeeded without rank 1")
+
+
 def main():
-    dist.init_process_group("rdmakit", timeout=timedelta(seconds=20))
+    scenario = sys.argv[1]
+    # The failure scenarios run with torch's default 30 min timeout: ending within seconds proves the cause
+    # was detected, not waited out.
+    timeout = timedelta(minutes=30) if scenario in ("raise", "mismatch") else timedelta(seconds=20)
+    dist.init_process_group("rdmakit", timeout=timeout)
     assert dist.get_backend() == "rdmakit", dist.get_backend()
+    if scenario == "raise":
+        return run_raise()
+    if scenario == "mismatch":
+        run_mismatch()
+        print(f"rank {dist.get_rank()}: {CHECKS} checks passed", flush=True)
+        return
     run_ops()  # the errors launch runs with an odd number of ranks: the ops there too
     if sys.argv[1] == "errors":
         run_errors()

@@ -1,6 +1,6 @@
 // rdmakit._rdmakit_torch: the backend's process group as a Python class deriving from torch's
-// ProcessGroup, so torch.distributed (and DDP's C++ reducer) use it like gloo's. rdmakit.distributed
-// registers it under the name "rdmakit".
+// ProcessGroup (torch 1.13) or Backend (torch 2.x), so torch.distributed (and DDP's C++ reducer) use it
+// like gloo's. rdmakit.distributed registers it under the name "rdmakit".
 #include <pybind11/chrono.h>
 #include <pybind11/pybind11.h>
 #include <torch/csrc/utils/pybind.h>
@@ -15,7 +15,8 @@ PYBIND11_MODULE(_rdmakit_torch, module) {
   // The base class is registered by torch's own extension: it must be loaded first.
   py::module_::import("torch.distributed");
 
-  py::class_<ProcessGroupRdmakit, c10d::ProcessGroup, c10::intrusive_ptr<ProcessGroupRdmakit>>(
+  py::class_<ProcessGroupRdmakit, rdmakit::torch_backend::BackendBase,
+             c10::intrusive_ptr<ProcessGroupRdmakit>>(
       module, "ProcessGroupRdmakit",
       "A torch.distributed process group whose collectives and send/recv run on rdmakit's communicator.")
       .def(py::init([](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
@@ -27,7 +28,11 @@ PYBIND11_MODULE(_rdmakit_torch, module) {
            py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"),
            "Meets the other ranks through `store` (torch's c10d Store) and connects to them.")
       .def_property_readonly("transports", &ProcessGroupRdmakit::transports,
-                             "What carries this rank's traffic: 'tcp', 'shm' or 'shm+tcp'.");
+                             "What carries this rank's traffic: 'tcp', 'shm' or 'shm+tcp'.")
+      .def("_abort", &ProcessGroupRdmakit::abort, py::arg("reason"), py::call_guard<py::gil_scoped_release>(),
+           "Fails this rank's collectives in progress and to come, tells the peers that it aborts and "
+           "closes its connections (for a process that exits on an error: rdmakit.distributed calls it).");
+  module.attr("TORCH_MAJOR") = rdmakit::torch_backend::kTorch2 ? 2 : 1;
 
   module.def(
       "detect_launch",

@@ -105,10 +105,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmakit::allreduce(std::vector<at::Te
                                                               const c10d::AllreduceOptions& opts) {
   check_single(tensors, "allreduce");
   const auto type = checked_reduction_type(tensors[0], "allreduce");
-  const auto op = checked_reduce_op(opts.reduceOp, "allreduce");
+  const auto op = checked_reduce_op(opts.reduceOp, "allreduce", tensors[0]);
   at::Tensor tensor = tensors[0];
-  return enqueue(c10d::OpType::ALLREDUCE, tensors, [tensor, type, op](Communicator& comm) mutable {
-    at::Tensor buffer = staged(tensor);
+  const c10d::ReduceOp torch_op = opts.reduceOp;
+  return enqueue(c10d::OpType::ALLREDUCE, tensors, [tensor, type, op, torch_op](Communicator& comm) mutable {
+    at::Tensor buffer = premultiplied(staged(tensor), torch_op, true);
     if (buffer.numel() == 0) return;
     throw_if_failed(comm.allreduce(buffer.data_ptr(), buffer.data_ptr(), buffer.numel(), type, op),
                     "allreduce");
@@ -124,14 +125,16 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmakit::allreduce_coalesced(
     check_same_type(t, tensors[0], "allreduce_coalesced");
   }
   const auto type = checked_reduction_type(tensors[0], "allreduce_coalesced");
-  const auto op = checked_reduce_op(opts.reduceOp, "allreduce_coalesced");
-  return enqueue(c10d::OpType::ALLREDUCE_COALESCED, tensors, [tensors, type, op](Communicator& comm) mutable {
-    at::Tensor flat = flatten(tensors);
-    if (flat.numel() == 0) return;
-    throw_if_failed(comm.allreduce(flat.data_ptr(), flat.data_ptr(), flat.numel(), type, op),
-                    "allreduce_coalesced");
-    unflatten(flat, tensors);
-  });
+  const auto op = checked_reduce_op(opts.reduceOp, "allreduce_coalesced", tensors[0]);
+  const c10d::ReduceOp torch_op = opts.reduceOp;
+  return enqueue(c10d::OpType::ALLREDUCE_COALESCED, tensors,
+                 [tensors, type, op, torch_op](Communicator& comm) mutable {
+                   at::Tensor flat = premultiplied(flatten(tensors), torch_op, true);
+                   if (flat.numel() == 0) return;
+                   throw_if_failed(comm.allreduce(flat.data_ptr(), flat.data_ptr(), flat.numel(), type, op),
+                                   "allreduce_coalesced");
+                   unflatten(flat, tensors);
+                 });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRdmakit::reduce(std::vector<at::Tensor>& tensors,
@@ -139,7 +142,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmakit::reduce(std::vector<at::Tenso
   check_single(tensors, "reduce");
   const int root = static_cast<int>(root_of(opts.rootRank, size_, "reduce"));
   const auto type = checked_reduction_type(tensors[0], "reduce");
-  const auto op = checked_reduce_op(opts.reduceOp, "reduce");
+  const auto op = checked_reduce_op(opts.reduceOp, "reduce", tensors[0]);
   at::Tensor tensor = tensors[0];
   return enqueue(c10d::OpType::REDUCE, tensors, [tensor, type, op, root](Communicator& comm) mutable {
     at::Tensor buffer = staged(tensor);
@@ -260,8 +263,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmakit::scatter(std::vector<at::Tens
   const int size = size_, rank = rank_;
   return enqueue(
       c10d::OpType::SCATTER, outputs, [output, pieces, size, rank, root](Communicator& comm) mutable {
-        at::Tensor all =
-            pieces.empty() ? at::empty({size * output.numel()}, output.options()) : flatten(pieces);
+        at::Tensor all = pieces.empty()
+                             ? at::empty({size * output.numel()}, output.options().device(at::kCPU))
+                             : flatten(pieces);
         if (all.nbytes() == 0) return;
         throw_if_failed(comm.broadcast(bytes_of(all), bytes_of(all), all.nbytes(), DataType::U8, root),
                         "scatter");
@@ -276,18 +280,20 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmakit::reduce_scatter(
   TORCH_CHECK(inputs.size() == 1, "rdmakit reduce_scatter takes one input list, got ", inputs.size());
   check_pieces(inputs[0], outputs[0], static_cast<std::size_t>(size_), "reduce_scatter");
   const auto type = checked_reduction_type(outputs[0], "reduce_scatter");
-  const auto op = checked_reduce_op(opts.reduceOp, "reduce_scatter");
+  const auto op = checked_reduce_op(opts.reduceOp, "reduce_scatter", outputs[0]);
   at::Tensor output = outputs[0];
   std::vector<at::Tensor> pieces = inputs[0];
-  return enqueue(
-      c10d::OpType::REDUCE_SCATTER, outputs, [output, pieces, type, op](Communicator& comm) mutable {
-        at::Tensor send = flatten(pieces);
-        at::Tensor recv = staged(output);
-        if (recv.numel() == 0) return;
-        throw_if_failed(comm.reduce_scatter(send.data_ptr(), recv.data_ptr(), recv.numel(), type, op),
-                        "reduce_scatter");
-        write_back(output, recv);
-      });
+  const c10d::ReduceOp torch_op = opts.reduceOp;
+  return enqueue(c10d::OpType::REDUCE_SCATTER, outputs,
+                 [output, pieces, type, op, torch_op](Communicator& comm) mutable {
+                   at::Tensor send = premultiplied(flatten(pieces), torch_op, true);
+                   at::Tensor recv = staged(output);
+                   if (recv.numel() == 0) return;
+                   throw_if_failed(
+                       comm.reduce_scatter(send.data_ptr(), recv.data_ptr(), recv.numel(), type, op),
+                       "reduce_scatter");
+                   write_back(output, recv);
+                 });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRdmakit::_reduce_scatter_base(
@@ -299,16 +305,18 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmakit::_reduce_scatter_base(
               input.numel(), " elements, expected ", output.numel() * size_,
               " (world size times the output's)");
   const auto type = checked_reduction_type(output, "_reduce_scatter_base");
-  const auto op = checked_reduce_op(opts.reduceOp, "_reduce_scatter_base");
-  return enqueue(
-      c10d::OpType::_REDUCE_SCATTER_BASE, {output}, [output, input, type, op](Communicator& comm) mutable {
-        at::Tensor send = staged(input);
-        at::Tensor recv = staged(output);
-        if (recv.numel() == 0) return;
-        throw_if_failed(comm.reduce_scatter(send.data_ptr(), recv.data_ptr(), recv.numel(), type, op),
-                        "_reduce_scatter_base");
-        write_back(output, recv);
-      });
+  const auto op = checked_reduce_op(opts.reduceOp, "_reduce_scatter_base", output);
+  const c10d::ReduceOp torch_op = opts.reduceOp;
+  return enqueue(c10d::OpType::_REDUCE_SCATTER_BASE, {output},
+                 [output, input, type, op, torch_op](Communicator& comm) mutable {
+                   at::Tensor send = premultiplied(staged(input), torch_op, false);
+                   at::Tensor recv = staged(output);
+                   if (recv.numel() == 0) return;
+                   throw_if_failed(
+                       comm.reduce_scatter(send.data_ptr(), recv.data_ptr(), recv.numel(), type, op),
+                       "_reduce_scatter_base");
+                   write_back(output, recv);
+                 });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRdmakit::alltoall_base(at::Tensor& output, at::Tensor& input,

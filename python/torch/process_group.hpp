@@ -1,4 +1,5 @@
-// The rdmakit backend of torch.distributed (PyTorch 1.13's c10d::ProcessGroup interface).
+// The rdmakit backend of torch.distributed: a c10d::ProcessGroup under torch 1.13, a c10d::Backend under
+// torch 2.x (torch_compat.hpp picks the base class; the operations are the same).
 //
 // Collectives run on the rdmakit communicator, one at a time and in issue order, on a worker thread the
 // group owns: c10d requires every call to return a Work at once, and every rank issues collectives in the
@@ -16,12 +17,11 @@
 #include <mutex>
 #include <string>
 #include <thread>
-#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
-#include <torch/csrc/distributed/c10d/Store.hpp>
 #include <utility>
 
 #include "rdmakit/bootstrap.hpp"
 #include "rdmakit/coll/communicator.hpp"
+#include "torch_compat.hpp"
 
 namespace rdmakit::torch_backend {
 
@@ -83,18 +83,21 @@ class PairChannel {
               bool is_sender);
   // The communicator, made on first call; the first failure is returned again on every later call.
   Result<coll::Communicator*> communicator();
+  // Aborts the communicator (coll::Communicator::abort), or fails its creation if it is not made yet.
+  void abort(const std::string& reason);
   SerialExecutor& executor() { return executor_; }
 
  private:
   std::shared_ptr<bootstrap::Store> store_;
   coll::CommOptions options_;
   bool is_sender_;
+  std::mutex mutex_;  // communicator_ and failure_: abort() comes from another thread
   std::unique_ptr<coll::Communicator> communicator_;
   std::optional<Error> failure_;
   SerialExecutor executor_;  // last: drained before the communicator it uses goes away
 };
 
-class ProcessGroupRdmakit final : public c10d::ProcessGroup {
+class ProcessGroupRdmakit final : public BackendBase {
  public:
   // Meets the other ranks through `store` (blocking until all arrived or the bootstrap timeout).
   // `timeout` bounds each collective unless RDMAKIT_COLL_TIMEOUT_MS is set.
@@ -107,6 +110,10 @@ class ProcessGroupRdmakit final : public c10d::ProcessGroup {
 
   const std::string getBackendName() const override { return "rdmakit"; }
   std::string transports() const { return communicator_ ? communicator_->transports() : "closed"; }
+  // For a process that exits on an error (rdmakit.distributed's excepthook): every communicator of the
+  // group aborts, so the peers' collectives fail within milliseconds naming this rank, and closing the
+  // group waits for nobody.
+  void abort(const std::string& reason);
 
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
                                            const c10d::BroadcastOptions& opts) override;

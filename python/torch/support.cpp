@@ -150,7 +150,7 @@ c10::intrusive_ptr<ProcessGroupRdmakit> ProcessGroupRdmakit::create(
 ProcessGroupRdmakit::ProcessGroupRdmakit(int rank, int size, std::shared_ptr<bootstrap::Store> store,
                                          coll::CommOptions options,
                                          std::unique_ptr<coll::Communicator> communicator)
-    : c10d::ProcessGroup(rank, size),
+    : BackendBase(rank, size),
       store_(std::move(store)),
       options_(std::move(options)),
       communicator_(std::move(communicator)) {
@@ -213,15 +213,33 @@ PairChannel::PairChannel(std::shared_ptr<bootstrap::Store> store, coll::CommOpti
 }
 
 Result<coll::Communicator*> PairChannel::communicator() {
-  if (communicator_) return communicator_.get();
-  if (failure_) return std::unexpected(*failure_);
+  {
+    std::lock_guard lock(mutex_);
+    if (communicator_) return communicator_.get();
+    if (failure_) return std::unexpected(*failure_);
+  }
+  // Outside the lock: creating waits for the peer, and abort() must not wait behind it.
   auto made = coll::Communicator::create(store_, is_sender_ ? 0 : 1, 2, options_);
-  if (!made) {
-    failure_ = made.error();
+  std::lock_guard lock(mutex_);
+  if (!made) failure_ = made.error();
+  if (failure_) {
+    if (made) (*made)->abort("aborted while connecting");
     return std::unexpected(*failure_);
   }
   communicator_ = std::move(*made);
   return communicator_.get();
+}
+
+void PairChannel::abort(const std::string& reason) {
+  std::lock_guard lock(mutex_);
+  if (communicator_) communicator_->abort(reason);
+  if (!failure_) failure_ = Error(Errc::ConnectionBroken, "aborted: " + reason);
+}
+
+void ProcessGroupRdmakit::abort(const std::string& reason) {
+  if (communicator_) communicator_->abort(reason);
+  std::lock_guard lock(channels_mutex_);
+  for (auto& [key, channel] : channels_) channel->abort(reason);
 }
 
 PairChannel& ProcessGroupRdmakit::channel(int peer, bool is_sender) {

@@ -11,6 +11,7 @@
 
 #include "rdmakit/coll/types.hpp"
 #include "rdmakit/error.hpp"
+#include "torch_compat.hpp"
 
 namespace rdmakit::torch_backend {
 
@@ -21,12 +22,13 @@ inline void throw_if_failed(const Result<void>& result, std::string_view what) {
     throw std::runtime_error("rdmakit " + std::string(what) + " failed: " + result.error().describe());
 }
 
-// Every tensor the backend touches: defined, on the CPU, strided (dense). Non-contiguous tensors are fine:
-// they are staged through a contiguous copy.
+// Every tensor the backend touches: defined, on the CPU or a CUDA device, strided (dense). Non-contiguous
+// tensors are staged through a contiguous copy, CUDA tensors through a host copy (torch 2.x registers the
+// backend for "cuda" too; the copies are synchronous, on the current stream).
 inline void check_tensor(const at::Tensor& tensor, std::string_view op) {
   TORCH_CHECK(tensor.defined(), "rdmakit ", op, ": the tensor is undefined");
-  TORCH_CHECK(tensor.device().is_cpu(), "rdmakit ", op, ": only CPU tensors are supported, got one on ",
-              tensor.device());
+  TORCH_CHECK(tensor.device().is_cpu() || tensor.device().is_cuda(), "rdmakit ", op,
+              ": only CPU and CUDA tensors are supported, got one on ", tensor.device());
   TORCH_CHECK(tensor.layout() == at::kStrided, "rdmakit ", op,
               ": only dense (strided) tensors are supported, got ", tensor.layout());
 }
@@ -59,7 +61,10 @@ inline std::optional<coll::DataType> reduction_type(at::ScalarType type) {
     case at::kLong:
       return coll::DataType::I64;
     case at::kByte:
+    case at::kBool:  // one byte, 0 or 1: reduced as u8 with the ops of bool_op()
       return coll::DataType::U8;
+    case at::kChar:
+      return coll::DataType::I8;
     default:
       return std::nullopt;
   }
@@ -67,9 +72,29 @@ inline std::optional<coll::DataType> reduction_type(at::ScalarType type) {
 
 inline coll::DataType checked_reduction_type(const at::Tensor& tensor, std::string_view op) {
   auto type = reduction_type(tensor.scalar_type());
-  TORCH_CHECK(type.has_value(), "rdmakit ", op, ": dtype ", tensor.scalar_type(),
-              " cannot be reduced (supported: float32, float64, float16, bfloat16, int32, int64, uint8)");
+  TORCH_CHECK(
+      type.has_value(), "rdmakit ", op, ": dtype ", tensor.scalar_type(),
+      " cannot be reduced (supported: float32, float64, float16, bfloat16, int32, int64, uint8, int8, bool)");
   return *type;
+}
+
+// Over bool (0 or 1 as u8), as gloo and NCCL reduce it: SUM is OR (MAX), PRODUCT is AND (MIN).
+inline coll::ReduceOp bool_op(coll::ReduceOp op, std::string_view name) {
+  TORCH_CHECK(op != coll::ReduceOp::Avg, "rdmakit ", name, ": AVG of bool tensors is not defined");
+  if (op == coll::ReduceOp::Sum) return coll::ReduceOp::Max;
+  if (op == coll::ReduceOp::Prod) return coll::ReduceOp::Min;
+  return op;
+}
+
+inline coll::ReduceOp checked_reduce_op(const c10d::ReduceOp& op, std::string_view name);
+
+// The operator for `tensor`'s dtype: bitwise ones take integer and bool tensors only.
+inline coll::ReduceOp checked_reduce_op(const c10d::ReduceOp& op, std::string_view name,
+                                        const at::Tensor& tensor) {
+  coll::ReduceOp chosen = checked_reduce_op(op, name);
+  TORCH_CHECK(!coll::is_bitwise(chosen) || !at::isFloatingType(tensor.scalar_type()), "rdmakit ", name,
+              ": BAND, BOR and BXOR take integer or bool tensors, got ", tensor.scalar_type());
+  return tensor.scalar_type() == at::kBool ? bool_op(chosen, name) : chosen;
 }
 
 inline coll::ReduceOp checked_reduce_op(const c10d::ReduceOp& op, std::string_view name) {
@@ -84,15 +109,33 @@ inline coll::ReduceOp checked_reduce_op(const c10d::ReduceOp& op, std::string_vi
       return coll::ReduceOp::Min;
     case c10d::ReduceOp::MAX:
       return coll::ReduceOp::Max;
+    case c10d::ReduceOp::PREMUL_SUM:  // the inputs are multiplied first (premultiplied())
+      return coll::ReduceOp::Sum;
+    case c10d::ReduceOp::BAND:
+      return coll::ReduceOp::BAnd;
+    case c10d::ReduceOp::BOR:
+      return coll::ReduceOp::BOr;
+    case c10d::ReduceOp::BXOR:
+      return coll::ReduceOp::BXor;
     default:
       TORCH_CHECK(false, "rdmakit ", name, ": reduce op ", static_cast<int>(op.op_),
-                  " is not supported (supported: SUM, AVG, PRODUCT, MIN, MAX)");
+                  " is not supported (supported: SUM, AVG, PRODUCT, MIN, MAX, BAND, BOR, BXOR, PREMUL_SUM)");
   }
 }
 
-// A contiguous tensor holding `tensor`'s values: the tensor itself when it is contiguous, else a copy.
-// After the communicator wrote into it, write_back() puts the result into a non-contiguous original.
-inline at::Tensor staged(const at::Tensor& tensor) { return tensor.contiguous(); }
+// A contiguous host tensor holding `tensor`'s values: the tensor itself when it is a contiguous CPU one,
+// else a copy. After the communicator wrote into it, write_back() puts the result into the original.
+inline at::Tensor staged(const at::Tensor& tensor) {
+  return tensor.device().is_cpu() ? tensor.contiguous() : tensor.to(at::kCPU).contiguous();
+}
+
+// `staging` (staged()) multiplied by PREMUL_SUM's factor, in place when `in_place` (the tensor is
+// overwritten by the result anyway), else into a new tensor; unchanged for every other op.
+inline at::Tensor premultiplied(at::Tensor staging, const c10d::ReduceOp& op, bool in_place) {
+  auto factor = premul_factor(op);
+  if (!factor) return staging;
+  return in_place ? staging.mul_(*factor) : staging.mul(*factor);
+}
 inline void write_back(at::Tensor& original, const at::Tensor& staging) {
   if (!original.is_same(staging)) original.copy_(staging);
 }
@@ -101,7 +144,8 @@ inline void write_back(at::Tensor& original, const at::Tensor& staging) {
 inline at::Tensor flatten(const std::vector<at::Tensor>& tensors) {
   int64_t total = 0;
   for (const auto& t : tensors) total += t.numel();
-  auto flat = at::empty({total}, tensors.at(0).options().memory_format(at::MemoryFormat::Contiguous));
+  auto flat = at::empty({total},
+                        tensors.at(0).options().device(at::kCPU).memory_format(at::MemoryFormat::Contiguous));
   int64_t offset = 0;
   for (const auto& t : tensors) {
     flat.narrow(0, offset, t.numel()).view(t.sizes()).copy_(t);

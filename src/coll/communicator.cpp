@@ -66,7 +66,12 @@ struct Communicator::Impl {
 
   std::mutex mutex;
   std::condition_variable changed;
-  std::deque<std::pair<Op, std::shared_ptr<Work::State>>> queue;
+  struct Queued {
+    detail::Call call;
+    Op op;
+    std::shared_ptr<Work::State> state;
+  };
+  std::deque<Queued> queue;
   bool busy = false;
   bool stopping = false;
   std::thread worker;  // last: started lazily, joined by the destructor
@@ -84,38 +89,61 @@ struct Communicator::Impl {
     }
     if (worker.joinable()) worker.join();
     // Closing is collective, like MPI_Comm_free: a barrier first, so no rank closes a connection a peer
-    // still reads the last chunks from. Skipped after a failure: then closing fast is the point.
-    if (!exchange.failure()) (void)detail::barrier_dissemination(exchange);
+    // still reads the last chunks from. Skipped after a failure or an abort: then closing fast is the
+    // point. Its chunks carry the Close signature, so a peer still inside a collective fails at once,
+    // told that this rank closes, instead of waiting for data this rank will never send.
+    if (!exchange.check_abort()) return;
+    exchange.begin(detail::Call{.kind = detail::CallKind::Close});
+    (void)detail::barrier_dissemination(exchange);
   }
 
-  // The two forms of every collective, given its arguments' checks and its op.
-  Result<void> blocking(Result<void> checked, Op op);
-  Work nonblocking(Result<void> checked, Op op);
+  void abort(std::string reason) {
+    exchange.request_abort(std::move(reason));
+    std::unique_lock lock(mutex);
+    // Queued collectives never start; a running one fails at its next wait (the executing thread acts
+    // on the request), within one sleep slice.
+    auto error = Error(Errc::ConnectionBroken, "rank " + std::to_string(exchange.rank()) + ": aborted");
+    for (auto& entry : queue) entry.state->finish(std::unexpected(error));
+    queue.clear();
+    changed.wait(lock, [&] { return !busy; });
+    busy = true;  // nothing runs now: this thread acts on the request itself
+    lock.unlock();
+    (void)exchange.check_abort();
+    lock.lock();
+    busy = false;
+    changed.notify_all();
+  }
 
-  Result<void> execute(const Op& op) {
-    if (exchange.failure()) return std::unexpected(*exchange.failure());
+  // The two forms of every collective, given its arguments' checks, the call (stamped on its chunks,
+  // signature.hpp) and its op.
+  Result<void> blocking(Result<void> checked, const detail::Call& call, Op op);
+  Work nonblocking(Result<void> checked, const detail::Call& call, Op op);
+
+  Result<void> execute(const detail::Call& call, const Op& op) {
+    if (auto ok = exchange.check_abort(); !ok) return ok;
+    exchange.begin(call);
     return op();
   }
 
-  Result<void> run(Op op) {
+  Result<void> run(const detail::Call& call, Op op) {
     std::unique_lock lock(mutex);
     if (queue.empty() && !busy) {
       busy = true;
       lock.unlock();
-      auto result = execute(op);
+      auto result = execute(call, op);
       lock.lock();
       busy = false;
       changed.notify_all();
       return result;
     }
     lock.unlock();
-    return submit(std::move(op)).wait();
+    return submit(call, std::move(op)).wait();
   }
 
-  Work submit(Op op) {
+  Work submit(const detail::Call& call, Op op) {
     auto state = std::make_shared<Work::State>();
     std::lock_guard lock(mutex);
-    queue.emplace_back(std::move(op), state);
+    queue.push_back(Queued{call, std::move(op), state});
     if (!worker.joinable()) worker = std::thread([this] { work(); });
     changed.notify_all();
     return Work(state);
@@ -126,11 +154,11 @@ struct Communicator::Impl {
     for (;;) {
       changed.wait(lock, [&] { return (!queue.empty() && !busy) || (stopping && queue.empty() && !busy); });
       if (queue.empty()) return;
-      auto [op, state] = std::move(queue.front());
+      Queued next = std::move(queue.front());
       queue.pop_front();
       busy = true;
       lock.unlock();
-      state->finish(execute(op));
+      next.state->finish(execute(next.call, next.op));
       lock.lock();
       busy = false;
       changed.notify_all();
@@ -148,7 +176,7 @@ Work failed_work(Error error) {
 
 Result<void> check(const void* send, const void* recv, std::size_t count, DataType type, std::size_t factor,
                    const char* what) {
-  if (static_cast<unsigned>(type) > static_cast<unsigned>(DataType::U8))
+  if (static_cast<unsigned>(type) > static_cast<unsigned>(DataType::I8))
     return fail(Errc::InvalidArgument, std::string(what) + ": unknown data type");
   if (count > (std::size_t{1} << 40) / size_of(type) / factor)
     return fail(Errc::InvalidArgument,
@@ -159,9 +187,13 @@ Result<void> check(const void* send, const void* recv, std::size_t count, DataTy
   return {};
 }
 
-Result<void> check_op(ReduceOp op, const char* what) {
-  if (static_cast<unsigned>(op) > static_cast<unsigned>(ReduceOp::Avg))
+Result<void> check_op(ReduceOp op, DataType type, const char* what) {
+  if (static_cast<unsigned>(op) > static_cast<unsigned>(ReduceOp::BXor))
     return fail(Errc::InvalidArgument, std::string(what) + ": unknown reduction operator");
+  if (is_bitwise(op) && !is_integer(type))
+    return fail(Errc::InvalidArgument, std::string(what) + ": " + std::string(to_string(op)) +
+                                           " takes an integer type (i8, u8, i32, i64), not " +
+                                           std::string(to_string(type)));
   return {};
 }
 
@@ -252,6 +284,8 @@ Result<std::unique_ptr<Communicator>> Communicator::from_environment(const CommO
   return create(std::move(*store), launch->rank, launch->world_size, options);
 }
 
+void Communicator::abort(std::string_view reason) { impl_->abort(std::string(reason)); }
+
 int Communicator::rank() const noexcept { return impl_->exchange.rank(); }
 int Communicator::size() const noexcept { return impl_->exchange.size(); }
 int Communicator::local_rank() const noexcept { return impl_->mesh.local_rank; }
@@ -267,14 +301,14 @@ detail::Buffers buffers(const void* send, void* recv, std::size_t count, DataTyp
 
 // Each collective checks its arguments on the calling thread (a bad argument fails at once, on this
 // rank only, and leaves the communicator usable), then runs as an Op in issue order.
-Result<void> Communicator::Impl::blocking(Result<void> checked, Op op) {
+Result<void> Communicator::Impl::blocking(Result<void> checked, const detail::Call& call, Op op) {
   if (!checked) return checked;
-  return run(std::move(op));
+  return run(call, std::move(op));
 }
 
-Work Communicator::Impl::nonblocking(Result<void> checked, Op op) {
+Work Communicator::Impl::nonblocking(Result<void> checked, const detail::Call& call, Op op) {
   if (!checked) return failed_work(checked.error());
-  return submit(std::move(op));
+  return submit(call, std::move(op));
 }
 
 namespace {
@@ -287,13 +321,13 @@ Result<void> first_failure(std::initializer_list<Result<void>> checks) {
 }
 
 Result<void> check_allreduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op) {
-  return first_failure({check(send, recv, count, type, 1, "allreduce"), check_op(op, "allreduce")});
+  return first_failure({check(send, recv, count, type, 1, "allreduce"), check_op(op, type, "allreduce")});
 }
 
 Result<void> check_reduce(const Communicator& comm, const void* send, void* recv, std::size_t count,
                           DataType type, ReduceOp op, int root) {
   return first_failure({check(send, comm.rank() == root ? recv : send, count, type, 1, "reduce"),
-                        check_op(op, "reduce"), check_root(root, comm.size(), "reduce")});
+                        check_op(op, type, "reduce"), check_root(root, comm.size(), "reduce")});
 }
 
 Result<void> check_broadcast(const Communicator& comm, const void* send, void* recv, std::size_t count,
@@ -309,8 +343,8 @@ Result<void> check_per_rank(const Communicator& comm, const void* send, void* re
 
 Result<void> check_reduce_scatter(const Communicator& comm, const void* send, void* recv, std::size_t count,
                                   DataType type, ReduceOp op) {
-  return first_failure(
-      {check_per_rank(comm, send, recv, count, type, "reduce_scatter"), check_op(op, "reduce_scatter")});
+  return first_failure({check_per_rank(comm, send, recv, count, type, "reduce_scatter"),
+                        check_op(op, type, "reduce_scatter")});
 }
 
 // Every rank of the job maps every other's area: reduce and broadcast go through it too.
@@ -406,87 +440,100 @@ std::string Communicator::allreduce_algorithm(std::size_t bytes) const {
 Result<void> Communicator::allreduce(const void* send, void* recv, std::size_t count, DataType type,
                                      ReduceOp op) {
   return impl_->blocking(check_allreduce(send, recv, count, type, op),
+                         detail::Call{detail::CallKind::Allreduce, type, op, count, -1},
                          allreduce_op(impl_.get(), send, recv, count, type, op));
 }
 
 Work Communicator::allreduce_async(const void* send, void* recv, std::size_t count, DataType type,
                                    ReduceOp op) {
   return impl_->nonblocking(check_allreduce(send, recv, count, type, op),
+                            detail::Call{detail::CallKind::Allreduce, type, op, count, -1},
                             allreduce_op(impl_.get(), send, recv, count, type, op));
 }
 
 Result<void> Communicator::reduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op,
                                   int root) {
   return impl_->blocking(check_reduce(*this, send, recv, count, type, op, root),
+                         detail::Call{detail::CallKind::Reduce, type, op, count, root},
                          reduce_op(impl_.get(), send, recv, count, type, op, root));
 }
 
 Work Communicator::reduce_async(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op,
                                 int root) {
   return impl_->nonblocking(check_reduce(*this, send, recv, count, type, op, root),
+                            detail::Call{detail::CallKind::Reduce, type, op, count, root},
                             reduce_op(impl_.get(), send, recv, count, type, op, root));
 }
 
 Result<void> Communicator::broadcast(const void* send, void* recv, std::size_t count, DataType type,
                                      int root) {
   return impl_->blocking(check_broadcast(*this, send, recv, count, type, root),
+                         detail::Call{detail::CallKind::Broadcast, type, ReduceOp::Sum, count, root},
                          broadcast_op(impl_.get(), send, recv, count, type, root));
 }
 
 Work Communicator::broadcast_async(const void* send, void* recv, std::size_t count, DataType type, int root) {
   return impl_->nonblocking(check_broadcast(*this, send, recv, count, type, root),
+                            detail::Call{detail::CallKind::Broadcast, type, ReduceOp::Sum, count, root},
                             broadcast_op(impl_.get(), send, recv, count, type, root));
 }
 
 Result<void> Communicator::allgather(const void* send, void* recv, std::size_t count, DataType type) {
   return impl_->blocking(check_per_rank(*this, send, recv, count, type, "allgather"),
+                         detail::Call{detail::CallKind::Allgather, type, ReduceOp::Sum, count, -1},
                          allgather_op(impl_.get(), send, recv, count, type));
 }
 
 Work Communicator::allgather_async(const void* send, void* recv, std::size_t count, DataType type) {
   return impl_->nonblocking(check_per_rank(*this, send, recv, count, type, "allgather"),
+                            detail::Call{detail::CallKind::Allgather, type, ReduceOp::Sum, count, -1},
                             allgather_op(impl_.get(), send, recv, count, type));
 }
 
 Result<void> Communicator::reduce_scatter(const void* send, void* recv, std::size_t count, DataType type,
                                           ReduceOp op) {
   return impl_->blocking(check_reduce_scatter(*this, send, recv, count, type, op),
+                         detail::Call{detail::CallKind::ReduceScatter, type, op, count, -1},
                          reduce_scatter_op(impl_.get(), send, recv, count, type, op));
 }
 
 Work Communicator::reduce_scatter_async(const void* send, void* recv, std::size_t count, DataType type,
                                         ReduceOp op) {
   return impl_->nonblocking(check_reduce_scatter(*this, send, recv, count, type, op),
+                            detail::Call{detail::CallKind::ReduceScatter, type, op, count, -1},
                             reduce_scatter_op(impl_.get(), send, recv, count, type, op));
 }
 
 Result<void> Communicator::all_to_all(const void* send, void* recv, std::size_t count, DataType type) {
   return impl_->blocking(check_per_rank(*this, send, recv, count, type, "all_to_all"),
+                         detail::Call{detail::CallKind::AllToAll, type, ReduceOp::Sum, count, -1},
                          all_to_all_op(impl_.get(), send, recv, count, type));
 }
 
 Work Communicator::all_to_all_async(const void* send, void* recv, std::size_t count, DataType type) {
   return impl_->nonblocking(check_per_rank(*this, send, recv, count, type, "all_to_all"),
+                            detail::Call{detail::CallKind::AllToAll, type, ReduceOp::Sum, count, -1},
                             all_to_all_op(impl_.get(), send, recv, count, type));
 }
 
 Result<void> Communicator::barrier() {
-  return impl_->blocking({}, [impl = impl_.get()] { return detail::barrier_dissemination(impl->exchange); });
+  return impl_->blocking({}, detail::Call{.kind = detail::CallKind::Barrier},
+                         [impl = impl_.get()] { return detail::barrier_dissemination(impl->exchange); });
 }
 
 Work Communicator::barrier_async() {
-  return impl_->nonblocking({},
+  return impl_->nonblocking({}, detail::Call{.kind = detail::CallKind::Barrier},
                             [impl = impl_.get()] { return detail::barrier_dissemination(impl->exchange); });
 }
 
 std::string_view to_string(DataType type) noexcept {
-  static constexpr std::string_view names[] = {"f32", "f64", "f16", "bf16", "i32", "i64", "u8"};
+  static constexpr std::string_view names[] = {"f32", "f64", "f16", "bf16", "i32", "i64", "u8", "i8"};
   auto i = static_cast<std::size_t>(type);
   return i < std::size(names) ? names[i] : "unknown";
 }
 
 std::string_view to_string(ReduceOp op) noexcept {
-  static constexpr std::string_view names[] = {"sum", "prod", "min", "max", "avg"};
+  static constexpr std::string_view names[] = {"sum", "prod", "min", "max", "avg", "band", "bor", "bxor"};
   auto i = static_cast<std::size_t>(op);
   return i < std::size(names) ? names[i] : "unknown";
 }

@@ -22,7 +22,7 @@ std::uint32_t control_imm(Control kind, int rank) noexcept {
 ControlMessage parse_control(std::uint32_t imm) noexcept {
   if ((imm & kControlBit) == 0) return ControlMessage{Control::Credit, -1};
   auto kind = static_cast<Control>((imm >> 24) & 0x7f);
-  if (kind < Control::Probe || kind > Control::NoticeOther) kind = Control::NoticeOther;
+  if (kind < Control::Probe || kind > Control::NoticeMismatch) kind = Control::NoticeOther;
   std::uint32_t who = imm & kRankMask;
   return ControlMessage{kind, who == kRankMask ? -1 : static_cast<int>(who)};
 }

@@ -18,12 +18,14 @@
 namespace rdmakit::coll::detail {
 
 enum class Control : std::uint8_t {
-  Credit,         // not a control message: a credit count (the immediate's value)
-  Probe,          // "who are you waiting for?"
-  Alive,          // the answer: rank = the rank this one waits for (-1: none)
-  NoticeDied,     // the sender fails the job: rank died (its connection failed)
-  NoticeStalled,  // ... rank stopped responding
-  NoticeOther,    // ... for another reason (rank: the one it blames, -1: none)
+  Credit,          // not a control message: a credit count (the immediate's value)
+  Probe,           // "who are you waiting for?"
+  Alive,           // the answer: rank = the rank this one waits for (-1: none)
+  NoticeDied,      // the sender fails the job: rank died (its connection failed)
+  NoticeStalled,   // ... rank stopped responding
+  NoticeOther,     // ... for another reason (rank: the one it blames, -1: none)
+  NoticeAborted,   // ... because rank (the sender) aborts: its process exits on an error
+  NoticeMismatch,  // ... because rank called the collective with other arguments than the sender
 };
 
 struct ControlMessage {

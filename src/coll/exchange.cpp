@@ -93,6 +93,7 @@ Result<void> Exchange::arm() {
     if (!p.connection) continue;
     p.credits = slots_;
     p.arrived_bytes.assign(slots_, 0);
+    p.arrived_call.assign(slots_, 0);
     for (std::uint32_t i = 0; i < 2 * slots_ + kExtraReceives; ++i)
       if (auto id = p.connection->post_recv(std::span<const Segment>{}); !id)
         return std::unexpected(fail_all(peer_error(rank_, p.rank, "post_recv: " + id.error().message())));
@@ -128,7 +129,9 @@ void Exchange::notify_peers(int culprit, Control blame) {
   std::vector<std::uint64_t> pending;
   for (Peer& p : peers_) {
     std::uint64_t id = 0;
-    if (p.connection && p.rank != culprit && p.connection->health() && send_control(p, blame, culprit, &id))
+    // The rank whose arguments differ is told too: it may not have received a chunk of this call.
+    bool told = p.rank != culprit || blame == Control::NoticeMismatch;
+    if (p.connection && told && p.connection->health() && send_control(p, blame, culprit, &id))
       pending.push_back(id);
   }
   auto deadline = Clock::now() + kNoticeLimit;
@@ -182,6 +185,21 @@ void Exchange::on_control(Peer& p, ControlMessage m) {
     case Control::NoticeStalled:
       fail_all(Error(Errc::Timeout, self + culprit + " stopped responding" + by), m.rank, m.kind);
       return;
+    case Control::NoticeAborted:
+      fail_all(Error(Errc::ConnectionBroken, self + culprit +
+                                                 " aborted: its process is exiting on an error (its own "
+                                                 "output says which)" +
+                                                 by),
+               m.rank, m.kind);
+      return;
+    case Control::NoticeMismatch:
+      fail_all(Error(Errc::InvalidArgument,
+                     self + (m.rank == rank_ ? std::string("this rank") : culprit) +
+                         " called another collective than the other ranks, or the same one with other "
+                         "arguments, or closed its communicator" +
+                         by + "; the ranks that found it name both calls"),
+               m.rank, m.kind);
+      return;
     case Control::NoticeOther:
       fail_all(Error(Errc::ConnectionBroken, self + "rank " + std::to_string(p.rank) + " failed" +
                                                  (m.rank < 0 ? "" : " and blames " + culprit) +
@@ -199,9 +217,10 @@ void Exchange::handle(Fabric& fabric, const Completion& c) {
   if (!Connection::is_recv_id(c.id) && c.opcode == Opcode::WriteImm) ++p.send_done;
   if (!c.ok()) return on_broken(p, c);
   if (Connection::is_recv_id(c.id)) {
-    if (c.opcode == Opcode::RecvWriteImm)
+    if (c.opcode == Opcode::RecvWriteImm) {
+      p.arrived_call[p.arrived % slots_] = c.imm;
       p.arrived_bytes[p.arrived++ % slots_] = c.bytes;
-    else if (ControlMessage m = parse_control(c.imm); m.kind == Control::Credit)
+    } else if (ControlMessage m = parse_control(c.imm); m.kind == Control::Credit)
       p.credits += c.imm;
     else
       on_control(p, m);
@@ -284,8 +303,40 @@ std::size_t Exchange::progress() {
 Result<void> Exchange::poll(int waiting_for) {
   waiting_for_ = waiting_for;
   progress();
+  return check_abort();
+}
+
+void Exchange::request_abort(std::string reason) {
+  {
+    std::lock_guard lock(abort_mutex_);
+    if (abort_requested_.load(std::memory_order_relaxed)) return;
+    abort_reason_ = std::move(reason);
+  }
+  abort_requested_.store(true, std::memory_order_release);
+}
+
+// NoticeAborted names this rank: the peers blame it, not the neighbour they wait for.
+Result<void> Exchange::check_abort() {
+  if (!failure_ && abort_requested_.load(std::memory_order_acquire)) {
+    std::string reason;
+    {
+      std::lock_guard lock(abort_mutex_);
+      reason = abort_reason_;
+    }
+    fail_all(Error(Errc::ConnectionBroken, "rank " + std::to_string(rank_) + ": aborted: " + reason), rank_,
+             Control::NoticeAborted);
+  }
   if (failure_) return std::unexpected(*failure_);
   return {};
+}
+
+// The rank that closes its communicator is the odd one out; otherwise the peer whose chunk disagreed
+// (with two ranks either could be; the message names both calls).
+Error Exchange::mismatched(int peer, std::uint32_t theirs) {
+  int culprit = call_.kind == CallKind::Close ? rank_ : peer;
+  return fail_all(
+      Error(Errc::InvalidArgument, "rank " + std::to_string(rank_) + ": " + mismatch(call_, theirs, peer)),
+      culprit, Control::NoticeMismatch);
 }
 
 // Sleeps in the transport's wait (spin, then block, per Config::wait_mode) on the one completion queue;
@@ -314,7 +365,7 @@ Result<void> Exchange::wait_until(Ready ready, int rank, const char* what) {
   auto deadline = now + timeout_;
   auto spin_until = now + spin_;
   for (;;) {
-    if (failure_) return std::unexpected(*failure_);
+    if (auto ok = check_abort(); !ok) return ok;
     if (ready()) return {};
     if (progress() > 0) {
       spin_until = Clock::now() + spin_;
@@ -343,7 +394,7 @@ Result<void> Exchange::send(int member, const void* data, std::size_t bytes) {
   WorkRequest request{.opcode = Opcode::WriteImm,
                       .local = std::span<const Segment>(&segment, bytes > 0 ? 1 : 0),
                       .remote = remote,
-                      .imm = 0};
+                      .imm = signature_};
   if (auto id = p.connection->post(std::span<const WorkRequest>(&request, 1)); !id)
     return std::unexpected(refused(p, "write", id.error()));
   ++p.sent;
@@ -380,6 +431,7 @@ Result<std::span<const std::byte>> Exchange::recv(int member) {
   if (auto ok = wait_until([&] { return p.arrived > p.consumed; }, from, "data from"); !ok)
     return std::unexpected(ok.error());
   std::size_t slot = p.consumed % slots_;
+  if (p.arrived_call[slot] != signature_) return std::unexpected(mismatched(from, p.arrived_call[slot]));
   return std::span<const std::byte>(p.inbound + slot * p.fabric->chunk, p.arrived_bytes[slot]);
 }
 

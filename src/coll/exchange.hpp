@@ -12,6 +12,8 @@
 //  * inside an InPlace scope, a chunk that lies in the scope's (caller) memory is written straight from
 //    there, registered once per collective, instead of being copied into the outbound slot first: one
 //    pass over memory per sent byte less, on top of the kernel's two (bench/RESULTS.md, "netns ring").
+//  * every data write's immediate is the signature of the call that sent it (signature.hpp); recv()
+//    fails the collective on every rank, naming both calls, when it is not this rank's call's;
 // A failure names the rank to blame, agreed between the survivors (diagnosis.hpp): a timeout asks the
 // peers what they wait for, and a failing rank tells its peers whom it blames before it closes.
 // One thread drives an Exchange at a time (the communicator's executing thread): no locks inside.
@@ -19,10 +21,12 @@
 // same algorithms run inside a host and between hosts; failures and diagnosis keep naming world ranks.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
@@ -30,6 +34,7 @@
 #include <vector>
 
 #include "coll/diagnosis.hpp"
+#include "coll/signature.hpp"
 #include "rdmakit/context.hpp"
 
 namespace rdmakit::coll::detail {
@@ -61,6 +66,7 @@ struct Peer {
   std::uint64_t sent = 0, send_done = 0;
   std::uint64_t arrived = 0, consumed = 0;
   std::vector<std::uint32_t> arrived_bytes;  // by slot
+  std::vector<std::uint32_t> arrived_call;   // by slot: the sender's call signature (signature.hpp)
 };
 
 class Exchange {
@@ -152,6 +158,31 @@ class Exchange {
   std::chrono::milliseconds timeout() const noexcept { return timeout_; }
   std::chrono::microseconds spin() const noexcept { return spin_; }
 
+  // The call every chunk sent from now on is stamped with, and every chunk received is checked against
+  // (signature.hpp): set by the communicator before each collective runs.
+  void begin(const Call& call) noexcept {
+    call_ = call;
+    signature_ = signature(call);
+  }
+  const Call& call() const noexcept { return call_; }
+  std::uint32_t call_signature() const noexcept { return signature_; }
+  // The signature of the next chunk from world rank `rank` that arrived and is not consumed yet, if any
+  // (the shared-memory path, which receives no chunks, looks for a peer that runs another collective).
+  std::optional<std::uint32_t> pending_call(int rank) const noexcept {
+    const Peer& p = peers_[static_cast<std::size_t>(rank)];
+    if (p.arrived == p.consumed) return std::nullopt;
+    return p.arrived_call[p.consumed % slots_];
+  }
+  // A peer's chunk or shared-memory record carried `theirs`, not this call's: fails everything, naming
+  // both calls; the peers are told who disagreed.
+  Error mismatched(int peer, std::uint32_t theirs);
+
+  // From any thread: the executing thread fails everything (the peers are told this rank aborts) at its
+  // next wait, or the caller does it through check_abort() when nothing runs. Only the first reason counts.
+  void request_abort(std::string reason);
+  // On the executing thread: acts on a requested abort; the sticky failure, if any.
+  Result<void> check_abort();
+
   // The sticky failure, if any.
   const std::optional<Error>& failure() const noexcept { return failure_; }
   // Records the first failure, tells the peers whom it blames (`culprit`, -1: none; `blame` the notice
@@ -190,6 +221,11 @@ class Exchange {
   bool probing_ = false;
   std::vector<Answer> answers_;  // while probing, by rank
   InPlace* in_place_ = nullptr;  // the scope in force, if any
+  Call call_{};
+  std::uint32_t signature_ = signature(Call{});
+  std::atomic<bool> abort_requested_{false};
+  std::mutex abort_mutex_;  // guards abort_reason_, written by any thread once
+  std::string abort_reason_;
 };
 
 }  // namespace rdmakit::coll::detail

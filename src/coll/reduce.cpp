@@ -37,6 +37,25 @@ struct Max {
   }
 };
 
+struct BitAnd {
+  template <typename T>
+  static T apply(T a, T b) noexcept {
+    return static_cast<T>(a & b);
+  }
+};
+struct BitOr {
+  template <typename T>
+  static T apply(T a, T b) noexcept {
+    return static_cast<T>(a | b);
+  }
+};
+struct BitXor {
+  template <typename T>
+  static T apply(T a, T b) noexcept {
+    return static_cast<T>(a ^ b);
+  }
+};
+
 template <typename T, typename Op>
 void loop(T* out, const T* a, const T* b, std::size_t count) noexcept {
   for (std::size_t i = 0; i < count; ++i) out[i] = Op::template apply<T>(a[i], b[i]);
@@ -61,8 +80,34 @@ unsigned short narrow_half(float v) { return float_to_half(v); }
 float widen_bf16(unsigned short bits) { return bf16_to_float(bits); }
 unsigned short narrow_bf16(float v) { return float_to_bf16(v); }
 
+// The integer types: every operator, bitwise ones included. True when `type` is one.
+template <typename Op>
+bool dispatch_integer(void* out, const void* a, const void* b, std::size_t n, DataType type) noexcept {
+  switch (type) {
+    case DataType::I32:
+      loop<std::int32_t, Op>(static_cast<std::int32_t*>(out), static_cast<const std::int32_t*>(a),
+                             static_cast<const std::int32_t*>(b), n);
+      return true;
+    case DataType::I64:
+      loop<std::int64_t, Op>(static_cast<std::int64_t*>(out), static_cast<const std::int64_t*>(a),
+                             static_cast<const std::int64_t*>(b), n);
+      return true;
+    case DataType::U8:
+      loop<std::uint8_t, Op>(static_cast<std::uint8_t*>(out), static_cast<const std::uint8_t*>(a),
+                             static_cast<const std::uint8_t*>(b), n);
+      return true;
+    case DataType::I8:
+      loop<std::int8_t, Op>(static_cast<std::int8_t*>(out), static_cast<const std::int8_t*>(a),
+                            static_cast<const std::int8_t*>(b), n);
+      return true;
+    default:
+      return false;
+  }
+}
+
 template <typename Op>
 void dispatch(void* out, const void* a, const void* b, std::size_t n, DataType type) noexcept {
+  if (dispatch_integer<Op>(out, a, b, n, type)) return;
   switch (type) {
     case DataType::F32:
       return loop<float, Op>(static_cast<float*>(out), static_cast<const float*>(a),
@@ -70,15 +115,6 @@ void dispatch(void* out, const void* a, const void* b, std::size_t n, DataType t
     case DataType::F64:
       return loop<double, Op>(static_cast<double*>(out), static_cast<const double*>(a),
                               static_cast<const double*>(b), n);
-    case DataType::I32:
-      return loop<std::int32_t, Op>(static_cast<std::int32_t*>(out), static_cast<const std::int32_t*>(a),
-                                    static_cast<const std::int32_t*>(b), n);
-    case DataType::I64:
-      return loop<std::int64_t, Op>(static_cast<std::int64_t*>(out), static_cast<const std::int64_t*>(a),
-                                    static_cast<const std::int64_t*>(b), n);
-    case DataType::U8:
-      return loop<std::uint8_t, Op>(static_cast<std::uint8_t*>(out), static_cast<const std::uint8_t*>(a),
-                                    static_cast<const std::uint8_t*>(b), n);
     case DataType::F16:
       return loop16<widen_half, narrow_half, Op>(static_cast<std::uint16_t*>(out),
                                                  static_cast<const std::uint16_t*>(a),
@@ -87,6 +123,8 @@ void dispatch(void* out, const void* a, const void* b, std::size_t n, DataType t
       return loop16<widen_bf16, narrow_bf16, Op>(static_cast<std::uint16_t*>(out),
                                                  static_cast<const std::uint16_t*>(a),
                                                  static_cast<const std::uint16_t*>(b), n);
+    default:
+      return;  // the integer types, done above
   }
 }
 
@@ -113,6 +151,16 @@ void reduce(void* out, const void* a, const void* b, std::size_t count, DataType
       return dispatch<Min>(out, a, b, count, type);
     case ReduceOp::Max:
       return dispatch<Max>(out, a, b, count, type);
+    // The communicator refuses a bitwise operator on a float type before any data moves.
+    case ReduceOp::BAnd:
+      (void)dispatch_integer<BitAnd>(out, a, b, count, type);
+      return;
+    case ReduceOp::BOr:
+      (void)dispatch_integer<BitOr>(out, a, b, count, type);
+      return;
+    case ReduceOp::BXor:
+      (void)dispatch_integer<BitXor>(out, a, b, count, type);
+      return;
   }
 }
 
@@ -128,6 +176,8 @@ void finish_average(void* data, std::size_t count, DataType type, int divisor) n
       return divide(static_cast<std::int64_t*>(data), count, static_cast<std::int64_t>(divisor));
     case DataType::U8:
       return divide(static_cast<std::uint8_t*>(data), count, static_cast<std::uint8_t>(divisor));
+    case DataType::I8:
+      return divide(static_cast<std::int8_t*>(data), count, static_cast<std::int8_t>(divisor));
     case DataType::F16:
       return divide16<widen_half, narrow_half>(static_cast<std::uint16_t*>(data), count,
                                                static_cast<float>(divisor));

@@ -57,6 +57,7 @@ struct SharedArea::Control {
   alignas(64) std::uint32_t generation;  // group rank 0's: barriers completed
   alignas(64) std::uint32_t sleepers;    // group rank 0's: waiters asleep on `generation`
   alignas(64) std::uint32_t entered;     // each rank's own: barriers it entered (for diagnosis)
+  alignas(64) std::uint32_t call[2];     // each rank's own: its calls' signatures, by parity
 };
 
 SharedArea::SharedArea(std::shared_ptr<MemoryRegion> mine, std::vector<std::byte*> areas, int rank,
@@ -90,6 +91,9 @@ Result<std::unique_ptr<SharedArea>> SharedArea::create(Exchange& ex, std::size_t
   if (usable && fabric) {
     auto region = fabric->context->allocate(kHeader + 2 * round_bytes, Access::All);
     if (region) mine = std::move(*region);
+    // The control block starts clean: memory an earlier area of this process left (a barrier count, a
+    // call word after a failure) must not count here. Peers touch it only after the allgather below.
+    if (mine) std::memset(mine->data(), 0, kHeader);
   }
   AreaRecord record{};
   if (mine)
@@ -121,15 +125,29 @@ Result<std::unique_ptr<SharedArea>> SharedArea::create(Exchange& ex, std::size_t
   }
   // 3. All or none.
   std::int32_t all = mapped;
-  Buffers agree{reinterpret_cast<const std::byte*>(&mapped), reinterpret_cast<std::byte*>(&all), 1,
-                DataType::I32, ReduceOp::Min};
-  if (auto ok = allreduce_doubling(ex, agree); !ok) return std::unexpected(ok.error());
+  Buffers agreement{reinterpret_cast<const std::byte*>(&mapped), reinterpret_cast<std::byte*>(&all), 1,
+                    DataType::I32, ReduceOp::Min};
+  if (auto ok = allreduce_doubling(ex, agreement); !ok) return std::unexpected(ok.error());
   if (!all) return std::unique_ptr<SharedArea>();
   return std::unique_ptr<SharedArea>(new SharedArea(std::move(mine), std::move(areas), r, round_bytes));
 }
 
 std::byte* SharedArea::buffer(int member, int parity) const noexcept {
   return areas_[static_cast<std::size_t>(member)] + kHeader + static_cast<std::size_t>(parity) * round_;
+}
+
+// A member that sent a chunk of another call (a staged collective, or the barrier of a communicator that
+// closes) while this barrier is still open is not coming: it runs another collective. Checked after
+// `done`: a member that passed this barrier may already send the next collective's chunks.
+template <typename Done>
+Result<void> SharedArea::foreign(Exchange& ex, const Done& done) const {
+  for (int m = 0; m < size_; ++m) {
+    if (m == rank_) continue;
+    auto theirs = ex.pending_call(ex.world_rank(m));
+    if (theirs && *theirs != ex.call_signature() && !done())
+      return std::unexpected(ex.mismatched(ex.world_rank(m), *theirs));
+  }
+  return {};
 }
 
 Result<void> SharedArea::barrier(Exchange& ex) {
@@ -153,8 +171,10 @@ Result<void> SharedArea::barrier(Exchange& ex) {
   auto spin_until = now + ex.spin(), deadline = now + ex.timeout();
   for (unsigned i = 0;; ++i) {
     if (done()) return {};
-    if (i % 64 == 0)
+    if (i % 64 == 0) {
       if (auto ok = ex.poll(missing()); !ok) return ok;
+      if (auto ok = foreign(ex, done); !ok) return ok;
+    }
     now = Clock::now();
     if (now >= deadline) return std::unexpected(ex.stalled(missing(), "the shared-memory barrier with"));
     if (now < spin_until) {
@@ -196,18 +216,22 @@ void SharedArea::reduce_slice(const Buffers& b, std::size_t first, Block slice, 
 
 // One round of a reduction: the whole result lands at every rank (root < 0) or at `root` only.
 Result<void> SharedArea::reduce_round(Exchange& ex, const Buffers& b, std::size_t first, std::size_t count,
-                                      int root) {
+                                      int root, int check) {
   std::size_t e = size_of(b.type);
   int parity = parity_;
   parity_ ^= 1;
   Block own = partition(count, size_, rank_);
   // 1. The input, all but this rank's own slice, into this rank's buffer.
   std::byte* mine = buffer(rank_, parity);
-  const std::byte* input = b.send + first * e;
-  std::memcpy(mine, input, own.offset * e);
   std::size_t after = own.offset + own.count;
-  std::memcpy(mine + after * e, input + after * e, (count - after) * e);
+  if (count > 0) {  // an empty call has one round without data: its barriers and the check
+    const std::byte* input = b.send + first * e;
+    std::memcpy(mine, input, own.offset * e);
+    std::memcpy(mine + after * e, input + after * e, (count - after) * e);
+  }
   if (auto ok = barrier(ex); !ok) return ok;
+  if (check >= 0)
+    if (auto ok = agree(ex, check); !ok) return ok;
   // 2. This rank's slice, from everyone. A result larger than the caches goes out with streaming stores
   // (no read-for-ownership of lines that are written whole and not read again here).
   bool receives = root < 0 || root == rank_;
@@ -215,7 +239,7 @@ Result<void> SharedArea::reduce_round(Exchange& ex, const Buffers& b, std::size_
   reduce_slice(b, first, own, parity, receives ? b.recv : nullptr, streaming);
   if (auto ok = barrier(ex); !ok) return ok;
   // 3. The other slices of the result, from their owners.
-  for (int m = 0; receives && m < size_; ++m) {
+  for (int m = 0; receives && count > 0 && m < size_; ++m) {
     if (m == rank_) continue;
     Block slice = partition(count, size_, m);
     copy_bytes(b.recv + (first + slice.offset) * e, buffer(m, parity) + slice.offset * e, slice.count * e,
@@ -228,41 +252,73 @@ Result<void> SharedArea::reduce_round(Exchange& ex, const Buffers& b, std::size_
 // other buffer, and the one after this one again only past the next round's barrier, which every rank
 // enters after its copy-out here).
 Result<void> SharedArea::broadcast_round(Exchange& ex, const Buffers& b, std::size_t first, std::size_t count,
-                                         int root) {
+                                         int root, int check) {
   std::size_t e = size_of(b.type);
   int parity = parity_;
   parity_ ^= 1;
-  if (rank_ == root) std::memcpy(buffer(root, parity), b.send + first * e, count * e);
+  if (rank_ == root && count > 0) std::memcpy(buffer(root, parity), b.send + first * e, count * e);
   if (auto ok = barrier(ex); !ok) return ok;
-  if (rank_ != root)
+  if (check >= 0)
+    if (auto ok = agree(ex, check); !ok) return ok;
+  if (rank_ != root && count > 0)
     copy_bytes(b.recv + first * e, buffer(root, parity), count * e,
                b.count * e * static_cast<std::size_t>(size_) >= kStreamingWorkingSet);
   return {};
 }
 
+int SharedArea::announce(const Exchange& ex) {
+  int slot = static_cast<int>(calls_++ & 1);
+  // Relaxed: the first barrier's release publishes it.
+  word(control(rank_).call[slot]).store(ex.call_signature(), std::memory_order_relaxed);
+  return slot;
+}
+
+Result<void> SharedArea::agree(Exchange& ex, int slot) const {
+  for (int m = 0; m < size_; ++m) {
+    if (m == rank_) continue;
+    std::uint32_t theirs = word(control(m).call[slot]).load(std::memory_order_acquire);
+    if (theirs == ex.call_signature()) continue;
+    // A peer that found the mismatch first told us, then freed its area (no closing barrier after a
+    // failure): its word may be gone already, and its notice, ahead of that in the queue, says why.
+    if (auto ok = ex.poll(ex.world_rank(m)); !ok) return ok;
+    return std::unexpected(ex.mismatched(ex.world_rank(m), theirs));
+  }
+  return {};
+}
+
+// At least one round, so that every call has a barrier and a check (an empty call moves no data).
 template <typename Round>
 Result<void> SharedArea::in_rounds(const Buffers& b, Round&& round) {
   std::size_t per_round = std::max<std::size_t>(1, round_ / size_of(b.type));
-  for (std::size_t first = 0; first < b.count; first += per_round)
+  std::size_t first = 0;
+  do {
     if (auto ok = round(first, std::min(per_round, b.count - first)); !ok) return ok;
+    first += per_round;
+  } while (first < b.count);
   return {};
 }
 
 Result<void> SharedArea::allreduce(Exchange& ex, const Buffers& b) {
-  return in_rounds(
-      b, [&](std::size_t first, std::size_t count) { return reduce_round(ex, b, first, count, -1); });
+  int slot = announce(ex);
+  return in_rounds(b, [&](std::size_t first, std::size_t count) {
+    return reduce_round(ex, b, first, count, -1, first == 0 ? slot : -1);
+  });
 }
 
 Result<void> SharedArea::reduce(Exchange& ex, const Buffers& b, int root) {
-  return in_rounds(
-      b, [&](std::size_t first, std::size_t count) { return reduce_round(ex, b, first, count, root); });
+  int slot = announce(ex);
+  return in_rounds(b, [&](std::size_t first, std::size_t count) {
+    return reduce_round(ex, b, first, count, root, first == 0 ? slot : -1);
+  });
 }
 
 Result<void> SharedArea::broadcast(Exchange& ex, const Buffers& b, int root) {
   std::size_t bytes = b.count * size_of(b.type);
   if (rank_ == root && b.send != b.recv && bytes > 0) std::memmove(b.recv, b.send, bytes);
-  return in_rounds(
-      b, [&](std::size_t first, std::size_t count) { return broadcast_round(ex, b, first, count, root); });
+  int slot = announce(ex);
+  return in_rounds(b, [&](std::size_t first, std::size_t count) {
+    return broadcast_round(ex, b, first, count, root, first == 0 ? slot : -1);
+  });
 }
 
 }  // namespace rdmakit::coll::detail

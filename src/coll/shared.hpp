@@ -26,6 +26,14 @@
 // last arriver wakes them only when someone sleeps. While waiting they keep the Exchange's progress
 // going, so a peer's death or failure notice ends the wait, and after the timeout the Exchange's
 // diagnosis names the rank that did not arrive.
+//
+// Arguments: each call, every rank stores its call's signature (signature.hpp) in its own control block,
+// in one of two words by the parity of its calls, and after the first barrier compares every peer's with
+// its own: a peer with another count, type or operator fails the call on every rank at that barrier. The
+// word a call writes was last read two calls ago, before its readers entered the barrier of the call in
+// between; every call has at least one barrier (an empty one too), so no read can see the next write.
+// A member that runs a staged collective instead (or closes its communicator) never arrives; the chunks
+// it sends meanwhile carry its call, and a waiting rank that finds one fails the call (foreign()).
 #pragma once
 
 #include <cstddef>
@@ -65,11 +73,18 @@ class SharedArea {
   Control& control(int member) const noexcept;
   std::byte* buffer(int member, int parity) const noexcept;
   Result<void> barrier(Exchange& ex);
+  template <typename Done>
+  Result<void> foreign(Exchange& ex, const Done& done) const;
+  // Publishes this call's signature; the word agree() compares after the first barrier.
+  int announce(const Exchange& ex);
+  Result<void> agree(Exchange& ex, int word) const;
   template <typename Round>
   Result<void> in_rounds(const Buffers& b, Round&& round);
-  Result<void> reduce_round(Exchange& ex, const Buffers& b, std::size_t first, std::size_t count, int root);
-  Result<void> broadcast_round(Exchange& ex, const Buffers& b, std::size_t first, std::size_t count,
-                               int root);
+  // `check`: the signature word to compare after the round's first barrier (-1: none, a later round).
+  Result<void> reduce_round(Exchange& ex, const Buffers& b, std::size_t first, std::size_t count, int root,
+                            int check);
+  Result<void> broadcast_round(Exchange& ex, const Buffers& b, std::size_t first, std::size_t count, int root,
+                               int check);
   void reduce_slice(const Buffers& b, std::size_t first, Block slice, int parity, std::byte* result,
                     bool streaming);
 
@@ -80,6 +95,7 @@ class SharedArea {
   std::size_t round_;
   int parity_ = 0;                  // the buffer the next round writes
   std::uint32_t barriers_ = 0;      // barriers passed (the generation this rank waits for is barriers_ + 1)
+  std::uint32_t calls_ = 0;         // calls made (the parity picks the signature word)
   std::vector<std::byte> scratch_;  // one block of partial results
 };
 

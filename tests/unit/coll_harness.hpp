@@ -33,6 +33,8 @@ inline void encode(DataType t, double v, std::byte* out) {
       return put(static_cast<std::int64_t>(v));
     case DataType::U8:
       return put(static_cast<std::uint8_t>(v));
+    case DataType::I8:
+      return put(static_cast<std::int8_t>(v));
   }
 }
 
@@ -56,6 +58,8 @@ inline double decode(DataType t, const std::byte* in) {
       return static_cast<double>(get(std::int64_t{}));
     case DataType::U8:
       return get(std::uint8_t{});
+    case DataType::I8:
+      return get(std::int8_t{});
   }
   return 0;
 }
@@ -93,6 +97,7 @@ inline double expected(DataType t, ReduceOp op, int n, std::size_t i) {
     case DataType::I32:
     case DataType::I64:
     case DataType::U8:
+    case DataType::I8:
       return std::trunc(acc / n);
     default:
       encode(t, static_cast<float>(acc) / static_cast<float>(n), bits);

@@ -18,6 +18,14 @@
 // a quarter of the timeout, within 0.25-2 s, more); a failing rank tells the others whom it blames before
 // it closes its connections.
 //
+// Arguments: every rank must make the same calls in the same order with the same count, type, operator and
+// root. Each data chunk carries a 32-bit fingerprint of its call (in the immediate it is written with), so a
+// rank that disagrees fails the collective on every rank it exchanges data with, with an InvalidArgument
+// naming both calls, and the others are told (the communicator is then failed, as after any error). Where
+// data flows one way only (reduce's leaves, broadcast's root outside one host) the senders learn of it at
+// their next collective. Destroying a communicator is collective too (a barrier): a peer still in a
+// collective fails at once, told that this rank closes.
+//
 // Trust: each pair of ranks proves the job secret (RDMAKIT_JOB_SECRET) in a handshake over the new
 // connection, and only then swaps staging descriptors; a peer's rank is the one it proved. A connection
 // that fails the proof is refused and does not fail the job. Keys in the store are write-once, so two
@@ -30,6 +38,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "rdmakit/bootstrap.hpp"
 #include "rdmakit/coll/types.hpp"
@@ -112,6 +121,12 @@ class Communicator {
   Work all_to_all_async(const void* send, void* recv, std::size_t count, DataType type);
   Result<void> barrier();
   Work barrier_async();
+
+  // For a process that exits on an error: fails the collective in progress (at its next wait) and every
+  // queued or later one with `reason`, tells every peer that this rank aborts (their pending and next
+  // collectives fail naming it, within milliseconds) and closes the connections; the destructor then
+  // waits for nobody. Callable from any thread; later calls do nothing.
+  void abort(std::string_view reason);
 
   struct Impl;
 

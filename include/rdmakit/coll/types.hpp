@@ -7,13 +7,22 @@
 
 namespace rdmakit::coll {
 
-enum class DataType : std::uint8_t { F32, F64, F16, BF16, I32, I64, U8 };
+enum class DataType : std::uint8_t { F32, F64, F16, BF16, I32, I64, U8, I8 };
 // Sum, Prod, Min and Max compute in the element type (16-bit floats: widened to f32 for each addition
 // and rounded back, at every step). Avg over integers truncates. Avg over F16/BF16 sums in f32 (the
 // partial sums travel as f32: twice the bytes) and rounds each mean once, to nearest even: the result is
 // the correctly rounded mean whenever the f32 sum is exact (an element's values spanning at most
-// 24 - p - ceil(log2 n) binades, p = 8 for BF16, 11 for F16).
-enum class ReduceOp : std::uint8_t { Sum, Prod, Min, Max, Avg };
+// 24 - p - ceil(log2 n) binades, p = 8 for BF16, 11 for F16). BAnd, BOr and BXor (bitwise) take the
+// integer types only (I8, U8, I32, I64); on a float type they are an InvalidArgument error.
+enum class ReduceOp : std::uint8_t { Sum, Prod, Min, Max, Avg, BAnd, BOr, BXor };
+
+constexpr bool is_bitwise(ReduceOp op) noexcept {
+  return op == ReduceOp::BAnd || op == ReduceOp::BOr || op == ReduceOp::BXor;
+}
+
+constexpr bool is_integer(DataType type) noexcept {
+  return type == DataType::I32 || type == DataType::I64 || type == DataType::U8 || type == DataType::I8;
+}
 
 constexpr std::size_t size_of(DataType type) noexcept {
   switch (type) {
@@ -27,6 +36,7 @@ constexpr std::size_t size_of(DataType type) noexcept {
     case DataType::BF16:
       return 2;
     case DataType::U8:
+    case DataType::I8:
       return 1;
   }
   return 1;
