@@ -83,15 +83,17 @@ class ProofChannel {
 
  private:
   Segment segment(int slot) const {
-    return Segment{reinterpret_cast<std::uint64_t>(region_->data()) + static_cast<std::uint64_t>(slot) * kMessageSize,
-                   kMessageSize, region_->lkey()};
+    return Segment{
+        reinterpret_cast<std::uint64_t>(region_->data()) + static_cast<std::uint64_t>(slot) * kMessageSize,
+        kMessageSize, region_->lkey()};
   }
 
   Result<void> complete(std::uint64_t id, const char* what) {
     auto left = std::max(deadline_ - Clock::now(), Clock::duration::zero());
     auto done = connection_->wait(id, std::chrono::duration_cast<std::chrono::milliseconds>(left));
     if (!done)
-      return std::unexpected(Error(done.error().code(), std::string("peer proof ") + what + ": " + done.error().message()));
+      return std::unexpected(
+          Error(done.error().code(), std::string("peer proof ") + what + ": " + done.error().message()));
     if (!done->ok() || (Connection::is_recv_id(id) && done->bytes != kMessageSize))
       return fail(Errc::ProtocolError, std::string("peer proof ") + what + " failed (" +
                                            std::string(to_string(done->status)) + ")");
@@ -143,13 +145,15 @@ Result<std::string> prove_initiate(Context& context, Connection& connection, con
                     accept.error().message() +
                     "): is RDMAKIT_JOB_SECRET the same on both sides, and are they the same user?");
   if (!auth::verify(acceptor_mac(config, challenge->nonce, *nonce, identity, accept->identity), accept->mac))
-    return fail(Errc::ConnectionRefused, "the peer did not prove the secret (RDMAKIT_JOB_SECRET, or the same user)");
+    return fail(Errc::ConnectionRefused,
+                "the peer did not prove the secret (RDMAKIT_JOB_SECRET, or the same user)");
   channel.finish();
   return accept->identity;
 }
 
 Result<std::string> prove_accept(Context& context, Connection& connection, const PeerProofConfig& config,
-                                 std::string_view identity, const std::function<Result<void>()>& before_accept) {
+                                 std::string_view identity,
+                                 const std::function<Result<void>()>& before_accept) {
   if (auto ok = check_identity(identity); !ok) return std::unexpected(ok.error());
   ProofChannel channel(connection, config.timeout);
   if (auto ok = channel.open(context); !ok) return std::unexpected(ok.error());

@@ -3,8 +3,9 @@
 // perf tool) run it on every accepted connection. Three 192-byte SEND/RECV messages, the acceptor speaking
 // first so the initiator, whose receives are posted right after connect, never sends into an unposted queue:
 //   1 A -> I  challenge: nonce_a                                   (nothing else about the acceptor)
-//   2 I -> A  proof:     nonce_i, identity_i, HMAC(secret, label | "initiator" | nonce_a | nonce_i | identity_i)
-//   3 A -> I  accept:    identity_a, HMAC(secret, label | "acceptor" | nonce_a | nonce_i | identity_i | identity_a)
+//   2 I -> A  proof:     nonce_i, identity_i, HMAC(secret, label | "initiator" | nonce_a | nonce_i |
+//   identity_i) 3 A -> I  accept:    identity_a, HMAC(secret, label | "acceptor" | nonce_a | nonce_i |
+//   identity_i | identity_a)
 // Each side learns the other's identity (a short name the MAC binds: an engine id, "rank 3") only once its
 // proof verified; an acceptor that sees a bad proof closes the connection. The secret comes from
 // auth::service_secret: the job secret, or on loopback the per-user secret, so a stranger uid fails too.
