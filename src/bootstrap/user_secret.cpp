@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "bootstrap/auth.hpp"
 #include "bootstrap/options.hpp"
@@ -80,7 +81,13 @@ Result<std::string> create_secret(const std::string& path) {
 
 std::string home_directory() {
   // The password database, not $HOME: every process of the uid (launched by ssh, srun, a cron job) agrees.
-  if (const passwd* pw = ::getpwuid(::geteuid()); pw && pw->pw_dir && pw->pw_dir[0] == '/') return pw->pw_dir;
+  // getpwuid_r: ranks run as threads look this up at once, and getpwuid's static buffer is shared.
+  std::vector<char> buffer(16384);
+  passwd entry{};
+  passwd* pw = nullptr;
+  if (::getpwuid_r(::geteuid(), &entry, buffer.data(), buffer.size(), &pw) == 0 && pw && pw->pw_dir &&
+      pw->pw_dir[0] == '/')
+    return pw->pw_dir;
   return {};
 }
 
