@@ -9,64 +9,32 @@
 namespace rdmakit::bootstrap {
 namespace {
 
-enum : std::uint8_t { kChallenge = 1, kProof = 2, kAccept = 3 };
+using detail::kAccept;
+using detail::kChallenge;
+using detail::kProof;
+using detail::ProofMessage;
 
-// Payloads: challenge nonce_a; proof nonce_i mac identity_i; accept mac identity_a. The identity is the
-// variable tail, so a challenge says nothing but its nonce. The channel bounds the whole frame: a stranger
-// can make the acceptor hold one receive buffer of kMaxFrame bytes and wait `timeout`, nothing more.
-constexpr detail::FrameSpec kProofSpec{.name = "peer proof",
-                                       .magic = 0x50504b52,  // "RKPP"
-                                       .version = 2,
-                                       .max_type = kAccept,
-                                       .max_payload = 2 * 32 + kMaxPeerIdentity};
+Result<void> send(rdmakit::detail::MessageChannel& channel, const ProofMessage& m) {
+  std::array<std::byte, 2 * 32 + kMaxPeerIdentity> buffer;
+  rdmakit::detail::PayloadWriter out(buffer);
+  if (m.type != kAccept) out.put(m.nonce);
+  if (m.type != kChallenge) out.put(m.mac).put_text(m.identity);
+  return channel.send(m.type, out.written());
+}
 
-struct ProofMessage {
-  std::uint8_t type = 0;
-  auth::Nonce nonce{};
-  auth::Mac mac{};
-  std::string identity;
+Result<ProofMessage> receive(rdmakit::detail::MessageChannel& channel, std::uint8_t type,
+                             std::chrono::nanoseconds timeout) {
+  auto frame = channel.receive(type, timeout);
+  if (!frame) return std::unexpected(frame.error());
+  return detail::decode_proof(*frame);
+}
 
-  Result<void> send(detail::MessageChannel& channel) const {
-    std::array<std::byte, kProofSpec.max_payload> buffer;
-    detail::PayloadWriter out(buffer);
-    if (type != kAccept) out.put(nonce);
-    if (type != kChallenge) out.put(mac).put_text(identity);
-    return channel.send(type, out.written());
-  }
+using rdmakit::detail::Deadline;
 
-  static Result<ProofMessage> receive(detail::MessageChannel& channel, std::uint8_t type,
-                                      std::chrono::nanoseconds timeout) {
-    auto frame = channel.receive(type, timeout);
-    if (!frame) return std::unexpected(frame.error());
-    ProofMessage m{.type = type};
-    detail::PayloadReader in(kProofSpec, frame->payload);
-    if (type != kAccept) in.get(m.nonce);
-    if (type != kChallenge) {
-      in.get(m.mac);
-      auto identity = in.rest();  // at most kMaxPeerIdentity: the spec bounds the payload
-      m.identity.assign(reinterpret_cast<const char*>(identity.data()), identity.size());
-    }
-    if (auto ok = in.finish(); !ok) return std::unexpected(ok.error());
-    return m;
-  }
-};
-
-// A proof runs under one deadline, whatever its steps.
-class Deadline {
- public:
-  explicit Deadline(std::chrono::milliseconds timeout) : at_(std::chrono::steady_clock::now() + timeout) {}
-  std::chrono::nanoseconds left() const {
-    return std::max(at_ - std::chrono::steady_clock::now(), std::chrono::steady_clock::duration::zero());
-  }
-
- private:
-  std::chrono::steady_clock::time_point at_;
-};
-
-Result<detail::MessageChannel> open_channel(Context& context, Connection& connection,
-                                            const PeerProofConfig& config) {
-  auto channel = detail::MessageChannel::open(context, connection, kProofSpec,
-                                              {.receives = 2, .send_timeout = config.timeout});
+Result<rdmakit::detail::MessageChannel> open_channel(Context& context, Connection& connection,
+                                                     const PeerProofConfig& config) {
+  auto channel = rdmakit::detail::MessageChannel::open(context, connection, detail::kProofSpec,
+                                                       {.receives = 2, .send_timeout = config.timeout});
   if (!channel) connection.close();  // a proof that cannot run is a refused one
   return channel;
 }
@@ -88,6 +56,27 @@ Result<void> check_identity(std::string_view identity) {
 
 }  // namespace
 
+// The channel bounds the whole frame: a stranger can make the acceptor hold one receive buffer of
+// max_frame() bytes and wait out the timeout, nothing more.
+const rdmakit::detail::FrameSpec detail::kProofSpec{.name = "peer proof",
+                                                    .magic = 0x50504b52,  // "RKPP"
+                                                    .version = 2,
+                                                    .max_type = kAccept,
+                                                    .max_payload = 2 * 32 + kMaxPeerIdentity};
+
+Result<ProofMessage> detail::decode_proof(const rdmakit::detail::Frame& frame) {
+  ProofMessage m{.type = frame.type};
+  rdmakit::detail::PayloadReader in(kProofSpec, frame.payload);
+  if (m.type != kAccept) in.get(m.nonce);
+  if (m.type != kChallenge) {
+    in.get(m.mac);
+    auto identity = in.rest();  // at most kMaxPeerIdentity: the spec bounds the payload
+    m.identity.assign(reinterpret_cast<const char*>(identity.data()), identity.size());
+  }
+  if (auto ok = in.finish(); !ok) return std::unexpected(ok.error());
+  return m;
+}
+
 Result<std::string> prove_initiate(Context& context, Connection& connection, const PeerProofConfig& config,
                                    std::string_view identity) {
   if (auto ok = check_identity(identity); !ok) return std::unexpected(ok.error());
@@ -97,14 +86,14 @@ Result<std::string> prove_initiate(Context& context, Connection& connection, con
   auto posted = channel->expect();
   if (posted) posted = channel->expect();
   if (!posted) return std::unexpected(posted.error());
-  auto challenge = ProofMessage::receive(*channel, kChallenge, deadline.left());
+  auto challenge = receive(*channel, kChallenge, deadline.left());
   if (!challenge) return std::unexpected(challenge.error());
   auto nonce = auth::fresh_nonce();
   if (!nonce) return std::unexpected(nonce.error());
   ProofMessage proof{.type = kProof, .nonce = *nonce, .identity = std::string(identity)};
   proof.mac = initiator_mac(config, challenge->nonce, *nonce, identity);
-  if (auto ok = proof.send(*channel); !ok) return std::unexpected(ok.error());
-  auto accept = ProofMessage::receive(*channel, kAccept, deadline.left());
+  if (auto ok = send(*channel, proof); !ok) return std::unexpected(ok.error());
+  auto accept = receive(*channel, kAccept, deadline.left());
   if (!accept)
     return fail(Errc::ConnectionRefused,
                 "the peer refused this process's proof of the secret, or closed the connection (" +
@@ -127,9 +116,9 @@ Result<std::string> prove_accept(Context& context, Connection& connection, const
   if (auto ok = channel->expect(); !ok) return std::unexpected(ok.error());
   auto nonce = auth::fresh_nonce();
   if (!nonce) return std::unexpected(nonce.error());
-  if (auto ok = ProofMessage{.type = kChallenge, .nonce = *nonce}.send(*channel); !ok)
+  if (auto ok = send(*channel, ProofMessage{.type = kChallenge, .nonce = *nonce}); !ok)
     return std::unexpected(ok.error());
-  auto proof = ProofMessage::receive(*channel, kProof, deadline.left());
+  auto proof = receive(*channel, kProof, deadline.left());
   if (!proof) return std::unexpected(proof.error());
   if (!auth::verify(initiator_mac(config, *nonce, proof->nonce, proof->identity), proof->mac))
     return fail(Errc::ConnectionRefused, "a peer did not prove the secret (refused)");
@@ -137,7 +126,7 @@ Result<std::string> prove_accept(Context& context, Connection& connection, const
     if (auto ok = before_accept(); !ok) return std::unexpected(ok.error());
   ProofMessage accept{.type = kAccept, .identity = std::string(identity)};
   accept.mac = acceptor_mac(config, *nonce, proof->nonce, proof->identity, identity);
-  if (auto ok = accept.send(*channel); !ok) return std::unexpected(ok.error());
+  if (auto ok = send(*channel, accept); !ok) return std::unexpected(ok.error());
   if (auto ok = channel->release(); !ok) return std::unexpected(ok.error());
   return proof->identity;
 }

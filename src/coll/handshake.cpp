@@ -29,16 +29,7 @@ struct Transcript {
   }
 };
 
-// The handshake's own deadline across its four messages; the channel closes the connection if the
-// handshake stops half-way (it is released only when every receive completed).
-class Deadline {
- public:
-  explicit Deadline(std::chrono::milliseconds timeout) : at_(Clock::now() + timeout) {}
-  std::chrono::nanoseconds left() const { return std::max(at_ - Clock::now(), Clock::duration::zero()); }
-
- private:
-  Clock::time_point at_;
-};
+using rdmakit::detail::Deadline;
 
 Result<rdmakit::detail::MessageChannel> open_channel(Context& context, Connection& connection,
                                                      const HandshakeConfig& config) {

@@ -15,6 +15,7 @@
 // never a crash or a hang. A decode error or a broken connection is sticky; a timeout is not.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -101,6 +102,19 @@ class PayloadReader {
   std::span<const std::byte> in_;
   std::size_t used_ = 0;
   bool underflow_ = false;
+};
+
+// One deadline across a protocol's steps: a handshake's messages share one timeout.
+class Deadline {
+ public:
+  explicit Deadline(std::chrono::nanoseconds timeout) : at_(std::chrono::steady_clock::now() + timeout) {}
+  std::chrono::nanoseconds left() const {
+    return std::max<std::chrono::nanoseconds>(at_ - std::chrono::steady_clock::now(),
+                                              std::chrono::nanoseconds::zero());
+  }
+
+ private:
+  std::chrono::steady_clock::time_point at_;
 };
 
 struct ChannelOptions {
