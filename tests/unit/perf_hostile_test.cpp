@@ -260,15 +260,15 @@ TEST(PerfControl, MessagesAreCheckedFieldByField) {
   EXPECT_FALSE(decode_message(std::span(bytes).first(bytes.size() - 1)).has_value());
   message.kind = static_cast<MessageKind>(9);
   EXPECT_TRUE(encode_message(message).empty()) << "an unknown kind was encoded";
-  auto bad = bytes;
-  bad[5] = std::byte{9};  // the frame's type: an unknown kind
-  EXPECT_FALSE(decode_message(bad).has_value());
+  auto frame = bytes;
+  frame[5] = std::byte{9};  // the frame's type: an unknown kind
+  EXPECT_FALSE(decode_message(frame).has_value());
   message.kind = MessageKind::End, message.ok = 2;
   EXPECT_FALSE(decode_message(encode_message(message)).has_value());
-  bad = bytes, bad[0] = std::byte{0};  // magic
-  EXPECT_FALSE(decode_message(bad).has_value());
-  bad = bytes, bad[4] = std::byte{1};  // the version before the one message channel
-  auto old = decode_message(bad);
+  frame = bytes, frame[0] = std::byte{0};  // magic
+  EXPECT_FALSE(decode_message(frame).has_value());
+  frame = bytes, frame[4] = std::byte{1};  // the version before the one message channel
+  auto old = decode_message(frame);
   ASSERT_FALSE(old.has_value());
   EXPECT_EQ(old.error().code(), Errc::NotSupported) << old.error().describe();
 }
