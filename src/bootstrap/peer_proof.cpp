@@ -13,13 +13,14 @@ using detail::kAccept;
 using detail::kChallenge;
 using detail::kProof;
 using detail::ProofMessage;
+using rdmakit::detail::Deadline;
 
-Result<void> send(rdmakit::detail::MessageChannel& channel, const ProofMessage& m) {
+Result<void> send(rdmakit::detail::MessageChannel& channel, const ProofMessage& m, const Deadline& deadline) {
   std::array<std::byte, 2 * 32 + kMaxPeerIdentity> buffer;
   rdmakit::detail::PayloadWriter out(buffer);
   if (m.type != kAccept) out.put(m.nonce);
   if (m.type != kChallenge) out.put(m.mac).put_text(m.identity);
-  return channel.send(m.type, out.written());
+  return channel.send(m.type, out.written(), deadline.left());
 }
 
 Result<ProofMessage> receive(rdmakit::detail::MessageChannel& channel, std::uint8_t type,
@@ -28,8 +29,6 @@ Result<ProofMessage> receive(rdmakit::detail::MessageChannel& channel, std::uint
   if (!frame) return std::unexpected(frame.error());
   return detail::decode_proof(*frame);
 }
-
-using rdmakit::detail::Deadline;
 
 Result<rdmakit::detail::MessageChannel> open_channel(Context& context, Connection& connection,
                                                      const PeerProofConfig& config) {
@@ -92,7 +91,7 @@ Result<std::string> prove_initiate(Context& context, Connection& connection, con
   if (!nonce) return std::unexpected(nonce.error());
   ProofMessage proof{.type = kProof, .nonce = *nonce, .identity = std::string(identity)};
   proof.mac = initiator_mac(config, challenge->nonce, *nonce, identity);
-  if (auto ok = send(*channel, proof); !ok) return std::unexpected(ok.error());
+  if (auto ok = send(*channel, proof, deadline); !ok) return std::unexpected(ok.error());
   auto accept = receive(*channel, kAccept, deadline.left());
   if (!accept)
     return fail(Errc::ConnectionRefused,
@@ -116,7 +115,7 @@ Result<std::string> prove_accept(Context& context, Connection& connection, const
   if (auto ok = channel->expect(); !ok) return std::unexpected(ok.error());
   auto nonce = auth::fresh_nonce();
   if (!nonce) return std::unexpected(nonce.error());
-  if (auto ok = send(*channel, ProofMessage{.type = kChallenge, .nonce = *nonce}); !ok)
+  if (auto ok = send(*channel, ProofMessage{.type = kChallenge, .nonce = *nonce}, deadline); !ok)
     return std::unexpected(ok.error());
   auto proof = receive(*channel, kProof, deadline.left());
   if (!proof) return std::unexpected(proof.error());
@@ -126,7 +125,7 @@ Result<std::string> prove_accept(Context& context, Connection& connection, const
     if (auto ok = before_accept(); !ok) return std::unexpected(ok.error());
   ProofMessage accept{.type = kAccept, .identity = std::string(identity)};
   accept.mac = acceptor_mac(config, *nonce, proof->nonce, proof->identity, identity);
-  if (auto ok = send(*channel, accept); !ok) return std::unexpected(ok.error());
+  if (auto ok = send(*channel, accept, deadline); !ok) return std::unexpected(ok.error());
   if (auto ok = channel->release(); !ok) return std::unexpected(ok.error());
   return proof->identity;
 }

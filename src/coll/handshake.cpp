@@ -39,8 +39,9 @@ Result<rdmakit::detail::MessageChannel> open_channel(Context& context, Connectio
   return channel;
 }
 
-Result<void> send(rdmakit::detail::MessageChannel& channel, const HandshakeMessage& message) {
-  return channel.send(message.type, message.payload());
+Result<void> send(rdmakit::detail::MessageChannel& channel, const HandshakeMessage& message,
+                  const Deadline& deadline) {
+  return channel.send(message.type, message.payload(), deadline.left());
 }
 
 Result<HandshakeMessage> receive(rdmakit::detail::MessageChannel& channel, std::uint8_t type,
@@ -116,7 +117,7 @@ Result<RemoteRegion> handshake_initiate(Context& context, Connection& connection
                          .world = static_cast<std::uint32_t>(config.world),
                          .nonce = *nonce,
                          .mac = t.mac("initiator")};
-  if (auto ok = send(*channel, proof); !ok) return std::unexpected(ok.error());
+  if (auto ok = send(*channel, proof, deadline); !ok) return std::unexpected(ok.error());
   auto accept = receive(*channel, kAccept, deadline);
   if (!accept && !connection.health())  // the acceptor closed the connection on our proof
     return fail(Errc::ConnectionRefused,
@@ -133,7 +134,7 @@ Result<RemoteRegion> handshake_initiate(Context& context, Connection& connection
                               .world = static_cast<std::uint32_t>(config.world),
                               .descriptor = mine.serialize()};
   descriptor.mac = t.mac("descriptor", view(descriptor.descriptor));
-  if (auto ok = send(*channel, descriptor); !ok) return std::unexpected(ok.error());
+  if (auto ok = send(*channel, descriptor, deadline); !ok) return std::unexpected(ok.error());
   if (auto ok = channel->release(); !ok) return std::unexpected(ok.error());
   return *theirs;
 }
@@ -153,7 +154,7 @@ Result<ProvenPeer> handshake_accept(Context& context, Connection& connection, co
                              .rank = static_cast<std::uint32_t>(self),
                              .world = static_cast<std::uint32_t>(config.world),
                              .nonce = *nonce};
-  if (auto ok = send(*channel, challenge); !ok) return std::unexpected(ok.error());
+  if (auto ok = send(*channel, challenge, deadline); !ok) return std::unexpected(ok.error());
   auto proof = receive(*channel, kProof, deadline);
   if (!proof) return std::unexpected(proof.error());
   // The claimed rank is only a hint of which MAC to expect; the MAC decides.
@@ -170,7 +171,7 @@ Result<ProvenPeer> handshake_accept(Context& context, Connection& connection, co
                           .world = static_cast<std::uint32_t>(config.world),
                           .descriptor = mine.serialize()};
   accept.mac = t.mac("acceptor", view(accept.descriptor));
-  if (auto ok = send(*channel, accept); !ok) return std::unexpected(ok.error());
+  if (auto ok = send(*channel, accept, deadline); !ok) return std::unexpected(ok.error());
   auto descriptor = receive(*channel, kDescriptor, deadline);
   if (!descriptor) return std::unexpected(descriptor.error());
   if (!auth::verify(t.mac("descriptor", view(descriptor->descriptor)), descriptor->mac))
