@@ -1,7 +1,8 @@
 // Proof of a shared secret over a freshly made rdmakit connection, before either side says anything about
 // itself: the services that are not collectives (the replica server, the transfer engine's listeners, the
-// perf tool) run it on every accepted connection. Three 192-byte SEND/RECV messages, the acceptor speaking
-// first so the initiator, whose receives are posted right after connect, never sends into an unposted queue:
+// perf tool) run it on every accepted connection. Three messages of the one message channel, the acceptor
+// speaking first so the initiator, whose receives are posted right after connect, never sends into an
+// unposted queue:
 //   1 A -> I  challenge: nonce_a                                   (nothing else about the acceptor)
 //   2 I -> A  proof:     nonce_i, identity_i, HMAC(secret, label | "initiator" | nonce_a | nonce_i |
 //   identity_i) 3 A -> I  accept:    identity_a, HMAC(secret, label | "acceptor" | nonce_a | nonce_i |
@@ -16,6 +17,8 @@
 #include <string>
 #include <string_view>
 
+#include "bootstrap/auth.hpp"
+#include "core/message_channel.hpp"
 #include "rdmakit/connection.hpp"
 #include "rdmakit/context.hpp"
 #include "rdmakit/error.hpp"
@@ -29,6 +32,22 @@ struct PeerProofConfig {
 };
 
 inline constexpr std::size_t kMaxPeerIdentity = 118;
+
+namespace detail {
+// The proof's messages, frames of the one message channel (core/message_channel.hpp). Payloads: challenge
+// nonce_a; proof nonce_i, mac, identity_i; accept mac, identity_a. The identity is the variable tail, so a
+// challenge says nothing but its nonce.
+struct ProofMessage {
+  std::uint8_t type = 0;  // kChallenge, kProof, kAccept
+  auth::Nonce nonce{};
+  auth::Mac mac{};
+  std::string identity;
+};
+enum : std::uint8_t { kChallenge = 1, kProof = 2, kAccept = 3 };
+extern const rdmakit::detail::FrameSpec kProofSpec;
+// A frame's payload as the message of its type (pure, fuzzed: the first bytes a stranger's reach).
+Result<ProofMessage> decode_proof(const rdmakit::detail::Frame& frame);
+}  // namespace detail
 
 // Initiator (the side that connected). Returns the acceptor's proven identity. Errc::ConnectionRefused when
 // the acceptor refused our proof or could not prove the secret itself.

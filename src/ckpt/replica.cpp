@@ -12,61 +12,53 @@
 namespace rdmakit::ckpt::detail {
 namespace {
 
-constexpr std::uint32_t kMagic = 0x504b4352;  // "RCKP"
-constexpr std::uint16_t kVersion = 1;
-
-template <typename T>
-void put(MessageBytes& out, std::size_t offset, T value) {
-  std::memcpy(out.data() + offset, &value, sizeof(value));
-}
-template <typename T>
-T get(const std::byte* in, std::size_t offset) {
-  T value;
-  std::memcpy(&value, in + offset, sizeof(value));
-  return value;
-}
+constexpr std::size_t kFields = 40;  // rank .. status, before the text
 
 }  // namespace
 
-MessageBytes encode_message(const Message& m) {
-  MessageBytes out{};
-  put(out, 0, kMagic);
-  put(out, 4, kVersion);
-  put(out, 6, static_cast<std::uint16_t>(m.type));
-  put(out, 8, m.rank);
-  put(out, 12, m.world_size);
-  put(out, 16, m.step);
-  put(out, 24, m.bytes);
-  put(out, 32, m.manifest_bytes);
-  put(out, 40, m.slot);
-  put(out, 44, m.status);
-  std::memcpy(out.data() + 48, m.text.data(), std::min(m.text.size(), kMessageText - 1));
+// Version 2: the frame of the one message channel (version 1 was a 256-byte block with its own header).
+const rdmakit::detail::FrameSpec kReplicaSpec{.name = "ckpt replica",
+                                              .magic = 0x504b4352,  // "RCKP"
+                                              .version = 2,
+                                              .max_type = static_cast<std::uint8_t>(MessageType::FetchReply),
+                                              .max_payload = kFields + kMessageText - 1};
+
+std::span<const std::byte> encode_payload(const Message& m, std::span<std::byte> out) {
+  rdmakit::detail::PayloadWriter writer(out);
+  writer.put(m.rank)
+      .put(m.world_size)
+      .put(m.step)
+      .put(m.bytes)
+      .put(m.manifest_bytes)
+      .put(m.slot)
+      .put(m.status);
+  writer.put_text(std::string_view(m.text).substr(0, kMessageText - 1));
+  return writer.written();
+}
+
+std::vector<std::byte> encode_message(const Message& m) {
+  std::array<std::byte, kMessageBytes> payload;
+  std::vector<std::byte> out(kReplicaSpec.max_frame());
+  auto size = rdmakit::detail::encode_frame(kReplicaSpec, static_cast<std::uint8_t>(m.type),
+                                            encode_payload(m, payload), out);
+  out.resize(size.value_or(0));
   return out;
 }
 
+Result<Message> decode_payload(const rdmakit::detail::Frame& frame) {
+  Message m{.type = static_cast<MessageType>(frame.type)};
+  rdmakit::detail::PayloadReader in(kReplicaSpec, frame.payload);
+  in.get(m.rank).get(m.world_size).get(m.step).get(m.bytes).get(m.manifest_bytes).get(m.slot).get(m.status);
+  auto text = in.rest();  // at most kMessageText - 1 bytes: the spec bounds the payload
+  if (auto ok = in.finish(); !ok) return std::unexpected(ok.error());
+  m.text.assign(reinterpret_cast<const char*>(text.data()), text.size());
+  return m;
+}
+
 Result<Message> decode_message(const std::byte* data, std::size_t size) {
-  if (size != kMessageBytes)
-    return fail(Errc::ProtocolError, "ckpt replica: message of " + std::to_string(size) + " bytes");
-  if (get<std::uint32_t>(data, 0) != kMagic) return fail(Errc::ProtocolError, "ckpt replica: bad magic");
-  if (get<std::uint16_t>(data, 4) != kVersion)
-    return fail(Errc::NotSupported, "ckpt replica: protocol version " +
-                                        std::to_string(get<std::uint16_t>(data, 4)) +
-                                        " (this build speaks 1)");
-  auto type = get<std::uint16_t>(data, 6);
-  if (type < 1 || type > static_cast<std::uint16_t>(MessageType::FetchReply))
-    return fail(Errc::ProtocolError, "ckpt replica: unknown message type " + std::to_string(type));
-  const char* text = reinterpret_cast<const char*>(data + 48);
-  auto length = ::strnlen(text, kMessageText);
-  if (length == kMessageText) return fail(Errc::ProtocolError, "ckpt replica: unterminated text");
-  return Message{.type = static_cast<MessageType>(type),
-                 .rank = get<std::uint32_t>(data, 8),
-                 .world_size = get<std::uint32_t>(data, 12),
-                 .step = get<std::uint64_t>(data, 16),
-                 .bytes = get<std::uint64_t>(data, 24),
-                 .manifest_bytes = get<std::uint64_t>(data, 32),
-                 .slot = get<std::uint32_t>(data, 40),
-                 .status = get<std::uint32_t>(data, 44),
-                 .text = std::string(text, length)};
+  auto frame = rdmakit::detail::decode_frame(kReplicaSpec, std::span(data, size));
+  if (!frame) return std::unexpected(frame.error());
+  return decode_payload(*frame);
 }
 
 std::string rank_identity(std::uint32_t rank) { return "rank " + std::to_string(rank); }

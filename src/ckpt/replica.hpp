@@ -4,7 +4,7 @@
 // newest complete replica stays intact while the next one is written), and optionally the same persist
 // pipeline to its own disk.
 //
-// Protocol, over one connection per rank (SEND/RECV of fixed 256-byte messages, data by WRITE and READ):
+// Protocol, over one connection per rank (messages of the one message channel, data by WRITE and READ):
 //   peer proof (bootstrap/peer_proof.hpp, label kProofLabel): the client proves the secret
 //     (auth::service_secret: the job secret, else on loopback the per-user one) with the identity
 //     "rank <r>"; the server learns nothing else before that and the rank is the proven one from then on
@@ -27,9 +27,12 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
+#include "core/message_channel.hpp"
 #include "rdmakit/ckpt/serve.hpp"
 #include "rdmakit/ckpt/store.hpp"
 #include "rdmakit/context.hpp"
@@ -37,7 +40,7 @@
 
 namespace rdmakit::ckpt::detail {
 
-inline constexpr std::size_t kMessageBytes = 256;
+inline constexpr std::size_t kMessageBytes = 256;  // a frame's largest size, rounded up
 inline constexpr std::size_t kMessageText = 208;
 inline constexpr std::uint64_t kReplicaManifestArea = 1ull << 20;  // per slot, after the data
 inline constexpr std::uint64_t kMaxReplicaBytes = 1ull << 40;      // a Hello's largest state
@@ -58,9 +61,15 @@ struct Message {
   std::string text;          // descriptor hex (HelloReply) or the reason of a failure
 };
 
-using MessageBytes = std::array<std::byte, kMessageBytes>;
-MessageBytes encode_message(const Message& message);
-// Checks magic, version, type and the text's termination; the error names what is wrong.
+// The messages are frames of the one message channel (core/message_channel.hpp): its header (magic,
+// version, type, length), then the fields from rank to status and the text (at most kMessageText - 1 bytes).
+extern const rdmakit::detail::FrameSpec kReplicaSpec;
+// The fields after the header into `out` (kMessageBytes is room enough); the bytes written.
+std::span<const std::byte> encode_payload(const Message& message, std::span<std::byte> out);
+Result<Message> decode_payload(const rdmakit::detail::Frame& frame);
+// The whole frame, as the peer receives it.
+std::vector<std::byte> encode_message(const Message& message);
+// Checks the frame (magic, version, type, length) and the fields; the error names what is wrong.
 Result<Message> decode_message(const std::byte* data, std::size_t size);
 
 // The identity a client proves: "rank <r>"; the server takes the rank from it, never from a message.

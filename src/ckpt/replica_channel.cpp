@@ -1,13 +1,12 @@
 #include "ckpt/replica_channel.hpp"
 
 #include <algorithm>
+#include <array>
 #include <vector>
 
 namespace rdmakit::ckpt::detail {
 namespace {
 
-constexpr std::uint64_t kSendOffset = 0;
-constexpr std::uint64_t kRecvOffset = kMessageBytes;
 constexpr std::size_t kWindow = 16;
 constexpr auto kOperationTimeout = std::chrono::seconds(60);
 
@@ -22,68 +21,41 @@ Result<void> completed(Connection& connection, std::uint64_t id, const std::stri
 
 }  // namespace
 
-Result<Channel> Channel::create(Context& context, std::shared_ptr<Connection> connection, std::size_t extra) {
-  auto region = context.allocate(kExtraOffset + extra, Access::LocalWrite);
-  if (!region) return std::unexpected(region.error());
-  return Channel(std::move(connection), std::move(*region));
+Result<Channel> Channel::create(Context& context, std::shared_ptr<Connection> connection, std::size_t extra,
+                                std::chrono::milliseconds send_timeout) {
+  auto channel = rdmakit::detail::MessageChannel::open(
+      context, std::move(connection), kReplicaSpec,
+      {.receives = 1, .extra = extra, .keep_posted = true, .send_timeout = send_timeout});
+  if (!channel) return std::unexpected(channel.error());
+  return Channel(std::move(*channel));
 }
 
 Result<void> Channel::expect() {
-  if (recv_posted_) return {};
-  auto id = connection_->post_recv(region_->slice(kRecvOffset, kMessageBytes));
-  if (!id) return std::unexpected(id.error());
-  pending_recv_ = *id;
-  recv_posted_ = true;
-  return {};
+  if (channel_.posted() > 0) return {};
+  return channel_.expect();
 }
 
 Result<Message> Channel::receive(std::chrono::milliseconds timeout) {
-  if (auto ok = expect(); !ok) return std::unexpected(ok.error());
-  auto done = connection_->wait(pending_recv_, timeout);
-  if (!done) return std::unexpected(done.error());
-  recv_posted_ = false;
-  if (!done->ok())
-    return fail(Errc::ConnectionBroken,
-                "ckpt replica: receive failed (" + std::string(to_string(done->status)) + ")");
-  const auto* bytes = static_cast<const std::byte*>(region_->data()) + kRecvOffset;
-  return decode_message(bytes, done->bytes);
+  auto frame = channel_.receive(timeout);
+  if (!frame) return std::unexpected(frame.error());
+  return decode_payload(*frame);
 }
 
 std::optional<Result<Message>> Channel::try_receive() {
-  if (!recv_posted_) return std::nullopt;
-  Completion done[1];
-  // The connection's own receive queue, and one receive posted at a time: a completion is that receive.
-  if (connection_->recv_cq().poll(done) == 0) return std::nullopt;
-  recv_posted_ = false;
-  if (!done[0].ok())
-    return fail(Errc::ConnectionBroken,
-                "ckpt replica: receive failed (" + std::string(to_string(done[0].status)) + ")");
-  const auto* bytes = static_cast<const std::byte*>(region_->data()) + kRecvOffset;
-  return decode_message(bytes, done[0].bytes);
+  auto frame = channel_.try_receive();
+  if (!frame) return Result<Message>(std::unexpected(frame.error()));
+  if (!*frame) return std::nullopt;
+  return decode_payload(**frame);
 }
 
 Result<void> Channel::send_nowait(const Message& message) {
-  if (send_posted_) {
-    auto done = connection_->wait(pending_send_, std::chrono::seconds(1));
-    if (!done) return std::unexpected(done.error());
-    if (!done->ok()) return fail(Errc::ConnectionBroken, "ckpt replica: a reply was not delivered");
-    send_posted_ = false;
-  }
-  auto bytes = encode_message(message);
-  std::copy(bytes.begin(), bytes.end(), static_cast<std::byte*>(region_->data()) + kSendOffset);
-  auto id = connection_->send(region_->slice(kSendOffset, kMessageBytes));
-  if (!id) return std::unexpected(id.error());
-  pending_send_ = *id;
-  send_posted_ = true;
-  return {};
+  std::array<std::byte, kMessageBytes> payload;
+  return channel_.post(static_cast<std::uint8_t>(message.type), encode_payload(message, payload));
 }
 
 Result<void> Channel::send(const Message& message) {
-  auto bytes = encode_message(message);
-  std::copy(bytes.begin(), bytes.end(), static_cast<std::byte*>(region_->data()) + kSendOffset);
-  auto id = connection_->send(region_->slice(kSendOffset, kMessageBytes));
-  if (!id) return std::unexpected(id.error());
-  return completed(*connection_, *id, "sending a message");
+  std::array<std::byte, kMessageBytes> payload;
+  return channel_.send(static_cast<std::uint8_t>(message.type), encode_payload(message, payload));
 }
 
 Result<Message> Channel::call(const Message& message, std::chrono::milliseconds timeout) {

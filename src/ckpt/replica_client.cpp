@@ -119,8 +119,8 @@ Result<void> ReplicaClient::push(const Manifest& manifest) {
                          s.piece);
       !ok)
     return ok;
-  std::memcpy(static_cast<char*>(channel.region().data()) + Channel::kExtraOffset, text.data(), text.size());
-  if (auto ok = transfer(channel.connection(), true, channel.region(), Channel::kExtraOffset,
+  std::memcpy(static_cast<char*>(channel.region().data()) + channel.extra_offset(), text.data(), text.size());
+  if (auto ok = transfer(channel.connection(), true, channel.region(), channel.extra_offset(),
                          s.remote.at(s.manifest_offset(slot)), text.size(), s.piece);
       !ok)
     return ok;
@@ -156,11 +156,11 @@ Result<Manifest> ReplicaClient::fetch() {
   if (checked->slot > 1 || checked->bytes != s.bytes || checked->manifest_bytes == 0 ||
       checked->manifest_bytes > kReplicaManifestArea)
     return fail(Errc::ProtocolError, "ckpt replica: the server's fetch reply does not fit this engine");
-  if (auto ok = transfer(channel.connection(), false, channel.region(), Channel::kExtraOffset,
+  if (auto ok = transfer(channel.connection(), false, channel.region(), channel.extra_offset(),
                          s.remote.at(s.manifest_offset(checked->slot)), checked->manifest_bytes, s.piece);
       !ok)
     return std::unexpected(ok.error());
-  std::string_view text(static_cast<const char*>(channel.region().data()) + Channel::kExtraOffset,
+  std::string_view text(static_cast<const char*>(channel.region().data()) + channel.extra_offset(),
                         checked->manifest_bytes);
   // The MAC first: a manifest no holder of the secret wrote for this rank, world size and step (a stranger's
   // scribble, a hostile server's invention) is not even decoded.

@@ -330,7 +330,7 @@ struct ReplicaServer::Impl {
     auto left =
         std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     auto channel = left.count() > 0
-                       ? Channel::create(*context, connection, 0)
+                       ? Channel::create(*context, connection, 0, std::chrono::seconds(1))
                        : Result<Channel>(fail(Errc::Timeout, "waited past the proof's deadline"));
     if (!channel) {
       connection->close();

@@ -1,6 +1,6 @@
 #include "coll/handshake.hpp"
 
-#include <cstring>
+#include <algorithm>
 
 namespace rdmakit::coll::detail {
 namespace {
@@ -8,7 +8,6 @@ namespace {
 namespace auth = bootstrap::auth;
 using Clock = std::chrono::steady_clock;
 
-constexpr std::string_view kMagic = "RKCH";
 constexpr std::string_view kLabel = "rdmakit-coll/v1";
 enum : std::uint8_t { kChallenge = 1, kProof = 2, kAccept = 3, kDescriptor = 4 };
 
@@ -30,71 +29,27 @@ struct Transcript {
   }
 };
 
-// Four message buffers in one small region per connection: receives in 0 and 1, sends in 2 and 3. A
-// handshake that does not finish closes the connection before the region goes, so no receive is ever
-// left posted into freed memory.
-class Channel {
- public:
-  Channel(Connection& connection, std::chrono::milliseconds timeout)
-      : connection_(&connection), deadline_(Clock::now() + timeout) {}
-  ~Channel() {
-    if (!finished_) connection_->close();
-  }
-  Channel(const Channel&) = delete;
-  Channel& operator=(const Channel&) = delete;
+using rdmakit::detail::Deadline;
 
-  Result<void> open(Context& context) {
-    auto region = context.allocate(4 * HandshakeMessage::kSize, Access::LocalWrite);
-    if (!region) return std::unexpected(region.error());
-    region_ = std::move(*region);
-    return {};
-  }
-  // Every receive posted has completed: the connection is the caller's again.
-  void finish() noexcept { finished_ = true; }
+Result<rdmakit::detail::MessageChannel> open_channel(Context& context, Connection& connection,
+                                                     const HandshakeConfig& config) {
+  auto channel = rdmakit::detail::MessageChannel::open(context, connection, HandshakeMessage::kSpec,
+                                                       {.receives = 2, .send_timeout = config.timeout});
+  if (!channel) connection.close();
+  return channel;
+}
 
-  Result<std::uint64_t> post_recv(int slot) { return connection_->post_recv(segment(slot)); }
+Result<void> send(rdmakit::detail::MessageChannel& channel, const HandshakeMessage& message,
+                  const Deadline& deadline) {
+  return channel.send(message.type, message.payload(), deadline.left());
+}
 
-  Result<HandshakeMessage> receive(std::uint64_t id, int slot, std::uint8_t type) {
-    if (auto done = complete(id, "receive"); !done) return std::unexpected(done.error());
-    auto bytes = std::span(static_cast<const std::byte*>(region_->data()) + slot * HandshakeMessage::kSize,
-                           HandshakeMessage::kSize);
-    return HandshakeMessage::decode(bytes, type);
-  }
-
-  Result<void> send(int slot, const HandshakeMessage& message) {
-    auto bytes = message.encode();
-    std::memcpy(static_cast<std::byte*>(region_->data()) + slot * HandshakeMessage::kSize, bytes.data(),
-                bytes.size());
-    auto id = connection_->send(segment(slot));
-    if (!id) return std::unexpected(id.error());
-    return complete(*id, "send");
-  }
-
- private:
-  Segment segment(int slot) const {
-    return Segment{reinterpret_cast<std::uint64_t>(region_->data()) +
-                       static_cast<std::uint64_t>(slot) * HandshakeMessage::kSize,
-                   HandshakeMessage::kSize, region_->lkey()};
-  }
-
-  Result<void> complete(std::uint64_t id, const char* what) {
-    auto left = std::max(deadline_ - Clock::now(), Clock::duration::zero());
-    auto done = connection_->wait(id, left);
-    if (!done)
-      return std::unexpected(
-          Error(done.error().code(), std::string("handshake ") + what + ": " + done.error().message()));
-    if (!done->ok() || (Connection::is_recv_id(id) && done->bytes != HandshakeMessage::kSize))
-      return fail(Errc::ProtocolError, std::string("handshake ") + what + " failed (" +
-                                           std::string(to_string(done->status)) + ", " +
-                                           std::to_string(done->bytes) + " bytes)");
-    return {};
-  }
-
-  Connection* connection_;
-  Clock::time_point deadline_;
-  std::shared_ptr<MemoryRegion> region_;
-  bool finished_ = false;
-};
+Result<HandshakeMessage> receive(rdmakit::detail::MessageChannel& channel, std::uint8_t type,
+                                 const Deadline& deadline) {
+  auto frame = channel.receive(type, deadline.left());
+  if (!frame) return std::unexpected(Error(frame.error().code(), "handshake: " + frame.error().message()));
+  return HandshakeMessage::from(*frame);
+}
 
 Error unproven(const std::string& who) {
   return Error(Errc::ConnectionRefused,
@@ -105,45 +60,49 @@ Error unproven(const std::string& who) {
 
 }  // namespace
 
+const rdmakit::detail::FrameSpec HandshakeMessage::kSpec{.name = "coll handshake",
+                                                         .magic = 0x48434b52,  // "RKCH"
+                                                         .version = 2,
+                                                         .max_type = kDescriptor,
+                                                         .max_payload = kPayload};
+
+HandshakeMessage::Payload HandshakeMessage::payload() const noexcept {
+  Payload out{};
+  rdmakit::detail::PayloadWriter(out).put(rank).put(world).put(nonce).put(mac).put(descriptor);
+  return out;
+}
+
 HandshakeMessage::Bytes HandshakeMessage::encode() const noexcept {
   Bytes out{};
-  std::memcpy(out.data(), kMagic.data(), 4);
-  out[4] = static_cast<std::byte>(type);
-  std::memcpy(out.data() + 8, &rank, 4);
-  std::memcpy(out.data() + 12, &world, 4);
-  std::memcpy(out.data() + 16, nonce.data(), nonce.size());
-  std::memcpy(out.data() + 48, mac.data(), mac.size());
-  std::memcpy(out.data() + 80, descriptor.data(), descriptor.size());
+  (void)rdmakit::detail::encode_frame(kSpec, type, payload(), out);
   return out;
+}
+
+Result<HandshakeMessage> HandshakeMessage::from(const rdmakit::detail::Frame& frame) {
+  HandshakeMessage m{.type = frame.type};
+  rdmakit::detail::PayloadReader in(kSpec, frame.payload);
+  in.get(m.rank).get(m.world).get(m.nonce).get(m.mac).get(m.descriptor);
+  if (auto ok = in.finish(); !ok) return std::unexpected(ok.error());
+  return m;
 }
 
 Result<HandshakeMessage> HandshakeMessage::decode(std::span<const std::byte> bytes,
                                                   std::uint8_t expected_type) {
-  if (bytes.size() != kSize) return fail(Errc::ProtocolError, "handshake: a message of the wrong size");
-  if (std::memcmp(bytes.data(), kMagic.data(), 4) != 0)
-    return fail(Errc::ProtocolError, "handshake: bad magic");
-  HandshakeMessage m;
-  m.type = static_cast<std::uint8_t>(bytes[4]);
-  if (m.type != expected_type)
-    return fail(Errc::ProtocolError, "handshake: message type " + std::to_string(m.type) + " where " +
-                                         std::to_string(expected_type) + " was expected");
-  std::memcpy(&m.rank, bytes.data() + 8, 4);
-  std::memcpy(&m.world, bytes.data() + 12, 4);
-  std::memcpy(m.nonce.data(), bytes.data() + 16, m.nonce.size());
-  std::memcpy(m.mac.data(), bytes.data() + 48, m.mac.size());
-  std::memcpy(m.descriptor.data(), bytes.data() + 80, m.descriptor.size());
-  return m;
+  auto frame = rdmakit::detail::decode_frame(kSpec, bytes, expected_type);
+  if (!frame) return std::unexpected(frame.error());
+  return from(*frame);
 }
 
 Result<RemoteRegion> handshake_initiate(Context& context, Connection& connection,
                                         const HandshakeConfig& config, int self, int expected,
                                         const RemoteRegion& mine) {
-  Channel channel(connection, config.timeout);
-  if (auto ok = channel.open(context); !ok) return std::unexpected(ok.error());
-  auto first = channel.post_recv(0);
-  auto third = first ? channel.post_recv(1) : first;
-  if (!third) return std::unexpected(third.error());
-  auto challenge = channel.receive(*first, 0, kChallenge);
+  Deadline deadline(config.timeout);
+  auto channel = open_channel(context, connection, config);
+  if (!channel) return std::unexpected(channel.error());
+  auto posted = channel->expect();
+  if (posted) posted = channel->expect();
+  if (!posted) return std::unexpected(posted.error());
+  auto challenge = receive(*channel, kChallenge, deadline);
   if (!challenge) return std::unexpected(challenge.error());
   if (challenge->rank != static_cast<std::uint32_t>(expected) ||
       challenge->world != static_cast<std::uint32_t>(config.world))
@@ -158,8 +117,8 @@ Result<RemoteRegion> handshake_initiate(Context& context, Connection& connection
                          .world = static_cast<std::uint32_t>(config.world),
                          .nonce = *nonce,
                          .mac = t.mac("initiator")};
-  if (auto ok = channel.send(2, proof); !ok) return std::unexpected(ok.error());
-  auto accept = channel.receive(*third, 1, kAccept);
+  if (auto ok = send(*channel, proof, deadline); !ok) return std::unexpected(ok.error());
+  auto accept = receive(*channel, kAccept, deadline);
   if (!accept && !connection.health())  // the acceptor closed the connection on our proof
     return fail(Errc::ConnectionRefused,
                 "rank " + std::to_string(expected) +
@@ -175,27 +134,28 @@ Result<RemoteRegion> handshake_initiate(Context& context, Connection& connection
                               .world = static_cast<std::uint32_t>(config.world),
                               .descriptor = mine.serialize()};
   descriptor.mac = t.mac("descriptor", view(descriptor.descriptor));
-  if (auto ok = channel.send(3, descriptor); !ok) return std::unexpected(ok.error());
-  channel.finish();
+  if (auto ok = send(*channel, descriptor, deadline); !ok) return std::unexpected(ok.error());
+  if (auto ok = channel->release(); !ok) return std::unexpected(ok.error());
   return *theirs;
 }
 
 Result<ProvenPeer> handshake_accept(Context& context, Connection& connection, const HandshakeConfig& config,
                                     int self, const RemoteRegion& mine,
                                     const std::function<bool(int)>& acceptable) {
-  Channel channel(connection, config.timeout);
-  if (auto ok = channel.open(context); !ok) return std::unexpected(ok.error());
-  auto second = channel.post_recv(0);
-  auto fourth = second ? channel.post_recv(1) : second;
-  if (!fourth) return std::unexpected(fourth.error());
+  Deadline deadline(config.timeout);
+  auto channel = open_channel(context, connection, config);
+  if (!channel) return std::unexpected(channel.error());
+  auto posted = channel->expect();
+  if (posted) posted = channel->expect();
+  if (!posted) return std::unexpected(posted.error());
   auto nonce = auth::fresh_nonce();
   if (!nonce) return std::unexpected(nonce.error());
   HandshakeMessage challenge{.type = kChallenge,
                              .rank = static_cast<std::uint32_t>(self),
                              .world = static_cast<std::uint32_t>(config.world),
                              .nonce = *nonce};
-  if (auto ok = channel.send(2, challenge); !ok) return std::unexpected(ok.error());
-  auto proof = channel.receive(*second, 0, kProof);
+  if (auto ok = send(*channel, challenge, deadline); !ok) return std::unexpected(ok.error());
+  auto proof = receive(*channel, kProof, deadline);
   if (!proof) return std::unexpected(proof.error());
   // The claimed rank is only a hint of which MAC to expect; the MAC decides.
   int rank = proof->rank < static_cast<std::uint32_t>(config.world) ? static_cast<int>(proof->rank) : -1;
@@ -211,14 +171,14 @@ Result<ProvenPeer> handshake_accept(Context& context, Connection& connection, co
                           .world = static_cast<std::uint32_t>(config.world),
                           .descriptor = mine.serialize()};
   accept.mac = t.mac("acceptor", view(accept.descriptor));
-  if (auto ok = channel.send(3, accept); !ok) return std::unexpected(ok.error());
-  auto descriptor = channel.receive(*fourth, 1, kDescriptor);
+  if (auto ok = send(*channel, accept, deadline); !ok) return std::unexpected(ok.error());
+  auto descriptor = receive(*channel, kDescriptor, deadline);
   if (!descriptor) return std::unexpected(descriptor.error());
   if (!auth::verify(t.mac("descriptor", view(descriptor->descriptor)), descriptor->mac))
     return std::unexpected(unproven("rank " + std::to_string(rank)));
   auto theirs = RemoteRegion::deserialize(descriptor->descriptor);
   if (!theirs) return std::unexpected(theirs.error());
-  channel.finish();
+  if (auto ok = channel->release(); !ok) return std::unexpected(ok.error());
   return ProvenPeer{rank, *theirs};
 }
 

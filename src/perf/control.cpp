@@ -1,15 +1,19 @@
 #include "perf/control.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 
 #include "perf/params.hpp"
 
 namespace rdmakit::perf {
-namespace {
-constexpr std::uint32_t kSlot = sizeof(ControlMessage);
-}
+
+const rdmakit::detail::FrameSpec kControlSpec{.name = "rdmakit-perf control",
+                                              .magic = 0x50524b52,  // "RKRP"
+                                              .version = 2,
+                                              .max_type = static_cast<std::uint8_t>(MessageKind::Verdict),
+                                              .max_payload = kPayload};
 
 void ControlMessage::set_text(const std::string& message) {
   std::size_t n = std::min(message.size(), sizeof(text) - 1);
@@ -35,22 +39,43 @@ Result<Layout> plan_layout(std::uint32_t connections, std::uint64_t largest, boo
   return layout;
 }
 
-Result<ControlMessage> decode_message(std::span<const std::byte> bytes) {
-  ControlMessage message;
-  if (bytes.size() != sizeof(message))
-    return fail(Errc::ProtocolError, "control channel: a message of " + std::to_string(bytes.size()) +
-                                         " bytes, not " + std::to_string(sizeof(message)));
-  std::memcpy(&message, bytes.data(), sizeof(message));
-  if (message.magic != ControlMessage::kMagic)
-    return fail(Errc::ProtocolError, "control channel: the peer is not an rdmakit-perf of this version");
-  auto kind = static_cast<std::uint8_t>(message.kind);
-  if (kind < static_cast<std::uint8_t>(MessageKind::Hello) ||
-      kind > static_cast<std::uint8_t>(MessageKind::Verdict))
-    return fail(Errc::ProtocolError, "control channel: unknown message kind " + std::to_string(kind));
-  if (message.ok > 1 || message.bidirectional > 1)
+namespace {
+using Payload = std::array<std::byte, kPayload>;
+
+std::span<const std::byte> encode_payload(const ControlMessage& m, Payload& out) {
+  rdmakit::detail::PayloadWriter writer(out);
+  writer.put(m.test).put(m.ok).put(m.bidirectional).put(m.connections).put(m.tx_depth);
+  writer.put(m.size).put(m.count).put(m.ops).put(m.seconds).put(m.region).put(m.text);
+  return writer.written();
+}
+}  // namespace
+
+std::vector<std::byte> encode_message(const ControlMessage& m) {
+  Payload payload;
+  std::vector<std::byte> out(kControlSpec.max_frame());
+  auto size = rdmakit::detail::encode_frame(kControlSpec, static_cast<std::uint8_t>(m.kind),
+                                            encode_payload(m, payload), out);
+  out.resize(size.value_or(0));
+  return out;
+}
+
+Result<ControlMessage> decode_payload(const rdmakit::detail::Frame& frame) {
+  ControlMessage m;
+  m.kind = static_cast<MessageKind>(frame.type);  // the frame checked it is a known kind
+  rdmakit::detail::PayloadReader in(kControlSpec, frame.payload);
+  in.get(m.test).get(m.ok).get(m.bidirectional).get(m.connections).get(m.tx_depth);
+  in.get(m.size).get(m.count).get(m.ops).get(m.seconds).get(m.region).get(m.text);
+  if (auto ok = in.finish(); !ok) return std::unexpected(ok.error());
+  if (m.ok > 1 || m.bidirectional > 1)
     return fail(Errc::ProtocolError, "control channel: a flag that is neither 0 nor 1");
-  message.text[sizeof(message.text) - 1] = '\0';  // the peer's text ends inside the message
-  return message;
+  m.text[sizeof(m.text) - 1] = '\0';  // the peer's text ends inside the message
+  return m;
+}
+
+Result<ControlMessage> decode_message(std::span<const std::byte> bytes) {
+  auto frame = rdmakit::detail::decode_frame(kControlSpec, bytes);
+  if (!frame) return std::unexpected(frame.error());
+  return decode_payload(*frame);
 }
 
 Result<void> check_hello(const ControlMessage& hello) {
@@ -103,77 +128,32 @@ Result<void> check_verdict(const ControlMessage& verdict) {
 }
 
 Result<ControlChannel> ControlChannel::open(Context& context, std::shared_ptr<Connection> connection) {
-  auto memory = context.allocate(2 * kSlot, Access::LocalWrite);
-  if (!memory) return std::unexpected(memory.error());
-  ControlChannel channel(std::move(connection), std::move(*memory));
-  if (auto ok = channel.post_receive(); !ok) return std::unexpected(ok.error());
-  return channel;
-}
-
-Result<void> ControlChannel::post_receive() {
-  auto id = connection_->post_recv(memory_->slice(0, kSlot));
-  if (!id) return std::unexpected(id.error());
-  recv_id_ = *id;
-  return {};
+  auto channel = rdmakit::detail::MessageChannel::open(context, std::move(connection), kControlSpec,
+                                                       {.receives = 1,
+                                                        .keep_posted = true,
+                                                        .owns_recv_queue = true,
+                                                        .send_timeout = std::chrono::seconds(30)});
+  if (!channel) return std::unexpected(channel.error());
+  if (auto ok = channel->expect(); !ok) return std::unexpected(ok.error());
+  return ControlChannel(std::move(*channel));
 }
 
 Result<void> ControlChannel::send(const ControlMessage& message) {
-  std::memcpy(static_cast<char*>(memory_->data()) + kSlot, &message, kSlot);
-  auto id = connection_->send(memory_->slice(kSlot, kSlot));
-  if (!id) return std::unexpected(id.error());
-  auto done = connection_->wait(*id, std::chrono::seconds(30));
-  if (!done) return std::unexpected(done.error());
-  if (!done->ok())
-    return fail(Errc::TransportFailure, "control message failed: " + std::string(to_string(done->status)));
-  return {};
-}
-
-Result<ControlMessage> ControlChannel::take(const Completion& completion) {
-  if (!completion.ok()) {
-    // A flushed receive only says that something else failed first: name that first failure.
-    std::string cause;
-    if (auto health = connection_->health(); !health)
-      cause = ": the connection failed first with " + health.error().describe();
-    return fail(Errc::ConnectionBroken, "control channel: " + std::string(to_string(completion.status)) +
-                                            " (the peer went away?)" + cause);
-  }
-  if (completion.bytes != kSlot)
-    return fail(Errc::ProtocolError, "control channel: a message of " + std::to_string(completion.bytes) +
-                                         " bytes, not " + std::to_string(kSlot));
-  auto message = decode_message(std::span(static_cast<const std::byte*>(memory_->data()), kSlot));
-  if (!message) return message;
-  // The peer may hang up right after its last message (the final End, a refusal): that message still
-  // counts, and a failed repost shows up on the next receive instead.
-  if (auto ok = post_receive(); !ok) recv_id_ = kNoReceive;
-  return *message;
+  Payload payload;
+  return channel_.send(static_cast<std::uint8_t>(message.kind), encode_payload(message, payload));
 }
 
 Result<ControlMessage> ControlChannel::receive(std::chrono::milliseconds timeout) {
-  if (recv_id_ == kNoReceive) return fail(Errc::ConnectionBroken, "control channel: the peer has gone");
-  // Sleeps, whatever the run's completion mode: a server waiting out a one-sided test must leave the
-  // CPU to the client (perftest's server sleeps in a socket read), and a spinning wait that reads the
-  // clock on every turn costs a system call each time where the clock source has no vDSO support.
-  // The queue is the control connection's own, holding this one receive.
-  Completion done;
-  auto got = connection_->recv_cq().wait(std::span(&done, 1), timeout, WaitMode::Block);
-  if (!got) return std::unexpected(got.error());
-  if (*got == 0)
-    return fail(Errc::Timeout,
-                "control channel: no message within " + std::to_string(timeout.count()) + " ms");
-  if (done.id != recv_id_)
-    return fail(Errc::ProtocolError, "control channel: completion " + std::to_string(done.id) +
-                                         " is not the posted receive " + std::to_string(recv_id_));
-  return take(done);
+  auto frame = channel_.receive(timeout);
+  if (!frame) return std::unexpected(frame.error());
+  return decode_payload(*frame);
 }
 
 Result<std::optional<ControlMessage>> ControlChannel::try_receive() {
-  if (recv_id_ == kNoReceive) return fail(Errc::ConnectionBroken, "control channel: the peer has gone");
-  auto done = connection_->recv_cq().wait_for(recv_id_, std::chrono::nanoseconds(0));
-  if (!done) {
-    if (done.error().code() == Errc::Timeout) return std::optional<ControlMessage>{};
-    return std::unexpected(done.error());
-  }
-  auto message = take(*done);
+  auto frame = channel_.try_receive();
+  if (!frame) return std::unexpected(frame.error());
+  if (!*frame) return std::optional<ControlMessage>{};
+  auto message = decode_payload(**frame);
   if (!message) return std::unexpected(message.error());
   return std::optional<ControlMessage>(*message);
 }

@@ -1,4 +1,4 @@
-// The control channel between the two sides of a run: small fixed-size messages carried by SEND over a
+// The control channel between the two sides of a run: small messages of the one message channel over a
 // connection of its own (perftest uses a side TCP socket; using rdmakit itself keeps the tool to one
 // transport and one address). One receive is always posted, so a message never waits for a receiver.
 #pragma once
@@ -9,7 +9,9 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <vector>
 
+#include "core/message_channel.hpp"
 #include "rdmakit/connection.hpp"
 #include "rdmakit/context.hpp"
 #include "rdmakit/memory.hpp"
@@ -26,7 +28,6 @@ enum class MessageKind : std::uint8_t {
 };
 
 struct ControlMessage {
-  std::uint32_t magic = kMagic;
   MessageKind kind = MessageKind::Hello;
   std::uint8_t test = 0;
   std::uint8_t ok = 1;
@@ -40,11 +41,13 @@ struct ControlMessage {
   std::uint8_t region[48] = {};  // Hello/Welcome: RemoteRegion::serialize()
   char text[112] = {};           // Verdict: what failed
 
-  static constexpr std::uint32_t kMagic = 0x50524b52;  // "RKRP"
   void set_text(const std::string& message);
   std::string get_text() const;
 };
-static_assert(sizeof(ControlMessage) == 208);
+// On the wire: a frame of the one message channel (core/message_channel.hpp), magic "RKRP", version 2,
+// type = kind, then the fields in declaration order without padding (kPayload bytes).
+inline constexpr std::size_t kPayload = 3 + 4 + 4 + 4 * 8 + 48 + 112;
+extern const rdmakit::detail::FrameSpec kControlSpec;
 
 // What a peer's messages may ask for (the same bounds parse_args puts on a command line).
 inline constexpr std::uint64_t kMaxMessageSize = std::uint64_t{1} << 31;
@@ -62,8 +65,12 @@ struct Layout {
 };
 Result<Layout> plan_layout(std::uint32_t connections, std::uint64_t largest, bool two_areas);
 
-// The peer's bytes as a message: the right size and magic, a known kind, flags 0 or 1. Pure, fuzzed.
+// The peer's bytes as a message: a frame of kControlSpec (magic, version, a known kind, the right length),
+// flags 0 or 1. Pure, fuzzed.
 Result<ControlMessage> decode_message(std::span<const std::byte> bytes);
+Result<ControlMessage> decode_payload(const rdmakit::detail::Frame& frame);
+// The whole frame, as the peer receives it.
+std::vector<std::byte> encode_message(const ControlMessage& message);
 // A client's Hello, as the server checks it: a known test, counts and sizes in bounds, a layout that fits.
 Result<void> check_hello(const ControlMessage& hello);
 // A Begin against the Hello it follows: its size fits the buffers the Hello sized, its counts and time
@@ -74,6 +81,8 @@ Result<void> check_end(const ControlMessage& end, const ControlMessage& begin);
 // A server's Verdict, as the client checks it: figures a report can hold.
 Result<void> check_verdict(const ControlMessage& verdict);
 
+// The control connection's channel: one receive always posted (reposted as each message is taken), and
+// receive() sleeps in the control connection's own queue, whatever the run's completion mode.
 class ControlChannel {
  public:
   static Result<ControlChannel> open(Context& context, std::shared_ptr<Connection> connection);
@@ -87,15 +96,8 @@ class ControlChannel {
   Result<ControlMessage> expect(MessageKind kind, std::chrono::milliseconds timeout);
 
  private:
-  ControlChannel(std::shared_ptr<Connection> connection, std::shared_ptr<MemoryRegion> memory)
-      : connection_(std::move(connection)), memory_(std::move(memory)) {}
-  Result<void> post_receive();
-  Result<ControlMessage> take(const Completion& completion);
-
-  std::shared_ptr<Connection> connection_;
-  std::shared_ptr<MemoryRegion> memory_;  // [0]: receive slot, [1]: send slot
-  static constexpr std::uint64_t kNoReceive = ~std::uint64_t{0};
-  std::uint64_t recv_id_ = 0;
+  explicit ControlChannel(rdmakit::detail::MessageChannel channel) : channel_(std::move(channel)) {}
+  rdmakit::detail::MessageChannel channel_;
 };
 
 }  // namespace rdmakit::perf

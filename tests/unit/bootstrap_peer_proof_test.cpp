@@ -319,8 +319,9 @@ TEST(PeerProof, AWrongSecretIsRefusedOnBothSides) {
 }
 
 // A hand-made initiator: it reads everything the acceptor sends and answers with a proof whose MAC is wrong.
+// The frame (core/message_channel.hpp): magic "RKPP", version, type, payload length, then the payload.
 TEST(PeerProof, TheAcceptorSendsNothingButANonceBeforeAValidProof) {
-  constexpr std::size_t kMessage = 192;
+  constexpr std::size_t kMessage = 256;  // larger than any proof frame
   Pair pair;
   auto accepted = std::async(std::launch::async, [&]() -> Result<std::string> {
     auto c = pair.listener->accept(5s);
@@ -335,18 +336,18 @@ TEST(PeerProof, TheAcceptorSendsNothingButANonceBeforeAValidProof) {
   auto challenge = connection->wait(first, 5s);
   ASSERT_TRUE(challenge && challenge->ok());
   EXPECT_EQ(std::memcmp(bytes, "RKPP", 4), 0);
-  EXPECT_EQ(bytes[4], 1) << "the first message is not a challenge";
+  EXPECT_EQ(bytes[5], 1) << "the first message is not a challenge";
+  EXPECT_EQ(challenge->bytes, 8u + 32u) << "the challenge is more than a header and a nonce";
+  EXPECT_EQ(bytes[6] + 256 * bytes[7], 32) << "the challenge's payload is more than a nonce";
   bool nonce_set = false;
   for (std::size_t i = 8; i < 40; ++i) nonce_set |= bytes[i] != 0;
   EXPECT_TRUE(nonce_set) << "the challenge carries no nonce";
-  for (std::size_t i = 5; i < 8; ++i) EXPECT_EQ(bytes[i], 0) << "byte " << i << " of the challenge";
-  for (std::size_t i = 40; i < kMessage; ++i)
-    ASSERT_EQ(bytes[i], 0) << "byte " << i << " of the challenge: the acceptor said more than a nonce";
-  // A proof of the right shape whose MAC is made up.
-  std::memcpy(bytes + 2 * kMessage, bytes, kMessage);
-  bytes[2 * kMessage + 4] = 2;
+  // A proof of the right shape (nonce, MAC, no identity) whose MAC is made up.
+  std::memcpy(bytes + 2 * kMessage, bytes, 40);
+  bytes[2 * kMessage + 5] = 2;
+  bytes[2 * kMessage + 6] = 64;
   std::memset(bytes + 2 * kMessage + 40, 0x5a, 32);
-  auto sent = connection->send(memory->slice(2 * kMessage, kMessage));
+  auto sent = connection->send(memory->slice(2 * kMessage, 8 + 64));
   ASSERT_TRUE(sent);
   (void)connection->wait(*sent, 2s);
   auto other = accepted.get();
@@ -356,6 +357,31 @@ TEST(PeerProof, TheAcceptorSendsNothingButANonceBeforeAValidProof) {
   EXPECT_FALSE(answer && answer->ok()) << "the acceptor answered a made-up proof";
   for (std::size_t i = kMessage; i < 2 * kMessage; ++i)
     ASSERT_EQ(bytes[i], 0) << "the acceptor sent something after a bad proof";
+}
+
+// What a stranger can make an acceptor do before any proof: hold one bounded receive and wait out the
+// timeout. A proof larger than the channel's bound fails the acceptor's receive, and the connection ends.
+TEST(PeerProof, AnOversizedProofIsRefusedWithoutBeingRead) {
+  constexpr std::size_t kHuge = 64 * 1024;
+  Pair pair;
+  auto accepted = std::async(std::launch::async, [&]() -> Result<std::string> {
+    auto c = pair.listener->accept(5s);
+    if (!c) return std::unexpected(c.error());
+    return prove_accept(*pair.acceptor, **c, config("the acceptor's secret"), "acceptor-id");
+  });
+  auto connection = pair.initiator->connect(pair.listener->address()).value();
+  auto memory = pair.initiator->allocate(kHuge + 256, Access::LocalWrite).value();
+  auto first = connection->post_recv(memory->slice(0, 256)).value();
+  ASSERT_TRUE(connection->wait(first, 5s));
+  std::memset(static_cast<std::byte*>(memory->data()) + 256, 0x41, kHuge);
+  auto sent = connection->send(memory->slice(256, kHuge));
+  ASSERT_TRUE(sent);
+  (void)connection->wait(*sent, 2s);
+  auto start = std::chrono::steady_clock::now();
+  auto other = accepted.get();
+  ASSERT_FALSE(other) << "the acceptor accepted 64 KiB of 'A'";
+  EXPECT_EQ(other.error().code(), Errc::ProtocolError) << other.error().describe();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 4s) << "the acceptor waited out its timeout";
 }
 
 TEST(PeerProof, AProcessOfAnotherUidCannotProveTheUserSecretOverLoopback) {

@@ -178,7 +178,8 @@ TEST(CkptReplicaSecurity, WithoutTheSecretNothingIsLearnedNorWritten) {
   std::memcpy(static_cast<std::byte*>(region->data()) + 2048, hello.data(), hello.size());
   auto challenge = connection->wait(first, 5s);
   ASSERT_TRUE(challenge);
-  EXPECT_EQ(challenge->bytes, 192u);  // the proof's challenge: a nonce, nothing about the server
+  EXPECT_EQ(challenge->bytes,
+            8u + 32u);  // the proof's challenge: a frame header and a nonce, nothing about the server
   auto sent = connection->send(region->slice(2048, hello.size()));
   ASSERT_TRUE(sent);
   auto answer = connection->wait(second, 5s);

@@ -183,11 +183,24 @@ TEST(CkptReplica, MessagesAreChecked) {
   bad[0] = std::byte{0};
   EXPECT_FALSE(detail::decode_message(bad.data(), bad.size()));  // magic
   bad = bytes;
-  bad[6] = std::byte{99};
+  bad[4] = std::byte{1};  // the version before the one message channel
+  auto old = detail::decode_message(bad.data(), bad.size());
+  ASSERT_FALSE(old);
+  EXPECT_EQ(old.error().code(), Errc::NotSupported) << old.error().describe();
+  bad = bytes;
+  bad[5] = std::byte{99};
   EXPECT_FALSE(detail::decode_message(bad.data(), bad.size()));  // type
   bad = bytes;
-  std::fill(bad.begin() + 48, bad.end(), std::byte{'x'});
-  EXPECT_FALSE(detail::decode_message(bad.data(), bad.size()));  // unterminated text
+  bad.resize(8 + 39);  // fields cut short, with a header that says so
+  bad[6] = std::byte{39};
+  EXPECT_FALSE(detail::decode_message(bad.data(), bad.size()));
+  // The longest text fits; a frame past the protocol's bound is refused whatever its header says.
+  m.text.assign(detail::kMessageText - 1, 'x');
+  auto longest = detail::encode_message(m);
+  ASSERT_TRUE(detail::decode_message(longest.data(), longest.size()));
+  longest.push_back(std::byte{'x'});
+  longest[6] = static_cast<std::byte>(static_cast<std::uint8_t>(longest[6]) + 1);
+  EXPECT_FALSE(detail::decode_message(longest.data(), longest.size()));
 }
 
 }  // namespace

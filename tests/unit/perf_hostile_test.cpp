@@ -155,19 +155,20 @@ TEST(PerfAuth, AClientWithoutTheSecretGetsOnlyANonceAndTheServerWaitsOn) {
   auto context = Context::open({.transport = "tcp"}).value();
   auto connection = context->connect(server.listener->address()).value();
   constexpr std::size_t kRoom = 4096;
-  auto memory = context->allocate(2 * kRoom + sizeof(ControlMessage), Access::LocalWrite).value();
+  auto memory = context->allocate(3 * kRoom, Access::LocalWrite).value();
   auto* bytes = static_cast<unsigned char*>(memory->data());
   auto first = connection->post_recv(memory->slice(0, kRoom)).value();
   auto second = connection->post_recv(memory->slice(kRoom, kRoom)).value();
   auto challenge = connection->wait(first, 10s);
   ASSERT_TRUE(challenge && challenge->ok());
-  EXPECT_EQ(challenge->bytes, 192u);
+  EXPECT_EQ(challenge->bytes, 8u + 32u);  // a frame header and a nonce
   EXPECT_EQ(std::memcmp(bytes, "RKPP", 4), 0);
   for (std::size_t i = 40; i < kRoom; ++i) ASSERT_EQ(bytes[i], 0) << "the server said more than a nonce";
   // The old protocol: a Hello at once.
   ControlMessage hello = hello_for(*memory, 4096, 1);
-  std::memcpy(bytes + 2 * kRoom, &hello, sizeof(hello));
-  if (auto id = connection->send(memory->slice(2 * kRoom, sizeof(hello))); id)
+  auto frame = encode_message(hello);
+  std::memcpy(bytes + 2 * kRoom, frame.data(), frame.size());
+  if (auto id = connection->send(memory->slice(2 * kRoom, static_cast<std::uint32_t>(frame.size()))); id)
     (void)connection->wait(*id, 2s);
   auto answer = connection->wait(second, 2s);
   EXPECT_FALSE(answer && answer->ok()) << "the server answered a client that proved nothing";
@@ -250,15 +251,26 @@ TEST(PerfControl, MessagesAreCheckedFieldByField) {
   }
 
   ControlMessage message;
-  auto bytes = std::as_bytes(std::span(&message, 1));
-  EXPECT_TRUE(decode_message(bytes).has_value());
-  EXPECT_FALSE(decode_message(bytes.first(bytes.size() - 1)).has_value());
+  message.kind = MessageKind::End, message.size = 4096;
+  auto bytes = encode_message(message);
+  auto decoded = decode_message(bytes);
+  ASSERT_TRUE(decoded.has_value()) << decoded.error().describe();
+  EXPECT_EQ(decoded->kind, MessageKind::End);
+  EXPECT_EQ(decoded->size, 4096u);
+  EXPECT_FALSE(decode_message(std::span(bytes).first(bytes.size() - 1)).has_value());
   message.kind = static_cast<MessageKind>(9);
-  EXPECT_FALSE(decode_message(bytes).has_value());
+  EXPECT_TRUE(encode_message(message).empty()) << "an unknown kind was encoded";
+  auto frame = bytes;
+  frame[5] = std::byte{9};  // the frame's type: an unknown kind
+  EXPECT_FALSE(decode_message(frame).has_value());
   message.kind = MessageKind::End, message.ok = 2;
-  EXPECT_FALSE(decode_message(bytes).has_value());
-  message.ok = 1, message.magic = 0;
-  EXPECT_FALSE(decode_message(bytes).has_value());
+  EXPECT_FALSE(decode_message(encode_message(message)).has_value());
+  frame = bytes, frame[0] = std::byte{0};  // magic
+  EXPECT_FALSE(decode_message(frame).has_value());
+  frame = bytes, frame[4] = std::byte{1};  // the version before the one message channel
+  auto old = decode_message(frame);
+  ASSERT_FALSE(old.has_value());
+  EXPECT_EQ(old.error().code(), Errc::NotSupported) << old.error().describe();
 }
 
 }  // namespace
