@@ -31,9 +31,16 @@ fi
 
 # Every struct of the installed headers (namespace-scope "struct Name {") is in the probe's list.
 structs=$(find "$source_dir/include/rdmakit" -name '*.hpp' -print0 | sort -z | xargs -0 awk '
-  FNR == 1 { ns = "" }
-  /^namespace [a-z:]+ \{/ { ns = $2; sub(/^rdmakit(::)?/, "", ns) }
-  /^struct (RDMAKIT_API )?[A-Za-z]+ \{/ { name = ($2 == "RDMAKIT_API") ? $3 : $2; print (ns == "" ? name : ns "::" name) }')
+  FNR == 1 { depth = 0 }
+  /^namespace [a-z:]+ \{/ { stack[++depth] = $2 }
+  /^\}( *\/\/.*)?$/ { if (depth > 0) depth-- }
+  /^struct (RDMAKIT_API )?[A-Za-z]+ \{/ {
+    ns = ""
+    for (i = 1; i <= depth; i++) ns = ns (ns == "" ? "" : "::") stack[i]
+    sub(/^rdmakit(::)?/, "", ns)
+    name = ($2 == "RDMAKIT_API") ? $3 : $2
+    print (ns == "" ? name : ns "::" name)
+  }')
 for struct in $structs; do
   grep -q "^$struct " "$scratch/layout" ||
     { echo "abi: public struct $struct is not in tests/abi/layout_probe.cpp: add a row for it"; exit 1; }
