@@ -14,5 +14,5 @@ soversion=$(sed -n 's/^set(RDMAKIT_SOVERSION \([0-9]*\))$/\1/p' CMakeLists.txt)
 library=$(find "$build" -maxdepth 1 -name "librdmakit.so.$soversion" | head -1)
 [ -n "$library" ] || { echo "abi-update: $build has no librdmakit.so.$soversion (reconfigure after a bump)"; exit 1; }
 probe=$(find "$build/tests" -maxdepth 1 -name abi_layout_probe -type f | head -1)
-[ -n "$probe" ] || { echo "abi-update: $build/tests/abi_layout_probe was not built (RDMAKIT_BUILD_TESTS=OFF?)"; exit 1; }
+[ -n "$probe" ] || { echo "abi-update: $build/tests/abi_layout_probe was not built (are the tests configured off?)"; exit 1; }
 exec tests/abi/check_abi.sh "$library" "$probe" "$soversion" "$PWD" --update
