@@ -6,6 +6,7 @@
 #   check_abi.sh <librdmakit.so> <layout probe> <SOVERSION> <source dir>           checks (the abi_symbols test)
 #   check_abi.sh <librdmakit.so> <layout probe> <SOVERSION> <source dir> --update  rewrites the record
 #                                                                                    (scripts/abi-update.sh)
+#   ... --update-unreleased: rewrites it even with removals (a SOVERSION not yet released)
 # Fails on an exported symbol that is not listed (new API is listed by the update; an internal one lacks
 # hidden visibility), and on a listed symbol that is gone or a struct whose size or alignment changed while
 # SOVERSION stayed: that is an ABI break, which bumps RDMAKIT_SOVERSION (CMakeLists.txt). The update refuses
@@ -69,8 +70,8 @@ compare "$layout_file" "$scratch/layout"
 mv "$scratch/gone" "$scratch/layout.gone"
 mv "$scratch/new" "$scratch/layout.new"
 
-if [ "$mode" = --update ]; then
-  if [ "$same_abi" = 1 ] && { [ -s "$scratch/symbols.gone" ] || [ -s "$scratch/layout.gone" ]; }; then
+if [ "$mode" = --update ] || [ "$mode" = --update-unreleased ]; then
+  if [ "$mode" = --update ] && [ "$same_abi" = 1 ] && { [ -s "$scratch/symbols.gone" ] || [ -s "$scratch/layout.gone" ]; }; then
     echo "abi: refusing to record an ABI break under the same SOVERSION $soversion:"
     c++filt < "$scratch/symbols.gone" | sed 's/^/abi:   removed symbol: /' | head -40
     sed 's/^/abi:   old layout: /' "$scratch/layout.gone"
