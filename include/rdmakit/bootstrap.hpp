@@ -17,11 +17,12 @@
 #include <vector>
 
 #include "rdmakit/error.hpp"
+#include "rdmakit/export.hpp"
 
 namespace rdmakit::bootstrap {
 
 // Where this process sits in the job.
-struct LaunchInfo {
+struct RDMAKIT_API LaunchInfo {
   int rank = 0;
   int world_size = 1;
   int local_rank = 0;        // index among the ranks of this host, as the launcher numbers them
@@ -50,18 +51,18 @@ using EnvLookup = std::function<std::optional<std::string>(std::string_view name
 // from the job id (OMPI_MCA_ess_base_jobid / SLURM_JOB_ID) so that two jobs on one host do not meet: 20000 +
 // hash % 12768 (below the kernel's ephemeral port range). No launcher variables at all: a single rank (rank
 // 0 of 1). A bootstrap option that does not parse (RDMAKIT_BOOTSTRAP_TIMEOUT_MS=abc) is an error here too.
-Result<LaunchInfo> detect_launch();
-Result<LaunchInfo> detect_launch(const EnvLookup& env);
+RDMAKIT_API Result<LaunchInfo> detect_launch();
+RDMAKIT_API Result<LaunchInfo> detect_launch(const EnvLookup& env);
 
 // Expands a Slurm host list: "a,b", "node[01-04,07]", "rack[1-2]-n[1-2]" -> every host name in order.
-Result<std::vector<std::string>> expand_nodelist(std::string_view list);
+RDMAKIT_API Result<std::vector<std::string>> expand_nodelist(std::string_view list);
 
 // The port a launcher without MASTER_PORT uses for job `job_id`.
-std::uint16_t default_store_port(std::string_view job_id) noexcept;
+RDMAKIT_API std::uint16_t default_store_port(std::string_view job_id) noexcept;
 
 // A key-value store all ranks share. Thread-safe. Keys are write-once: setting a key that is already set
 // fails with Errc::InvalidArgument naming the key, so nobody can replace what a rank published.
-class Store {
+class RDMAKIT_API Store {
  public:
   virtual ~Store() = default;
   virtual Result<void> set(std::string_view key, std::string_view value) = 0;
@@ -70,7 +71,7 @@ class Store {
 };
 
 // A store in this process's memory: threads as ranks, tests.
-std::shared_ptr<Store> make_memory_store();
+RDMAKIT_API std::shared_ptr<Store> make_memory_store();
 
 struct StoreOptions {
   std::string host = "127.0.0.1";
@@ -90,7 +91,7 @@ struct StoreOptions {
 // HMAC over nonces from both sides; the secret never travels), and the server proves it back. The
 // server's caps are options: store_max_bytes, store_max_request_bytes, store_max_client_buffer_bytes,
 // store_max_clients (RDMAKIT_STORE_MAX_*); a request over a cap fails with an error naming it.
-class TcpStore : public Store {
+class RDMAKIT_API TcpStore : public Store {
  public:
   static Result<std::shared_ptr<TcpStore>> open(const StoreOptions& options);
   virtual std::uint16_t bound_port() const noexcept = 0;
@@ -100,9 +101,10 @@ class TcpStore : public Store {
 // one host binds and reaches the store on 127.0.0.1 only, and clients prove the per-user secret (so a
 // process of another uid reads nothing); a launch that spans hosts is an InvalidArgument error naming
 // job_secret and insecure, unless option insecure is set (then it is unauthenticated, with a warning).
-Result<std::shared_ptr<Store>> open_store(const LaunchInfo& launch, std::chrono::milliseconds timeout);
+RDMAKIT_API Result<std::shared_ptr<Store>> open_store(const LaunchInfo& launch,
+                                                      std::chrono::milliseconds timeout);
 
 // Reads RDMAKIT_BOOTSTRAP_TIMEOUT_MS (default 60000): how long to wait for a rank that does not show up.
-Result<std::chrono::milliseconds> bootstrap_timeout();
+RDMAKIT_API Result<std::chrono::milliseconds> bootstrap_timeout();
 
 }  // namespace rdmakit::bootstrap

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "rdmakit/error.hpp"
+#include "rdmakit/export.hpp"
 
 namespace rdmakit {
 
@@ -31,7 +32,7 @@ enum class Opcode : std::uint8_t {
   Recv,          // a posted receive consumed by a SEND
   RecvWriteImm,  // a posted receive consumed by a WRITE with immediate (bytes = length written)
 };
-std::string_view to_string(Opcode opcode) noexcept;
+RDMAKIT_API std::string_view to_string(Opcode opcode) noexcept;
 
 struct Completion {
   std::uint64_t id = 0;  // the id that post() / post_recv() returned
@@ -50,7 +51,7 @@ struct Completion {
 enum class WaitMode : std::uint8_t { Spin, Block, Hybrid };
 
 // A completion queue, possibly shared by several connections. Thread-safe.
-class CompletionQueue {
+class RDMAKIT_API CompletionQueue {
  public:
   virtual ~CompletionQueue() = default;
   CompletionQueue(const CompletionQueue&) = delete;

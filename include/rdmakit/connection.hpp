@@ -10,6 +10,7 @@
 
 #include "rdmakit/completion.hpp"
 #include "rdmakit/error.hpp"
+#include "rdmakit/export.hpp"
 #include "rdmakit/memory.hpp"
 
 namespace rdmakit {
@@ -61,7 +62,7 @@ struct ConnectionStats {
   std::uint64_t acks_on_requests = 0;
 };
 
-class Connection {
+class RDMAKIT_API Connection {
  public:
   virtual ~Connection();
   Connection(const Connection&) = delete;

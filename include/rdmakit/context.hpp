@@ -11,6 +11,7 @@
 #include "rdmakit/completion.hpp"
 #include "rdmakit/connection.hpp"
 #include "rdmakit/error.hpp"
+#include "rdmakit/export.hpp"
 #include "rdmakit/memory.hpp"
 #include "rdmakit/options.hpp"
 
@@ -59,7 +60,7 @@ struct ConnectOptions {
   std::shared_ptr<CompletionQueue> recv_cq{};  // empty: the connection gets its own
 };
 
-class Listener {
+class RDMAKIT_API Listener {
  public:
   virtual ~Listener() = default;
   // The address peers connect to, e.g. "127.0.0.1:43121" (the real port when 0 was asked for).
@@ -69,7 +70,7 @@ class Listener {
                                                      const ConnectOptions& options = {}) = 0;
 };
 
-class Context : public std::enable_shared_from_this<Context> {
+class RDMAKIT_API Context : public std::enable_shared_from_this<Context> {
  public:
   // Opens the transport named by options.transport, else RDMAKIT_TRANSPORT, else "tcp".
   static Result<std::shared_ptr<Context>> open(const Options& options = {});

@@ -10,6 +10,8 @@
 #include <string>
 #include <string_view>
 
+#include "rdmakit/export.hpp"
+
 namespace rdmakit {
 
 // Completion statuses, named after ibv_wc_status and obeying the same rules (docs/architecture.md).
@@ -27,7 +29,7 @@ enum class Status : std::uint8_t {
   GeneralError,            // IBV_WC_GENERAL_ERR and anything verbs reports that has no better name
 };
 
-std::string_view to_string(Status status) noexcept;
+RDMAKIT_API std::string_view to_string(Status status) noexcept;
 
 // Why a call failed.
 enum class Errc : std::uint8_t {
@@ -45,9 +47,9 @@ enum class Errc : std::uint8_t {
   TransportFailure,     // an operation completed with an error Status (status() tells which)
 };
 
-std::string_view to_string(Errc code) noexcept;
+RDMAKIT_API std::string_view to_string(Errc code) noexcept;
 
-class Error {
+class RDMAKIT_API Error {
  public:
   Error(Errc code, std::string message, int sys_errno = 0, Status status = Status::Success)
       : code_(code), status_(status), sys_errno_(sys_errno), message_(std::move(message)) {}
@@ -75,6 +77,6 @@ inline std::unexpected<Error> fail(Errc code, std::string message) {
   return std::unexpected(Error(code, std::move(message)));
 }
 // A system call failure carrying errno's text after `what`.
-std::unexpected<Error> fail_errno(std::string_view what, int sys_errno);
+RDMAKIT_API std::unexpected<Error> fail_errno(std::string_view what, int sys_errno);
 
 }  // namespace rdmakit

@@ -27,6 +27,7 @@
 
 #include "rdmakit/completion.hpp"
 #include "rdmakit/error.hpp"
+#include "rdmakit/export.hpp"
 
 namespace rdmakit {
 class Context;
@@ -46,11 +47,11 @@ struct Rule {
   std::uint32_t count = 1;                    // fire this many times; 0 = on every match
 };
 
-std::string_view to_string(Rule::Action action) noexcept;
+RDMAKIT_API std::string_view to_string(Rule::Action action) noexcept;
 
 // The rules of one fault context. Thread-safe. Rules are tried in the order they were added; the first
 // one that fires decides.
-class Injector {
+class RDMAKIT_API Injector {
  public:
   // InvalidArgument for a rule that cannot mean anything (Fail with Success, Delay of 0, a receive opcode).
   Result<void> add(Rule rule);
@@ -75,6 +76,6 @@ class Injector {
 };
 
 // The injector of a fault context; nullptr for a context of another transport.
-Injector* injector(Context& context) noexcept;
+RDMAKIT_API Injector* injector(Context& context) noexcept;
 
 }  // namespace rdmakit::fault

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "rdmakit/error.hpp"
+#include "rdmakit/export.hpp"
 
 namespace rdmakit {
 
@@ -28,7 +29,7 @@ constexpr bool has(Access set, Access wanted) noexcept {
   return (static_cast<std::uint32_t>(set) & static_cast<std::uint32_t>(wanted)) ==
          static_cast<std::uint32_t>(wanted);
 }
-std::string to_string(Access access);
+RDMAKIT_API std::string to_string(Access access);
 
 // One entry of a scatter-gather list. Same layout as struct ibv_sge, so verbs posts it as is: the length
 // is 32 bits, so one Segment covers less than 4 GiB (kMaxSegmentLength); a larger range is posted as
@@ -51,7 +52,7 @@ struct RemoteAddress {
 
 // A remote descriptor: everything a peer needs to reach a registered region. Plain data; it travels to
 // the peer by any means (a SEND, a file, a rendezvous store) as the bytes of serialize().
-struct RemoteRegion {
+struct RDMAKIT_API RemoteRegion {
   std::uint64_t addr = 0;
   std::uint64_t length = 0;
   std::uint32_t rkey = 0;
@@ -80,7 +81,7 @@ struct RemoteRegion {
 
 // A registered region of caller memory. Deregistered when the last reference goes; the caller's
 // memory must outlive it. Obtained from Context::register_memory.
-class MemoryRegion {
+class RDMAKIT_API MemoryRegion {
  public:
   virtual ~MemoryRegion() = default;
   MemoryRegion(const MemoryRegion&) = delete;

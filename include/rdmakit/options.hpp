@@ -14,6 +14,7 @@
 
 #include "rdmakit/completion.hpp"
 #include "rdmakit/error.hpp"
+#include "rdmakit/export.hpp"
 
 namespace rdmakit {
 
@@ -64,11 +65,13 @@ struct Options {
   std::optional<std::uint32_t> max_sge{};
   std::optional<std::uint32_t> inline_size{};
   std::optional<bool> registration_cache{};
+  // Process-wide, not per context: set here (or RDMAKIT_LOG_LEVEL), it becomes the process's level when
+  // the context opens, the last such context wins; left unset, the context keeps the level (log.hpp).
   std::optional<std::string> log_level{};
   std::optional<std::string> shm_allowed_uids{};
 };
 
-Result<Config> resolve_config(const Options& options);
+RDMAKIT_API Result<Config> resolve_config(const Options& options);
 
 struct OptionInfo {
   std::string name{};   // e.g. "timeout_ms"
@@ -79,9 +82,9 @@ struct OptionInfo {
   std::string layer{};  // whose option: "core", "bootstrap", "coll", ...
 };
 // The core's options with their values in `config`.
-std::vector<OptionInfo> describe_options(const Config& config);
+RDMAKIT_API std::vector<OptionInfo> describe_options(const Config& config);
 // Every option of every layer of the library, with its value from the environment (nothing set in code).
 // An error when a variable does not parse.
-Result<std::vector<OptionInfo>> describe_options();
+RDMAKIT_API Result<std::vector<OptionInfo>> describe_options();
 
 }  // namespace rdmakit

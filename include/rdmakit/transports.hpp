@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "rdmakit/export.hpp"
+
 namespace rdmakit {
 
 struct TransportInfo {
@@ -16,6 +18,6 @@ struct TransportInfo {
   bool picks_device = false;
 };
 
-std::vector<TransportInfo> built_transports();
+RDMAKIT_API std::vector<TransportInfo> built_transports();
 
 }  // namespace rdmakit

@@ -11,6 +11,7 @@
 
 #include "rdmakit/context.hpp"
 #include "rdmakit/error.hpp"
+#include "rdmakit/export.hpp"
 
 namespace rdmakit::verbs {
 
@@ -26,7 +27,7 @@ struct RegistrationCacheStats {
 };
 
 // Errc::InvalidArgument when `context` is not a verbs context.
-Result<RegistrationCacheStats> registration_cache_stats(const Context& context);
+RDMAKIT_API Result<RegistrationCacheStats> registration_cache_stats(const Context& context);
 
 struct GidInfo {
   std::uint32_t index = 0;
@@ -65,6 +66,6 @@ struct DeviceInfo {
 };
 
 // Every device rdma-core sees; an empty list when there is none.
-Result<std::vector<DeviceInfo>> list_devices();
+RDMAKIT_API Result<std::vector<DeviceInfo>> list_devices();
 
 }  // namespace rdmakit::verbs

@@ -108,7 +108,9 @@ std::int64_t wall_clock_ns() {
 
 }  // namespace
 
-struct Engine::Impl {
+// Hidden although nested in an exported class (which would make it default): the implementation is no part of
+// the ABI (docs/abi.md), nor are its members or the lambdas they hold.
+struct __attribute__((visibility("hidden"))) Engine::Impl {
   EngineOptions options;
   std::vector<Buffer> buffers;
   std::vector<TensorEntry> layout;

@@ -102,7 +102,9 @@ Result<void> verify_slot(const RankSlots& slots, std::uint32_t slot, const Manif
 
 }  // namespace
 
-struct ReplicaServer::Impl {
+// Hidden although nested in an exported class (which would make it default): the implementation is no part of
+// the ABI (docs/abi.md), nor are its members or the lambdas they hold.
+struct __attribute__((visibility("hidden"))) ReplicaServer::Impl {
   ServeOptions options;
   std::shared_ptr<Context> context;
   std::shared_ptr<Listener> listener;

@@ -20,7 +20,9 @@
 
 namespace rdmakit::coll {
 
-struct Work::State {
+// Hidden although nested in an exported class (which would make it default): the implementation is no part of
+// the ABI (docs/abi.md), nor are its members or the lambdas they hold.
+struct __attribute__((visibility("hidden"))) Work::State {
   std::mutex mutex;
   std::condition_variable done_cv;
   bool done = false;
@@ -51,7 +53,9 @@ bool Work::done() const {
 
 using Op = std::function<Result<void>()>;
 
-struct Communicator::Impl {
+// Hidden although nested in an exported class (which would make it default): the implementation is no part of
+// the ABI (docs/abi.md), nor are its members or the lambdas they hold.
+struct __attribute__((visibility("hidden"))) Communicator::Impl {
   detail::CommConfig options;
   std::shared_ptr<bootstrap::Store> store;
   detail::Exchange exchange;

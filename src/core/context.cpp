@@ -9,6 +9,7 @@
 
 #include "core/identity.hpp"
 #include "core/log.hpp"
+#include "core/option_table.hpp"
 #include "core/transport_registry.hpp"
 
 namespace rdmakit {
@@ -58,10 +59,14 @@ Context::Context(Config config) : config_(std::move(config)) {
 }
 
 Result<std::shared_ptr<Context>> Context::open(const Options& options) {
-  auto config = resolve_config(options);
+  options::SetOptions set;
+  auto config = options::resolve_config(options, set);
   if (!config) return std::unexpected(config.error());
+  // The log level is the process's (the sink is too): a context changes it only when its log_level was set
+  // (Options::log_level or RDMAKIT_LOG_LEVEL), so a context opened with the defaults leaves what the program
+  // chose with set_log_level() as it is. Among contexts that set it, the last one opened wins.
   LogLevel level;
-  if (log::parse_level(config->log_level, level)) set_log_level(level);
+  if (set.contains("log_level") && log::parse_level(config->log_level, level)) set_log_level(level);
   return transport::open(*config);
 }
 

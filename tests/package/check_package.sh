@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the built rdmakit into a scratch prefix and builds a separate project against it twice:
-# once with find_package(rdmakit) and once with pkg-config. Then runs both programs, compiles the
+# once with find_package(rdmakit) and once with pkg-config; and once more with find_package against the build
+# tree itself. Then runs both programs, compiles the
 # README's C++ snippets and a designated initializer of every public options struct (options_defaults.cpp)
 # with -Wall -Wextra -Werror against the installed headers, and runs the installed rdmakit-info.
 #   check_package.sh <build dir> <tools built: ON/OFF (RDMAKIT_BUILD_TOOLS)>
@@ -16,6 +17,12 @@ cmake --install "$build_dir" --prefix "$scratch/prefix" > /dev/null
 cmake -S "$source_dir/consumer" -B "$scratch/consumer" -DCMAKE_PREFIX_PATH="$scratch/prefix" > /dev/null
 cmake --build "$scratch/consumer" > /dev/null
 LD_LIBRARY_PATH="$scratch/prefix/lib" "$scratch/consumer/consumer"
+# The build tree is a package too (export(EXPORT) in CMakeLists.txt): find_package with rdmakit_DIR=<build>;
+# the program finds the build tree's library through the RPATH CMake gives it.
+cmake -S "$source_dir/consumer" -B "$scratch/consumer-build-tree" -Drdmakit_DIR="$(cd "$build_dir" && pwd)" \
+  > /dev/null || { echo "package: find_package(rdmakit) from the build tree failed (see above)"; exit 1; }
+cmake --build "$scratch/consumer-build-tree" > /dev/null
+env -u LD_LIBRARY_PATH "$scratch/consumer-build-tree/consumer"
 export PKG_CONFIG_PATH="$scratch/prefix/lib/pkgconfig"
 # shellcheck disable=SC2046
 g++ "$source_dir/consumer/main.cpp" -o "$scratch/consumer-pkgconfig" $(pkg-config --cflags --libs rdmakit)
@@ -61,5 +68,5 @@ elif [ -n "${CI:-}" ]; then
 else
   info_checked="rdmakit-info NOT checked (RDMAKIT_BUILD_TOOLS is $tools_built)"
 fi
-echo "package: find_package and pkg-config both work; the README's snippets and every options struct's"
-echo "package: designated initializer compile warning-free; $info_checked"
+echo "package: find_package (installed and build tree) and pkg-config work; the README's snippets and every"
+echo "package: options struct's designated initializer compile warning-free; $info_checked"

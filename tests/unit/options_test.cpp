@@ -9,8 +9,10 @@
 #include <string>
 
 #include "coll/comm_options.hpp"
+#include "core/log.hpp"
 #include "core/option_table.hpp"
 #include "rdmakit/context.hpp"
+#include "rdmakit/log.hpp"
 #include "rdmakit/options.hpp"
 #include "rdmakit/transports.hpp"
 
@@ -381,6 +383,28 @@ TEST_F(OptionsTest, CommDefaultLocalTransportIsTheSameHostOne) {
   auto tcp = Context::open(Options{.transport = "tcp"});
   ASSERT_TRUE(tcp.has_value()) << tcp.error().describe();
   EXPECT_FALSE((*tcp)->capabilities().same_host_only);  // reaches other hosts
+}
+
+// The log level is the process's: a context opened with the default leaves the level the program chose with
+// set_log_level() as it is (before, every Context::open reset it to its resolved log_level, "warn" unless
+// set, so the last context opened silently undid the program's choice); one whose log_level was set, in
+// code or in RDMAKIT_LOG_LEVEL, changes it.
+TEST_F(OptionsTest, OnlyAContextThatSetsLogLevelChangesIt) {
+  struct Restore {
+    ~Restore() { set_log_level(LogLevel::Warn); }
+  } restore;
+  set_log_level(LogLevel::Error);
+  auto plain = Context::open(Options{.transport = "tcp"});
+  ASSERT_TRUE(plain.has_value()) << plain.error().describe();
+  EXPECT_FALSE(log::enabled(LogLevel::Warn)) << "a context with the default log_level reset the level";
+  auto in_code = Context::open(Options{.transport = "tcp", .log_level = "info"});
+  ASSERT_TRUE(in_code.has_value()) << in_code.error().describe();
+  EXPECT_TRUE(log::enabled(LogLevel::Info));
+  EXPECT_FALSE(log::enabled(LogLevel::Debug));
+  set("RDMAKIT_LOG_LEVEL", "error");
+  auto from_environment = Context::open(Options{.transport = "tcp"});
+  ASSERT_TRUE(from_environment.has_value()) << from_environment.error().describe();
+  EXPECT_FALSE(log::enabled(LogLevel::Warn));
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 // to install or create, never a crash; other transports never need rdma-core. Plus the work-completion
 // translation, with synthetic completions.
 #include <arpa/inet.h>
+#include <dlfcn.h>
 #include <gtest/gtest.h>
 
 #include "rdmakit/context.hpp"
@@ -19,6 +20,28 @@ TEST(VerbsOpen, MissingLibraryNamesThePackages) {
   EXPECT_NE(api.error().message().find("libibverbs-does-not-exist.so.1"), std::string::npos);
   EXPECT_NE(api.error().message().find("libibverbs1 librdmacm1 ibverbs-providers"), std::string::npos)
       << api.error().message();
+}
+
+// rdma-core is loaded privately (RTLD_LOCAL) and each function at the symbol version of the headers we
+// compiled against: ibv_create_qp is the IBVERBS_1.1 one, not the pre-1.1 compat entry point that plain dlsym
+// could also have returned on another rdma-core, and none of rdma-core's names lands in the global scope,
+// where it would preempt the user's own libibverbs.
+TEST(VerbsOpen, LoadsPrivatelyAtTheHeadersSymbolVersions) {
+  auto api = verbs_impl::load_api();
+  if (!api) GTEST_SKIP() << "rdma-core is not installed: " << api.error().message();
+  void* verbs = dlopen("libibverbs.so.1", RTLD_NOW | RTLD_NOLOAD);
+  ASSERT_NE(verbs, nullptr) << "load_api() succeeded but libibverbs.so.1 is not loaded";
+  EXPECT_EQ(reinterpret_cast<void*>((*api)->create_qp), dlvsym(verbs, "ibv_create_qp", "IBVERBS_1.1"));
+  EXPECT_NE(reinterpret_cast<void*>((*api)->create_qp), dlvsym(verbs, "ibv_create_qp", "IBVERBS_1.0"));
+  EXPECT_EQ(reinterpret_cast<void*>((*api)->reg_mr), dlvsym(verbs, "ibv_reg_mr", "IBVERBS_1.1"));
+  void* cm = dlopen("librdmacm.so.1", RTLD_NOW | RTLD_NOLOAD);
+  ASSERT_NE(cm, nullptr);
+  EXPECT_EQ(reinterpret_cast<void*>((*api)->establish), dlvsym(cm, "rdma_establish", "RDMACM_1.2"));
+  dlclose(verbs);
+  dlclose(cm);
+  // RTLD_GLOBAL would make these visible to every later lookup in the process.
+  EXPECT_EQ(dlsym(RTLD_DEFAULT, "ibv_get_device_list"), nullptr);
+  EXPECT_EQ(dlsym(RTLD_DEFAULT, "rdma_create_id"), nullptr);
 }
 
 TEST(VerbsOpen, NoDeviceIsUnavailableWithAHint) {

@@ -25,6 +25,7 @@
 
 #include "rdmakit/ckpt/types.hpp"
 #include "rdmakit/error.hpp"
+#include "rdmakit/export.hpp"
 
 namespace rdmakit::coll {
 class Communicator;
@@ -83,7 +84,7 @@ struct EngineOptions {
   std::optional<bool> shared_group{};
 };
 
-class Engine {
+class RDMAKIT_API Engine {
  public:
   // Checks the buffers (unique non-empty names, sizes matching shapes) and allocates staging; with CUDA
   // buffers, also loads the CUDA runtime and checks that they are device memory (Unavailable when no

@@ -19,6 +19,7 @@
 #include <string>
 
 #include "rdmakit/error.hpp"
+#include "rdmakit/export.hpp"
 
 namespace rdmakit::ckpt {
 
@@ -40,7 +41,7 @@ struct ReplicaInfo {
   std::uint64_t bytes = 0;
 };
 
-class ReplicaServer {
+class RDMAKIT_API ReplicaServer {
  public:
   static Result<std::unique_ptr<ReplicaServer>> create(const ServeOptions& options);
   ~ReplicaServer();  // stops accepting, closes connections, joins every thread

@@ -9,6 +9,7 @@
 
 #include "rdmakit/ckpt/types.hpp"
 #include "rdmakit/error.hpp"
+#include "rdmakit/export.hpp"
 
 namespace rdmakit::ckpt {
 
@@ -61,18 +62,18 @@ struct CheckpointInfo {
 };
 
 // The committed checkpoints under `directory`, newest first (in-progress and deleted ones are not listed).
-Result<std::vector<CheckpointInfo>> list_checkpoints(const std::string& directory);
+RDMAKIT_API Result<std::vector<CheckpointInfo>> list_checkpoints(const std::string& directory);
 // Reads and checks the manifest of one checkpoint directory.
-Result<Manifest> read_manifest(const std::string& checkpoint_path);
+RDMAKIT_API Result<Manifest> read_manifest(const std::string& checkpoint_path);
 // Reads every data file and checks every chunk checksum. The error names the file and the chunk.
 // `progress` (may be empty) is called with bytes verified so far and the total.
-Result<Manifest> verify_checkpoint(
+RDMAKIT_API Result<Manifest> verify_checkpoint(
     const std::string& checkpoint_path,
     const std::function<void(std::uint64_t done, std::uint64_t total)>& progress = {});
 // The manifest as readable text (what `rdmakit-ckpt show` prints).
-std::string describe_manifest(const Manifest& manifest);
+RDMAKIT_API std::string describe_manifest(const Manifest& manifest);
 // Writes one tensor as a numpy .npy file (format 1.0), after verifying the chunks it spans.
-Result<void> export_npy(const std::string& checkpoint_path, const std::string& tensor_name,
-                        const std::string& output_file);
+RDMAKIT_API Result<void> export_npy(const std::string& checkpoint_path, const std::string& tensor_name,
+                                    const std::string& output_file);
 
 }  // namespace rdmakit::ckpt

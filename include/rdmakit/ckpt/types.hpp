@@ -8,14 +8,16 @@
 #include <string_view>
 #include <vector>
 
+#include "rdmakit/export.hpp"
+
 namespace rdmakit::ckpt {
 
 // Element types, for metadata and for `rdmakit-ckpt export` (numpy's descr). The engine copies bytes.
 enum class DType : std::uint8_t { U8, I8, U16, I16, U32, I32, U64, I64, F16, BF16, F32, F64 };
 
-std::string_view to_string(DType dtype) noexcept;  // "f32", "bf16", ...
-std::optional<DType> parse_dtype(std::string_view text) noexcept;
-std::size_t dtype_size(DType dtype) noexcept;
+RDMAKIT_API std::string_view to_string(DType dtype) noexcept;  // "f32", "bf16", ...
+RDMAKIT_API std::optional<DType> parse_dtype(std::string_view text) noexcept;
+RDMAKIT_API std::size_t dtype_size(DType dtype) noexcept;
 
 // Where a buffer lives. Cuda: device memory, copied with cudaMemcpyAsync on the engine's own stream into
 // pinned staging, the CUDA runtime loaded at run time (EngineOptions::cuda_runtime). The CUDA path is

@@ -43,6 +43,7 @@
 #include "rdmakit/bootstrap.hpp"
 #include "rdmakit/coll/types.hpp"
 #include "rdmakit/error.hpp"
+#include "rdmakit/export.hpp"
 
 namespace rdmakit::coll {
 
@@ -80,7 +81,7 @@ struct CommOptions {
 
 class Work;
 
-class Communicator {
+class RDMAKIT_API Communicator {
  public:
   // Ranks meet through `store`; every rank passes the same world size and a distinct rank.
   static Result<std::unique_ptr<Communicator>> create(std::shared_ptr<bootstrap::Store> store, int rank,
@@ -136,7 +137,7 @@ class Communicator {
 };
 
 // A collective in flight. Move-only; waiting twice returns the same result.
-class Work {
+class RDMAKIT_API Work {
  public:
   struct State;
   Work() = default;

@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <string_view>
 
+#include "rdmakit/export.hpp"
+
 namespace rdmakit::coll {
 
 enum class DataType : std::uint8_t { F32, F64, F16, BF16, I32, I64, U8, I8 };
@@ -42,14 +44,14 @@ constexpr std::size_t size_of(DataType type) noexcept {
   return 1;
 }
 
-std::string_view to_string(DataType type) noexcept;
-std::string_view to_string(ReduceOp op) noexcept;
+RDMAKIT_API std::string_view to_string(DataType type) noexcept;
+RDMAKIT_API std::string_view to_string(ReduceOp op) noexcept;
 
 // Which allreduce algorithm runs. Auto chooses by message size and world size.
 // Shared: through memory every rank maps (all ranks on one host over shm; shared.hpp): elsewhere it
 // means Auto.
 enum class Algorithm : std::uint8_t { Auto, Ring, RecursiveDoubling, HalvingDoubling, Shared };
-std::string_view to_string(Algorithm algorithm) noexcept;
+RDMAKIT_API std::string_view to_string(Algorithm algorithm) noexcept;
 
 // Whether allreduce runs hierarchically: reduce inside each host (local transport), allreduce among one
 // leader per host (network transport, with the Algorithm above), broadcast inside each host. Auto: when

@@ -17,6 +17,7 @@
 
 #include "rdmakit/context.hpp"
 #include "rdmakit/error.hpp"
+#include "rdmakit/export.hpp"
 #include "rdmakit/xfer/metadata.hpp"
 
 namespace rdmakit::xfer {
@@ -37,12 +38,13 @@ struct BroadcastResult {
 };
 
 // The owner: pushes options.size bytes of `source` (LocalWrite not needed) to receiver 1.
-Result<BroadcastResult> broadcast_send(Context& context, MetadataStore& metadata, const MemoryRegion& source,
-                                       const BroadcastOptions& options);
+RDMAKIT_API Result<BroadcastResult> broadcast_send(Context& context, MetadataStore& metadata,
+                                                   const MemoryRegion& source,
+                                                   const BroadcastOptions& options);
 // Receiver `rank` (1..N): receives into `destination` (RemoteWrite) and forwards to rank + 1. Returns when
 // every chunk landed here and was forwarded (its successor completed the WRITE).
-Result<BroadcastResult> broadcast_receive(Context& context, MetadataStore& metadata,
-                                          const MemoryRegion& destination, std::uint32_t rank,
-                                          const BroadcastOptions& options);
+RDMAKIT_API Result<BroadcastResult> broadcast_receive(Context& context, MetadataStore& metadata,
+                                                      const MemoryRegion& destination, std::uint32_t rank,
+                                                      const BroadcastOptions& options);
 
 }  // namespace rdmakit::xfer

@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "rdmakit/error.hpp"
+#include "rdmakit/export.hpp"
 #include "rdmakit/xfer/metadata.hpp"
 
 namespace rdmakit::xfer {
@@ -74,7 +75,7 @@ struct Request {
 };
 
 // The requests of one submit(). Thread-safe.
-class Batch {
+class RDMAKIT_API Batch {
  public:
   virtual ~Batch() = default;
   virtual std::size_t size() const noexcept = 0;
@@ -117,7 +118,7 @@ struct SegmentInfo {
   std::string transport{};  // chosen for this peer
 };
 
-class Engine {
+class RDMAKIT_API Engine {
  public:
   // Opens a rail per transport (and device), listens on each, and keeps `metadata` for publishing and
   // resolving names. The store must outlive the engine.

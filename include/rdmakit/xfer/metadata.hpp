@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "rdmakit/error.hpp"
+#include "rdmakit/export.hpp"
 
 namespace rdmakit::xfer {
 
@@ -38,7 +39,7 @@ struct MetadataOptions {
   std::string password{};
 };
 
-class MetadataStore {
+class RDMAKIT_API MetadataStore {
  public:
   virtual ~MetadataStore() = default;
 
@@ -71,11 +72,11 @@ class MetadataStore {
 // options.timeout). Every call is bounded by options.timeout; a broken connection is reopened by the next
 // call. The builtin backend proves the job secret (RDMAKIT_JOB_SECRET) like the bootstrap store; without
 // one, on loopback, the per-user secret (so a process of another uid cannot use the store).
-Result<std::unique_ptr<MetadataStore>> open_metadata(std::string_view url,
-                                                     const MetadataOptions& options = {});
+RDMAKIT_API Result<std::unique_ptr<MetadataStore>> open_metadata(std::string_view url,
+                                                                 const MetadataOptions& options = {});
 
 // A builtin metadata server running in this process (a thread) for as long as the object lives.
-class MetadataServer {
+class RDMAKIT_API MetadataServer {
  public:
   virtual ~MetadataServer() = default;
   virtual std::uint16_t port() const noexcept = 0;
@@ -87,6 +88,7 @@ class MetadataServer {
 // secret (RDMAKIT_JOB_SECRET) when set, else, on a loopback host, the per-user secret; a non-loopback host
 // without a job secret is refused unless RDMAKIT_INSECURE=1. The rendezvous store's caps apply
 // (RDMAKIT_STORE_MAX_*). `rdmakit-metadata serve host:port` runs one standalone.
-Result<std::unique_ptr<MetadataServer>> serve_builtin_metadata(std::string_view address = "127.0.0.1:0");
+RDMAKIT_API Result<std::unique_ptr<MetadataServer>> serve_builtin_metadata(
+    std::string_view address = "127.0.0.1:0");
 
 }  // namespace rdmakit::xfer
