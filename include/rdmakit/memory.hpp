@@ -8,8 +8,13 @@
 #include <string>
 
 #include "rdmakit/error.hpp"
+#include "rdmakit/export.hpp"
 
 namespace rdmakit {
+
+namespace detail {
+class MemoryRegionProvider;  // src/transport/provider.hpp: what a transport implements
+}
 
 // Access rights, with the bit values of ibv_access_flags so the verbs transport passes them through
 // unchanged.
@@ -79,8 +84,9 @@ struct RemoteRegion {
 };
 
 // A registered region of caller memory. Deregistered when the last reference goes; the caller's
-// memory must outlive it. Obtained from Context::register_memory.
-class MemoryRegion {
+// memory must outlive it. Obtained from Context::register_memory. Only the library makes one (a transport's
+// region derives from detail::MemoryRegionProvider).
+class RDMAKIT_API MemoryRegion {
  public:
   virtual ~MemoryRegion() = default;
   MemoryRegion(const MemoryRegion&) = delete;
@@ -107,7 +113,8 @@ class MemoryRegion {
   // The descriptor a peer needs to reach this region.
   RemoteRegion descriptor() const noexcept { return descriptor_; }
 
- protected:
+ private:
+  friend class detail::MemoryRegionProvider;
   MemoryRegion(void* data, std::size_t size, Access access, std::uint32_t lkey, std::uint32_t rkey,
                std::uint64_t owner_id, std::uint64_t owner_epoch) noexcept
       : data_(data),
@@ -117,7 +124,6 @@ class MemoryRegion {
         rkey_(rkey),
         descriptor_{reinterpret_cast<std::uint64_t>(data), size, rkey, access, owner_id, owner_epoch} {}
 
- private:
   void* data_;
   std::size_t size_;
   Access access_;

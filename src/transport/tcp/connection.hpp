@@ -20,8 +20,7 @@
 #include "core/registration_table.hpp"
 #include "core/ring_queue.hpp"
 #include "core/soft_cq.hpp"
-#include "rdmakit/connection.hpp"
-#include "rdmakit/context.hpp"
+#include "transport/provider.hpp"
 #include "transport/tcp/engine.hpp"
 #include "transport/tcp/wire.hpp"
 
@@ -40,7 +39,7 @@ struct SgList {
   std::uint64_t total() const noexcept;
 };
 
-class TcpConnection final : public Connection,
+class TcpConnection final : public detail::ConnectionProvider,
                             public Pollable,
                             public std::enable_shared_from_this<TcpConnection> {
  public:
@@ -48,8 +47,6 @@ class TcpConnection final : public Connection,
                                                        PeerInfo peer, const ConnectOptions& options);
   ~TcpConnection() override;
 
-  Result<std::uint64_t> post(std::span<const WorkRequest> chain) override;
-  Result<std::uint64_t> post_recv(std::span<const Segment> sgl) override;
   PeerInfo peer() const override { return peer_; }
   ConnectionStats stats() const override;
   Result<void> health() const override;
@@ -80,6 +77,11 @@ class TcpConnection final : public Connection,
                 std::shared_ptr<SoftCompletionQueue> recv_cq);
 
  private:
+  Result<std::uint64_t> post_admitted(std::span<const WorkRequest> chain, std::uint64_t first,
+                                      std::unique_lock<std::mutex>& lock) override;
+  Result<std::uint64_t> post_recv_admitted(std::span<const Segment> sgl, std::uint64_t sequence,
+                                           std::unique_lock<std::mutex>& lock) override;
+
   // An operation of ours waiting for its response.
   struct InFlight {
     std::uint64_t id;
@@ -193,9 +195,8 @@ class TcpConnection final : public Connection,
   std::shared_ptr<SoftCompletionQueue> send_queue_, recv_queue_;
   const std::uint32_t send_depth_, recv_depth_;
   const std::int64_t timeout_ns_, rnr_timeout_ns_;
-  const Capabilities caps_;  // what check_chain() checks against
 
-  mutable std::mutex mutex_;
+  // mutex_ (ConnectionProvider's) guards what follows, up to rx_mutex_.
   // Rings, not deques: an element of a few hundred bytes is one deque node, a malloc and a free per frame.
   RingQueue<OutFrame> out_;
   RingQueue<InFlight> in_flight_;
