@@ -16,7 +16,7 @@
 namespace rdmakit {
 
 namespace detail {
-class RcState;  // src/core/rc_state.hpp: the RC rules every transport shares
+class ConnectionProvider;  // src/transport/provider.hpp: what a transport implements
 }
 
 // One operation to post. `local` is read for WRITE/SEND and written for READ and atomics (one 8-byte
@@ -62,6 +62,8 @@ struct ConnectionStats {
   std::uint64_t acks_on_requests = 0;
 };
 
+// A facade: every member function is non-virtual and defined in the library, which forwards to the
+// transport's provider (src/transport/provider.hpp); only the library can make one.
 class RDMAKIT_API Connection {
  public:
   virtual ~Connection();
@@ -72,10 +74,10 @@ class RDMAKIT_API Connection {
   // consecutive ids; the first is returned. Errors here mean nothing of the chain was posted: a malformed
   // request (InvalidArgument, StaleDescriptor), a full queue, or a connection closed by this side. A chain
   // posted behind a failure is accepted and every request completes Flushed, as on a QP in the error state.
-  virtual Result<std::uint64_t> post(std::span<const WorkRequest> chain) = 0;
+  Result<std::uint64_t> post(std::span<const WorkRequest> chain);
   // Posts a receive buffer for a SEND or a WRITE with immediate. Behind a failure (the peer closed, say)
   // it is accepted and completes Flushed.
-  virtual Result<std::uint64_t> post_recv(std::span<const Segment> sgl) = 0;
+  Result<std::uint64_t> post_recv(std::span<const Segment> sgl);
 
   // Shorthands for single operations.
   Result<std::uint64_t> write(std::span<const Segment> local, RemoteAddress remote, bool signaled = true);
@@ -103,7 +105,7 @@ class RDMAKIT_API Connection {
   // nothing (verbs, tcp, fault) or the memory is not in the peer's arenas (register_memory(): reached by
   // cross-memory attach only); InvalidArgument for a key, range or right the peer did not grant;
   // StaleDescriptor for an earlier life of the peer; ConnectionBroken after close().
-  virtual Result<std::byte*> map_remote(RemoteAddress remote, std::size_t length, Access access);
+  Result<std::byte*> map_remote(RemoteAddress remote, std::size_t length, Access access);
 
   // Waits for operation `id` (a send-side or a receive id) on the queue it completes on. InvalidArgument at
   // once for an id this connection never issued, or whose completion was already taken (poll or wait),
@@ -111,17 +113,17 @@ class RDMAKIT_API Connection {
   // were posted after it (it has no completion: until then a wait on it times out).
   Result<Completion> wait(std::uint64_t id, std::chrono::nanoseconds timeout);
 
-  CompletionQueue& send_cq() const noexcept { return *send_cq_; }
-  CompletionQueue& recv_cq() const noexcept { return *recv_cq_; }
+  CompletionQueue& send_cq() const noexcept;
+  CompletionQueue& recv_cq() const noexcept;
   // Context-unique number, also found in Completion::connection.
-  std::uint32_t number() const noexcept { return number_; }
-  virtual PeerInfo peer() const = 0;
-  virtual ConnectionStats stats() const = 0;
+  std::uint32_t number() const noexcept;
+  PeerInfo peer() const;
+  ConnectionStats stats() const;
   // Ok while healthy; afterwards the first failure, exactly as it happened (sticky, like a QP in the error
   // state): after an operation failed, TransportFailure with the status it completed with.
-  virtual Result<void> health() const = 0;
+  Result<void> health() const;
   // Closes the connection: pending operations complete as Flushed. Also done by the destructor.
-  virtual void close() = 0;
+  void close();
 
   // Ids carry the connection number and whether they are receive ids.
   static constexpr std::uint64_t kRecvBit = std::uint64_t{1} << 39;
@@ -130,24 +132,11 @@ class RDMAKIT_API Connection {
     return static_cast<std::uint32_t>(id >> 40);
   }
 
- protected:
-  // `state` keeps this connection's RC state (rc_state.hpp); the queues learn of it so that they can tell it
-  // which completions the application took.
-  Connection(std::uint32_t number, std::shared_ptr<CompletionQueue> send_cq,
-             std::shared_ptr<CompletionQueue> recv_cq, std::shared_ptr<detail::RcState> state);
-  std::uint64_t make_id(std::uint64_t sequence, bool recv) const noexcept {
-    return (std::uint64_t{number_} << 40) | (recv ? kRecvBit : 0) | (sequence & (kRecvBit - 1));
-  }
-  const std::shared_ptr<CompletionQueue>& send_cq_ptr() const noexcept { return send_cq_; }
-  const std::shared_ptr<CompletionQueue>& recv_cq_ptr() const noexcept { return recv_cq_; }
-  detail::RcState& rc() const noexcept { return *state_; }
-  const std::shared_ptr<detail::RcState>& rc_ptr() const noexcept { return state_; }
-
  private:
-  std::uint32_t number_;
-  std::shared_ptr<detail::RcState> state_;
-  std::shared_ptr<CompletionQueue> send_cq_;
-  std::shared_ptr<CompletionQueue> recv_cq_;
+  // Only the provider derives from a Connection: every Connection is a detail::ConnectionProvider, which the
+  // library's definitions of the functions above rely on.
+  friend class detail::ConnectionProvider;
+  Connection() noexcept = default;
 };
 
 }  // namespace rdmakit

@@ -17,6 +17,11 @@
 
 namespace rdmakit {
 
+namespace detail {
+class ContextProvider;  // src/transport/provider.hpp: what a transport implements
+class ListenerProvider;
+}  // namespace detail
+
 // What a transport can do, so layers above can choose without knowing which transport it is.
 struct Capabilities {
   bool one_sided_without_target_cpu = false;  // WRITE/READ complete with no thread of the target running
@@ -60,58 +65,58 @@ struct ConnectOptions {
   std::shared_ptr<CompletionQueue> recv_cq{};  // empty: the connection gets its own
 };
 
+// Facades, as Connection: the library forwards to the transport's provider (src/transport/provider.hpp).
 class RDMAKIT_API Listener {
  public:
-  virtual ~Listener() = default;
+  virtual ~Listener();
+  Listener(const Listener&) = delete;
+  Listener& operator=(const Listener&) = delete;
   // The address peers connect to, e.g. "127.0.0.1:43121" (the real port when 0 was asked for).
-  virtual std::string address() const = 0;
+  std::string address() const;
   // Waits up to `timeout` for a peer to connect. Errc::Timeout when none did.
-  virtual Result<std::shared_ptr<Connection>> accept(std::chrono::milliseconds timeout,
-                                                     const ConnectOptions& options = {}) = 0;
+  Result<std::shared_ptr<Connection>> accept(std::chrono::milliseconds timeout,
+                                             const ConnectOptions& options = {});
+
+ private:
+  friend class detail::ListenerProvider;
+  Listener() noexcept = default;
 };
 
 class RDMAKIT_API Context : public std::enable_shared_from_this<Context> {
  public:
   // Opens the transport named by options.transport, else RDMAKIT_TRANSPORT, else "tcp".
   static Result<std::shared_ptr<Context>> open(const Options& options = {});
-  virtual ~Context() = default;
+  virtual ~Context();
   Context(const Context&) = delete;
   Context& operator=(const Context&) = delete;
 
-  const Config& config() const noexcept { return config_; }
+  const Config& config() const noexcept;
   // This context's identity as peers see it (name, id, epoch).
-  PeerInfo identity() const { return identity_; }
-  virtual std::string_view transport() const noexcept = 0;
-  virtual Capabilities capabilities() const = 0;
+  PeerInfo identity() const;
+  std::string_view transport() const noexcept;
+  Capabilities capabilities() const;
 
   // Registers caller memory. The memory must stay allocated until the region is destroyed.
-  virtual Result<std::shared_ptr<MemoryRegion>> register_memory(void* data, std::size_t size,
-                                                                Access access) = 0;
+  Result<std::shared_ptr<MemoryRegion>> register_memory(void* data, std::size_t size, Access access);
   // Memory that rdmakit allocates, registered and (where the transport can) shareable in one call: the
   // fast path for shm, where peers map it directly. Page-aligned and zeroed; freed with the region.
-  virtual Result<std::shared_ptr<MemoryRegion>> allocate(std::size_t size, Access access);
+  Result<std::shared_ptr<MemoryRegion>> allocate(std::size_t size, Access access);
 
-  virtual Result<std::shared_ptr<CompletionQueue>> create_cq(std::size_t depth = 0) = 0;
+  Result<std::shared_ptr<CompletionQueue>> create_cq(std::size_t depth = 0);
   // Listens on `address` ("host:port"); empty: Config::listen_address (loopback by default).
-  virtual Result<std::shared_ptr<Listener>> listen(std::string_view address = {}) = 0;
-  virtual Result<std::shared_ptr<Connection>> connect(std::string_view address,
-                                                      const ConnectOptions& options = {}) = 0;
+  Result<std::shared_ptr<Listener>> listen(std::string_view address = {});
+  Result<std::shared_ptr<Connection>> connect(std::string_view address, const ConnectOptions& options = {});
   // Stats of every live connection of this context.
-  virtual std::vector<ConnectionStats> diagnostics() const = 0;
+  std::vector<ConnectionStats> diagnostics() const;
   // The memory registrations this context holds now: one per live region of register_memory() and
   // allocate() (tcp, shm); verbs counts the ibv_mr's of its registration cache, which regions of
   // overlapping ranges share and which may outlive their regions while cached. For leak checks: a count
   // that keeps growing while regions come and go means regions are being kept alive.
-  virtual std::size_t live_registrations() const = 0;
-
- protected:
-  explicit Context(Config config);
-  // For a context that wraps another (fault): peers see the inner context's identity, so this one has it too.
-  Context(Config config, PeerInfo identity) : config_(std::move(config)), identity_(std::move(identity)) {}
+  std::size_t live_registrations() const;
 
  private:
-  Config config_;
-  PeerInfo identity_;
+  friend class detail::ContextProvider;
+  Context() noexcept = default;
 };
 
 }  // namespace rdmakit

@@ -12,6 +12,10 @@
 
 namespace rdmakit {
 
+namespace detail {
+class MemoryRegionProvider;  // src/transport/provider.hpp: what a transport implements
+}
+
 // Access rights, with the bit values of ibv_access_flags so the verbs transport passes them through
 // unchanged.
 enum class Access : std::uint32_t {
@@ -80,7 +84,8 @@ struct RDMAKIT_API RemoteRegion {
 };
 
 // A registered region of caller memory. Deregistered when the last reference goes; the caller's
-// memory must outlive it. Obtained from Context::register_memory.
+// memory must outlive it. Obtained from Context::register_memory. Only the library makes one (a transport's
+// region derives from detail::MemoryRegionProvider).
 class RDMAKIT_API MemoryRegion {
  public:
   virtual ~MemoryRegion() = default;
@@ -108,7 +113,8 @@ class RDMAKIT_API MemoryRegion {
   // The descriptor a peer needs to reach this region.
   RemoteRegion descriptor() const noexcept { return descriptor_; }
 
- protected:
+ private:
+  friend class detail::MemoryRegionProvider;
   MemoryRegion(void* data, std::size_t size, Access access, std::uint32_t lkey, std::uint32_t rkey,
                std::uint64_t owner_id, std::uint64_t owner_epoch) noexcept
       : data_(data),
@@ -118,7 +124,6 @@ class RDMAKIT_API MemoryRegion {
         rkey_(rkey),
         descriptor_{reinterpret_cast<std::uint64_t>(data), size, rkey, access, owner_id, owner_epoch} {}
 
- private:
   void* data_;
   std::size_t size_;
   Access access_;

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/rc_state.hpp"
+#include "transport/provider.hpp"
 
 namespace rdmakit {
 
@@ -31,7 +32,9 @@ std::string_view to_string(Opcode opcode) noexcept {
   return "unknown";
 }
 
-std::size_t CompletionQueue::take_stashed(std::span<Completion> out) {
+namespace detail {
+
+std::size_t CompletionQueueProvider::take_stashed(std::span<Completion> out) {
   if (!has_stash_.load(std::memory_order_acquire)) return 0;
   std::lock_guard lock(stash_mutex_);
   std::size_t n = std::min(out.size(), stash_.size());
@@ -43,33 +46,33 @@ std::size_t CompletionQueue::take_stashed(std::span<Completion> out) {
   return n;
 }
 
-std::size_t CompletionQueue::poll_taken(std::span<Completion> out) {
+std::size_t CompletionQueueProvider::poll_taken(std::span<Completion> out) {
   const std::size_t n = poll_transport(out);
   if (n > 0) note_taken(out.first(n));
   return n;
 }
 
-std::size_t CompletionQueue::poll(std::span<Completion> out) {
+std::size_t CompletionQueueProvider::poll(std::span<Completion> out) {
   std::size_t n = take_stashed(out);
   if (n > 0) note_taken(out.first(n));
   if (n < out.size()) n += poll_taken(out.subspan(n));
   return n;
 }
 
-void CompletionQueue::attach(std::shared_ptr<detail::RcState> state) {
+void CompletionQueueProvider::attach_state(std::shared_ptr<RcState> state) {
   std::lock_guard lock(states_mutex_);
   states_.push_back(std::move(state));
 }
 
-void CompletionQueue::detach(const detail::RcState* state) {
+void CompletionQueueProvider::detach_state(const RcState* state) {
   std::lock_guard lock(states_mutex_);
   std::erase_if(states_, [&](const auto& s) { return s.get() == state; });
 }
 
 // One uncontended lock per batch; most queues serve one connection.
-void CompletionQueue::note_taken(std::span<const Completion> taken) {
+void CompletionQueueProvider::note_taken(std::span<const Completion> taken) {
   std::lock_guard lock(states_mutex_);
-  detail::RcState* last = nullptr;
+  RcState* last = nullptr;
   for (const Completion& c : taken) {
     if (!last || last->number() != c.connection) {
       auto it = std::find_if(states_.begin(), states_.end(),
@@ -80,17 +83,8 @@ void CompletionQueue::note_taken(std::span<const Completion> taken) {
   }
 }
 
-Result<std::size_t> CompletionQueue::wait(std::span<Completion> out, std::chrono::nanoseconds timeout) {
-  return wait(out, timeout, mode_);
-}
-
-Result<std::size_t> CompletionQueue::wait(std::span<Completion> out, std::chrono::nanoseconds timeout,
-                                          WaitMode mode) {
-  return wait_with(out, timeout, mode, /*include_stash=*/true);
-}
-
-Result<std::size_t> CompletionQueue::wait_with(std::span<Completion> out, std::chrono::nanoseconds timeout,
-                                               WaitMode mode, bool include_stash) {
+Result<std::size_t> CompletionQueueProvider::wait(std::span<Completion> out, std::chrono::nanoseconds timeout,
+                                                  WaitMode mode) {
   if (out.empty()) return fail(Errc::InvalidArgument, "wait() needs room for at least one completion");
   const auto start = std::chrono::steady_clock::now();
   const auto deadline = start + timeout;
@@ -98,7 +92,7 @@ Result<std::size_t> CompletionQueue::wait_with(std::span<Completion> out, std::c
                           : mode == WaitMode::Block ? start
                                                     : std::min(deadline, start + spin_);
   for (;;) {
-    if (std::size_t n = include_stash ? poll(out) : poll_transport(out)) return n;
+    if (std::size_t n = poll(out)) return n;
     if (auto ok = health(); !ok) return std::unexpected(ok.error());
     auto now = std::chrono::steady_clock::now();
     if (now >= deadline) return std::size_t{0};
@@ -110,7 +104,7 @@ Result<std::size_t> CompletionQueue::wait_with(std::span<Completion> out, std::c
 // Looks in the stash, then takes what the transport has ready, stashing all but `id`. The transport is
 // polled under the stash lock: two threads in wait_for() must stash what they pass over in the order the
 // transport gave it, or poll() would later return a connection's completions out of order.
-std::optional<Completion> CompletionQueue::take_from_stash(std::uint64_t id) {
+std::optional<Completion> CompletionQueueProvider::take_from_stash(std::uint64_t id) {
   std::lock_guard lock(stash_mutex_);
   auto it = std::find_if(stash_.begin(), stash_.end(), [&](const Completion& c) { return c.id == id; });
   std::optional<Completion> found;
@@ -133,7 +127,7 @@ std::optional<Completion> CompletionQueue::take_from_stash(std::uint64_t id) {
   return found;
 }
 
-Result<Completion> CompletionQueue::wait_for(std::uint64_t id, std::chrono::nanoseconds timeout) {
+Result<Completion> CompletionQueueProvider::wait_for(std::uint64_t id, std::chrono::nanoseconds timeout) {
   const auto start = std::chrono::steady_clock::now();
   const auto deadline = start + timeout;
   const auto spin_until = mode_ == WaitMode::Spin    ? deadline
@@ -155,6 +149,26 @@ Result<Completion> CompletionQueue::wait_for(std::uint64_t id, std::chrono::nano
     if (auto slept = sleep_until(std::min(deadline, now + kSlice)); !slept)
       return std::unexpected(slept.error());
   }
+}
+
+}  // namespace detail
+
+// The facade.
+std::size_t CompletionQueue::poll(std::span<Completion> out) { return detail::provider(*this).poll(out); }
+Result<void> CompletionQueue::health() const { return detail::provider(*this).health(); }
+Result<std::size_t> CompletionQueue::wait(std::span<Completion> out, std::chrono::nanoseconds timeout) {
+  auto& self = detail::provider(*this);
+  return self.wait(out, timeout, self.default_wait_mode());
+}
+Result<std::size_t> CompletionQueue::wait(std::span<Completion> out, std::chrono::nanoseconds timeout,
+                                          WaitMode mode) {
+  return detail::provider(*this).wait(out, timeout, mode);
+}
+Result<Completion> CompletionQueue::wait_for(std::uint64_t id, std::chrono::nanoseconds timeout) {
+  return detail::provider(*this).wait_for(id, timeout);
+}
+WaitMode CompletionQueue::default_wait_mode() const noexcept {
+  return detail::provider(*this).default_wait_mode();
 }
 
 }  // namespace rdmakit

@@ -11,17 +11,18 @@
 #include "core/log.hpp"
 #include "core/option_table.hpp"
 #include "core/transport_registry.hpp"
+#include "transport/provider.hpp"
 
 namespace rdmakit {
 namespace {
 
 // Memory that allocate() owns: an anonymous mapping, unmapped when the region goes.
-class OwnedRegion final : public MemoryRegion {
+class OwnedRegion final : public detail::MemoryRegionProvider {
  public:
   OwnedRegion(std::shared_ptr<MemoryRegion> registration, void* memory, std::size_t mapped)
-      : MemoryRegion(registration->data(), registration->size(), registration->access(), registration->lkey(),
-                     registration->rkey(), registration->descriptor().owner_id,
-                     registration->descriptor().owner_epoch),
+      : MemoryRegionProvider(registration->data(), registration->size(), registration->access(),
+                             registration->lkey(), registration->rkey(), registration->descriptor().owner_id,
+                             registration->descriptor().owner_epoch),
         memory_(memory),
         mapped_(mapped),
         registration_(std::move(registration)) {}
@@ -52,11 +53,15 @@ std::unexpected<Error> allocation_failed(std::size_t size, int sys_errno) {
 
 }  // namespace
 
-Context::Context(Config config) : config_(std::move(config)) {
+namespace detail {
+
+ContextProvider::ContextProvider(Config config) : config_(std::move(config)) {
   identity_.name = config_.name;
   identity_.id = identity::hash_name(config_.name);
   identity_.epoch = identity::new_epoch();
 }
+
+}  // namespace detail
 
 Result<std::shared_ptr<Context>> Context::open(const Options& options) {
   options::SetOptions set;
@@ -70,7 +75,7 @@ Result<std::shared_ptr<Context>> Context::open(const Options& options) {
   return transport::open(*config);
 }
 
-Result<std::shared_ptr<MemoryRegion>> Context::allocate(std::size_t size, Access access) {
+Result<std::shared_ptr<MemoryRegion>> detail::ContextProvider::allocate(std::size_t size, Access access) {
   if (size == 0) return fail(Errc::InvalidArgument, "allocate: size is 0");
   void* memory = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (memory == MAP_FAILED) return allocation_failed(size, errno);
@@ -80,6 +85,38 @@ Result<std::shared_ptr<MemoryRegion>> Context::allocate(std::size_t size, Access
     return std::unexpected(registration.error());
   }
   return std::make_shared<OwnedRegion>(std::move(*registration), memory, size);
+}
+
+// The facades.
+Context::~Context() = default;
+const Config& Context::config() const noexcept { return detail::provider(*this).config(); }
+PeerInfo Context::identity() const { return detail::provider(*this).identity(); }
+std::string_view Context::transport() const noexcept { return detail::provider(*this).transport(); }
+Capabilities Context::capabilities() const { return detail::provider(*this).capabilities(); }
+Result<std::shared_ptr<MemoryRegion>> Context::register_memory(void* data, std::size_t size, Access access) {
+  return detail::provider(*this).register_memory(data, size, access);
+}
+Result<std::shared_ptr<MemoryRegion>> Context::allocate(std::size_t size, Access access) {
+  return detail::provider(*this).allocate(size, access);
+}
+Result<std::shared_ptr<CompletionQueue>> Context::create_cq(std::size_t depth) {
+  return detail::provider(*this).create_cq(depth);
+}
+Result<std::shared_ptr<Listener>> Context::listen(std::string_view address) {
+  return detail::provider(*this).listen(address);
+}
+Result<std::shared_ptr<Connection>> Context::connect(std::string_view address,
+                                                     const ConnectOptions& options) {
+  return detail::provider(*this).connect(address, options);
+}
+std::vector<ConnectionStats> Context::diagnostics() const { return detail::provider(*this).diagnostics(); }
+std::size_t Context::live_registrations() const { return detail::provider(*this).live_registrations(); }
+
+Listener::~Listener() = default;
+std::string Listener::address() const { return detail::provider(*this).address(); }
+Result<std::shared_ptr<Connection>> Listener::accept(std::chrono::milliseconds timeout,
+                                                     const ConnectOptions& options) {
+  return detail::provider(*this).accept(timeout, options);
 }
 
 namespace identity {

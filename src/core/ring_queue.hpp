@@ -16,6 +16,8 @@ class RingQueue {
  public:
   bool empty() const noexcept { return count_ == 0; }
   std::size_t size() const noexcept { return count_; }
+  // Where size() lives, for a reader that must not call (the RC prologue: detail::SoftwareQueue).
+  const std::size_t* size_address() const noexcept { return &count_; }
   T& front() noexcept { return slots_[head_]; }
 
   // A fresh element at the back (assigned over whatever the slot held before).

@@ -8,15 +8,15 @@
 #include <deque>
 #include <mutex>
 
-#include "rdmakit/completion.hpp"
+#include "transport/provider.hpp"
 
 namespace rdmakit {
 
-class SoftCompletionQueue : public CompletionQueue {
+class SoftCompletionQueue : public detail::CompletionQueueProvider {
  public:
   // Holds at most `depth` completions not yet polled, as a verbs CQ of that many entries.
   SoftCompletionQueue(WaitMode mode, std::chrono::microseconds spin, std::size_t depth)
-      : CompletionQueue(mode, spin), depth_(depth) {}
+      : CompletionQueueProvider(mode, spin), depth_(depth) {}
 
   // Thread-safe; wakes a sleeping waiter. One completion more than the depth puts the queue in the error
   // state (health()); it and every later one are lost, as on an overflowed verbs CQ.

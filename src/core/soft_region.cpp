@@ -1,13 +1,16 @@
 #include "core/soft_region.hpp"
 
+#include "transport/provider.hpp"
+
 namespace rdmakit {
 namespace {
 
-class SoftRegion final : public MemoryRegion {
+class SoftRegion final : public detail::MemoryRegionProvider {
  public:
   SoftRegion(std::shared_ptr<RegistrationTable> table, std::shared_ptr<const Context> owner, void* data,
              std::size_t size, Access access, RegistrationTable::Keys keys)
-      : MemoryRegion(data, size, access, keys.lkey, keys.rkey, owner->identity().id, owner->identity().epoch),
+      : MemoryRegionProvider(data, size, access, keys.lkey, keys.rkey, owner->identity().id,
+                             owner->identity().epoch),
         table_(std::move(table)),
         owner_(std::move(owner)) {}
   ~SoftRegion() override { table_->remove(lkey()); }

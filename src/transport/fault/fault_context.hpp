@@ -6,16 +6,16 @@
 #include <mutex>
 #include <vector>
 
-#include "rdmakit/context.hpp"
 #include "rdmakit/fault.hpp"
 #include "transport/fault/fault_cq.hpp"
+#include "transport/provider.hpp"
 
 namespace rdmakit::fault {
 
-class FaultContext final : public Context {
+class FaultContext final : public detail::ContextProvider {
  public:
   FaultContext(Config config, std::shared_ptr<Context> inner)
-      : Context(std::move(config), inner->identity()), inner_(std::move(inner)) {}
+      : ContextProvider(std::move(config), inner->identity()), inner_(std::move(inner)) {}
 
   std::string_view transport() const noexcept override { return config().transport; }
   Capabilities capabilities() const override { return inner_->capabilities(); }

@@ -12,10 +12,10 @@
 
 namespace rdmakit::fault {
 
-class FaultCompletionQueue final : public CompletionQueue, private CompletionSink {
+class FaultCompletionQueue final : public detail::CompletionQueueProvider, private CompletionSink {
  public:
   FaultCompletionQueue(std::shared_ptr<CompletionQueue> inner, WaitMode mode, std::chrono::microseconds spin)
-      : CompletionQueue(mode, spin), inner_(std::move(inner)) {}
+      : CompletionQueueProvider(mode, spin), inner_(std::move(inner)) {}
 
   const std::shared_ptr<CompletionQueue>& inner() const noexcept { return inner_; }
   // Routes the send-side completions of `link`'s connection through it.

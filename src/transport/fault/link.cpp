@@ -5,22 +5,19 @@
 
 namespace rdmakit::fault {
 
-Link::Link(std::shared_ptr<Connection> inner, std::shared_ptr<detail::RcState> state, Capabilities caps,
-           Injector& injector, std::chrono::milliseconds timeout)
+Link::Link(std::shared_ptr<Connection> inner, std::shared_ptr<detail::RcState> state, Injector& injector,
+           std::chrono::milliseconds timeout)
     : inner_(std::move(inner)),
       state_(std::move(state)),
-      caps_(std::move(caps)),
       injector_(injector),
       timeout_(timeout),
       number_(inner_->number()),
       next_id_(state_->send_id(0)) {}
 
 Result<std::uint64_t> Link::post(std::span<const WorkRequest> chain) {
-  // Checked here too: requests behind an injected failure never reach the inner connection. A full queue
-  // is the inner connection's to find; behind a failure the chain queues up here (below) and flushes in
-  // order, after what was posted before it.
-  if (auto ok = state_->check_post(chain, caps_, inner_->peer().epoch); !ok)
-    return std::unexpected(ok.error());
+  // Checked by the prologue against this connection's state, so requests behind an injected failure never
+  // reach the inner connection. A full queue is the inner connection's to find; behind a failure the chain
+  // queues up here (below) and flushes in order, after what was posted before it.
   std::unique_lock lock(mutex_);
   // Which request, if any, dooms the connection; delays for the ones before it.
   std::size_t cut = chain.size();
@@ -93,7 +90,6 @@ void Link::add_synthetic(const WorkRequest& request, Status status, Clock::time_
 }
 
 Result<std::uint64_t> Link::post_recv(std::span<const Segment> sgl, std::optional<Completion>& flushed) {
-  if (auto ok = state_->check_post_recv(sgl, caps_); !ok) return std::unexpected(ok.error());
   std::unique_lock lock(mutex_);
   // The inner connection is gone, as a QP in the error state would keep taking receives and flush them.
   if (inner_closed_) return state_->post_recv_flushed([&](const Completion& c) { flushed = c; });

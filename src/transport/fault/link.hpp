@@ -12,9 +12,8 @@
 #include <span>
 
 #include "core/rc_state.hpp"
-#include "rdmakit/connection.hpp"
-#include "rdmakit/context.hpp"
 #include "rdmakit/fault.hpp"
+#include "transport/provider.hpp"
 
 namespace rdmakit::fault {
 
@@ -31,10 +30,12 @@ class Link {
  public:
   using Clock = std::chrono::steady_clock;
 
-  // `state`: the fault connection's RC state (its failure, the ids it issued). `caps`: the inner transport's.
-  Link(std::shared_ptr<Connection> inner, std::shared_ptr<detail::RcState> state, Capabilities caps,
-       Injector& injector, std::chrono::milliseconds timeout);
+  // `state`: the fault connection's RC state (its failure, the ids it issued).
+  Link(std::shared_ptr<Connection> inner, std::shared_ptr<detail::RcState> state, Injector& injector,
+       std::chrono::milliseconds timeout);
 
+  // post() and post_recv() of the fault connection, after the RC prologue's checks (Admission::Wrapper):
+  // the request is well formed and the connection not closed by this side.
   Result<std::uint64_t> post(std::span<const WorkRequest> chain);
   // A receive: forwarded, or, once a fault closed the inner connection, accepted with its Flushed
   // completion in `flushed` (for the caller to queue: this runs under no queue's lock).
@@ -76,7 +77,6 @@ class Link {
 
   std::shared_ptr<Connection> inner_;
   std::shared_ptr<detail::RcState> state_;
-  const Capabilities caps_;
   Injector& injector_;
   std::chrono::milliseconds timeout_;
   std::uint32_t number_;

@@ -16,9 +16,10 @@ ShmConnection::ShmConnection(std::shared_ptr<ShmContext> context, std::uint32_t 
                              std::shared_ptr<SoftCompletionQueue> recv_cq,
                              std::shared_ptr<const PeerView> peer, Mapping link, int side, UniqueFd socket,
                              std::string address)
-    : Connection(number, send_cq, recv_cq,
-                 std::make_shared<detail::RcState>(number, context->config().send_queue_depth,
-                                                   context->config().recv_queue_depth)),
+    : ConnectionProvider(number, send_cq, recv_cq,
+                         std::make_shared<detail::RcState>(number, context->config().send_queue_depth,
+                                                           context->config().recv_queue_depth),
+                         detail::Admission::Software, context->capabilities(), peer->epoch),
       context_(std::move(context)),
       send_cq_(std::move(send_cq)),
       recv_cq_(std::move(recv_cq)),
@@ -26,8 +27,12 @@ ShmConnection::ShmConnection(std::shared_ptr<ShmContext> context, std::uint32_t 
       link_(std::move(link)),
       side_(side),
       socket_(std::move(socket)),
-      address_(std::move(address)),
-      caps_(context_->capabilities()) {}
+      address_(std::move(address)) {
+  // Completions not yet reaped still hold their ring slot, so the completion ring can never overflow.
+  const std::uint64_t recv_depth = std::min<std::uint64_t>(kRingSlots, context_->config().recv_queue_depth);
+  set_software_queues({pending_.size_address(), context_->config().send_queue_depth, send_cq_.get()},
+                      {&recvs_queued_, recv_depth, recv_cq_.get()});
+}
 
 ShmConnection::~ShmConnection() { close(); }
 

@@ -17,7 +17,7 @@
 #include "core/rc_state.hpp"
 #include "core/ring_queue.hpp"
 #include "core/soft_cq.hpp"
-#include "rdmakit/connection.hpp"
+#include "transport/provider.hpp"
 #include "transport/shm/context.hpp"
 #include "transport/shm/fd.hpp"
 #include "transport/shm/layout.hpp"
@@ -26,7 +26,7 @@
 
 namespace rdmakit::shm {
 
-class ShmConnection final : public Connection {
+class ShmConnection final : public detail::ConnectionProvider {
  public:
   ShmConnection(std::shared_ptr<ShmContext> context, std::uint32_t number,
                 std::shared_ptr<SoftCompletionQueue> send_cq, std::shared_ptr<SoftCompletionQueue> recv_cq,
@@ -34,8 +34,6 @@ class ShmConnection final : public Connection {
                 std::string address);
   ~ShmConnection() override;
 
-  Result<std::uint64_t> post(std::span<const WorkRequest> chain) override;
-  Result<std::uint64_t> post_recv(std::span<const Segment> sgl) override;
   PeerInfo peer() const override;
   ConnectionStats stats() const override;
   Result<void> health() const override;
@@ -56,6 +54,11 @@ class ShmConnection final : public Connection {
   bool pins(std::uint32_t key) const noexcept;
 
  private:
+  Result<std::uint64_t> post_admitted(std::span<const WorkRequest> chain, std::uint64_t first,
+                                      std::unique_lock<std::mutex>& lock) override;
+  Result<std::uint64_t> post_recv_admitted(std::span<const Segment> sgl, std::uint64_t sequence,
+                                           std::unique_lock<std::mutex>& lock) override;
+
   struct Pending {
     std::uint64_t id = 0;
     WorkRequest request;
@@ -118,11 +121,12 @@ class ShmConnection final : public Connection {
   UniqueFd socket_;
   std::string address_;
 
-  mutable std::mutex mutex_;
+  // mutex_ (ConnectionProvider's) guards what follows.
   RingQueue<Pending> pending_;          // posted, not yet carried out (head may be blocked)
   std::deque<PostedReceive> receives_;  // posted receives, oldest first (our copy: ids, capacities)
   std::uint64_t recv_posted_ = 0;       // our copy of in().recv_posted
   std::uint64_t reaped_ = 0;            // our copy of in().reaped
+  std::size_t recvs_queued_ = 0;        // recv_posted_ - reaped_: what post_recv's admission counts
   std::atomic<bool> gone_{false};
   bool wants_progress_ = false;   // a large operation waits for the progress thread
   bool doorbell_owed_ = false;    // produce() published a receive completion; drain() rings the peer
@@ -131,7 +135,6 @@ class ShmConnection final : public Connection {
   // Lock-free mirrors for has_work(), written under mutex_: pending_ is not empty; reaped_.
   std::atomic<bool> has_pending_{false};
   std::atomic<std::uint64_t> reaped_seen_{0};
-  const Capabilities caps_;  // what check_chain() checks against
 };
 
 }  // namespace rdmakit::shm

@@ -14,12 +14,12 @@ namespace {
 
 // A region of this context. Deregistration revokes the key in the shared table first, so no initiator
 // reaches the memory afterwards; allocate()'d memory then goes back to its arena (its pages zeroed).
-class ShmRegion final : public MemoryRegion {
+class ShmRegion final : public detail::MemoryRegionProvider {
  public:
   ShmRegion(std::shared_ptr<ShmContext> context, void* data, std::size_t size, Access access,
             Registry::Keys keys, Arena* arena)
-      : MemoryRegion(data, size, access, keys.lkey, keys.rkey, context->identity().id,
-                     context->identity().epoch),
+      : MemoryRegionProvider(data, size, access, keys.lkey, keys.rkey, context->identity().id,
+                             context->identity().epoch),
         context_(std::move(context)),
         arena_(arena) {}
   ~ShmRegion() override {
@@ -59,7 +59,7 @@ class ShmCq final : public SoftCompletionQueue {
 
 }  // namespace
 
-ShmContext::ShmContext(Config config) : Context(std::move(config)) {}
+ShmContext::ShmContext(Config config) : ContextProvider(std::move(config)) {}
 
 Result<std::shared_ptr<ShmContext>> ShmContext::create(const Config& config) {
   std::shared_ptr<ShmContext> context(new ShmContext(config));

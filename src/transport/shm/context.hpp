@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "core/soft_cq.hpp"
-#include "rdmakit/context.hpp"
+#include "transport/provider.hpp"
 #include "transport/shm/fd.hpp"
 #include "transport/shm/layout.hpp"
 #include "transport/shm/registry.hpp"
@@ -28,7 +28,7 @@ struct Hello;
 
 using Clock = std::chrono::steady_clock;
 
-class ShmContext final : public Context {
+class ShmContext final : public detail::ContextProvider {
  public:
   static Result<std::shared_ptr<ShmContext>> create(const Config& config);
   ~ShmContext() override;

@@ -24,13 +24,9 @@ constexpr std::uint64_t kBytesPerRound = 8 << 20;
 
 }  // namespace
 
-Result<std::uint64_t> ShmConnection::post(std::span<const WorkRequest> chain) {
-  if (auto ok = rc().check_post(chain, caps_, peer_->epoch); !ok) return std::unexpected(ok.error());
-  std::lock_guard lock(mutex_);
-  if (auto refused = rc().admit_post(chain, pending_.size(), context_->config().send_queue_depth,
-                                     [&](const Completion& c) { send_cq_->push(c); }))
-    return *refused;
-  const std::uint64_t sequence = rc().take_sends(chain.size());
+// Under mutex_, after the RC prologue (Connection::post).
+Result<std::uint64_t> ShmConnection::post_admitted(std::span<const WorkRequest> chain, std::uint64_t sequence,
+                                                   std::unique_lock<std::mutex>&) {
   for (std::size_t i = 0; i < chain.size(); ++i) {
     const WorkRequest& r = chain[i];
     // Every field is assigned (sge up to count; local() reads no further): the slot is not zeroed first.

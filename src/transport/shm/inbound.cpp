@@ -9,16 +9,11 @@
 
 namespace rdmakit::shm {
 
-Result<std::uint64_t> ShmConnection::post_recv(std::span<const Segment> sgl) {
-  if (auto ok = rc().check_post_recv(sgl, caps_); !ok) return std::unexpected(ok.error());
-  std::lock_guard lock(mutex_);
+// Under mutex_, after the RC prologue (Connection::post_recv).
+Result<std::uint64_t> ShmConnection::post_recv_admitted(std::span<const Segment> sgl, std::uint64_t sequence,
+                                                        std::unique_lock<std::mutex>&) {
   Inbound& inbound = in();
-  // Completions not yet reaped still hold their ring slot, so the completion ring can never overflow.
-  const std::uint64_t depth = std::min<std::uint64_t>(kRingSlots, context_->config().recv_queue_depth);
-  if (auto refused =
-          rc().admit_recv(recv_posted_ - reaped_, depth, [&](const Completion& c) { recv_cq_->push(c); }))
-    return *refused;
-  std::uint64_t id = rc().recv_id(rc().take_recv());
+  std::uint64_t id = rc().recv_id(sequence);
   std::uint64_t capacity;
   if (check_local(sgl, true, &capacity) != Status::Success) {
     // A receive the initiator could not fill: fail it now, as the connection would when it is reached.
@@ -36,6 +31,7 @@ Result<std::uint64_t> ShmConnection::post_recv(std::span<const Segment> sgl) {
   receives_.push_back(PostedReceive{id, capacity});
   tsan::release_to_peer();
   inbound.recv_posted.store(++recv_posted_, std::memory_order_release);
+  recvs_queued_ = recv_posted_ - reaped_;
   peer_->ring();  // an initiator may be waiting for a receive (RNR)
   return id;
 }
@@ -64,6 +60,7 @@ bool ShmConnection::reap() {
     push(*recv_cq_, *completion);
   }
   reaped_ = reaped;
+  recvs_queued_ = recv_posted_ - reaped_;
   reaped_seen_.store(reaped, std::memory_order_relaxed);
   inbound.reaped.store(reaped, std::memory_order_release);
   if (malformed)

@@ -14,7 +14,7 @@
 namespace rdmakit::shm {
 namespace {
 
-class ShmListener final : public Listener {
+class ShmListener final : public detail::ListenerProvider {
  public:
   ShmListener(std::shared_ptr<ShmContext> context, UniqueFd socket, std::string name)
       : context_(std::move(context)), socket_(std::move(socket)), name_(std::move(name)) {}

@@ -56,9 +56,10 @@ TcpConnection::TcpConnection(std::uint32_t number, std::uint64_t engine_key,
                              std::shared_ptr<TcpContext> context, Fd socket, PeerInfo peer,
                              std::shared_ptr<SoftCompletionQueue> send_cq,
                              std::shared_ptr<SoftCompletionQueue> recv_cq)
-    : Connection(number, send_cq, recv_cq,
-                 std::make_shared<detail::RcState>(number, context->config().send_queue_depth,
-                                                   context->config().recv_queue_depth)),
+    : ConnectionProvider(number, send_cq, recv_cq,
+                         std::make_shared<detail::RcState>(number, context->config().send_queue_depth,
+                                                           context->config().recv_queue_depth),
+                         detail::Admission::Software, context->capabilities(), peer.epoch),
       context_(std::move(context)),
       table_(context_->table()),
       engine_(context_->engine()),
@@ -72,8 +73,10 @@ TcpConnection::TcpConnection(std::uint32_t number, std::uint64_t engine_key,
       recv_depth_(context_->config().recv_queue_depth),
       timeout_ns_(std::chrono::duration_cast<std::chrono::nanoseconds>(context_->config().timeout).count()),
       rnr_timeout_ns_(
-          std::chrono::duration_cast<std::chrono::nanoseconds>(context_->config().rnr_timeout).count()),
-      caps_(context_->capabilities()) {
+          std::chrono::duration_cast<std::chrono::nanoseconds>(context_->config().rnr_timeout).count()) {
+  // in_flight_ holds the requests behind one that failed at post too (they flush in order): they count.
+  set_software_queues({in_flight_.size_address(), send_depth_, send_queue_.get()},
+                      {recvs_.size_address(), recv_depth_, recv_queue_.get()});
   touch_receive();
   touch_send();
 }

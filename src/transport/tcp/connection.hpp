@@ -20,8 +20,7 @@
 #include "core/registration_table.hpp"
 #include "core/ring_queue.hpp"
 #include "core/soft_cq.hpp"
-#include "rdmakit/connection.hpp"
-#include "rdmakit/context.hpp"
+#include "transport/provider.hpp"
 #include "transport/tcp/engine.hpp"
 #include "transport/tcp/wire.hpp"
 
@@ -40,7 +39,7 @@ struct SgList {
   std::uint64_t total() const noexcept;
 };
 
-class TcpConnection final : public Connection,
+class TcpConnection final : public detail::ConnectionProvider,
                             public Pollable,
                             public std::enable_shared_from_this<TcpConnection> {
  public:
@@ -48,8 +47,6 @@ class TcpConnection final : public Connection,
                                                        PeerInfo peer, const ConnectOptions& options);
   ~TcpConnection() override;
 
-  Result<std::uint64_t> post(std::span<const WorkRequest> chain) override;
-  Result<std::uint64_t> post_recv(std::span<const Segment> sgl) override;
   PeerInfo peer() const override { return peer_; }
   ConnectionStats stats() const override;
   Result<void> health() const override;
@@ -80,6 +77,11 @@ class TcpConnection final : public Connection,
                 std::shared_ptr<SoftCompletionQueue> recv_cq);
 
  private:
+  Result<std::uint64_t> post_admitted(std::span<const WorkRequest> chain, std::uint64_t first,
+                                      std::unique_lock<std::mutex>& lock) override;
+  Result<std::uint64_t> post_recv_admitted(std::span<const Segment> sgl, std::uint64_t sequence,
+                                           std::unique_lock<std::mutex>& lock) override;
+
   // An operation of ours waiting for its response.
   struct InFlight {
     std::uint64_t id;
@@ -130,7 +132,7 @@ class TcpConnection final : public Connection,
     bool has_recv = false;
   };
 
-  // ---- initiator side (datapath.cpp)
+  // ---- datapath.cpp: posting, frames into the socket, the responder's output
   void enqueue_locked(const WorkRequest& request, std::uint64_t id);
   void remember_in_flight(const WorkRequest& request, std::uint64_t id, std::uint64_t sequence,
                           std::uint32_t bytes, Status local_error);
@@ -138,8 +140,23 @@ class TcpConnection final : public Connection,
   void send_response_locked(const FrameHeader& request, FrameType type, std::uint64_t value,
                             std::uint32_t length, const iovec* payload, RegistrationTable::Pin pin);
   void send_nak_locked(const FrameHeader& request, Status status);
-  void complete_locked(const InFlight& op, Status status, std::uint32_t bytes);
-  void complete_local_errors_locked();
+  void pause_responder_locked();
+  void resume_responder_locked();
+  // ---- receive.cpp: reading frames (engine thread or a poller), the peer's requests, delayed ACKs
+  bool read_some();  // false when the socket has nothing more now (or we stop reading it)
+  bool read_socket();
+  void take_ahead();
+  std::size_t advance_payload(std::size_t got);
+  bool mid_frame() const noexcept;
+  void dispatch_header();
+  void on_request_header();
+  void on_response_header();
+  void finish_payload();
+  void start_payload(const iovec* iov, std::uint32_t count);
+  void start_discard(std::uint64_t bytes);
+  bool try_consume_recv();
+  void execute_atomic();
+  void execute_read();
   void defer_ack_locked(std::uint64_t sequence);
   void flush_ack_locked();
   // End of a burst read for a poller: sends the deferred ACK now, or leaves it to ride on our next request.
@@ -149,39 +166,24 @@ class TcpConnection final : public Connection,
   void on_cumulative_ack_locked(std::uint64_t sequence);
   // A request of the peer's that carries its ACK of ours (kFrameAcks).
   void on_ack_riding_on_request(std::uint64_t sequence);
-  // ---- receive side, engine thread (receive.cpp)
-  bool read_some();  // false when the socket has nothing more now (or we stop reading it)
-  bool read_socket();
-  void take_ahead();
-  std::size_t advance_payload(std::size_t got);
-  bool mid_frame() const noexcept;
-  // After a failure: lets go of the region a half-received WRITE pinned. Needs rx_mutex_.
-  void abandon_receive_locked();
-  void abandon_receive_if_failed();
-  void dispatch_header();
-  void on_request_header();
-  void on_response_header();
-  void finish_payload();
-  void start_payload(const iovec* iov, std::uint32_t count);
-  void start_discard(std::uint64_t bytes);
-  void deliver_to_recv(PostedRecv recv);
-  bool try_consume_recv();
-  void execute_atomic();
-  void execute_read();
-  // ---- failure (connection.cpp)
+  // ---- connection.cpp: completion, failure, stall clocks
+  void complete_locked(const InFlight& op, Status status, std::uint32_t bytes);
+  void complete_local_errors_locked();
   // Moves the connection to the error state: the first in-flight op completes with `head_status`,
   // everything else as Flushed, and later posts fail with `reason`.
   void fail_locked(Status head_status, Error reason, bool drain_output = false);
   void fail_now(Status head_status, Error reason);
   void shut_down_locked();
   void update_interest_locked();
-  void give_back_input();
+  // After a failure: lets go of the region a half-received WRITE pinned. Needs rx_mutex_.
+  void abandon_receive_locked();
+  void abandon_receive_if_failed();
   void touch_receive() noexcept;
   void touch_send() noexcept;
   void check_stalls_locked(std::int64_t now_ns);
-  void pause_responder_locked();
-  void resume_responder_locked();
   void peer_gone(const std::string& why);
+  // ---- lease.cpp: the polling lease (with renew_lease, end_lease, on_lease_check above)
+  void give_back_input();
 
   std::shared_ptr<TcpContext> context_;
   RegistrationTable& table_;
@@ -193,9 +195,8 @@ class TcpConnection final : public Connection,
   std::shared_ptr<SoftCompletionQueue> send_queue_, recv_queue_;
   const std::uint32_t send_depth_, recv_depth_;
   const std::int64_t timeout_ns_, rnr_timeout_ns_;
-  const Capabilities caps_;  // what check_chain() checks against
 
-  mutable std::mutex mutex_;
+  // mutex_ (ConnectionProvider's) guards what follows, up to rx_mutex_.
   // Rings, not deques: an element of a few hundred bytes is one deque node, a malloc and a free per frame.
   RingQueue<OutFrame> out_;
   RingQueue<InFlight> in_flight_;

@@ -27,7 +27,9 @@ Result<std::shared_ptr<Context>> TcpContext::open(const Config& config) {
 }
 
 TcpContext::TcpContext(Config config, std::unique_ptr<Engine> engine)
-    : Context(std::move(config)), table_(std::make_shared<RegistrationTable>()), engine_(std::move(engine)) {}
+    : ContextProvider(std::move(config)),
+      table_(std::make_shared<RegistrationTable>()),
+      engine_(std::move(engine)) {}
 
 TcpContext::~TcpContext() {
   // The engine thread may hold the last reference (a connection it was serving): it cannot join itself,

@@ -7,12 +7,12 @@
 #include <unordered_set>
 
 #include "core/registration_table.hpp"
-#include "rdmakit/context.hpp"
+#include "transport/provider.hpp"
 #include "transport/tcp/engine.hpp"
 
 namespace rdmakit::tcp {
 
-class TcpContext final : public Context {
+class TcpContext final : public detail::ContextProvider {
  public:
   static Result<std::shared_ptr<Context>> open(const Config& config);
   ~TcpContext() override;

@@ -35,25 +35,17 @@ FrameType frame_type(const WorkRequest& request) {
 
 }  // namespace
 
-Result<std::uint64_t> TcpConnection::post(std::span<const WorkRequest> chain) {
-  if (auto ok = rc().check_post(chain, caps_, peer_.epoch); !ok) return std::unexpected(ok.error());
-  std::uint64_t first;
-  {
-    std::lock_guard lock(mutex_);
-    // Behind an operation that failed at post (rc().failure_queued()), requests are queued and flush in
-    // order; in_flight_ holds them, so they count against the depth.
-    if (auto refused = rc().admit_post(chain, in_flight_.size(), send_depth_,
-                                       [&](const Completion& c) { send_queue_->push(c); }))
-      return *refused;
-    if (in_flight_.empty()) touch_receive();  // the silent-peer clock starts now, not at the last activity
-    const std::uint64_t sequence = rc().take_sends(chain.size());
-    first = rc().send_id(sequence);
-    for (std::size_t i = 0; i < chain.size(); ++i) enqueue_locked(chain[i], rc().send_id(sequence + i));
-    flush_locked();
-    complete_local_errors_locked();
-  }
+// Under mutex_, after the RC prologue (Connection::post). Behind an operation that failed at post
+// (rc().failure_queued()), requests are queued and flush in order.
+Result<std::uint64_t> TcpConnection::post_admitted(std::span<const WorkRequest> chain, std::uint64_t sequence,
+                                                   std::unique_lock<std::mutex>& lock) {
+  if (in_flight_.empty()) touch_receive();  // the silent-peer clock starts now, not at the last activity
+  for (std::size_t i = 0; i < chain.size(); ++i) enqueue_locked(chain[i], rc().send_id(sequence + i));
+  flush_locked();
+  complete_local_errors_locked();
+  lock.unlock();
   abandon_receive_if_failed();  // this post may have found the connection broken
-  return first;
+  return rc().send_id(sequence);
 }
 
 // The operation and its frame are written straight into their ring slots, field by field: copying a
@@ -122,14 +114,11 @@ void TcpConnection::remember_in_flight(const WorkRequest& request, std::uint64_t
   }
 }
 
-Result<std::uint64_t> TcpConnection::post_recv(std::span<const Segment> sgl) {
-  if (auto ok = rc().check_post_recv(sgl, caps_); !ok) return std::unexpected(ok.error());
-  std::lock_guard lock(mutex_);
-  if (auto refused =
-          rc().admit_recv(recvs_.size(), recv_depth_, [&](const Completion& c) { recv_queue_->push(c); }))
-    return *refused;
+// Under mutex_, after the RC prologue (Connection::post_recv).
+Result<std::uint64_t> TcpConnection::post_recv_admitted(std::span<const Segment> sgl, std::uint64_t sequence,
+                                                        std::unique_lock<std::mutex>&) {
   PostedRecv& recv = recvs_.push_back_slot();  // every field assigned: no copy of a zeroed list
-  recv.id = rc().recv_id(rc().take_recv());
+  recv.id = rc().recv_id(sequence);
   recv.sgl.count = static_cast<std::uint32_t>(sgl.size());
   std::copy(sgl.begin(), sgl.end(), recv.sgl.segments.begin());
   recv.local_error = Status::Success;

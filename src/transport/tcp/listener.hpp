@@ -14,8 +14,7 @@
 #include <mutex>
 
 #include "core/fd.hpp"
-#include "rdmakit/connection.hpp"
-#include "rdmakit/context.hpp"
+#include "transport/provider.hpp"
 #include "transport/tcp/engine.hpp"
 #include "transport/tcp/socket.hpp"
 #include "transport/tcp/wire.hpp"
@@ -87,7 +86,7 @@ class Acceptor final : public Pollable, public std::enable_shared_from_this<Acce
   bool started_ = false;
 };
 
-class TcpListener final : public Listener {
+class TcpListener final : public detail::ListenerProvider {
  public:
   TcpListener(std::shared_ptr<TcpContext> context, std::shared_ptr<Acceptor> acceptor, std::string address);
   std::string address() const override { return address_; }

@@ -49,9 +49,11 @@ Result<void> QueuePair::modify(const QpTransition& transition, const char* what)
 }
 
 VerbsConnection::VerbsConnection(Parts parts)
-    : Connection(parts.number, parts.send_cq, parts.recv_cq,
-                 std::make_shared<detail::RcState>(parts.number, parts.context->config().send_queue_depth,
-                                                   parts.context->config().recv_queue_depth)),
+    : ConnectionProvider(
+          parts.number, parts.send_cq, parts.recv_cq,
+          std::make_shared<detail::RcState>(parts.number, parts.context->config().send_queue_depth,
+                                            parts.context->config().recv_queue_depth),
+          detail::Admission::Device, parts.context->capabilities(), parts.peer.epoch),
       context_(std::move(parts.context)),
       send_cq_(std::move(parts.send_cq)),
       recv_cq_(std::move(parts.recv_cq)),
@@ -60,8 +62,7 @@ VerbsConnection::VerbsConnection(Parts parts)
       qp_(std::move(parts.qp)),
       peer_(parts.peer),
       peer_address_(std::move(parts.peer_address)),
-      inline_size_(qp_->max_inline()),
-      caps_(context_->capabilities()) {
+      inline_size_(qp_->max_inline()) {
   send_cq_->attach_track(track_);
   if (recv_cq_ != send_cq_) recv_cq_->attach_track(track_);
 }

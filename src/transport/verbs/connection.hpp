@@ -8,8 +8,7 @@
 #include <utility>
 
 #include "core/rc_state.hpp"
-#include "rdmakit/connection.hpp"
-#include "rdmakit/context.hpp"
+#include "transport/provider.hpp"
 #include "transport/verbs/cm.hpp"
 #include "transport/verbs/cq.hpp"
 #include "transport/verbs/handshake.hpp"
@@ -41,7 +40,7 @@ class QueuePair {
   std::uint32_t max_inline_;
 };
 
-class VerbsConnection final : public Connection, public CmWatcher {
+class VerbsConnection final : public detail::ConnectionProvider, public CmWatcher {
  public:
   struct Parts {
     std::shared_ptr<VerbsContext> context;
@@ -56,8 +55,6 @@ class VerbsConnection final : public Connection, public CmWatcher {
   explicit VerbsConnection(Parts parts);
   ~VerbsConnection() override;
 
-  Result<std::uint64_t> post(std::span<const WorkRequest> chain) override;
-  Result<std::uint64_t> post_recv(std::span<const Segment> sgl) override;
   PeerInfo peer() const override;
   ConnectionStats stats() const override;
   Result<void> health() const override;
@@ -67,6 +64,12 @@ class VerbsConnection final : public Connection, public CmWatcher {
   int cm_fd() const noexcept { return endpoint_.fd(); }
 
  private:
+  // Admission::Device: no lock, and no error-state or queue-full check in software (the QP's).
+  Result<std::uint64_t> post_admitted(std::span<const WorkRequest> chain, std::uint64_t first,
+                                      std::unique_lock<std::mutex>& lock) override;
+  Result<std::uint64_t> post_recv_admitted(std::span<const Segment> sgl, std::uint64_t sequence,
+                                           std::unique_lock<std::mutex>& lock) override;
+
   // Declaration order is teardown order: the QP goes before the CM id and before the CQs it uses
   // (the base class holds the CQs, so they outlive everything here).
   std::shared_ptr<VerbsContext> context_;
@@ -78,7 +81,6 @@ class VerbsConnection final : public Connection, public CmWatcher {
   Hello peer_;
   std::string peer_address_;
   std::uint32_t inline_size_;
-  Capabilities caps_;  // what check_chain() checks against
   std::atomic<bool> closed_{false};
   std::mutex close_mutex_;
 };

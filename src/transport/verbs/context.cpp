@@ -12,12 +12,12 @@ namespace rdmakit::verbs_impl {
 namespace {
 
 // A registered range, possibly sharing its ibv_mr with other regions through the cache.
-class VerbsMemoryRegion final : public MemoryRegion {
+class VerbsMemoryRegion final : public detail::MemoryRegionProvider {
  public:
   VerbsMemoryRegion(std::shared_ptr<VerbsContext> context, const RegistrationCache::Entry* entry, void* data,
                     std::size_t size, Access access)
-      : MemoryRegion(data, size, access, entry->lkey, entry->rkey, context->identity().id,
-                     context->identity().epoch),
+      : MemoryRegionProvider(data, size, access, entry->lkey, entry->rkey, context->identity().id,
+                             context->identity().epoch),
         context_(std::move(context)),
         entry_(entry) {}
   ~VerbsMemoryRegion() override { context_->release(entry_); }
@@ -30,7 +30,7 @@ class VerbsMemoryRegion final : public MemoryRegion {
 }  // namespace
 
 VerbsContext::VerbsContext(Config config, std::shared_ptr<Device> device, std::shared_ptr<CmMonitor> monitor)
-    : Context(std::move(config)),
+    : ContextProvider(std::move(config)),
       device_(std::move(device)),
       monitor_(std::move(monitor)),
       async_events_(std::make_shared<AsyncEvents>(device_)),

@@ -6,7 +6,7 @@
 #include <mutex>
 #include <vector>
 
-#include "rdmakit/context.hpp"
+#include "transport/provider.hpp"
 #include "transport/verbs/cq.hpp"
 #include "transport/verbs/device.hpp"
 #include "transport/verbs/monitor.hpp"
@@ -16,7 +16,7 @@ namespace rdmakit::verbs_impl {
 
 class VerbsConnection;
 
-class VerbsContext final : public Context {
+class VerbsContext final : public detail::ContextProvider {
  public:
   VerbsContext(Config config, std::shared_ptr<Device> device, std::shared_ptr<CmMonitor> monitor);
   ~VerbsContext() override;

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "core/rc_state.hpp"
-#include "rdmakit/completion.hpp"
+#include "transport/provider.hpp"
 #include "transport/verbs/device.hpp"
 #include "transport/verbs/monitor.hpp"
 
@@ -21,7 +21,7 @@ namespace rdmakit::verbs_impl {
 // A work completion in rdmakit's terms. `posted` is the opcode recorded at post time (send side).
 Completion to_completion(const ibv_wc& wc, Opcode posted) noexcept;
 
-class VerbsCompletionQueue final : public CompletionQueue {
+class VerbsCompletionQueue final : public detail::CompletionQueueProvider {
  public:
   static Result<std::shared_ptr<VerbsCompletionQueue>> create(std::shared_ptr<Device> device,
                                                               std::uint32_t depth, WaitMode mode,
@@ -53,7 +53,7 @@ class VerbsCompletionQueue final : public CompletionQueue {
 
  private:
   VerbsCompletionQueue(std::shared_ptr<Device> device, WaitMode mode, std::chrono::microseconds spin)
-      : CompletionQueue(mode, spin), device_(std::move(device)) {}
+      : CompletionQueueProvider(mode, spin), device_(std::move(device)) {}
   std::size_t poll_locked(std::span<Completion> out);
   // The backlog, the software completions and the device's, in that order (poll_transport's body).
   std::size_t poll_transport_locked(std::span<Completion> out);

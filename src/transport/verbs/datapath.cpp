@@ -46,16 +46,13 @@ std::uint64_t outstanding(const std::atomic<std::uint64_t>& posted, const std::a
 
 }  // namespace
 
-Result<std::uint64_t> VerbsConnection::post(std::span<const WorkRequest> chain) {
-  // The core prologue (the request, then a closed connection); behind a failure the QP is in the error
-  // state and flushes what is posted, and a full queue is ENOMEM from ibv_post_send.
-  if (auto ok = track_->check_post(chain, caps_, peer_.epoch); !ok) [[unlikely]]
-    return std::unexpected(ok.error());
-
+// After the RC prologue's checks (Connection::post; Admission::Device): behind a failure the QP is in the
+// error state and flushes what is posted, and a full queue is ENOMEM from ibv_post_send.
+Result<std::uint64_t> VerbsConnection::post_admitted(std::span<const WorkRequest> chain, std::uint64_t first,
+                                                     std::unique_lock<std::mutex>&) {
   std::array<ibv_send_wr, kStackChain> on_stack;
   ibv_send_wr* wrs = chain.size() > kStackChain ? long_chain(chain.size()) : on_stack.data();
 
-  const std::uint64_t first = track_->take_sends(chain.size());
   for (std::size_t i = 0; i < chain.size(); ++i) {
     const WorkRequest& request = chain[i];
     ibv_send_wr& wr = wrs[i];
@@ -106,10 +103,9 @@ Result<std::uint64_t> VerbsConnection::post(std::span<const WorkRequest> chain) 
   return make_id(first, false);
 }
 
-Result<std::uint64_t> VerbsConnection::post_recv(std::span<const Segment> sgl) {
-  if (auto ok = track_->check_post_recv(sgl, caps_); !ok) [[unlikely]]
-    return std::unexpected(ok.error());
-  const std::uint64_t sequence = track_->take_recv();
+Result<std::uint64_t> VerbsConnection::post_recv_admitted(std::span<const Segment> sgl,
+                                                          std::uint64_t sequence,
+                                                          std::unique_lock<std::mutex>&) {
   if (track_->failed()) [[unlikely]] {
     // The QP is in the error state (or about to be, where the peer's disconnect failed it): the receive
     // completes Flushed, in software, since a device may leave it pending (rxe does; see flush_recv).

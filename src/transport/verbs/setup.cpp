@@ -110,7 +110,7 @@ Error rejected(const Hello& local, const CmEvent& event, const std::string& addr
                                             std::to_string(event.status) + ")");
 }
 
-class VerbsListener final : public Listener {
+class VerbsListener final : public detail::ListenerProvider {
  public:
   VerbsListener(std::shared_ptr<VerbsContext> context, CmEndpoint endpoint, std::string address)
       : context_(std::move(context)), endpoint_(std::move(endpoint)), address_(std::move(address)) {}
