@@ -4,12 +4,9 @@
 //
 //   rdmakit-info            transports and devices
 //   rdmakit-info --config   also every option of every layer: effective value, default, variable, doc
-#include <cstddef>
 #include <cstdio>
-#include <iterator>
 #include <string>
 #include <string_view>
-#include <utility>
 #include <vector>
 
 #include "rdmakit/context.hpp"
@@ -19,61 +16,6 @@
 #include "rdmakit/version.hpp"
 
 namespace {
-
-std::string yes_no(bool value) { return value ? "yes" : "no"; }
-
-// A declared figure, or "undeclared" for 0 (the layers that use it assume tcp's).
-std::string declared(double value) {
-  if (value <= 0) return "undeclared";
-  char text[32];
-  std::snprintf(text, sizeof text, "%g", value);
-  return text;
-}
-
-// The number of fields of an aggregate: the most initializers that T{...} accepts (each AnyField
-// converts to any field's type). Declared only: it is used in unevaluated contexts.
-struct AnyField {
-  template <typename T>
-  operator T() const;  // NOLINT(google-explicit-constructor)
-};
-template <typename T, typename... Fields>
-constexpr std::size_t field_count() {
-  if constexpr (requires { T{Fields{}..., AnyField{}}; })
-    return field_count<T, Fields..., AnyField>();
-  else
-    return sizeof...(Fields);
-}
-
-// One row per field of rdmakit::Capabilities, in declaration order. The static_assert below fails the
-// build when a field is added without its row; tests/info/check_capabilities.sh checks every field's name
-// is printed.
-struct CapabilityRow {
-  const char* name;
-  std::string (*value)(const rdmakit::Capabilities&);
-};
-using Caps = rdmakit::Capabilities;
-constexpr CapabilityRow kCapabilityRows[] = {
-    {"one_sided_without_target_cpu", [](const Caps& c) { return yes_no(c.one_sided_without_target_cpu); }},
-    {"atomics_coherent_with_cpu", [](const Caps& c) { return yes_no(c.atomics_coherent_with_cpu); }},
-    {"kernel_bypass", [](const Caps& c) { return yes_no(c.kernel_bypass); }},
-    {"device_keys", [](const Caps& c) { return yes_no(c.device_keys); }},
-    {"flushes_receives_posted_in_error",
-     [](const Caps& c) { return yes_no(c.flushes_receives_posted_in_error); }},
-    {"peer_death_announced", [](const Caps& c) { return yes_no(c.peer_death_announced); }},
-    {"max_message_size", [](const Caps& c) { return std::to_string(c.max_message_size); }},
-    {"max_sge", [](const Caps& c) { return std::to_string(c.max_sge); }},
-    {"max_inline", [](const Caps& c) { return std::to_string(c.max_inline); }},
-    {"misaligned_atomic_refused_at_post",
-     [](const Caps& c) { return yes_no(c.misaligned_atomic_refused_at_post); }},
-    {"address_prefix",
-     [](const Caps& c) { return c.address_prefix.empty() ? std::string("(none)") : c.address_prefix; }},
-    {"same_host_only", [](const Caps& c) { return yes_no(c.same_host_only); }},
-    {"progress_threads", [](const Caps& c) { return std::to_string(c.progress_threads); }},
-    {"message_cost_us", [](const Caps& c) { return declared(c.message_cost_us); }},
-    {"bandwidth_bytes_per_us", [](const Caps& c) { return declared(c.bandwidth_bytes_per_us); }},
-};
-static_assert(std::size(kCapabilityRows) == field_count<rdmakit::Capabilities>(),
-              "rdmakit::Capabilities gained or lost a field: give it a row in kCapabilityRows");
 
 void print_cache(const rdmakit::Context& context) {
   auto stats = rdmakit::verbs::registration_cache_stats(context);
@@ -100,9 +42,9 @@ void print_transport(const rdmakit::TransportInfo& info) {
     std::printf("  cannot open here: %s\n", context.error().describe().c_str());
     return;
   }
-  const rdmakit::Capabilities capabilities = (*context)->capabilities();
-  for (const auto& row : kCapabilityRows)
-    std::printf("  %-33s %s\n", row.name, row.value(capabilities).c_str());
+  // Every field, from the library's own listing (tests/info/check_capabilities.sh checks the names).
+  for (const auto& row : rdmakit::describe_capabilities((*context)->capabilities()))
+    std::printf("  %-33s %s\n", row.name.c_str(), row.text.c_str());
   print_cache(**context);
 }
 

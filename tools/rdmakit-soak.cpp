@@ -298,11 +298,11 @@ void Soak::open_contexts() {
   Options options;
   options.transport = args_.transport;
   options.name = "soak-target";
-  if (!args_.target_device.empty()) options.device = args_.target_device;
+  if (!args_.target_device.empty()) options.set("device", args_.target_device);
   target_ctx_ = must(Context::open(options), "open the target context");
   options.name = "soak-initiator";
-  options.device = std::nullopt;
-  if (!args_.initiator_device.empty()) options.device = args_.initiator_device;
+  options.named.erase("device");
+  if (!args_.initiator_device.empty()) options.set("device", args_.initiator_device);
   initiator_ctx_ = must(Context::open(options), "open the initiator context");
   // The shared queues hold at most what is in flight: one send completion per slot on the initiator,
   // one receive per slot on the target (with margin for the churned connections' flushes).

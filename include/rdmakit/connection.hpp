@@ -5,8 +5,11 @@
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "rdmakit/completion.hpp"
 #include "rdmakit/error.hpp"
@@ -41,6 +44,14 @@ struct PeerInfo {
   std::string address{};    // transport address, e.g. "127.0.0.1:40000"
 };
 
+// One counter of a transport's own (tcp's "ack_frames", ...), by name: a transport adds one without
+// ConnectionStats growing. tcp keeps queued_responses, responder_pauses, ack_frames and acks_on_requests
+// (docs/architecture.md); shm, verbs and fault add none of their own (fault passes its inner one's on).
+struct TransportCounter {
+  std::string name{};
+  std::uint64_t value = 0;
+};
+
 // Diagnostics: "who is stuck" has an answer.
 struct ConnectionStats {
   std::uint32_t connection = 0;
@@ -51,15 +62,11 @@ struct ConnectionStats {
   std::chrono::system_clock::time_point last_completion{};  // epoch 0 when nothing completed yet
   bool failed = false;                                      // the connection is in the error state
   std::string failure{};                                    // why, when failed
-  // Responder side (software transports): responses to the peer's requests waiting for room in the socket,
-  // and how often input was paused because they reached the responder depth (send_queue_depth), as a verbs
-  // responder limits outstanding READs and atomics.
-  std::uint64_t queued_responses = 0;
-  std::uint64_t responder_pauses = 0;
-  // tcp: acknowledgements of the peer's WRITEs and SENDs sent as frames of their own, and those that rode
-  // on one of our requests instead (a delayed ACK: one system call less each way in a ping-pong).
-  std::uint64_t ack_frames = 0;
-  std::uint64_t acks_on_requests = 0;
+  // The transport's own counters, in the order it keeps them (empty where it keeps none).
+  std::vector<TransportCounter> transport_counters{};
+
+  // The value of the transport counter `name`; nullopt where this transport keeps no counter of that name.
+  RDMAKIT_API std::optional<std::uint64_t> counter(std::string_view name) const noexcept;
 };
 
 // A facade: every member function is non-virtual and defined in the library, which forwards to the

@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <variant>
 #include <vector>
 
 #include "rdmakit/completion.hpp"
@@ -59,6 +60,16 @@ struct Capabilities {
   double message_cost_us = 0;
   double bandwidth_bytes_per_us = 0;  // = MB/s
 };
+
+// One field of Capabilities by name: its value typed, and as text the way rdmakit-info prints it.
+struct CapabilityInfo {
+  std::string name{};
+  std::variant<bool, std::uint64_t, double, std::string> value{};
+  std::string text{};
+};
+// Every field of `capabilities`, in declaration order: what rdmakit-info and Python's
+// Context.capabilities list (a field added to Capabilities fails the library's build until listed here).
+RDMAKIT_API std::vector<CapabilityInfo> describe_capabilities(const Capabilities& capabilities);
 
 struct ConnectOptions {
   std::shared_ptr<CompletionQueue> send_cq{};  // empty: the connection gets its own

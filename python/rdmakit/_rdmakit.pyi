@@ -211,6 +211,7 @@ class Listener:
 
 class Context:
     """One transport endpoint: registers memory, listens, connects."""
+    # Keywords: the names of describe_options() (the core's and each built transport's, e.g. device='rxe0').
     def __init__(self, **options: Any) -> None: ...
     @property
     def transport(self) -> str: ...

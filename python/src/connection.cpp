@@ -201,15 +201,9 @@ void bind_connection(py::module_& m) {
           "peer", [](const PyConnection& c) { return peer_dict(c.get()->peer()); },
           "Who is at the other end: name, id, epoch, address.")
       .def(
-          "stats",
-          [](const PyConnection& c) {
-            const auto s = c.get()->stats();
-            py::dict d;
-            d["posted"] = s.posted, d["completed"] = s.completed, d["outstanding"] = s.outstanding;
-            d["failed"] = s.failed, d["failure"] = s.failure, d["peer"] = s.peer;
-            return d;
-          },
-          "Operations posted, completed and outstanding, and the failure if any.")
+          "stats", [](const PyConnection& c) { return stats_dict(c.get()->stats()); },
+          "Operations posted, completed and outstanding, the failure if any, and the transport's own "
+          "counters by name (transport_counters).")
       .def(
           "health", [](const PyConnection& c) { unwrap(c.get()->health()); },
           "Returns None while healthy; raises the connection's first failure (sticky) afterwards.")

@@ -3,11 +3,12 @@
 
 #include <cctype>
 #include <map>
-#include <set>
 #include <string>
+#include <variant>
 
 #include "objects.hpp"
 #include "rdmakit/options.hpp"
+#include "rdmakit/transports.hpp"
 
 namespace rdmakit::python {
 namespace {
@@ -17,92 +18,40 @@ using namespace std::chrono;
 // The long "None" timeout: waits happen in 100 ms slices, so Ctrl-C still works.
 constexpr nanoseconds kForever = hours(24 * 365);
 
-template <typename T>
-struct IsDuration : std::false_type {};
-template <typename Rep, typename Period>
-struct IsDuration<std::chrono::duration<Rep, Period>> : std::true_type {};
-
-// Sets one field of Options from a Python value; durations are given as integers in the option's unit
-// (timeout_ms=..., spin_us=...).
-// Integers are range-checked here (a negative timeout or depth is refused naming the option, instead of
-// being wrapped around or reported as a type error).
-template <auto Member>
-void set_option(Options& options, py::handle value, const std::string& name) {
-  using T = typename std::remove_reference_t<decltype(options.*Member)>::value_type;
-  constexpr bool integer = IsDuration<T>::value || (std::is_integral_v<T> && !std::is_same_v<T, bool>);
-  if (integer && (PyBool_Check(value.ptr()) || !PyIndex_Check(value.ptr())))
-    throw py::cast_error();  // "has the wrong type", as for every other option
-  if constexpr (IsDuration<T>::value)
-    options.*Member = T(int_arg<std::uint32_t>(value, "Context option '" + name + "'"));
-  else if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>)
-    options.*Member = int_arg<T>(value, "Context option '" + name + "'");
-  else
-    options.*Member = value.cast<T>();
+// The text of a Context keyword's value, as RDMAKIT_<NAME> would give it; the option's table parses it (and
+// names the option when it does not). Integers, strings, booleans and WaitMode only: any other type (a
+// float, a list) is refused here, since its text would only half-mean something.
+std::string option_text(py::handle value, const std::string& name) {
+  if (PyBool_Check(value.ptr())) return value.cast<bool>() ? "yes" : "no";
+  if (py::isinstance<py::str>(value)) return value.cast<std::string>();
+  if (py::isinstance<WaitMode>(value)) {
+    std::string text = py::str(value.attr("name")).cast<std::string>();  // SPIN -> spin
+    for (auto& c : text) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return text;
+  }
+  if (PyIndex_Check(value.ptr()))
+    return py::str(py::reinterpret_steal<py::object>(PyNumber_Index(value.ptr())));
+  raise(Errc::InvalidArgument,
+        "Context option '" + name + "': " + py::repr(value).cast<std::string>() + " has the wrong type");
 }
 
-using OptionSetter = void (*)(Options&, py::handle, const std::string&);
-
-// The Options field behind each core option name (describe_options() is the list of names).
-const std::map<std::string, OptionSetter, std::less<>>& option_setters() {
-  static const std::map<std::string, OptionSetter, std::less<>> setters = {
-      {"transport", &set_option<&Options::transport>},
-      {"name", &set_option<&Options::name>},
-      {"listen_address", &set_option<&Options::listen_address>},
-      {"device", &set_option<&Options::device>},
-      {"port", &set_option<&Options::port>},
-      {"gid_index", &set_option<&Options::gid_index>},
-      {"mtu", &set_option<&Options::mtu>},
-      {"timeout_ms", &set_option<&Options::timeout>},
-      {"rnr_timeout_ms", &set_option<&Options::rnr_timeout>},
-      {"connect_timeout_ms", &set_option<&Options::connect_timeout>},
-      {"handshake_timeout_ms", &set_option<&Options::handshake_timeout>},
-      {"wait_mode", &set_option<&Options::wait_mode>},
-      {"spin_us", &set_option<&Options::spin>},
-      {"cq_depth", &set_option<&Options::cq_depth>},
-      {"send_queue_depth", &set_option<&Options::send_queue_depth>},
-      {"recv_queue_depth", &set_option<&Options::recv_queue_depth>},
-      {"max_sge", &set_option<&Options::max_sge>},
-      {"inline_size", &set_option<&Options::inline_size>},
-      {"registration_cache", &set_option<&Options::registration_cache>},
-      {"log_level", &set_option<&Options::log_level>},
-      {"shm_allowed_uids", &set_option<&Options::shm_allowed_uids>},
-  };
-  return setters;
-}
-
-std::string upper(std::string text) {
-  for (auto& c : text) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-  return text;
-}
-
-bool is_core_option(std::string_view name) {
-  static const auto names = [] {
-    std::set<std::string, std::less<>> out;
-    for (const auto& info : describe_options(Config{})) out.insert(info.name);
-    return out;
-  }();
-  return names.contains(name);
-}
-
-// Context(transport=..., timeout_ms=..., ...): the names describe_options() lists, checked against it.
+// Context(transport=..., timeout_ms=..., device=...): every keyword is set by name (Options::set), so the
+// core's and each transport's tables decide what is an option and what parses; no list is kept here.
 Options options_from(const py::kwargs& kwargs) {
   Options options;
   for (auto [key, value] : kwargs) {
     const auto name = key.cast<std::string>();
-    if (!is_core_option(name))
-      raise(Errc::InvalidArgument, "unknown Context option '" + name + "' (see rdmakit.describe_options())");
-    const auto setter = option_setters().find(name);
-    if (setter == option_setters().end())
-      raise(Errc::NotSupported,
-            "Context option '" + name + "' cannot be set from Python yet (use RDMAKIT_" + upper(name) + ")");
-    try {
-      setter->second(options, value, name);
-    } catch (const py::cast_error&) {
-      raise(Errc::InvalidArgument,
-            "Context option '" + name + "': " + py::repr(value).cast<std::string>() + " has the wrong type");
-    }
+    options.set(name, option_text(value, name));
   }
   return options;
+}
+
+// The options a Context takes: the core's and every built transport's (their tables' layers).
+bool is_context_option(const OptionInfo& info) {
+  if (info.layer == "core") return true;
+  for (const auto& transport : built_transports())
+    if (info.layer == transport.name) return true;
+  return false;
 }
 
 Access access_from(std::uint32_t bits) {
@@ -119,9 +68,11 @@ bool writes_locally_or_remotely(Access access) {
 py::dict option_dict(const OptionInfo& info) {
   py::dict d;
   d["name"] = info.name, d["env"] = info.env, d["value"] = info.value;
-  d["default"] = info.default_value, d["doc"] = info.doc;
+  d["default"] = info.default_value, d["doc"] = info.doc, d["layer"] = info.layer;
   return d;
 }
+
+}  // namespace
 
 py::dict stats_dict(const ConnectionStats& stats) {
   py::dict d;
@@ -129,10 +80,13 @@ py::dict stats_dict(const ConnectionStats& stats) {
   d["completed"] = stats.completed, d["outstanding"] = stats.outstanding;
   d["last_completion"] = duration<double>(stats.last_completion.time_since_epoch()).count();
   d["failed"] = stats.failed, d["failure"] = stats.failure;
-  d["queued_responses"] = stats.queued_responses, d["responder_pauses"] = stats.responder_pauses;
-  d["ack_frames"] = stats.ack_frames, d["acks_on_requests"] = stats.acks_on_requests;
+  py::dict counters;  // the transport's own, by name (tcp: ack_frames, ...)
+  for (const auto& counter : stats.transport_counters) counters[py::str(counter.name)] = counter.value;
+  d["transport_counters"] = counters;
   return d;
 }
+
+namespace {
 
 py::object make_region(PyContext& self, py::handle object, std::uint32_t access_bits) {
   const auto access = access_from(access_bits);
@@ -405,8 +359,9 @@ void bind_context(py::module_& m) {
   py::class_<PyContext>(
       m, "Context",
       "One transport endpoint: registers memory, listens, connects. Context(transport='tcp', "
-      "timeout_ms=..., ...) takes the options of rdmakit.describe_options(); unset ones come "
-      "from RDMAKIT_<NAME> variables, then defaults.")
+      "timeout_ms=..., device='rxe0', ...) takes the options of rdmakit.describe_options(), the core's "
+      "and every built transport's (one of another transport than the one opened is ignored); unset "
+      "ones come from RDMAKIT_<NAME> variables, then defaults.")
       .def(py::init([](py::kwargs kwargs) { return PyContext(unwrap(Context::open(options_from(kwargs)))); }))
       .def_property_readonly(
           "transport", [](const PyContext& c) { return std::string(c.get()->transport()); },
@@ -415,19 +370,9 @@ void bind_context(py::module_& m) {
       .def_property_readonly(
           "capabilities",
           [](const PyContext& c) {
-            const auto caps = c.get()->capabilities();
-            py::dict d;
-            d["one_sided_without_target_cpu"] = caps.one_sided_without_target_cpu;
-            d["atomics_coherent_with_cpu"] = caps.atomics_coherent_with_cpu;
-            d["kernel_bypass"] = caps.kernel_bypass, d["device_keys"] = caps.device_keys;
-            d["same_host_only"] = caps.same_host_only;
-            d["flushes_receives_posted_in_error"] = caps.flushes_receives_posted_in_error;
-            d["peer_death_announced"] = caps.peer_death_announced;
-            d["misaligned_atomic_refused_at_post"] = caps.misaligned_atomic_refused_at_post;
-            d["max_message_size"] = caps.max_message_size, d["max_sge"] = caps.max_sge;
-            d["max_inline"] = caps.max_inline;
-            d["address_prefix"] = caps.address_prefix;
-            d["progress_threads"] = caps.progress_threads;
+            py::dict d;  // every field, from the library's listing
+            for (const auto& row : describe_capabilities(c.get()->capabilities()))
+              d[py::str(row.name)] = std::visit([](const auto& v) { return py::cast(v); }, row.value);
             return d;
           },
           "What the transport can do, as a dict.")
@@ -556,11 +501,12 @@ void bind_core(py::module_& m) {
       "describe_options",
       [] {
         py::list out;
-        auto config = unwrap(resolve_config({}));
-        for (const auto& info : describe_options(config)) out.append(option_dict(info));
+        for (const auto& info : unwrap(describe_options()))
+          if (is_context_option(info)) out.append(option_dict(info));
         return out;
       },
-      "Every option: name, env variable, effective value (from the environment), default and doc.");
+      "Every option a Context takes, the core's and each built transport's: name, env variable, effective "
+      "value (from the environment), default, doc, and layer (core or the transport's name).");
 }
 
 }  // namespace rdmakit::python

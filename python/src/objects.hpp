@@ -30,6 +30,10 @@ namespace rdmakit::python {
 void track_native(const char* kind, const std::shared_ptr<const void>& object);
 std::map<std::string, std::size_t> live_native_objects();
 
+// ConnectionStats as a dict: the core's fields, and the transport's own counters by name under
+// "transport_counters" (Connection.stats(), Context.diagnostics()).
+pybind11::dict stats_dict(const ConnectionStats& stats);
+
 class PyContext {
  public:
   explicit PyContext(std::shared_ptr<Context> context) : context_(std::move(context)) {

@@ -74,8 +74,36 @@ def test_every_described_option_is_a_context_keyword():
     for name in (option["name"] for option in rdmakit.describe_options()):
         with pytest.raises(rdmakit.InvalidArgumentError, match=f"Context option '{name}': .* has the wrong type"):
             rdmakit.Context(**{name: object()})
-    with pytest.raises(rdmakit.InvalidArgumentError, match="unknown Context option 'timeout'"):
+    with pytest.raises(rdmakit.InvalidArgumentError, match="option 'timeout' set in code is no option"):
         rdmakit.Context(timeout=5)
+    with pytest.raises(rdmakit.InvalidArgumentError, match="did you mean handshake_timeout_ms"):
+        rdmakit.Context(transport="tcp", handshake_timeout_m=5)
+
+
+def test_transport_options_come_from_their_tables():
+    by_name = {option["name"]: option for option in rdmakit.describe_options()}
+    # tcp is always built; its option is listed under its own layer, with the table's doc and default.
+    assert by_name["handshake_timeout_ms"]["layer"] == "tcp"
+    assert by_name["handshake_timeout_ms"]["default"] == "2000" and by_name["handshake_timeout_ms"]["doc"]
+    assert by_name["timeout_ms"]["layer"] == "core"
+    with rdmakit.Context(transport="tcp", handshake_timeout_ms=500, timeout_ms=3000) as ctx:
+        config = {option["name"]: option["value"] for option in ctx.config()}
+        assert config["handshake_timeout_ms"] == "500" and config["timeout_ms"] == "3000"
+    with pytest.raises(rdmakit.InvalidArgumentError, match="handshake_timeout_ms"):
+        rdmakit.Context(transport="tcp", handshake_timeout_ms=0)
+    if "verbs" in {option["layer"] for option in by_name.values()}:
+        # An option of another built transport is ignored by this one, as its variable would be.
+        with rdmakit.Context(transport="tcp", device="no-such-device", mtu=1000) as ctx:
+            assert "device" not in {option["name"] for option in ctx.config()}
+
+
+def test_capabilities_list_every_field():
+    with rdmakit.Context(transport="tcp") as ctx:
+        caps = ctx.capabilities
+    assert len(caps) == 15
+    assert caps["message_cost_us"] >= 0 and isinstance(caps["bandwidth_bytes_per_us"], float)
+    assert caps["kernel_bypass"] is False and isinstance(caps["max_message_size"], int)
+    assert caps["address_prefix"] == ""
 
 
 @pytest.mark.parametrize("module", ["rdmakit", "rdmakit.xfer", "rdmakit.ckpt"])

@@ -41,6 +41,12 @@ Error bad_option(std::string_view name, std::string_view why) {
                "option " + std::string(name) + " (" + env_name(name) + "): " + std::string(why));
 }
 
+bool Table::declares(std::string_view name) const {
+  for (const OptionInfo& info : declared())
+    if (info.name == name) return true;
+  return false;
+}
+
 std::optional<std::string> read_option_env(const std::string& name) {
   const char* value = std::getenv(name.c_str());
   return value ? std::optional<std::string>(value) : std::nullopt;
@@ -85,15 +91,17 @@ bool is_declared_or_reserved(std::string_view name, const std::vector<std::strin
 
 }  // namespace
 
-std::string closest_option(std::string_view name) {
+std::string closest_option(std::string_view name) { return closest_of(name, declared_variables()); }
+
+std::string closest_of(std::string_view name, std::span<const std::string> candidates) {
   std::string best;
   std::size_t best_distance = 0;
-  for (const std::string& candidate : declared_variables()) {
+  for (const std::string& candidate : candidates) {
     std::size_t distance = edit_distance(name, candidate);
     if (best.empty() || distance < best_distance) best = candidate, best_distance = distance;
   }
   // Closer than a third of the name's own part (after RDMAKIT_): a typo, not another word.
-  std::size_t own = name.size() > 8 ? name.size() - 8 : name.size();
+  std::size_t own = name.starts_with("RDMAKIT_") ? name.size() - 8 : name.size();
   return best_distance <= std::max<std::size_t>(2, own / 3) ? best : std::string();
 }
 

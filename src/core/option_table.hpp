@@ -4,6 +4,9 @@
 // A value that does not parse is an error naming the option and its variable. The tables of the library
 // are listed in src/library/builtin.cpp (option_tables()), so describe_options() and `rdmakit-info
 // --config` show every option, and a misspelt RDMAKIT_* variable draws a warning naming the closest one.
+// A transport's table (src/transport/<name>/options.cpp) has no typed fields in Options: its options are
+// set by name (Options::set) or the environment, carried as text in Config::transport_options, and
+// resolved into the transport's own struct when it opens (Sources{named, environment = false}).
 #pragma once
 
 #include <charconv>
@@ -79,6 +82,22 @@ class Table {
   virtual std::vector<OptionInfo> declared() const = 0;
   // Every option with its effective value given the environment and nothing set in code.
   virtual Result<std::vector<OptionInfo>> effective() const = 0;
+  bool declares(std::string_view name) const;
+
+  // For options set by name (a transport's, carried in Config::transport_options):
+  // the texts of this table's options named in `named` or set in the environment (named wins), unparsed;
+  virtual NamedOptions set_texts(const NamedOptions& named) const = 0;
+  // whether `named` (and defaults, no environment) resolves: an error names the option;
+  virtual Result<void> check_named(const NamedOptions& named) const = 0;
+  // every option with its value in `named`, else its default.
+  virtual std::vector<OptionInfo> describe_named(const NamedOptions& named) const = 0;
+};
+
+// Where resolve() takes values from, after the typed fields set in code: texts by name (Options::set),
+// then the environment unless `environment` is false (a transport resolving what Config carries).
+struct Sources {
+  const NamedOptions* named = nullptr;
+  bool environment = true;
 };
 
 template <typename Config, typename Given>
@@ -92,7 +111,8 @@ struct Spec {
   std::function<std::string(const Config&)> print;
 };
 
-// An option whose resolved value is `field`, set in code through `given` (nullptr: environment only).
+// An option whose resolved value is `field`, set in code through `given` (nullptr: by name or environment
+// only).
 template <typename Config, typename Given, typename Field, typename Value>
 Spec<Config, Given> option(const char* name, const char* default_value, const char* doc, const char* expected,
                            Field Config::*field, std::optional<Value> Given::*given) {
@@ -110,6 +130,23 @@ Spec<Config, Given> option(const char* name, const char* default_value, const ch
       [field](const Config& c) { return print_value(c.*field); }};
 }
 
+// What a table set only by name takes from code (a transport's table): nothing typed.
+struct NoGiven {};
+
+// An option of a table set only by name (Options::set) or the environment: a transport's.
+template <typename Config, typename Field>
+Spec<Config, NoGiven> option(const char* name, const char* default_value, const char* doc,
+                             const char* expected, Field Config::*field) {
+  return Spec<Config, NoGiven>{
+      name,
+      default_value,
+      doc,
+      expected,
+      [field](Config& c, std::string_view text) { return parse_value(text, c.*field); },
+      [](Config&, const NoGiven&) { return false; },
+      [field](const Config& c) { return print_value(c.*field); }};
+}
+
 // Warns once per process about each RDMAKIT_* environment variable that no table declares (a typo such
 // as RDMAKIT_TIMOUT_MS), naming the closest option. Variables of the test and VM harness are reserved
 // (reserved_prefixes()). Every table's resolve() calls it.
@@ -119,6 +156,8 @@ std::vector<std::string> unknown_environment();
 std::span<const std::string_view> reserved_prefixes() noexcept;
 // The closest declared variable to `name` (edit distance), or empty when none is close.
 std::string closest_option(std::string_view name);
+// The closest of `candidates` to `name` by the same rule, or empty.
+std::string closest_of(std::string_view name, std::span<const std::string> candidates);
 
 // Which options were set (in code or in the environment) rather than left at their default.
 class SetOptions {
@@ -143,8 +182,8 @@ class OptionTable final : public Table {
       : layer_(layer), specs_(std::move(specs)), check_(std::move(check)) {}
 
   // `set_out`, when given, receives which options were set in code or in the environment.
-  Result<Config> resolve(const Given& given, SetOptions* set_out = nullptr) const {
-    warn_unknown_environment();
+  Result<Config> resolve(const Given& given, SetOptions* set_out = nullptr, Sources sources = {}) const {
+    if (sources.environment) warn_unknown_environment();
     Config config{};
     SetOptions set;
     for (const auto& spec : specs_) {
@@ -154,7 +193,7 @@ class OptionTable final : public Table {
         set.add(spec.name);
         continue;
       }
-      auto text = read_option_env(env_name(spec.name));
+      auto text = text_of(spec.name, sources);
       if (!text) continue;
       if (!spec.parse(config, *text))
         return std::unexpected(
@@ -190,17 +229,46 @@ class OptionTable final : public Table {
     return describe(*config);
   }
 
+  NamedOptions set_texts(const NamedOptions& named) const override {
+    NamedOptions texts;
+    for (const auto& spec : specs_)
+      if (auto text = text_of(spec.name, Sources{&named, true})) texts.emplace(spec.name, std::move(*text));
+    return texts;
+  }
+  Result<void> check_named(const NamedOptions& named) const override {
+    auto config = resolve(Given{}, nullptr, Sources{&named, false});
+    if (!config) return std::unexpected(config.error());
+    return {};
+  }
+  std::vector<OptionInfo> describe_named(const NamedOptions& named) const override {
+    std::vector<OptionInfo> infos = declared();
+    for (OptionInfo& info : infos)
+      if (auto it = named.find(info.name); it != named.end()) info.value = it->second;
+    return infos;
+  }
+
  private:
+  static std::optional<std::string> text_of(const char* name, const Sources& sources) {
+    if (sources.named)
+      if (auto it = sources.named->find(std::string_view(name)); it != sources.named->end())
+        return it->second;
+    return sources.environment ? read_option_env(env_name(name)) : std::nullopt;
+  }
+
   std::string layer_;
   std::vector<Spec<Config, Given>> specs_;
   Check check_;
 };
 
-// Every table of this library, in the order listings show them (src/library/builtin.cpp).
+// Every table of this library, in the order listings show them: context_tables(), then layers().
 std::span<const Table* const> option_tables();
+// The tables of the layers above the transports (bootstrap, coll, ...: src/library/builtin.cpp).
+std::span<const Table* const> layers();
 
 // The core's table (src/core/options.cpp).
 const Table& core_table();
+// The core's table followed by the table of each built transport that has one (src/core/options.cpp).
+std::vector<const Table*> context_tables();
 // resolve_config(), telling which options were set (in code or the environment) rather than defaulted: for
 // a layer that passes a core option on only when it was named (the collectives' listen_address).
 Result<Config> resolve_config(const Options& given, SetOptions& set);

@@ -2,11 +2,13 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
 #include "core/log.hpp"
 #include "core/option_table.hpp"
+#include "core/transport_registry.hpp"
 
 namespace rdmakit {
 namespace {
@@ -25,14 +27,6 @@ std::vector<Spec> specs() {
              &O::name),
       option("listen_address", "127.0.0.1:0", "where listen() binds when given no address (loopback only)",
              "host:port", &C::listen_address, &O::listen_address),
-      option("device", "", "verbs: RDMA device to use (e.g. rxe0); empty = the first with an active port",
-             "a device name", &C::device, &O::device),
-      option("port", "1", "verbs: port number on the device", "an integer", &C::port, &O::port),
-      option("gid_index", nullptr, "verbs: GID index; unset = pick a RoCEv2 GID (IPv4-mapped first)",
-             "an integer", &C::gid_index, &O::gid_index),
-      option("mtu", nullptr,
-             "verbs: path MTU in bytes (256, 512, 1024, 2048 or 4096); unset = the port's active MTU",
-             "an integer", &C::mtu, &O::mtu),
       option("timeout_ms", "4000", "a peer that stays silent this long fails pending operations",
              "milliseconds", &C::timeout, &O::timeout),
       option(
@@ -42,9 +36,6 @@ std::vector<Spec> specs() {
           "milliseconds", &C::rnr_timeout, &O::rnr_timeout),
       option("connect_timeout_ms", "10000", "connect() gives up after this", "milliseconds",
              &C::connect_timeout, &O::connect_timeout),
-      option("handshake_timeout_ms", "2000",
-             "tcp: a peer that connects to a listener must complete its hello within this, or is dropped",
-             "milliseconds", &C::handshake_timeout, &O::handshake_timeout),
       option("wait_mode", "hybrid", "how waits wait: spin, block (sleep in the kernel) or hybrid",
              "spin, block or hybrid", &C::wait_mode, &O::wait_mode),
       option("spin_us", "50", "hybrid waits spin this long before sleeping", "microseconds", &C::spin,
@@ -56,16 +47,8 @@ std::vector<Spec> specs() {
       option("recv_queue_depth", "1024", "receives a connection can have posted", "an integer",
              &C::recv_queue_depth, &O::recv_queue_depth),
       option("max_sge", "16", "scatter-gather entries per operation", "an integer", &C::max_sge, &O::max_sge),
-      option("inline_size", "64", "verbs: WRITE/SEND payloads up to this many bytes are posted inline",
-             "an integer", &C::inline_size, &O::inline_size),
-      option("registration_cache", "yes", "verbs: reuse the registration of the same or a covering range",
-             "yes or no", &C::registration_cache, &O::registration_cache),
       option("log_level", "warn", "least severe log messages shown: error, warn, info, debug",
              "error, warn, info or debug", &C::log_level, &O::log_level),
-      option("shm_allowed_uids", "",
-             "shm: uids besides our own that may connect to us and that we connect to, comma-separated; "
-             "empty = our own uid only (anyone allowed can read and write our remote-writable memory)",
-             "uids separated by commas", &C::shm_allowed_uids, &O::shm_allowed_uids),
   };
 }
 
@@ -85,11 +68,6 @@ Result<void> check_ranges(Config& config, const options::SetOptions& set) {
   if (config.recv_queue_depth == 0) return bad("recv_queue_depth", "must be at least 1");
   if (config.max_sge == 0) return bad("max_sge", "must be at least 1");
   if (config.timeout.count() == 0) return bad("timeout_ms", "must be at least 1");
-  if (config.handshake_timeout.count() == 0) return bad("handshake_timeout_ms", "must be at least 1");
-  if (auto mtu = config.mtu;
-      mtu && *mtu != 256 && *mtu != 512 && *mtu != 1024 && *mtu != 2048 && *mtu != 4096)
-    return bad("mtu", "must be 256, 512, 1024, 2048 or 4096 (or unset: the port's MTU), got " +
-                          std::to_string(*mtu));
   // A SEND without a receive must report RNR, which it cannot once the peer counts as silent. Left at its
   // default, rnr_timeout_ms follows a shorter timeout_ms down (half of it); set, it must be below it.
   if (!set.contains("rnr_timeout_ms") && config.rnr_timeout >= config.timeout)
@@ -100,10 +78,6 @@ Result<void> check_ranges(Config& config, const options::SetOptions& set) {
                    " must be below option timeout_ms (RDMAKIT_TIMEOUT_MS) = " +
                    std::to_string(config.timeout.count()) +
                    ", or a SEND without a posted receive reports a transport timeout, not RNR");
-  if (config.shm_allowed_uids.find_first_not_of("0123456789,") != std::string::npos ||
-      config.shm_allowed_uids.find(",,") != std::string::npos || config.shm_allowed_uids.starts_with(',') ||
-      config.shm_allowed_uids.ends_with(','))
-    return bad("shm_allowed_uids", "must be uids separated by commas, got '" + config.shm_allowed_uids + "'");
   LogLevel level;
   if (!log::parse_level(config.log_level, level))
     return bad("log_level", "must be error, warn, info or debug, got '" + config.log_level + "'");
@@ -121,17 +95,88 @@ const options::OptionTable<Config, Options>& table() {
   return table;
 }
 
+// The transports that `transport` names: "fault:verbs" names fault and verbs.
+std::vector<const transport::Registration*> named_transports(std::string_view transport) {
+  std::vector<const transport::Registration*> out;
+  while (!transport.empty()) {
+    std::string_view base = transport.substr(0, transport.find(':'));
+    for (const transport::Registration& entry : transport::builtin())
+      if (entry.name == base) out.push_back(&entry);
+    transport.remove_prefix(std::min(transport.size(), base.size() + 1));
+  }
+  return out;
+}
+
+// A name set in code must be an option of the core or of a built transport: a misspelt one would
+// otherwise be dropped without a word (as a misspelt variable draws a warning, this is an error).
+Result<void> check_names(const NamedOptions& named) {
+  std::vector<const options::Table*> tables = options::context_tables();
+  for (const auto& [name, text] : named) {
+    bool known = false;
+    for (const options::Table* t : tables) known = known || t->declares(name);
+    if (known) continue;
+    std::vector<std::string> candidates;
+    for (const options::Table* t : tables)
+      for (const OptionInfo& info : t->declared()) candidates.push_back(info.name);
+    std::string closest = options::closest_of(name, candidates);
+    return fail(Errc::InvalidArgument,
+                "option '" + log::printable(name) + "' set in code is no option of a context of this build" +
+                    (closest.empty() ? std::string(" (rdmakit-info --config lists them)")
+                                     : "; did you mean " + closest + "?"));
+  }
+  return {};
+}
+
+// Config::transport_options: what was set for every built transport; those of the transports opened
+// must resolve now, so that a bad value fails resolve_config() as a bad core value does.
+Result<void> resolve_transport_options(const Options& given, Config& config) {
+  for (const transport::Registration& entry : transport::builtin())
+    if (entry.options) config.transport_options.merge(entry.options->set_texts(given.named));
+  for (const transport::Registration* entry : named_transports(config.transport))
+    if (entry->options)
+      if (auto ok = entry->options->check_named(config.transport_options); !ok) return ok;
+  return {};
+}
+
+Result<Config> resolve_all(const Options& given, options::SetOptions* set) {
+  if (auto ok = check_names(given.named); !ok) return std::unexpected(ok.error());
+  auto config = table().resolve(given, set, options::Sources{&given.named, true});
+  if (!config) return config;
+  if (auto ok = resolve_transport_options(given, *config); !ok) return std::unexpected(ok.error());
+  return config;
+}
+
 }  // namespace
+
+Options& Options::set(std::string option, std::string value) {
+  named.insert_or_assign(std::move(option), std::move(value));
+  return *this;
+}
 
 const options::Table& options::core_table() { return table(); }
 
-Result<Config> resolve_config(const Options& options) { return table().resolve(options); }
-
-Result<Config> options::resolve_config(const Options& given, SetOptions& set) {
-  return table().resolve(given, &set);
+std::vector<const options::Table*> options::context_tables() {
+  std::vector<const Table*> tables{&core_table()};
+  for (const transport::Registration& entry : transport::builtin())
+    if (entry.options) tables.push_back(entry.options);
+  return tables;
 }
 
-std::vector<OptionInfo> describe_options(const Config& config) { return table().describe(config); }
+Result<Config> resolve_config(const Options& options) { return resolve_all(options, nullptr); }
+
+Result<Config> options::resolve_config(const Options& given, SetOptions& set) {
+  return resolve_all(given, &set);
+}
+
+std::vector<OptionInfo> describe_options(const Config& config) {
+  std::vector<OptionInfo> infos = table().describe(config);
+  for (const transport::Registration* entry : named_transports(config.transport))
+    if (entry->options) {
+      auto more = entry->options->describe_named(config.transport_options);
+      infos.insert(infos.end(), more.begin(), more.end());
+    }
+  return infos;
+}
 
 Result<std::vector<OptionInfo>> describe_options() {
   std::vector<OptionInfo> all;

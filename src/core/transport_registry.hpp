@@ -11,13 +11,20 @@
 
 #include "rdmakit/context.hpp"
 
+namespace rdmakit::options {
+class Table;
+}
+
 namespace rdmakit::transport {
 
 struct Registration {
   std::string_view name;      // what Config::transport names: "tcp", or "fault" for "fault:<inner>"
   std::string_view summary;   // one line for rdmakit-info
   bool wraps_inner = false;   // opened as "<name>:<inner>": it wraps a context of another transport
-  bool picks_device = false;  // Options::device names one of several devices (verbs)
+  bool picks_device = false;  // its option "device" names one of several devices (verbs)
+  // The transport's own options (src/transport/<name>/options.cpp), or nullptr when it has none: listed
+  // by describe_options(), set by name (Options::set), carried in Config::transport_options.
+  const options::Table* options = nullptr;
   // Opens a context; `config.transport` is the full name (e.g. "fault:tcp").
   Result<std::shared_ptr<Context>> (*open)(const Config& config) = nullptr;
 };

@@ -2,6 +2,8 @@
 // named once here. Explicit arrays of calls rather than self-registering static objects, so that the
 // linker keeps each one whether the library is shared or static (an unreferenced object file of a static
 // library, and its static initializers with it, are dropped). CMake defines RDMAKIT_WITH_<NAME> to 0 or 1.
+#include <vector>
+
 #include "bootstrap/options.hpp"
 #include "coll/comm_options.hpp"
 #include "core/option_table.hpp"
@@ -34,8 +36,17 @@ std::span<const transport::Registration> transport::builtin() {
 }
 
 std::span<const options::Table* const> options::option_tables() {
+  // The core's, each built transport's (in builtin()'s order), then the layers above.
+  static const std::vector<const Table*> tables = [] {
+    std::vector<const Table*> out = context_tables();
+    for (const Table* layer : layers()) out.push_back(layer);
+    return out;
+  }();
+  return tables;
+}
+
+std::span<const options::Table* const> options::layers() {
   static const Table* const tables[] = {
-    &core_table(),
     &bootstrap::bootstrap_option_table(),
     &coll::detail::coll_option_table(),
 #if RDMAKIT_WITH_CKPT

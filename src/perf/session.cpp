@@ -105,7 +105,7 @@ std::string endpoint(const std::string& address, std::uint16_t port, const Capab
 Result<std::shared_ptr<Context>> open_context(const Params& params) {
   Options options;
   if (!params.transport.empty()) options.transport = params.transport;
-  if (!params.device.empty()) options.device = params.device;
+  if (!params.device.empty()) options.set("device", params.device);
   options.wait_mode = params.mode == CompletionMode::Poll ? WaitMode::Spin : WaitMode::Block;
   // Deep windows across many connections: room for every outstanding operation and completion.
   std::uint32_t depth = std::max<std::uint32_t>(params.tx_depth * 2, 1024);

@@ -14,7 +14,7 @@ Options Conformance::options(bool server) const {
   o.rnr_timeout = 300ms;
   o.name = server ? "conformance-server" : "conformance-client";
   if (server) {
-    if (const char* device = std::getenv("RDMAKIT_CONFORMANCE_SERVER_DEVICE")) o.device = device;
+    if (const char* device = std::getenv("RDMAKIT_CONFORMANCE_SERVER_DEVICE")) o.set("device", device);
     if (const char* listen = std::getenv("RDMAKIT_CONFORMANCE_LISTEN")) o.listen_address = listen;
   }
   return o;

@@ -16,7 +16,7 @@ int main(int argc, char** argv) {
   }
   rdmakit::Options options{.transport = argv[1], .name = "conformance-peer"};
   // The peer plays the server: on two devices it sits on the server's device.
-  if (const char* device = std::getenv("RDMAKIT_CONFORMANCE_SERVER_DEVICE")) options.device = device;
+  if (const char* device = std::getenv("RDMAKIT_CONFORMANCE_SERVER_DEVICE")) options.set("device", device);
   auto context = rdmakit::Context::open(options);
   if (!context) return std::fprintf(stderr, "peer: %s\n", context.error().describe().c_str()), 1;
   using rdmakit::Access;

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `rdmakit-info` prints every field of rdmakit::Capabilities for each transport that opens here. The field
-# names come from the header, so a field added to the struct but not to the tool's table fails here (the
-# tool's static_assert on the field count fails its build first; this checks the names and that rows print).
+# names come from the header, so a field added to the struct but not to the library's listing
+# (describe_capabilities() in src/core/introspection.cpp) fails here (its static_assert on the field count
+# fails the library's build first; this checks the names and that rows print).
 # Usage: check_capabilities.sh <rdmakit-info> <source dir>
 set -euo pipefail
 info=$1

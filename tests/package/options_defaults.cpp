@@ -29,8 +29,8 @@ int count(const Structs&...) {
 
 int options_defaults() {
   return count(
-      rdmakit::Config{.transport = "tcp"}, rdmakit::Config{.shm_allowed_uids = ""},
-      rdmakit::Options{.transport = "tcp"}, rdmakit::Options{.shm_allowed_uids = ""},
+      rdmakit::Config{.transport = "tcp"}, rdmakit::Config{.transport_options = {}},
+      rdmakit::Options{.transport = "tcp"}, rdmakit::Options{.named = {}},
       rdmakit::ConnectOptions{.send_cq = nullptr}, rdmakit::ConnectOptions{.recv_cq = nullptr},
       rdmakit::Capabilities{.one_sided_without_target_cpu = true},
       rdmakit::Capabilities{.bandwidth_bytes_per_us = 1.0},

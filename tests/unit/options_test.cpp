@@ -15,6 +15,7 @@
 #include "rdmakit/log.hpp"
 #include "rdmakit/options.hpp"
 #include "rdmakit/transports.hpp"
+#include "transport/tcp/options.hpp"
 
 namespace rdmakit {
 namespace {
@@ -36,6 +37,11 @@ class OptionsTest : public ::testing::Test {
     for (const auto& [env, value] : saved_) setenv(env.c_str(), value.c_str(), 1);
   }
   static void set(const char* env, const char* value) { setenv(env, value, 1); }
+  static bool built(std::string_view transport) {
+    for (const auto& info : built_transports())
+      if (info.name == transport) return true;
+    return false;
+  }
 
   std::map<std::string, std::string> saved_;
   std::vector<std::string> names_;
@@ -47,9 +53,6 @@ TEST_F(OptionsTest, DefaultsAreDocumentedValues) {
   EXPECT_EQ(config->transport, "tcp");
   EXPECT_FALSE(config->name.empty());  // <hostname>:<pid>
   EXPECT_EQ(config->listen_address, "127.0.0.1:0");
-  EXPECT_EQ(config->port, 1u);
-  EXPECT_FALSE(config->gid_index.has_value());
-  EXPECT_FALSE(config->mtu.has_value());
   EXPECT_EQ(config->timeout, std::chrono::milliseconds(4000));
   EXPECT_EQ(config->rnr_timeout, std::chrono::milliseconds(1000));
   EXPECT_EQ(config->connect_timeout, std::chrono::milliseconds(10000));
@@ -59,32 +62,120 @@ TEST_F(OptionsTest, DefaultsAreDocumentedValues) {
   EXPECT_EQ(config->send_queue_depth, 1024u);
   EXPECT_EQ(config->recv_queue_depth, 1024u);
   EXPECT_EQ(config->max_sge, 16u);
-  EXPECT_EQ(config->inline_size, 64u);
-  EXPECT_TRUE(config->registration_cache);
   EXPECT_EQ(config->log_level, "warn");
+  // Transport options left unset are not carried: each transport takes its table's default at open.
+  EXPECT_TRUE(config->transport_options.empty()) << ::testing::PrintToString(config->transport_options);
+  auto tcp = tcp::resolve_tcp_options(*config);
+  ASSERT_TRUE(tcp.has_value()) << tcp.error().describe();
+  EXPECT_EQ(tcp->handshake_timeout, std::chrono::milliseconds(2000));
 }
 
 TEST_F(OptionsTest, CodeBeatsEnvironmentBeatsDefault) {
   set("RDMAKIT_TIMEOUT_MS", "123");
   set("RDMAKIT_WAIT_MODE", "spin");
-  set("RDMAKIT_REGISTRATION_CACHE", "off");
+  set("RDMAKIT_HANDSHAKE_TIMEOUT_MS", "444");
   set("RDMAKIT_NAME", "from-env");
   auto from_env = resolve_config({});
   ASSERT_TRUE(from_env.has_value()) << from_env.error().describe();
   EXPECT_EQ(from_env->timeout, std::chrono::milliseconds(123));
   EXPECT_EQ(from_env->wait_mode, WaitMode::Spin);
-  EXPECT_FALSE(from_env->registration_cache);
+  EXPECT_EQ(tcp::resolve_tcp_options(*from_env)->handshake_timeout, std::chrono::milliseconds(444));
   EXPECT_EQ(from_env->name, "from-env");
 
-  auto from_code = resolve_config({.name = "from-code",
-                                   .timeout = std::chrono::milliseconds(77),
-                                   .wait_mode = WaitMode::Block,
-                                   .registration_cache = true});
+  auto from_code = resolve_config(
+      Options{.name = "from-code", .timeout = std::chrono::milliseconds(77), .wait_mode = WaitMode::Block}
+          .set("handshake_timeout_ms", "55"));
   ASSERT_TRUE(from_code.has_value()) << from_code.error().describe();
   EXPECT_EQ(from_code->timeout, std::chrono::milliseconds(77));
   EXPECT_EQ(from_code->wait_mode, WaitMode::Block);
-  EXPECT_TRUE(from_code->registration_cache);
+  EXPECT_EQ(tcp::resolve_tcp_options(*from_code)->handshake_timeout, std::chrono::milliseconds(55));
   EXPECT_EQ(from_code->name, "from-code");
+}
+
+// A core option may be set by name too (what Python's keywords do); its typed field, when set, wins.
+TEST_F(OptionsTest, CoreOptionsSetByNameParseAsTheirVariableWould) {
+  auto by_name = resolve_config(Options{}.set("timeout_ms", "321").set("wait_mode", "block"));
+  ASSERT_TRUE(by_name.has_value()) << by_name.error().describe();
+  EXPECT_EQ(by_name->timeout, std::chrono::milliseconds(321));
+  EXPECT_EQ(by_name->wait_mode, WaitMode::Block);
+  EXPECT_TRUE(by_name->transport_options.empty()) << "core options are fields, not carried by name";
+  auto typed = resolve_config(Options{.timeout = std::chrono::milliseconds(99)}.set("timeout_ms", "321"));
+  ASSERT_TRUE(typed.has_value()) << typed.error().describe();
+  EXPECT_EQ(typed->timeout, std::chrono::milliseconds(99));
+  auto bad = resolve_config(Options{}.set("cq_depth", "lots"));
+  ASSERT_FALSE(bad.has_value());
+  EXPECT_EQ(bad.error().code(), Errc::InvalidArgument);
+  EXPECT_NE(bad.error().message().find("RDMAKIT_CQ_DEPTH"), std::string::npos) << bad.error().message();
+}
+
+// A name no table of a context declares is refused, naming the closest option: a typo set in code must not
+// be dropped without a word. An option of a built transport other than the one opened is ignored (as its
+// variable is), so that one Options opens several transports.
+TEST_F(OptionsTest, AnUnknownNameSetInCodeNamesTheClosestOption) {
+  auto typo = resolve_config(Options{}.set("handshake_timout_ms", "5"));
+  ASSERT_FALSE(typo.has_value());
+  EXPECT_EQ(typo.error().code(), Errc::InvalidArgument);
+  EXPECT_NE(typo.error().message().find("'handshake_timout_ms'"), std::string::npos)
+      << typo.error().message();
+  EXPECT_NE(typo.error().message().find("did you mean handshake_timeout_ms?"), std::string::npos)
+      << typo.error().message();
+  auto nothing_close = resolve_config(Options{}.set("colour", "blue"));
+  ASSERT_FALSE(nothing_close.has_value());
+  EXPECT_EQ(nothing_close.error().message().find("did you mean"), std::string::npos)
+      << nothing_close.error().message();
+  // Another layer's option is not a context's.
+  EXPECT_FALSE(resolve_config(Options{}.set("coll_slots", "4")).has_value());
+}
+
+TEST_F(OptionsTest, AnotherTransportsOptionIsIgnoredAndTheOpenedOnesIsChecked) {
+  if (!built("shm")) GTEST_SKIP() << "shm not built";
+  set("RDMAKIT_SHM_ALLOWED_UIDS", "bob");
+  auto tcp = resolve_config({.transport = "tcp"});
+  ASSERT_TRUE(tcp.has_value()) << tcp.error().describe();
+  EXPECT_EQ(tcp->transport_options.at("shm_allowed_uids"), "bob") << "carried, unchecked, for shm";
+  for (const char* transport : {"shm", "fault:shm"}) {
+    if (std::string(transport).starts_with("fault") && !built("fault")) continue;
+    SCOPED_TRACE(transport);
+    auto shm = resolve_config({.transport = transport});
+    ASSERT_FALSE(shm.has_value());
+    EXPECT_EQ(shm.error().code(), Errc::InvalidArgument);
+    EXPECT_NE(shm.error().message().find("RDMAKIT_SHM_ALLOWED_UIDS"), std::string::npos)
+        << shm.error().message();
+  }
+  unsetenv("RDMAKIT_SHM_ALLOWED_UIDS");
+  // Set in code: the same.
+  Options options{.transport = "tcp"};
+  options.set("shm_allowed_uids", "1000,");
+  EXPECT_TRUE(resolve_config(options).has_value());
+  options.transport = "shm";
+  EXPECT_FALSE(resolve_config(options).has_value());
+  // And a transport opened from a Config carrying a bad value refuses it at open, naming it.
+  Config config = resolve_config({.transport = "tcp"}).value();
+  config.transport_options["handshake_timeout_ms"] = "soon";
+  auto bad = tcp::resolve_tcp_options(config);
+  ASSERT_FALSE(bad.has_value());
+  EXPECT_NE(bad.error().message().find("RDMAKIT_HANDSHAKE_TIMEOUT_MS"), std::string::npos)
+      << bad.error().message();
+}
+
+// Code beats the environment for a transport option too, and what is carried is the text set.
+TEST_F(OptionsTest, TransportOptionsAreCarriedByName) {
+  set("RDMAKIT_HANDSHAKE_TIMEOUT_MS", "700");
+  auto env = resolve_config({});
+  ASSERT_TRUE(env.has_value()) << env.error().describe();
+  EXPECT_EQ(env->transport_options, (NamedOptions{{"handshake_timeout_ms", "700"}}));
+  auto code = resolve_config(Options{}.set("handshake_timeout_ms", "800"));
+  ASSERT_TRUE(code.has_value()) << code.error().describe();
+  EXPECT_EQ(code->transport_options, (NamedOptions{{"handshake_timeout_ms", "800"}}));
+  // describe_options(config) lists the opened transport's options with the values carried.
+  std::map<std::string, OptionInfo> by_name;
+  for (const auto& info : describe_options(*code)) by_name[info.name] = info;
+  EXPECT_EQ(by_name["handshake_timeout_ms"].value, "800");
+  EXPECT_EQ(by_name["handshake_timeout_ms"].default_value, "2000");
+  EXPECT_EQ(by_name["handshake_timeout_ms"].layer, "tcp");
+  EXPECT_EQ(by_name["timeout_ms"].layer, "core");
+  // A Context opened so takes them: tcp refuses 0, at resolve_config and at open alike.
+  EXPECT_FALSE(Context::open(Options{}.set("handshake_timeout_ms", "0")).has_value());
 }
 
 TEST_F(OptionsTest, CodeWinsEvenOverABadEnvironmentValue) {
@@ -108,11 +199,20 @@ TEST_F(OptionsTest, BadEnvironmentValueNamesOptionAndVariable) {
       {"RDMAKIT_REGISTRATION_CACHE", "maybe"},
       {"RDMAKIT_GID_INDEX", "one"},
       {"RDMAKIT_SPIN_US", " 5"},
+      {"RDMAKIT_HANDSHAKE_TIMEOUT_MS", "x"},
   };
+  // Opening verbs checks verbs' options too (it need not open: resolve_config does not open a device).
+  const char* transport = built("verbs") ? "verbs" : "tcp";
   for (const auto& [env, value] : bad) {
     SCOPED_TRACE(std::string(env) + "=" + value);
+    if (std::string(transport) == "tcp" &&
+        (std::string(env) == "RDMAKIT_PORT" || std::string(env) == "RDMAKIT_REGISTRATION_CACHE" ||
+         std::string(env) == "RDMAKIT_GID_INDEX"))
+      continue;
     set(env, value);
-    auto config = resolve_config({});
+    // tcp's own option is checked when tcp is opened (with verbs it is another transport's: ignored).
+    bool tcp_option = std::string(env) == "RDMAKIT_HANDSHAKE_TIMEOUT_MS";
+    auto config = resolve_config({.transport = tcp_option ? "tcp" : transport});
     ASSERT_FALSE(config.has_value());
     EXPECT_EQ(config.error().code(), Errc::InvalidArgument);
     std::string option = std::string(env).substr(8);
@@ -135,23 +235,26 @@ TEST_F(OptionsTest, RangeChecksNameTheOption) {
       {{.recv_queue_depth = 0}, "recv_queue_depth"},
       {{.max_sge = 0}, "max_sge"},
       {{.timeout = std::chrono::milliseconds(0)}, "timeout_ms"},
-      {{.mtu = 1000}, "mtu"},
       {{.log_level = "loud"}, "log_level"},
-      {{.shm_allowed_uids = "1000,bob"}, "shm_allowed_uids"},
-      {{.shm_allowed_uids = "1000,"}, "shm_allowed_uids"},
+      {Options{}.set("handshake_timeout_ms", "0"), "handshake_timeout_ms"},
+      {Options{.transport = "shm"}.set("shm_allowed_uids", "1000,bob"), "shm_allowed_uids"},
+      {Options{.transport = "shm"}.set("shm_allowed_uids", "1000,"), "shm_allowed_uids"},
+      {Options{.transport = "verbs"}.set("mtu", "1000"), "mtu"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.option);
+    if (c.options.transport && !built(*c.options.transport)) continue;
     auto config = resolve_config(c.options);
     ASSERT_FALSE(config.has_value());
     EXPECT_EQ(config.error().code(), Errc::InvalidArgument);
     EXPECT_NE(config.error().message().find(c.option), std::string::npos) << config.error().message();
   }
-  EXPECT_FALSE(resolve_config({.mtu = 0}).has_value()) << "0 is no MTU; unset follows the port";
-  for (std::uint32_t mtu : {256u, 512u, 1024u, 2048u, 4096u})
-    EXPECT_TRUE(resolve_config({.mtu = mtu}).has_value()) << mtu;
+  if (!built("verbs")) return;
+  auto verbs = [](const char* mtu) { return resolve_config(Options{.transport = "verbs"}.set("mtu", mtu)); };
+  EXPECT_FALSE(verbs("0").has_value()) << "0 is no MTU; unset follows the port";
+  for (const char* mtu : {"256", "512", "1024", "2048", "4096"}) EXPECT_TRUE(verbs(mtu).has_value()) << mtu;
   set("RDMAKIT_MTU", "999");
-  auto from_env = resolve_config({});
+  auto from_env = resolve_config({.transport = "verbs"});
   ASSERT_FALSE(from_env.has_value());
   EXPECT_NE(from_env.error().message().find("RDMAKIT_MTU"), std::string::npos) << from_env.error().message();
 }
@@ -187,28 +290,14 @@ TEST_F(OptionsTest, DescribeListsEveryOptionWithDocEnvAndDefault) {
     for (char c : option.name) env += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
     EXPECT_EQ(option.env, env);
   }
-  // One entry per field of Config.
-  const char* expected[] = {"transport",
-                            "name",
-                            "listen_address",
-                            "device",
-                            "port",
-                            "gid_index",
-                            "mtu",
-                            "timeout_ms",
-                            "rnr_timeout_ms",
-                            "connect_timeout_ms",
-                            "handshake_timeout_ms",
-                            "wait_mode",
-                            "spin_us",
-                            "cq_depth",
-                            "send_queue_depth",
-                            "recv_queue_depth",
-                            "max_sge",
-                            "inline_size",
-                            "registration_cache",
-                            "log_level",
-                            "shm_allowed_uids"};
+  // One entry per core field of Config, then tcp's own (the transport this config names).
+  const char* expected[] = {"transport",        "name",
+                            "listen_address",   "timeout_ms",
+                            "rnr_timeout_ms",   "connect_timeout_ms",
+                            "wait_mode",        "spin_us",
+                            "cq_depth",         "send_queue_depth",
+                            "recv_queue_depth", "max_sge",
+                            "log_level",        "handshake_timeout_ms"};
   EXPECT_EQ(options.size(), std::size(expected));
   for (const char* name : expected) EXPECT_TRUE(names.contains(name)) << name;
 
@@ -266,6 +355,16 @@ TEST_F(OptionsTest, EveryLayerIsListedOnceWithItsEffectiveValue) {
   EXPECT_EQ(by_env["RDMAKIT_BOOTSTRAP_TIMEOUT_MS"].value, "1234");
   EXPECT_EQ(by_env["RDMAKIT_BOOTSTRAP_TIMEOUT_MS"].layer, "bootstrap");
   EXPECT_EQ(by_env["RDMAKIT_TIMEOUT_MS"].layer, "core");
+  // Each built transport's options, under its own name, from its own table.
+  EXPECT_EQ(by_env["RDMAKIT_HANDSHAKE_TIMEOUT_MS"].layer, "tcp");
+  if (built("verbs")) {
+    for (const char* env : {"RDMAKIT_DEVICE", "RDMAKIT_PORT", "RDMAKIT_GID_INDEX", "RDMAKIT_MTU",
+                            "RDMAKIT_INLINE_SIZE", "RDMAKIT_REGISTRATION_CACHE"})
+      EXPECT_EQ(by_env[env].layer, "verbs") << env;
+  }
+  if (built("shm")) {
+    EXPECT_EQ(by_env["RDMAKIT_SHM_ALLOWED_UIDS"].layer, "shm");
+  }
   for (const char* env :
        {"RDMAKIT_STORE_ADDR", "RDMAKIT_JOB_SECRET", "RDMAKIT_STORE_MAX_CLIENTS", "RDMAKIT_COLL_ALGO",
         "RDMAKIT_COLL_SPIN_US", "RDMAKIT_COLL_CHUNK_BYTES", "RDMAKIT_COLL_HIERARCHICAL",
@@ -405,6 +504,34 @@ TEST_F(OptionsTest, OnlyAContextThatSetsLogLevelChangesIt) {
   auto from_environment = Context::open(Options{.transport = "tcp"});
   ASSERT_TRUE(from_environment.has_value()) << from_environment.error().describe();
   EXPECT_FALSE(log::enabled(LogLevel::Warn));
+}
+
+// The library's one listing of Capabilities (rdmakit-info and Python print it): every field, typed, with
+// the text rdmakit-info shows.
+TEST(Introspection, DescribeCapabilitiesListsEveryFieldTypedAndAsText) {
+  const Capabilities caps{
+      .kernel_bypass = true, .max_sge = 7, .address_prefix = "shm:", .message_cost_us = 0};
+  auto rows = describe_capabilities(caps);
+  std::map<std::string, CapabilityInfo> by_name;
+  for (const auto& row : rows) EXPECT_TRUE(by_name.emplace(row.name, row).second) << row.name << " twice";
+  EXPECT_EQ(rows.size(), 15u);
+  EXPECT_EQ(std::get<bool>(by_name["kernel_bypass"].value), true);
+  EXPECT_EQ(by_name["kernel_bypass"].text, "yes");
+  EXPECT_EQ(std::get<bool>(by_name["device_keys"].value), false);
+  EXPECT_EQ(std::get<std::uint64_t>(by_name["max_sge"].value), 7u);
+  EXPECT_EQ(by_name["max_sge"].text, "7");
+  EXPECT_EQ(std::get<std::string>(by_name["address_prefix"].value), "shm:");
+  EXPECT_EQ(by_name["message_cost_us"].text, "undeclared");
+  EXPECT_TRUE(by_name.contains("bandwidth_bytes_per_us"));
+}
+
+TEST(Introspection, TransportCountersAreFoundByName) {
+  ConnectionStats stats;
+  EXPECT_FALSE(stats.counter("ack_frames").has_value());
+  stats.transport_counters = {{"ack_frames", 3}, {"acks_on_requests", 0}};
+  EXPECT_EQ(stats.counter("ack_frames"), std::optional<std::uint64_t>(3));
+  EXPECT_EQ(stats.counter("acks_on_requests"), std::optional<std::uint64_t>(0));
+  EXPECT_FALSE(stats.counter("ack").has_value());
 }
 
 }  // namespace

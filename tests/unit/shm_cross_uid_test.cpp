@@ -197,7 +197,7 @@ TEST_F(ShmCrossUid, ConnectorRefusesAListenerOfAnotherUid) {
 
 // With the allow-list, the same nobody is served.
 TEST_F(ShmCrossUid, AllowListLetsAnotherUidIn) {
-  auto allowing = Context::open(Options{.transport = "shm", .shm_allowed_uids = "65534"}).value();
+  auto allowing = Context::open(Options{.transport = "shm"}.set("shm_allowed_uids", "65534")).value();
   auto listener = allowing->listen().value();
   EXPECT_FALSE(listener->address().starts_with("shm:/")) << "an allowed uid could not enter our directory";
   NobodyPeer peer("connect", listener->address());

@@ -23,7 +23,7 @@ Options base(bool server) {
   o.timeout = 2000ms;
   o.rnr_timeout = 200ms;
   if (server) {
-    if (const char* d = std::getenv("RDMAKIT_CONFORMANCE_SERVER_DEVICE")) o.device = d;
+    if (const char* d = std::getenv("RDMAKIT_CONFORMANCE_SERVER_DEVICE")) o.set("device", d);
     if (const char* l = std::getenv("RDMAKIT_CONFORMANCE_LISTEN")) o.listen_address = l;
   }
   return o;
@@ -160,8 +160,8 @@ TEST(VerbsDevice, RegistrationCacheReusesCoveringRegistrations) {
 
 TEST(VerbsDevice, MismatchedMtusAreADiagnosticNotAHang) {
   Options client = base(false), server = base(true);
-  client.mtu = 512;
-  server.mtu = 256;
+  client.set("mtu", "512");
+  server.set("mtu", "256");
   auto start = std::chrono::steady_clock::now();
   Pair p = connect(client, server);
   SKIP_WITHOUT_DEVICE(p);

@@ -59,7 +59,7 @@ TEST(VerbsOpen, NoDeviceIsUnavailableWithAHint) {
 TEST(VerbsOpen, UnknownDeviceIsNamed) {
   auto devices = verbs::list_devices();
   if (!devices || devices->empty()) GTEST_SKIP() << "needs an RDMA device";
-  auto context = Context::open({.transport = "verbs", .device = "no-such-device"});
+  auto context = Context::open(Options{.transport = "verbs"}.set("device", "no-such-device"));
   ASSERT_FALSE(context);
   EXPECT_EQ(context.error().code(), Errc::NotFound);
   EXPECT_NE(context.error().message().find("no-such-device"), std::string::npos);

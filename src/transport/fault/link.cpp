@@ -176,14 +176,11 @@ bool Link::finished() const {
 }
 
 // The core's counters: this state saw every id issued (forwarded and synthetic) and every completion. The
-// inner connection adds what only it knows (tcp's responder figures) and a failure this state has not.
+// inner connection adds what only it knows (its transport's counters) and a failure this state has not.
 ConnectionStats Link::stats() const {
-  const ConnectionStats inner = inner_->stats();
+  ConnectionStats inner = inner_->stats();
   ConnectionStats stats = state_->stats(inner_->peer());
-  stats.queued_responses = inner.queued_responses;
-  stats.responder_pauses = inner.responder_pauses;
-  stats.ack_frames = inner.ack_frames;
-  stats.acks_on_requests = inner.acks_on_requests;
+  stats.transport_counters = std::move(inner.transport_counters);
   if (!stats.failed) {
     stats.failed = inner.failed;
     stats.failure = inner.failure;

@@ -8,6 +8,7 @@
 
 #include "core/log.hpp"
 #include "transport/shm/connection.hpp"
+#include "transport/shm/options.hpp"
 
 namespace rdmakit::shm {
 namespace {
@@ -68,7 +69,9 @@ Result<std::shared_ptr<ShmContext>> ShmContext::create(const Config& config) {
 }
 
 Result<void> ShmContext::init() {
-  auto uids = parse_uid_list(config().shm_allowed_uids);
+  auto options = resolve_shm_options(config());
+  if (!options) return std::unexpected(options.error());
+  auto uids = parse_uid_list(options->allowed_uids);
   if (!uids) return std::unexpected(uids.error());
   allowed_uids_ = std::move(*uids);
   auto fd = create_memfd("rdmakit-shm-control", sizeof(ControlSegment));

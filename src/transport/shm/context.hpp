@@ -90,7 +90,7 @@ class ShmContext final : public detail::ContextProvider {
   std::optional<Arena> rw_arena_;
   std::optional<Arena> ro_arena_;
   std::optional<Arena> private_arena_;
-  std::vector<uid_t> allowed_uids_;  // besides our own (Config::shm_allowed_uids)
+  std::vector<uid_t> allowed_uids_;  // besides our own (option shm_allowed_uids)
   std::optional<Registry> registry_;
   UniqueFd doorbell_;
   std::atomic<std::uint32_t> next_number_{1};

@@ -1,5 +1,6 @@
 // Context::open("shm") lands here.
 #include "transport/shm/context.hpp"
+#include "transport/shm/options.hpp"
 #include "transport/transport.hpp"
 
 namespace rdmakit::transport {
@@ -17,6 +18,7 @@ Registration shm_registration() {
           .summary =
               "processes of one host (same uid unless shm_allowed_uids): shared mappings, the initiator "
               "moves the bytes",
+          .options = &shm::shm_option_table(),
           .open = open_shm};
 }
 

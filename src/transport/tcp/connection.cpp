@@ -192,10 +192,15 @@ Result<void> TcpConnection::health() const { return rc().health(); }
 ConnectionStats TcpConnection::stats() const {
   ConnectionStats stats = rc().stats(peer_);
   std::lock_guard lock(mutex_);
-  stats.queued_responses = responses_queued_;
-  stats.responder_pauses = responder_pauses_;
-  stats.ack_frames = ack_frames_;
-  stats.acks_on_requests = acks_on_requests_;
+  // Responder side: responses to the peer's requests waiting for room in the socket, and how often input
+  // was paused because they reached the responder depth (send_queue_depth), as a verbs responder limits
+  // outstanding READs and atomics. ACKs of the peer's WRITEs and SENDs sent as frames of their own, and
+  // those that rode on one of our requests instead (a delayed ACK: one system call less each way in a
+  // ping-pong). docs/architecture.md describes them.
+  stats.transport_counters = {{"queued_responses", responses_queued_},
+                              {"responder_pauses", responder_pauses_},
+                              {"ack_frames", ack_frames_},
+                              {"acks_on_requests", acks_on_requests_}};
   return stats;
 }
 

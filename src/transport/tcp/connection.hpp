@@ -211,7 +211,7 @@ class TcpConnection final : public detail::ConnectionProvider,
   bool posted_since_ack_ = false;
   // The deferred ACK answers a message larger than kAckRideMaxBytes: it leaves at the end of the burst.
   bool ack_at_once_ = false;
-  std::uint64_t ack_frames_ = 0, acks_on_requests_ = 0;  // ConnectionStats
+  std::uint64_t ack_frames_ = 0, acks_on_requests_ = 0;  // stats()' transport counters
   std::uint64_t responses_queued_ = 0;                   // response frames in out_ (target side)
   std::uint64_t responder_pauses_ = 0;
   bool want_output_ = false;

@@ -21,13 +21,16 @@ Deadline deadline_after(std::chrono::milliseconds timeout) {
 }  // namespace
 
 Result<std::shared_ptr<Context>> TcpContext::open(const Config& config) {
+  auto options = resolve_tcp_options(config);
+  if (!options) return std::unexpected(options.error());
   auto engine = Engine::start();
   if (!engine) return std::unexpected(engine.error());
-  return std::make_shared<TcpContext>(config, std::move(*engine));
+  return std::make_shared<TcpContext>(config, *options, std::move(*engine));
 }
 
-TcpContext::TcpContext(Config config, std::unique_ptr<Engine> engine)
+TcpContext::TcpContext(Config config, TcpOptions options, std::unique_ptr<Engine> engine)
     : ContextProvider(std::move(config)),
+      options_(options),
       table_(std::make_shared<RegistrationTable>()),
       engine_(std::move(engine)) {}
 
@@ -87,7 +90,7 @@ Result<std::shared_ptr<Listener>> TcpContext::listen(std::string_view address) {
   if (!socket) return std::unexpected(socket.error());
   auto bound = local_address(socket->get());
   if (!bound) return std::unexpected(bound.error());
-  auto acceptor = Acceptor::start(*engine_, std::move(*socket), identity(), config().handshake_timeout);
+  auto acceptor = Acceptor::start(*engine_, std::move(*socket), identity(), options_.handshake_timeout);
   if (!acceptor) return std::unexpected(acceptor.error());
   auto self = std::static_pointer_cast<TcpContext>(shared_from_this());
   return std::make_shared<TcpListener>(std::move(self), std::move(*acceptor), std::move(*bound));
@@ -121,6 +124,7 @@ transport::Registration transport::tcp_registration() {
       .name = "tcp",
       .summary =
           "RC emulated over one TCP stream per connection; one-sided ops run on the target's progress thread",
+      .options = &tcp::tcp_option_table(),
       .open = [](const Config& config) { return tcp::TcpContext::open(config); }};
 }
 

@@ -9,6 +9,7 @@
 #include "core/registration_table.hpp"
 #include "transport/provider.hpp"
 #include "transport/tcp/engine.hpp"
+#include "transport/tcp/options.hpp"
 
 namespace rdmakit::tcp {
 
@@ -36,9 +37,10 @@ class TcpContext final : public detail::ContextProvider {
   // Tests: where the connection counter continues, to force its wrap-around.
   void set_next_connection_number_for_testing(std::uint64_t next);
 
-  TcpContext(Config config, std::unique_ptr<Engine> engine);
+  TcpContext(Config config, TcpOptions options, std::unique_ptr<Engine> engine);
 
  private:
+  TcpOptions options_;  // tcp's own options (options.hpp), resolved at open
   std::shared_ptr<RegistrationTable> table_;
   std::mutex numbers_mutex_;
   std::uint64_t next_connection_ = 1;               // guarded by numbers_mutex_

@@ -8,8 +8,8 @@
 
 namespace rdmakit::verbs_impl {
 
-Result<QueuePair> QueuePair::create(const Device& device, const Config& config, VerbsCompletionQueue& send_cq,
-                                    VerbsCompletionQueue& recv_cq) {
+Result<QueuePair> QueuePair::create(const Device& device, const Config& config, std::uint32_t inline_size,
+                                    VerbsCompletionQueue& send_cq, VerbsCompletionQueue& recv_cq) {
   const ibv_device_attr& limits = device.attr();
   ibv_qp_init_attr init{};
   init.send_cq = send_cq.cq();
@@ -22,16 +22,15 @@ Result<QueuePair> QueuePair::create(const Device& device, const Config& config, 
       std::min<std::uint32_t>(config.recv_queue_depth, static_cast<std::uint32_t>(limits.max_qp_wr));
   init.cap.max_send_sge = std::min<std::uint32_t>(config.max_sge, static_cast<std::uint32_t>(limits.max_sge));
   init.cap.max_recv_sge = init.cap.max_send_sge;
-  init.cap.max_inline_data = config.inline_size;
+  init.cap.max_inline_data = inline_size;
   ibv_qp* qp = device.api().create_qp(device.pd(), &init);
   if (!qp)
     return fail(Errc::ResourceExhausted,
                 "ibv_create_qp(" + device.name() + ", send " + std::to_string(init.cap.max_send_wr) + " x " +
-                    std::to_string(init.cap.max_send_sge) + " sge, inline " +
-                    std::to_string(config.inline_size) + "): " + std::strerror(errno) +
-                    " (lower send_queue_depth, max_sge or inline_size)");
+                    std::to_string(init.cap.max_send_sge) + " sge, inline " + std::to_string(inline_size) +
+                    "): " + std::strerror(errno) + " (lower send_queue_depth, max_sge or inline_size)");
   // The provider may grant more inline room than asked; the caller's limit is what we use.
-  QueuePair owned(device.api(), qp, std::min(init.cap.max_inline_data, config.inline_size));
+  QueuePair owned(device.api(), qp, std::min(init.cap.max_inline_data, inline_size));
   if (auto ok = owned.modify(init_transition(device.port()), "INIT"); !ok) return std::unexpected(ok.error());
   return owned;
 }

@@ -22,8 +22,9 @@ class VerbsContext;
 // A QP in RESET/INIT, before the handshake: created first because its number goes into the Hello.
 class QueuePair {
  public:
-  static Result<QueuePair> create(const Device& device, const Config& config, VerbsCompletionQueue& send_cq,
-                                  VerbsCompletionQueue& recv_cq);
+  // `inline_size`: the verbs option of that name (the most bytes posted inline).
+  static Result<QueuePair> create(const Device& device, const Config& config, std::uint32_t inline_size,
+                                  VerbsCompletionQueue& send_cq, VerbsCompletionQueue& recv_cq);
   QueuePair(QueuePair&& other) noexcept
       : api_(other.api_), qp_(std::exchange(other.qp_, nullptr)), max_inline_(other.max_inline_) {}
   QueuePair& operator=(QueuePair&&) = delete;

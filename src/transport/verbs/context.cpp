@@ -29,12 +29,14 @@ class VerbsMemoryRegion final : public detail::MemoryRegionProvider {
 
 }  // namespace
 
-VerbsContext::VerbsContext(Config config, std::shared_ptr<Device> device, std::shared_ptr<CmMonitor> monitor)
+VerbsContext::VerbsContext(Config config, VerbsOptions options, std::shared_ptr<Device> device,
+                           std::shared_ptr<CmMonitor> monitor)
     : ContextProvider(std::move(config)),
+      options_(std::move(options)),
       device_(std::move(device)),
       monitor_(std::move(monitor)),
       async_events_(std::make_shared<AsyncEvents>(device_)),
-      cache_(this->config().registration_cache) {
+      cache_(options_.registration_cache) {
   if (!async_events_->available()) return;
   // Non-blocking, so that the handler can take every pending event and stop.
   int flags = fcntl(async_events_->fd(), F_GETFL);
@@ -57,7 +59,7 @@ Capabilities VerbsContext::capabilities() const {
   c.peer_death_announced = true;  // on_cm_readable: DISCONNECTED moves the QP to the error state
   c.max_message_size = device_->port_attr().max_msg_sz;
   c.max_sge = std::min<std::uint32_t>(config().max_sge, static_cast<std::uint32_t>(device_->attr().max_sge));
-  c.max_inline = config().inline_size;
+  c.max_inline = options_.inline_size;
   c.misaligned_atomic_refused_at_post = true;  // rxe and mlx5 refuse it in ibv_post_send (EINVAL)
   return c;
 }
@@ -146,14 +148,16 @@ namespace rdmakit::transport {
 
 namespace {
 Result<std::shared_ptr<Context>> open_verbs(const Config& config) {
+  auto options = verbs_impl::resolve_verbs_options(config);
+  if (!options) return std::unexpected(options.error());
   auto api = verbs_impl::load_api();
   if (!api) return std::unexpected(api.error());
-  auto device = verbs_impl::Device::open(**api, config);
+  auto device = verbs_impl::Device::open(**api, *options);
   if (!device) return std::unexpected(device.error());
   auto monitor = verbs_impl::CmMonitor::start();
   if (!monitor) return std::unexpected(monitor.error());
-  return std::shared_ptr<Context>(
-      std::make_shared<verbs_impl::VerbsContext>(config, std::move(*device), std::move(*monitor)));
+  return std::shared_ptr<Context>(std::make_shared<verbs_impl::VerbsContext>(
+      config, std::move(*options), std::move(*device), std::move(*monitor)));
 }
 }  // namespace
 
@@ -161,6 +165,7 @@ Registration verbs_registration() {
   return {.name = "verbs",
           .summary = "libibverbs + librdmacm (loaded at run time): InfiniBand, RoCE, iWARP, Soft-RoCE",
           .picks_device = true,
+          .options = &verbs_impl::verbs_option_table(),
           .open = open_verbs};
 }
 

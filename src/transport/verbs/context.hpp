@@ -18,7 +18,8 @@ class VerbsConnection;
 
 class VerbsContext final : public detail::ContextProvider {
  public:
-  VerbsContext(Config config, std::shared_ptr<Device> device, std::shared_ptr<CmMonitor> monitor);
+  VerbsContext(Config config, VerbsOptions options, std::shared_ptr<Device> device,
+               std::shared_ptr<CmMonitor> monitor);
   ~VerbsContext() override;
   CmMonitor& monitor() const noexcept { return *monitor_; }
 
@@ -33,6 +34,8 @@ class VerbsContext final : public detail::ContextProvider {
   std::size_t live_registrations() const override { return cache_.stats().entries; }
 
   const std::shared_ptr<Device>& device() const noexcept { return device_; }
+  // verbs' own options (options.hpp), resolved at open.
+  const VerbsOptions& options() const noexcept { return options_; }
   CacheStats cache_stats() const { return cache_.stats(); }
   std::uint32_t next_number() noexcept { return next_number_.fetch_add(1, std::memory_order_relaxed); }
   // The CQs of a new connection: the caller's, or new ones of the connection's own.
@@ -45,6 +48,7 @@ class VerbsContext final : public detail::ContextProvider {
   void release(const RegistrationCache::Entry* entry);
 
  private:
+  VerbsOptions options_;
   std::shared_ptr<Device> device_;
   std::shared_ptr<CmMonitor> monitor_;
   std::shared_ptr<AsyncEvents> async_events_;  // watched by monitor_ when the library can read them

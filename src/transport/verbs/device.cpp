@@ -76,7 +76,7 @@ std::vector<GidEntry> read_gids(const Api& api, ibv_context* context, const std:
   return gids;
 }
 
-Result<std::shared_ptr<Device>> Device::open(const Api& api, const Config& config) {
+Result<std::shared_ptr<Device>> Device::open(const Api& api, const VerbsOptions& config) {
   DeviceList list(api);
   if (list.size() == 0) return fail(Errc::Unavailable, std::string("verbs transport: ") + kNoDeviceHint);
   if (config.port == 0 || config.port > 255)
@@ -99,7 +99,7 @@ Result<std::shared_ptr<Device>> Device::open(const Api& api, const Config& confi
               "verbs transport: no device has an active port " + std::to_string(config.port) + tried);
 }
 
-Result<void> Device::setup(const Config& config) {
+Result<void> Device::setup(const VerbsOptions& config) {
   port_ = static_cast<std::uint8_t>(config.port);
   if (api_.query_device(context_, &attr_) != 0) return fail_errno("ibv_query_device(" + name_ + ")", errno);
   if (port_ > attr_.phys_port_cnt)
@@ -123,7 +123,7 @@ Result<void> Device::setup(const Config& config) {
   return {};
 }
 
-Result<void> Device::choose_gid(const Config& config) {
+Result<void> Device::choose_gid(const VerbsOptions& config) {
   auto gids = read_gids(api_, context_, name_, port_, port_attr_.gid_tbl_len, ethernet());
   if (config.gid_index) {
     for (const GidEntry& e : gids)

@@ -9,6 +9,7 @@
 #include "rdmakit/options.hpp"
 #include "transport/verbs/api.hpp"
 #include "transport/verbs/mapping.hpp"
+#include "transport/verbs/options.hpp"
 
 namespace rdmakit::verbs_impl {
 
@@ -37,9 +38,9 @@ std::string port_state_text(ibv_port_state state);
 
 class Device {
  public:
-  // The device named by config.device, else the first one whose port config.port is active; with its
-  // GID chosen (config.gid_index, else choose_gid) and the configured MTU checked against the port.
-  static Result<std::shared_ptr<Device>> open(const Api& api, const Config& config);
+  // The device named by option device, else the first one whose port (option port) is active; with its
+  // GID chosen (option gid_index, else choose_gid) and the configured MTU checked against the port.
+  static Result<std::shared_ptr<Device>> open(const Api& api, const VerbsOptions& config);
   ~Device();
   Device(const Device&) = delete;
   Device& operator=(const Device&) = delete;
@@ -57,8 +58,8 @@ class Device {
  private:
   Device(const Api& api, ibv_context* context, std::string name) noexcept
       : api_(api), context_(context), name_(std::move(name)) {}
-  Result<void> setup(const Config& config);
-  Result<void> choose_gid(const Config& config);
+  Result<void> setup(const VerbsOptions& config);
+  Result<void> choose_gid(const VerbsOptions& config);
 
   const Api& api_;
   ibv_context* context_;

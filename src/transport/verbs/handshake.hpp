@@ -25,9 +25,9 @@ struct Hello {
   using Bytes = std::array<std::byte, kSize>;
 
   std::uint8_t version = kVersion;
-  bool mtu_explicit = false;        // Config::mtu was set: the peer must agree, not just fit
+  bool mtu_explicit = false;        // option mtu was set: the peer must agree, not just fit
   bool rejected = false;            // sent in a reject: "this is why I said no"
-  ibv_mtu mtu = IBV_MTU_1024;       // the MTU this side asks for (Config::mtu, else its port's active MTU)
+  ibv_mtu mtu = IBV_MTU_1024;       // the MTU this side asks for (option mtu, else its port's active MTU)
   ibv_mtu port_mtu = IBV_MTU_1024;  // the most this side's port can do (its active MTU)
   std::uint64_t context_id = 0;     // hash of the context's name
   std::uint64_t epoch = 0;          // this life of the context (stale-descriptor checks)

@@ -62,7 +62,7 @@ bool is_zero(const Gid& gid) noexcept;
 std::optional<std::uint32_t> ipv4_of(const Gid& gid) noexcept;
 std::string gid_text(const Gid& gid);  // "fe80:0000:...": sysfs's format
 
-// The GID a connection uses when Config::gid_index is unset: on IB the first valid one; on RoCE a RoCEv2
+// The GID a connection uses when option gid_index is unset: on IB the first valid one; on RoCE a RoCEv2
 // GID, IPv4-mapped first (it follows IP routing, which is how rdma_cm and routed fabrics reach peers),
 // then any RoCEv2, then RoCEv1. Index 0 is a MAC-derived link-local GID on RoCE: never chosen blindly.
 // nullopt when no entry fits.

@@ -26,7 +26,7 @@ std::uint32_t random_psn() {
 }
 
 Hello make_hello(const VerbsContext& context, std::uint32_t qpn) {
-  const Config& config = context.config();
+  const VerbsOptions& config = context.options();
   const Device& device = *context.device();
   Hello h;
   h.mtu_explicit = config.mtu.has_value();
@@ -38,10 +38,10 @@ Hello make_hello(const VerbsContext& context, std::uint32_t qpn) {
   h.lid = device.port_attr().lid;
   h.qpn = qpn;
   h.psn = random_psn();
-  AckTimeout ack = ack_timeout_for(config.timeout);
+  AckTimeout ack = ack_timeout_for(context.config().timeout);
   h.timeout = ack.timeout;
   h.retry_cnt = ack.retry_cnt;
-  h.rnr_timer = rnr_timer_for(config.rnr_timeout);
+  h.rnr_timer = rnr_timer_for(context.config().rnr_timeout);
   h.max_rd_atomic = static_cast<std::uint8_t>(
       std::clamp(std::min(device.attr().max_qp_rd_atom, device.attr().max_qp_init_rd_atom), 1, 16));
   return h;
@@ -160,7 +160,8 @@ Result<std::shared_ptr<Connection>> VerbsListener::answer(CmEndpoint child, cons
     return refuse(make_hello(*context_, 1), ok.error());
   auto cqs = context_->cqs_for(options);
   if (!cqs) return refuse(make_hello(*context_, 1), cqs.error());
-  auto qp = QueuePair::create(*context_->device(), context_->config(), *cqs->first, *cqs->second);
+  auto qp = QueuePair::create(*context_->device(), context_->config(), context_->options().inline_size,
+                              *cqs->first, *cqs->second);
   if (!qp) return refuse(make_hello(*context_, 1), qp.error());
   Hello local = make_hello(*context_, qp->get()->qp_num);
   auto agreed = agree(local, request.private_data);
@@ -222,7 +223,8 @@ Result<std::shared_ptr<Connection>> connect_verbs(std::shared_ptr<VerbsContext> 
 
   auto cqs = context->cqs_for(options);
   if (!cqs) return std::unexpected(cqs.error());
-  auto qp = QueuePair::create(*context->device(), context->config(), *cqs->first, *cqs->second);
+  auto qp = QueuePair::create(*context->device(), context->config(), context->options().inline_size,
+                              *cqs->first, *cqs->second);
   if (!qp) return std::unexpected(qp.error());
   Hello local = make_hello(*context, qp->get()->qp_num);
   auto bytes = local.encode();

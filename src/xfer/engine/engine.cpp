@@ -99,7 +99,7 @@ Result<void> EngineImpl::open_rail(const std::string& transport, const std::stri
                           .name = options_.name,
                           .timeout = options_.peer_timeout,
                           .connect_timeout = options_.connect_timeout};
-  if (!device.empty()) context_options.device = device;
+  if (!device.empty()) context_options.set("device", device);  // the verbs option: which rail
   auto context = Context::open(context_options);
   if (!context) return std::unexpected(context.error());
   auto rail = std::make_unique<Rail>();
