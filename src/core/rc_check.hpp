@@ -1,5 +1,6 @@
-// The RC rules for what may be posted, written once for every transport. Each transport's post() and
-// post_recv() begin with RcState::check_post / check_post_recv (core/rc_state.hpp), which run these first,
+// The RC rules for what may be posted, written once for every transport. Connection::post() and post_recv()
+// (the RC prologue, detail::ConnectionProvider::run_post in src/core/connection.cpp) begin with
+// RcState::check_post / check_post_recv (core/rc_state.hpp), which run these first,
 // before the closed, error-state and queue-full checks and before anything is queued: a request they
 // refuse is an error at post (nothing of the chain was posted, the connection stays healthy), as
 // ibv_post_send refuses a malformed work request. What genuinely differs between transports comes from

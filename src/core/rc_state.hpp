@@ -131,10 +131,11 @@ class RcState {
   void queue_failure() noexcept { failure_queued_.store(true, std::memory_order_release); }
   bool failure_queued() const noexcept { return failure_queued_.load(std::memory_order_acquire) || failed(); }
 
-  // ---- the post prologue, one order and one wording for every transport: (1) the request (check_chain /
-  // check_recv), (2) a connection closed by this side (refused), then, under the lock that orders the
-  // connection's completions, (3) the error state (accepted and flushed) and (4) room in the queue.
-  // check_post and check_post_recv are (1) and (2).
+  // ---- the post prologue, one order and one wording for every transport, run once by Connection::post()
+  // and post_recv() (ConnectionProvider::run_post, src/transport/provider.hpp): (1) the request
+  // (check_chain / check_recv), (2) a connection closed by this side (refused), then, for a queue in
+  // software, under the lock that orders the connection's completions, (3) the error state (accepted and
+  // flushed) and (4) room in the queue. check_post and check_post_recv are (1) and (2).
   Result<void> check_post(std::span<const WorkRequest> chain, const Capabilities& caps,
                           std::uint64_t peer_epoch) const;
   Result<void> check_post_recv(std::span<const Segment> sgl, const Capabilities& caps) const;
