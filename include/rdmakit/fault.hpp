@@ -21,9 +21,8 @@
 
 #include <chrono>
 #include <cstdint>
-#include <mutex>
+#include <memory>
 #include <optional>
-#include <vector>
 
 #include "rdmakit/completion.hpp"
 #include "rdmakit/error.hpp"
@@ -31,7 +30,10 @@
 
 namespace rdmakit {
 class Context;
+namespace detail {
+class FaultRuleBook;  // src/transport/fault/rule_book.hpp
 }
+}  // namespace rdmakit
 
 namespace rdmakit::fault {
 
@@ -50,9 +52,14 @@ struct Rule {
 RDMAKIT_API std::string_view to_string(Rule::Action action) noexcept;
 
 // The rules of one fault context. Thread-safe. Rules are tried in the order they were added; the first
-// one that fires decides.
+// one that fires decides. The rule book itself (and how the transport consults it) is the library's own.
 class RDMAKIT_API Injector {
  public:
+  Injector();
+  ~Injector();
+  Injector(const Injector&) = delete;
+  Injector& operator=(const Injector&) = delete;
+
   // InvalidArgument for a rule that cannot mean anything (Fail with Success, Delay of 0, a receive opcode).
   Result<void> add(Rule rule);
   // Removes every rule; injections already made keep their effect.
@@ -60,19 +67,9 @@ class RDMAKIT_API Injector {
   // How many injections rules have made so far.
   std::uint64_t injected() const;
 
-  // For the transport: the rule that fires for this operation (or connection attempt when `opcode` is
-  // empty), if any. Counts skips and firings.
-  std::optional<Rule> match(std::optional<Opcode> opcode, std::uint32_t connection);
-
  private:
-  struct Armed {
-    Rule rule{};
-    std::uint32_t seen = 0;   // matching operations met so far
-    std::uint32_t fired = 0;  // injections made
-  };
-  mutable std::mutex mutex_;
-  std::vector<Armed> rules_;
-  std::uint64_t injected_ = 0;
+  friend class detail::FaultRuleBook;
+  std::unique_ptr<detail::FaultRuleBook> book_;
 };
 
 // The injector of a fault context; nullptr for a context of another transport.

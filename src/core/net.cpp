@@ -97,8 +97,8 @@ std::string to_string(const Address& address) {
   if (address.family() == AF_INET6) {
     const auto& a = reinterpret_cast<const sockaddr_in6&>(address.storage);
     inet_ntop(AF_INET6, &a.sin6_addr, host, sizeof(host));
-    // Appended piece by piece: g++ 12 at -O3 reports a false -Wrestrict on "[" + std::string(...) (GCC PR 105651),
-    // which -Werror turned into a failed Release build.
+    // Appended piece by piece: g++ 12 at -O3 reports a false -Wrestrict on "[" + std::string(...) (GCC PR
+    // 105651), which -Werror turned into a failed Release build.
     std::string text = "[";
     text += host;
     text += "]:";

@@ -23,5 +23,15 @@ for header in connection.hpp completion.hpp context.hpp memory.hpp; do
     status=1
   fi
 done
-[ $status -eq 0 ] && echo "check_facades: connection, completion, context and memory headers are facades"
+# No installed header at all holds a lock or shared state: a class with state of its own keeps it behind an
+# opaque pointer to a detail:: type (fault::Injector's rule book).
+for file in $(find "$include" -name '*.hpp' | sort); do
+  found=$(sed 's|//.*$||' "$file" | grep -nE 'std::(mutex|shared_mutex|atomic|deque|condition_variable)|#include <(mutex|atomic|deque|shared_mutex|condition_variable)>')
+  if [ -n "$found" ]; then
+    echo "check_facades: ${file#$include/} holds a lock or shared state in an installed header:" >&2
+    echo "$found" | sed "s|^|  ${file#$include/}:|" >&2
+    status=1
+  fi
+done
+[ $status -eq 0 ] && echo "check_facades: connection, completion, context and memory headers are facades; no header holds a lock"
 exit $status

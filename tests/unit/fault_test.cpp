@@ -13,6 +13,7 @@
 
 #include "rdmakit/context.hpp"
 #include "support/test_support.hpp"
+#include "transport/fault/rule_book.hpp"
 
 namespace rdmakit {
 namespace {
@@ -420,7 +421,8 @@ TEST_F(FaultTest, ConcurrentPostersSeeOneConsistentFailure) {
 }
 
 TEST(FaultInjector, SkipCountAndValidation) {
-  fault::Injector injector;
+  fault::Injector rules;
+  auto& injector = detail::FaultRuleBook::of(rules);
   ASSERT_TRUE(injector.add({.action = Rule::Action::Fail, .opcode = Opcode::Read, .skip = 2, .count = 2})
                   .has_value());
   std::vector<bool> fired;
@@ -436,6 +438,7 @@ TEST(FaultInjector, SkipCountAndValidation) {
   injector.clear();
   EXPECT_FALSE(injector.match(Opcode::Send, 7).has_value());
   EXPECT_EQ(injector.injected(), 7u);
+  EXPECT_EQ(rules.injected(), 7u);  // the public view of the same book
 
   EXPECT_FALSE(injector.add({.action = Rule::Action::Fail, .status = Status::Success}).has_value());
   EXPECT_FALSE(injector.add({.action = Rule::Action::Delay}).has_value());

@@ -3,6 +3,7 @@
 #include <thread>
 
 #include "transport/fault/fault_connection.hpp"
+#include "transport/fault/rule_book.hpp"
 #include "transport/transport.hpp"
 
 namespace rdmakit::fault {
@@ -21,7 +22,7 @@ Result<std::shared_ptr<Listener>> FaultContext::listen(std::string_view address)
 }
 
 Result<std::optional<Rule>> FaultContext::connect_rule() {
-  auto rule = injector_.match(std::nullopt, 0);
+  auto rule = detail::FaultRuleBook::of(injector_).match(std::nullopt, 0);
   if (!rule) return rule;
   switch (rule->action) {
     case Rule::Action::Fail:

@@ -2,9 +2,12 @@
 #include <string>
 
 #include "rdmakit/fault.hpp"
+#include "transport/fault/rule_book.hpp"
 
-namespace rdmakit::fault {
+namespace rdmakit {
 namespace {
+
+using fault::Rule;
 
 bool matches(const Rule& rule, std::optional<Opcode> opcode, std::uint32_t connection) {
   if (!opcode) return rule.connect;  // a connection attempt
@@ -15,7 +18,7 @@ bool matches(const Rule& rule, std::optional<Opcode> opcode, std::uint32_t conne
 
 }  // namespace
 
-std::string_view to_string(Rule::Action action) noexcept {
+std::string_view fault::to_string(Rule::Action action) noexcept {
   switch (action) {
     case Rule::Action::Fail:
       return "fail";
@@ -29,7 +32,7 @@ std::string_view to_string(Rule::Action action) noexcept {
   return "unknown";
 }
 
-Result<void> Injector::add(Rule rule) {
+Result<void> detail::FaultRuleBook::add(Rule rule) {
   if (rule.action == Rule::Action::Fail && rule.status == Status::Success)
     return fail(Errc::InvalidArgument, "fault rule: Fail needs a failure status, got success");
   if (rule.action == Rule::Action::Delay && rule.delay.count() <= 0)
@@ -44,17 +47,17 @@ Result<void> Injector::add(Rule rule) {
   return {};
 }
 
-void Injector::clear() {
+void detail::FaultRuleBook::clear() {
   std::lock_guard lock(mutex_);
   rules_.clear();
 }
 
-std::uint64_t Injector::injected() const {
+std::uint64_t detail::FaultRuleBook::injected() const {
   std::lock_guard lock(mutex_);
   return injected_;
 }
 
-std::optional<Rule> Injector::match(std::optional<Opcode> opcode, std::uint32_t connection) {
+std::optional<Rule> detail::FaultRuleBook::match(std::optional<Opcode> opcode, std::uint32_t connection) {
   std::lock_guard lock(mutex_);
   for (Armed& armed : rules_) {
     if (!matches(armed.rule, opcode, connection)) continue;
@@ -67,4 +70,10 @@ std::optional<Rule> Injector::match(std::optional<Opcode> opcode, std::uint32_t 
   return std::nullopt;
 }
 
-}  // namespace rdmakit::fault
+fault::Injector::Injector() : book_(std::make_unique<detail::FaultRuleBook>()) {}
+fault::Injector::~Injector() = default;
+Result<void> fault::Injector::add(Rule rule) { return book_->add(rule); }
+void fault::Injector::clear() { book_->clear(); }
+std::uint64_t fault::Injector::injected() const { return book_->injected(); }
+
+}  // namespace rdmakit

@@ -3,6 +3,8 @@
 #include <string>
 #include <vector>
 
+#include "transport/fault/rule_book.hpp"
+
 namespace rdmakit::fault {
 
 Link::Link(std::shared_ptr<Connection> inner, std::shared_ptr<detail::RcState> state, Injector& injector,
@@ -25,7 +27,7 @@ Result<std::uint64_t> Link::post(std::span<const WorkRequest> chain) {
   std::vector<std::chrono::milliseconds> delays(chain.size());
   if (state_->failure_queued()) cut = 0;
   for (std::size_t i = 0; i < cut; ++i) {
-    auto rule = injector_.match(chain[i].opcode, number_);
+    auto rule = detail::FaultRuleBook::of(injector_).match(chain[i].opcode, number_);
     if (!rule) continue;
     if (rule->action == Rule::Action::Delay) {
       delays[i] = rule->delay;
