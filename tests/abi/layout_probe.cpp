@@ -31,6 +31,7 @@ int main() {
   RDMAKIT_ROW(Capabilities);
   RDMAKIT_ROW(Completion);
   RDMAKIT_ROW(Config);
+  RDMAKIT_ROW(CapabilityInfo);
   RDMAKIT_ROW(ConnectOptions);
   RDMAKIT_ROW(ConnectionStats);
   RDMAKIT_ROW(Error);
@@ -40,6 +41,7 @@ int main() {
   RDMAKIT_ROW(RemoteAddress);
   RDMAKIT_ROW(RemoteRegion);
   RDMAKIT_ROW(Segment);
+  RDMAKIT_ROW(TransportCounter);
   RDMAKIT_ROW(TransportInfo);
   RDMAKIT_ROW(WorkRequest);
   RDMAKIT_ROW(bootstrap::LaunchInfo);
