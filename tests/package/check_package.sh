@@ -38,9 +38,10 @@ g++ -std=c++23 -Wall -Wextra -Werror -c "$scratch/readme_snippets.cpp" -o "$scra
 # without one). Each such struct of the installed headers must appear in options_defaults.cpp.
 include_dir="$scratch/prefix/include"
 structs=$(find "$include_dir/rdmakit" -name '*.hpp' -print0 | sort -z | xargs -0 awk '
-  FNR == 1 { ns = "" }
-  /^namespace [a-z:]+ \{/ { ns = $2 }
-  /^struct [A-Za-z]*(Options|Config) \{/ { print ns "::" $2 }')
+  FNR == 1 { depth = 0 }
+  /^namespace [a-z:]+ \{/ { stack[++depth] = $2 }
+  /^\}  \/\/ namespace/ { if (depth > 0) --depth }
+  /^struct [A-Za-z]*(Options|Config) \{/ { print stack[depth] "::" $2 }')
 [ "$(wc -l <<<"$structs")" -ge 10 ] ||
   { echo "package: found only $(wc -l <<<"$structs") options structs in the installed headers: the pattern broke"; exit 1; }
 for struct in $structs; do
