@@ -63,7 +63,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     if (header->rkey == 0) addr = base + (addr % (2 * kRegion));
     std::uint32_t rkey = header->rkey <= 1 ? target.key : header->rkey;
     std::uint64_t length = atomic ? 8 : header->length;
-    if (atomic && addr % 8 != 0) continue;  // refused before the table is asked (receive.cpp)
+    if (atomic && addr % 8 != 0) continue;  // refused before the table is asked (responder.cpp)
     RegistrationTable::Pin pin;
     if (target.table.check_remote(rkey, addr, length, needed(header->type), &pin) != Status::Success)
       continue;

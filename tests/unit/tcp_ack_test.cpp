@@ -1,4 +1,4 @@
-// Delayed ACKs on tcp (src/transport/tcp/receive.cpp, "Delayed ACKs"): while a thread polls and traffic
+// Delayed ACKs on tcp (src/transport/tcp/responder.cpp, "Delayed ACKs"): while a thread polls and traffic
 // goes both ways, the ACK of the peer's WRITEs and SENDs rides on our next request instead of being a frame
 // of its own. These cases check that it does ride, that it is never held for long when no request of ours
 // follows (the target keeps polling, or stops polling without sleeping), and that a receiver that answers

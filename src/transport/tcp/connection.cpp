@@ -1,4 +1,5 @@
-// Control path of a tcp connection: creation, failure, close, statistics.
+// Lifecycle and failure of a tcp connection: creation, close, health and statistics, the error state,
+// the stall clocks and the engine's tick (silent peer, stalled frames, RNR and ACK deadlines).
 #include "transport/tcp/connection.hpp"
 
 #include <sys/socket.h>
@@ -126,22 +127,6 @@ void TcpConnection::abandon_receive_if_failed() {
   abandon_receive_locked();
 }
 
-void TcpConnection::complete_locked(const InFlight& op, Status status, std::uint32_t bytes) {
-  rc().completed(op.id);
-  if (status == Status::Success && !op.signaled) return;
-  send_queue_->push(
-      Completion{.id = op.id, .status = status, .opcode = op.opcode, .bytes = bytes, .connection = number()});
-}
-
-// Ops that failed at post complete once everything before them has: in order, as verbs would.
-void TcpConnection::complete_local_errors_locked() {
-  if (!in_flight_.empty() && in_flight_.front().local_error != Status::Success) {
-    Status status = in_flight_.front().local_error;
-    fail_locked(status, Error(Errc::TransportFailure,
-                              "operation failed with " + std::string(to_string(status)), 0, status));
-  }
-}
-
 void TcpConnection::fail_locked(Status head_status, Error reason, bool drain_output) {
   if (rc().in_error()) return;
   if (head_status != Status::Flushed)
@@ -179,14 +164,6 @@ void TcpConnection::shut_down_locked() {
   ::shutdown(socket_.get(), SHUT_RDWR);
 }
 
-void TcpConnection::update_interest_locked() {
-  if (!shut_down_)
-    engine_.set_interest(engine_key_, socket_.get(),
-                         !input_paused_ && !responder_full_.load(std::memory_order_relaxed) &&
-                             !input_leased_.load(std::memory_order_relaxed),
-                         want_output_);
-}
-
 Result<void> TcpConnection::health() const { return rc().health(); }
 
 ConnectionStats TcpConnection::stats() const {
@@ -218,28 +195,7 @@ void TcpConnection::on_tick(std::int64_t now_ns) {
     }
     return;
   }
-  if (rx_.phase == Receive::Phase::RnrWait && now_ns > rx_.rnr_deadline_ns) {
-    // Receiver not ready for too long: refuse the request; the initiator fails it with RNR retry exceeded.
-    waiting_for_recv_.store(false);
-    input_paused_ = false;
-    update_interest_locked();
-    rx_.nak_status = Status::RnrRetryExceeded;
-    rx_.then = Receive::Then::Nak;
-    rx_.has_recv = false;
-    if (carries_request_payload(rx_.header.type) && rx_.header.length > 0) {
-      rx_.phase = Receive::Phase::Discard;
-      rx_.discard_left = rx_.header.length;
-      // The payload may already be in the read-ahead buffer, which raises no edge: have the engine read.
-      engine_.kick(engine_key_);
-    } else {
-      rx_.phase = Receive::Phase::Header;
-      send_nak_locked(rx_.header, Status::RnrRetryExceeded);
-      fail_locked(Status::Flushed,
-                  Error(Errc::ConnectionBroken, "refused a request: no receive was posted in time"),
-                  /*drain_output=*/true);
-    }
-    return;
-  }
+  if (rx_.phase == Receive::Phase::RnrWait && now_ns > rx_.rnr_deadline_ns) return refuse_rnr_locked();
   check_stalls_locked(now_ns);
   if (rc().failed()) return abandon_receive_locked();
   if (ack_delay_until_ns_ != 0 && now_ns >= ack_delay_until_ns_) flush_ack_locked();

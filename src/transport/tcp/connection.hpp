@@ -1,15 +1,27 @@
 // A tcp connection: an RC queue pair emulated over one TCP stream.
 //
-// The initiator side (post) writes request frames straight from registered memory into the socket and
-// keeps the requests in flight in order; the engine thread reads frames (on_readable), carries out the
-// peer's requests on this context's registered memory, and completes our requests as their responses
-// arrive, in order. One mutex guards the send side, the queues and the error state; the receive state
-// machine has its own (rx_mutex_), held by whichever thread reads the socket: the engine thread, or a
-// thread busy-polling one of the connection's completion queues.
+// Its definitions are split by responsibility (the section map below names each method's file):
+// - initiator.cpp: requests this side posts, from post to completion (frames queued, operations kept in
+//   flight in order, completed by the peer's responses, NAKs and cumulative ACKs);
+// - responder.cpp: serving the peer's requests on this context's registered memory (WRITEs landing, SENDs
+//   consuming posted receives, READs, atomics) and what goes back (responses, NAKs, delayed ACKs);
+// - stream.cpp: the bytes: frames out of the queue into the socket, the receive state machine that reads
+//   frames in and hands each header to the initiator or the responder, the engine's interest;
+// - lease.cpp: the polling lease (who reads the socket: the engine thread or a poller);
+// - connection.cpp: lifecycle and failure (creation, close, the error state, stall clocks, the tick).
+// So a WRITE's round trip is: initiator.cpp (post_admitted, enqueue_locked) -> stream.cpp (flush_locked);
+// at the peer stream.cpp (drain_input, dispatch_header) -> responder.cpp (on_request_header, finish_payload,
+// the ACK) -> stream.cpp; back here stream.cpp -> initiator.cpp (on_response_header or
+// on_ack_riding_on_request, on_cumulative_ack_locked, complete_locked).
+//
+// One mutex guards the send side, the queues and the error state; the receive state machine has its own
+// (rx_mutex_), held by whichever thread reads the socket: the engine thread, or a thread busy-polling one of
+// the connection's completion queues.
 #pragma once
 
 #include <sys/uio.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <memory>
@@ -29,7 +41,7 @@ namespace rdmakit::tcp {
 class TcpContext;
 
 constexpr std::uint32_t kMaxSge = 16;
-// The ACK of a larger WRITE or SEND never waits to ride on a request (receive.cpp, "Delayed ACKs").
+// The ACK of a larger WRITE or SEND never waits to ride on a request (responder.cpp, "Delayed ACKs").
 constexpr std::uint32_t kAckRideMaxBytes = 64 * 1024;
 
 // A scatter-gather list small enough to live inside the structures that carry it (no allocation).
@@ -39,6 +51,19 @@ struct SgList {
   std::uint64_t total() const noexcept;
 };
 
+// Fills iov with the first `length` bytes of `sgl`; returns the number of entries. (Inline: a SEND's and a
+// READ response's payload path, in responder.cpp and initiator.cpp.)
+inline std::uint32_t sgl_to_iov(const SgList& sgl, std::uint64_t length, iovec* iov) {
+  std::uint32_t count = 0;
+  for (std::uint32_t i = 0; i < sgl.count && length > 0; ++i) {
+    std::uint64_t take = std::min<std::uint64_t>(length, sgl.segments[i].length);
+    if (take == 0) continue;
+    iov[count++] = iovec{reinterpret_cast<void*>(sgl.segments[i].addr), take};
+    length -= take;
+  }
+  return count;
+}
+
 class TcpConnection final : public detail::ConnectionProvider,
                             public Pollable,
                             public std::enable_shared_from_this<TcpConnection> {
@@ -47,16 +72,19 @@ class TcpConnection final : public detail::ConnectionProvider,
                                                        PeerInfo peer, const ConnectOptions& options);
   ~TcpConnection() override;
 
+  // connection.cpp: health, statistics, close, the tick (with create above).
   PeerInfo peer() const override { return peer_; }
   ConnectionStats stats() const override;
   Result<void> health() const override;
   void close() override;
+  void on_tick(std::int64_t now_ns) override;
 
+  // stream.cpp: the engine's and the pollers' calls into the byte stream.
   bool on_readable() override;
   // Reads what has arrived, from the thread that polls a completion queue of this connection (busy-polling
   // progress: no hand-off through the engine thread). Does nothing while another thread is reading.
   void poll_input(std::int64_t now_ns);
-  // When the ACK of a burst of the peer's WRITEs and SENDs leaves (receive.cpp, "Delayed ACKs").
+  // When the ACK of a burst of the peer's WRITEs and SENDs leaves (responder.cpp, "Delayed ACKs").
   enum class AckTiming {
     AtOnce,   // at the end of the burst: the engine thread, or a waiter about to sleep, reads
     MayRide,  // a poller reads: it may ride on our next request, within kAckDelayNs
@@ -64,7 +92,6 @@ class TcpConnection final : public detail::ConnectionProvider,
   // Reads a bounded amount (kReadsPerRound); true when input is left for another call.
   bool drain_input(AckTiming timing = AckTiming::AtOnce, std::int64_t now_ns = 0);
   void on_writable() override;
-  void on_tick(std::int64_t now_ns) override;
   // The polling lease (lease.cpp): renewed by every poll of one of our completion queues, ended by a
   // waiter that is about to sleep, checked by the engine when it runs out.
   void renew_lease(std::int64_t now_ns);
@@ -77,6 +104,8 @@ class TcpConnection final : public detail::ConnectionProvider,
                 std::shared_ptr<SoftCompletionQueue> recv_cq);
 
  private:
+  // initiator.cpp (post_admitted) and responder.cpp (post_recv_admitted): under mutex_, after
+  // ConnectionProvider::run_post's RC prologue.
   Result<std::uint64_t> post_admitted(std::span<const WorkRequest> chain, std::uint64_t first,
                                       std::unique_lock<std::mutex>& lock) override;
   Result<std::uint64_t> post_recv_admitted(std::span<const Segment> sgl, std::uint64_t sequence,
@@ -132,49 +161,56 @@ class TcpConnection final : public detail::ConnectionProvider,
     bool has_recv = false;
   };
 
-  // ---- datapath.cpp: posting, frames into the socket, the responder's output
+  // ---- initiator.cpp: our requests, from post to completion (mutex_ held where _locked; the response
+  // handlers run on the thread reading the socket, under rx_mutex_)
   void enqueue_locked(const WorkRequest& request, std::uint64_t id);
   void remember_in_flight(const WorkRequest& request, std::uint64_t id, std::uint64_t sequence,
                           std::uint32_t bytes, Status local_error);
-  void flush_locked();
+  void on_response_header();  // takes mutex_
+  // The payload of a READ response has landed: the READ completes.
+  void finish_read_response_locked();
+  // A request of the peer's that carries its ACK of ours (kFrameAcks). Takes mutex_.
+  void on_ack_riding_on_request(std::uint64_t sequence);
+  void on_cumulative_ack_locked(std::uint64_t sequence);
+  void complete_locked(const InFlight& op, Status status, std::uint32_t bytes);
+  void complete_local_errors_locked();
+  // ---- responder.cpp: the peer's requests (on the thread reading the socket, under rx_mutex_) and what
+  // goes back: responses, NAKs, delayed ACKs (mutex_ held where _locked)
+  void on_request_header();
+  bool try_consume_recv();
+  // The request waited for a receive past rnr_timeout (on_tick): refused with a NAK.
+  void refuse_rnr_locked();
+  void execute_read();
+  void execute_atomic();
+  void finish_payload();
   void send_response_locked(const FrameHeader& request, FrameType type, std::uint64_t value,
                             std::uint32_t length, const iovec* payload, RegistrationTable::Pin pin);
   void send_nak_locked(const FrameHeader& request, Status status);
   void pause_responder_locked();
   void resume_responder_locked();
-  // ---- receive.cpp: reading frames (engine thread or a poller), the peer's requests, delayed ACKs
-  bool read_some();  // false when the socket has nothing more now (or we stop reading it)
-  bool read_socket();
-  void take_ahead();
-  std::size_t advance_payload(std::size_t got);
-  bool mid_frame() const noexcept;
-  void dispatch_header();
-  void on_request_header();
-  void on_response_header();
-  void finish_payload();
-  void start_payload(const iovec* iov, std::uint32_t count);
-  void start_discard(std::uint64_t bytes);
-  bool try_consume_recv();
-  void execute_atomic();
-  void execute_read();
   void defer_ack_locked(std::uint64_t sequence);
   void flush_ack_locked();
   // End of a burst read for a poller: sends the deferred ACK now, or leaves it to ride on our next request.
   void settle_ack_locked(std::int64_t now_ns);
   // Puts the deferred ACK (if any) on a request frame we are about to send.
   void attach_ack_locked(FrameHeader& request);
-  void on_cumulative_ack_locked(std::uint64_t sequence);
-  // A request of the peer's that carries its ACK of ours (kFrameAcks).
-  void on_ack_riding_on_request(std::uint64_t sequence);
-  // ---- connection.cpp: completion, failure, stall clocks
-  void complete_locked(const InFlight& op, Status status, std::uint32_t bytes);
-  void complete_local_errors_locked();
+  // ---- stream.cpp: frames into the socket, the receive state machine (with the public calls above)
+  void flush_locked();
+  void update_interest_locked();
+  bool read_some();  // false when the socket has nothing more now (or we stop reading it)
+  bool read_socket();
+  void take_ahead();
+  std::size_t advance_payload(std::size_t got);
+  bool mid_frame() const noexcept;
+  void dispatch_header();
+  void start_payload(const iovec* iov, std::uint32_t count);
+  void start_discard(std::uint64_t bytes);
+  // ---- connection.cpp: failure and stall clocks (with the public lifecycle calls above)
   // Moves the connection to the error state: the first in-flight op completes with `head_status`,
   // everything else as Flushed, and later posts fail with `reason`.
   void fail_locked(Status head_status, Error reason, bool drain_output = false);
   void fail_now(Status head_status, Error reason);
   void shut_down_locked();
-  void update_interest_locked();
   // After a failure: lets go of the region a half-received WRITE pinned. Needs rx_mutex_.
   void abandon_receive_locked();
   void abandon_receive_if_failed();
