@@ -82,9 +82,7 @@ Result<std::string> prove_initiate(Context& context, Connection& connection, con
   Deadline deadline(config.timeout);
   auto channel = open_channel(context, connection, config);
   if (!channel) return std::unexpected(channel.error());
-  auto posted = channel->expect();
-  if (posted) posted = channel->expect();
-  if (!posted) return std::unexpected(posted.error());
+  if (auto posted = channel->expect(2); !posted) return std::unexpected(posted.error());
   auto challenge = receive(*channel, kChallenge, deadline.left());
   if (!challenge) return std::unexpected(challenge.error());
   auto nonce = auth::fresh_nonce();

@@ -99,9 +99,7 @@ Result<RemoteRegion> handshake_initiate(Context& context, Connection& connection
   Deadline deadline(config.timeout);
   auto channel = open_channel(context, connection, config);
   if (!channel) return std::unexpected(channel.error());
-  auto posted = channel->expect();
-  if (posted) posted = channel->expect();
-  if (!posted) return std::unexpected(posted.error());
+  if (auto posted = channel->expect(2); !posted) return std::unexpected(posted.error());
   auto challenge = receive(*channel, kChallenge, deadline);
   if (!challenge) return std::unexpected(challenge.error());
   if (challenge->rank != static_cast<std::uint32_t>(expected) ||
@@ -145,9 +143,7 @@ Result<ProvenPeer> handshake_accept(Context& context, Connection& connection, co
   Deadline deadline(config.timeout);
   auto channel = open_channel(context, connection, config);
   if (!channel) return std::unexpected(channel.error());
-  auto posted = channel->expect();
-  if (posted) posted = channel->expect();
-  if (!posted) return std::unexpected(posted.error());
+  if (auto posted = channel->expect(2); !posted) return std::unexpected(posted.error());
   auto nonce = auth::fresh_nonce();
   if (!nonce) return std::unexpected(nonce.error());
   HandshakeMessage challenge{.type = kChallenge,

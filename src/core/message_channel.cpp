@@ -206,6 +206,12 @@ Result<void> MessageChannel::expect() {
   return {};
 }
 
+Result<void> MessageChannel::expect(std::uint32_t count) {
+  for (std::uint32_t i = 0; i < count; ++i)
+    if (auto ok = expect(); !ok) return ok;
+  return {};
+}
+
 Result<Completion> MessageChannel::wait_receive(std::chrono::nanoseconds timeout) {
   const std::uint64_t id = ids_[taken_ % buffers()];
   if (!options_.owns_recv_queue) return connection_->wait(id, timeout);

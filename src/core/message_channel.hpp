@@ -146,6 +146,8 @@ class MessageChannel {
 
   // Posts one more receive (at most options.receives at once): call before the peer may send.
   Result<void> expect();
+  // Posts `count` more receives: a protocol whose peer sends several messages before we take one.
+  Result<void> expect(std::uint32_t count);
   std::uint32_t posted() const noexcept { return static_cast<std::uint32_t>(posted_ - taken_); }
 
   // The next message, oldest receive first (one is posted if none is). Its payload stays valid until the
