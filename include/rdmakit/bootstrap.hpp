@@ -64,7 +64,7 @@ RDMAKIT_API std::uint16_t default_store_port(std::string_view job_id) noexcept;
 // fails with Errc::InvalidArgument naming the key, so nobody can replace what a rank published.
 class RDMAKIT_API Store {
  public:
-  virtual ~Store() = default;
+  virtual ~Store();
   virtual Result<void> set(std::string_view key, std::string_view value) = 0;
   // Waits until `key` is set, then returns its value; Errc::Timeout after `timeout`.
   virtual Result<std::string> get(std::string_view key, std::chrono::milliseconds timeout) = 0;
@@ -94,6 +94,7 @@ struct StoreOptions {
 class RDMAKIT_API TcpStore : public Store {
  public:
   static Result<std::shared_ptr<TcpStore>> open(const StoreOptions& options);
+  ~TcpStore() override;
   virtual std::uint16_t bound_port() const noexcept = 0;
 };
 

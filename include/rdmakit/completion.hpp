@@ -48,7 +48,7 @@ enum class WaitMode : std::uint8_t { Spin, Block, Hybrid };
 // library forwards to the transport's provider (src/transport/provider.hpp).
 class RDMAKIT_API CompletionQueue {
  public:
-  virtual ~CompletionQueue() = default;
+  virtual ~CompletionQueue();
   CompletionQueue(const CompletionQueue&) = delete;
   CompletionQueue& operator=(const CompletionQueue&) = delete;
 

@@ -88,7 +88,7 @@ struct RDMAKIT_API RemoteRegion {
 // region derives from detail::MemoryRegionProvider).
 class RDMAKIT_API MemoryRegion {
  public:
-  virtual ~MemoryRegion() = default;
+  virtual ~MemoryRegion();
   MemoryRegion(const MemoryRegion&) = delete;
   MemoryRegion& operator=(const MemoryRegion&) = delete;
 

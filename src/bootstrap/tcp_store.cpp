@@ -193,6 +193,11 @@ Result<std::string> store_secret(const StoreOptions& options) {
 
 }  // namespace
 
+// Out of line: the destructor is the key function, so the vtable is emitted (and exported) from this one
+// file in every build type, not wherever an optimizer happens to keep it (abi/librdmakit.symbols).
+Store::~Store() = default;
+TcpStore::~TcpStore() = default;
+
 Result<std::shared_ptr<TcpStore>> TcpStore::open(const StoreOptions& options) {
   auto secret = store_secret(options);
   if (!secret) return std::unexpected(secret.error());

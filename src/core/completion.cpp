@@ -153,6 +153,10 @@ Result<Completion> CompletionQueueProvider::wait_for(std::uint64_t id, std::chro
 
 }  // namespace detail
 
+// Out of line: the destructor is the key function, so the vtable is emitted (and exported) from this one
+// file in every build type, not wherever an optimizer happens to keep it (abi/librdmakit.symbols).
+CompletionQueue::~CompletionQueue() = default;
+
 // The facade.
 std::size_t CompletionQueue::poll(std::span<Completion> out) { return detail::provider(*this).poll(out); }
 Result<void> CompletionQueue::health() const { return detail::provider(*this).health(); }

@@ -23,6 +23,10 @@ T get(const std::byte*& in) {
 
 }  // namespace
 
+// Out of line: the destructor is the key function, so the vtable is emitted (and exported) from this one
+// file in every build type, not wherever an optimizer happens to keep it (abi/librdmakit.symbols).
+MemoryRegion::~MemoryRegion() = default;
+
 std::string to_string(Access access) {
   if (access == Access::None) return "none";
   std::string text;

@@ -32,6 +32,18 @@ if [ -n "$unversioned" ]; then
   exit 1
 fi
 
+# A polymorphic public class (its typeinfo is exported) must export its vtable from one place: with an inline
+# key function (virtual ~X() = default in the header) the vtable is a weak copy that an optimized build may
+# drop and a Debug build keeps, so the exported list would depend on the build type.
+without_vtable=$(sed -n 's/^_ZTI\(N7rdmakit[^@]*\)@.*/\1/p' "$scratch/symbols" | while read -r mangled; do
+  grep -q "^_ZTV$mangled@" "$scratch/symbols" || echo "_ZTI$mangled"
+done)
+if [ -n "$without_vtable" ]; then
+  echo "abi: polymorphic public classes without an exported vtable (define the virtual destructor out of line):"
+  echo "$without_vtable" | c++filt | sed 's/^/abi:   /'
+  exit 1
+fi
+
 # Every struct of the installed headers (namespace-scope "struct Name {") is in the probe's list.
 structs=$(find "$source_dir/include/rdmakit" -name '*.hpp' -print0 | sort -z | xargs -0 awk '
   FNR == 1 { depth = 0 }

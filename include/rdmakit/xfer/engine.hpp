@@ -77,7 +77,7 @@ struct Request {
 // The requests of one submit(). Thread-safe.
 class RDMAKIT_API Batch {
  public:
-  virtual ~Batch() = default;
+  virtual ~Batch();
   virtual std::size_t size() const noexcept = 0;
   // Polling: whether every request has finished (succeeded or failed).
   virtual bool done() const noexcept = 0;
@@ -123,7 +123,7 @@ class RDMAKIT_API Engine {
   // Opens a rail per transport (and device), listens on each, and keeps `metadata` for publishing and
   // resolving names. The store must outlive the engine.
   static Result<std::unique_ptr<Engine>> create(MetadataStore& metadata, const EngineOptions& options = {});
-  virtual ~Engine() = default;
+  virtual ~Engine();
 
   // Segments this process owns. allocate_segment() takes memory that every rail can reach fast (shm's
   // shared arena); publish() registers caller memory, which must stay allocated until unpublish() or the

@@ -41,7 +41,7 @@ struct MetadataOptions {
 
 class RDMAKIT_API MetadataStore {
  public:
-  virtual ~MetadataStore() = default;
+  virtual ~MetadataStore();
 
   // Publishes `value` under `key`, bound to this store's lease (vanishes when this store dies or closes).
   // Publishing an existing key of this store replaces its value. A key another store published and still
@@ -78,7 +78,7 @@ RDMAKIT_API Result<std::unique_ptr<MetadataStore>> open_metadata(std::string_vie
 // A builtin metadata server running in this process (a thread) for as long as the object lives.
 class RDMAKIT_API MetadataServer {
  public:
-  virtual ~MetadataServer() = default;
+  virtual ~MetadataServer();
   virtual std::uint16_t port() const noexcept = 0;
   // "builtin://host:port", for open_metadata.
   virtual std::string url() const = 0;

@@ -11,6 +11,11 @@
 
 namespace rdmakit::xfer {
 
+// Out of line: the destructor is the key function, so the vtable is emitted (and exported) from this one
+// file in every build type, not wherever an optimizer happens to keep it (abi/librdmakit.symbols).
+Engine::~Engine() = default;
+Batch::~Batch() = default;
+
 Result<std::unique_ptr<Engine>> Engine::create(MetadataStore& metadata, const EngineOptions& options) {
   if (options.transports.empty()) return fail(Errc::InvalidArgument, "xfer engine: no transport");
   if (options.connections_per_rail == 0 || options.max_inflight_per_peer == 0 ||

@@ -203,6 +203,10 @@ class BuiltinServer final : public MetadataServer {
 
 }  // namespace
 
+// Out of line: the destructor is the key function, so the vtable is emitted (and exported) from this one
+// file in every build type, not wherever an optimizer happens to keep it (abi/librdmakit.symbols).
+MetadataServer::~MetadataServer() = default;
+
 Result<std::unique_ptr<MetadataServer>> serve_builtin_metadata(std::string_view address) {
   auto colon = address.rfind(':');
   std::string host(address.substr(0, colon));

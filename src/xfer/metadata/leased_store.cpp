@@ -254,6 +254,10 @@ Result<void> check_options(const MetadataOptions& options, std::string_view url)
 
 }  // namespace
 
+// Out of line: the destructor is the key function, so the vtable is emitted (and exported) from this one
+// file in every build type, not wherever an optimizer happens to keep it (abi/librdmakit.symbols).
+MetadataStore::~MetadataStore() = default;
+
 Result<std::unique_ptr<MetadataStore>> open_metadata(std::string_view url, const MetadataOptions& options) {
   auto parsed = parse_url(url);
   if (!parsed) return std::unexpected(parsed.error());
