@@ -107,11 +107,18 @@ class RDMAKIT_API Context : public std::enable_shared_from_this<Context> {
   std::string_view transport() const noexcept;
   Capabilities capabilities() const;
 
-  // Registers caller memory. The memory must stay allocated until the region is destroyed.
+  // Registers caller memory. The memory must stay allocated until the region is destroyed. `kind` says
+  // where it lives (MemoryKind::Auto, the default, detects CUDA device memory); the transport chooses the
+  // path its bytes take (MemoryRegion::path(), docs/gpu.md) or refuses device memory with an error naming
+  // what is missing: device memory is never treated as host memory.
   Result<std::shared_ptr<MemoryRegion>> register_memory(void* data, std::size_t size, Access access);
+  Result<std::shared_ptr<MemoryRegion>> register_memory(void* data, std::size_t size, Access access,
+                                                        MemoryKind kind);
   // Memory that rdmakit allocates, registered and (where the transport can) shareable in one call: the
   // fast path for shm, where peers map it directly. Page-aligned and zeroed; freed with the region.
+  // MemoryKind::Cuda: device memory of the calling thread's current device (cudaMalloc; not zeroed).
   Result<std::shared_ptr<MemoryRegion>> allocate(std::size_t size, Access access);
+  Result<std::shared_ptr<MemoryRegion>> allocate(std::size_t size, Access access, MemoryKind kind);
 
   Result<std::shared_ptr<CompletionQueue>> create_cq(std::size_t depth = 0);
   // Listens on `address` ("host:port"); empty: Config::listen_address (loopback by default).

@@ -35,6 +35,26 @@ constexpr bool has(Access set, Access wanted) noexcept {
 }
 RDMAKIT_API std::string to_string(Access access);
 
+// Where registered memory lives. Auto asks CUDA when the process has loaded a CUDA driver (device memory
+// cannot exist otherwise), so a program that never uses a GPU never loads CUDA.
+enum class MemoryKind : std::uint8_t {
+  Host,  // CPU memory
+  Cuda,  // CUDA device memory (cudaMalloc, a caching allocator's blocks, VMM): refused if it is not
+  Auto,  // detect
+};
+RDMAKIT_API std::string to_string(MemoryKind kind);
+
+// The path the bytes of a region take, chosen at registration (never silently changed later). Device
+// memory takes one of the last four (docs/gpu.md); option gpu_path (auto|direct|staged) can require one.
+enum class MemoryPath : std::uint8_t {
+  Host,              // host memory: the transport's own path
+  GpuDirectDmabuf,   // verbs: the NIC reaches device memory through a dmabuf export of the allocation
+  GpuDirectPeermem,  // verbs: ... through the nvidia_peermem kernel module
+  CudaIpc,           // shm: the peer maps the allocation through CUDA IPC; copies are device-to-device
+  Staged,            // copied through pinned host memory by the transport (tcp; verbs without GPUDirect)
+};
+RDMAKIT_API std::string to_string(MemoryPath path);  // "host", "gpudirect-dmabuf", ..., "staged"
+
 // One entry of a scatter-gather list. Same layout as struct ibv_sge, so verbs posts it as is: the length
 // is 32 bits, so one Segment covers less than 4 GiB (kMaxSegmentLength); a larger range is posted as
 // several operations (message sizes are capped lower anyway: Capabilities::max_message_size).
@@ -97,6 +117,11 @@ class RDMAKIT_API MemoryRegion {
   Access access() const noexcept { return access_; }
   std::uint32_t lkey() const noexcept { return lkey_; }
   std::uint32_t rkey() const noexcept { return rkey_; }
+  // Where the memory lives (Host or Cuda, never Auto), its device (-1 for host memory) and the path its
+  // bytes take.
+  MemoryKind kind() const noexcept { return kind_; }
+  int device() const noexcept { return device_; }
+  MemoryPath path() const noexcept { return path_; }
 
   // A segment `length` bytes long at `offset`. Not checked here: an operation that uses a segment
   // outside the region completes with Status::LocalProtection, as verbs does. The length is a
@@ -130,6 +155,9 @@ class RDMAKIT_API MemoryRegion {
   std::uint32_t lkey_;
   std::uint32_t rkey_;
   RemoteRegion descriptor_;
+  MemoryKind kind_ = MemoryKind::Host;
+  MemoryPath path_ = MemoryPath::Host;
+  int device_ = -1;
 };
 
 }  // namespace rdmakit

@@ -6,6 +6,7 @@
 #include <set>
 #include <thread>
 
+#include "cuda/pointer.hpp"
 #include "ckpt/copy_pool.hpp"
 #include "ckpt/group.hpp"
 #include "ckpt/io.hpp"
@@ -40,7 +41,7 @@ Result<void> check_buffers(const std::vector<Buffer>& buffers) {
     std::string where = "ckpt: buffer '" + b.name + "': ";
     if (b.name.empty() || !names.insert(b.name).second)
       return fail(Errc::InvalidArgument, where + "empty or repeated name");
-    if (b.kind != MemoryKind::Host && b.kind != MemoryKind::Cuda)
+    if (b.kind != MemoryKind::Host && b.kind != MemoryKind::Cuda && b.kind != MemoryKind::Auto)
       return fail(Errc::InvalidArgument, where + "unknown MemoryKind");
     if (!b.data && b.size > 0) return fail(Errc::InvalidArgument, where + "null data");
     std::uint64_t elements = 1;
@@ -177,7 +178,14 @@ struct __attribute__((visibility("hidden"))) Engine::Impl {
   Result<void> make_movers(const std::vector<Buffer>& buffers) {
     detail::KindSpans host, device;
     for (std::size_t i = 0; i < buffers.size(); ++i) {
-      auto& kind = buffers[i].kind == MemoryKind::Cuda ? device : host;
+      MemoryKind where = buffers[i].kind;
+      if (where == MemoryKind::Auto) {  // Cuda only when a loaded CUDA driver says device memory
+        auto found = ::rdmakit::detail::cuda::classify(buffers[i].data, buffers[i].size, where,
+                                                       "ckpt: buffer '" + buffers[i].name + "'");
+        if (!found) return std::unexpected(found.error());
+        where = found->kind;
+      }
+      auto& kind = where == MemoryKind::Cuda ? device : host;
       kind.spans.push_back({static_cast<unsigned char*>(buffers[i].data), layout[i].offset, buffers[i].size});
       kind.names.push_back(buffers[i].name);
     }

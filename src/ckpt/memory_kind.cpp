@@ -2,10 +2,12 @@
 
 #include <map>
 
-#include "ckpt/cuda_runtime.hpp"
+#include "cuda/runtime.hpp"
 
 namespace rdmakit::ckpt::detail {
 namespace {
+
+namespace cuda = ::rdmakit::detail::cuda;
 
 class HostMover final : public Mover {
  public:
@@ -41,7 +43,7 @@ std::string memory_type_name(int type) {
 
 class CudaMover final : public Mover {
  public:
-  CudaMover(CudaRuntime rt, KindSpans spans) : rt_(std::move(rt)), spans_(std::move(spans)) {}
+  CudaMover(const cuda::Runtime& rt, KindSpans spans) : rt_(rt), spans_(std::move(spans)) {}
 
   ~CudaMover() override {
     for (auto& [device, stream] : streams_) {
@@ -118,7 +120,7 @@ class CudaMover final : public Mover {
     return {};
   }
 
-  CudaRuntime rt_;
+  const cuda::Runtime& rt_;
   KindSpans spans_;
   std::vector<int> devices_;             // per span
   std::map<int, cuda::Stream> streams_;  // per device
@@ -133,15 +135,15 @@ std::unique_ptr<Mover> make_host_mover(KindSpans spans, CopyPool& pool) {
 
 Result<std::unique_ptr<Mover>> make_cuda_mover(KindSpans spans, const std::string& runtime_library,
                                                unsigned char* staging, std::size_t staging_size) {
-  auto rt = CudaRuntime::load(runtime_library);
+  auto rt = cuda::Runtime::get(runtime_library);
   if (!rt) {
     std::string names;
     for (const auto& n : spans.names) names += (names.empty() ? "'" : ", '") + n + "'";
     std::string why = rt.error().message();
-    if (why.starts_with("ckpt: ")) why.erase(0, 6);
+    if (why.starts_with("cuda: ")) why.erase(0, 6);
     return fail(rt.error().code(), "ckpt: buffer " + names + " (MemoryKind::Cuda): " + why);
   }
-  auto mover = std::make_unique<CudaMover>(std::move(*rt), std::move(spans));
+  auto mover = std::make_unique<CudaMover>(**rt, std::move(spans));
   if (auto ok = mover->prepare(staging, staging_size); !ok) return std::unexpected(ok.error());
   return std::unique_ptr<Mover>(std::move(mover));
 }

@@ -11,6 +11,7 @@
 #include "core/log.hpp"
 #include "core/option_table.hpp"
 #include "core/transport_registry.hpp"
+#include "cuda/runtime.hpp"
 #include "transport/provider.hpp"
 
 namespace rdmakit {
@@ -25,7 +26,9 @@ class OwnedRegion final : public detail::MemoryRegionProvider {
                              registration->descriptor().owner_epoch),
         memory_(memory),
         mapped_(mapped),
-        registration_(std::move(registration)) {}
+        registration_(std::move(registration)) {
+    set_placement(registration_->kind(), registration_->device(), registration_->path());
+  }
   ~OwnedRegion() override {
     registration_.reset();  // deregister before the memory goes
     munmap(memory_, mapped_);
@@ -36,6 +39,52 @@ class OwnedRegion final : public detail::MemoryRegionProvider {
   std::size_t mapped_;
   std::shared_ptr<MemoryRegion> registration_;
 };
+
+// Device memory that allocate(..., MemoryKind::Cuda) owns: cudaFree'd when the region goes.
+class OwnedDeviceRegion final : public detail::MemoryRegionProvider {
+ public:
+  OwnedDeviceRegion(std::shared_ptr<MemoryRegion> registration, const detail::cuda::Runtime& rt, int device)
+      : MemoryRegionProvider(registration->data(), registration->size(), registration->access(),
+                             registration->lkey(), registration->rkey(), registration->descriptor().owner_id,
+                             registration->descriptor().owner_epoch),
+        rt_(rt),
+        allocation_device_(device),
+        registration_(std::move(registration)) {
+    set_placement(registration_->kind(), registration_->device(), registration_->path());
+  }
+  ~OwnedDeviceRegion() override {
+    void* memory = registration_->data();
+    registration_.reset();  // deregister (and close peers' IPC mappings) before the memory goes
+    (void)detail::cuda::on_device(rt_, allocation_device_, [&]() -> Result<void> {
+      rt_.free(memory);
+      return {};
+    });
+  }
+
+ private:
+  const detail::cuda::Runtime& rt_;
+  int allocation_device_;
+  std::shared_ptr<MemoryRegion> registration_;
+};
+
+Result<std::shared_ptr<MemoryRegion>> allocate_device(detail::ContextProvider& context, std::size_t size,
+                                                      Access access) {
+  auto rt = detail::cuda::Runtime::get();
+  if (!rt) return fail(rt.error().code(), "allocate (MemoryKind::Cuda): " + rt.error().message());
+  int device = 0;
+  if (auto e = (*rt)->get_device(&device); e != detail::cuda::kSuccess)
+    return fail(Errc::Unavailable, "allocate (MemoryKind::Cuda): " + (*rt)->describe("cudaGetDevice", e));
+  void* memory = nullptr;
+  if (auto e = (*rt)->malloc(&memory, size); e != detail::cuda::kSuccess)
+    return fail(Errc::ResourceExhausted, "allocate (MemoryKind::Cuda): " + std::to_string(size) + " bytes on device " +
+                                             std::to_string(device) + ": " + (*rt)->describe("cudaMalloc", e));
+  auto registration = context.Context::register_memory(memory, size, access, MemoryKind::Cuda);
+  if (!registration) {
+    (*rt)->free(memory);
+    return std::unexpected(registration.error());
+  }
+  return std::make_shared<OwnedDeviceRegion>(std::move(*registration), **rt, device);
+}
 
 // Out of memory is a limit reached, not a broken system: ResourceExhausted, naming the address-space limit
 // when one is set (the usual cause of ENOMEM from mmap with memory to spare).
@@ -59,6 +108,13 @@ ContextProvider::ContextProvider(Config config) : config_(std::move(config)) {
   identity_.name = config_.name;
   identity_.id = identity::hash_name(config_.name);
   identity_.epoch = identity::new_epoch();
+}
+
+Result<std::shared_ptr<MemoryRegion>> ContextProvider::register_device_memory(void*, std::size_t, Access,
+                                                                             const cuda::PointerInfo& device) {
+  return fail(Errc::NotSupported, "register_memory: CUDA device memory (device " + std::to_string(device.device) +
+                                      ") has no path over the " + std::string(transport()) +
+                                      " transport yet (docs/gpu.md lists the paths of each transport)");
 }
 
 }  // namespace detail
@@ -94,10 +150,24 @@ PeerInfo Context::identity() const { return detail::provider(*this).identity(); 
 std::string_view Context::transport() const noexcept { return detail::provider(*this).transport(); }
 Capabilities Context::capabilities() const { return detail::provider(*this).capabilities(); }
 Result<std::shared_ptr<MemoryRegion>> Context::register_memory(void* data, std::size_t size, Access access) {
-  return detail::provider(*this).register_memory(data, size, access);
+  return register_memory(data, size, access, MemoryKind::Auto);
+}
+Result<std::shared_ptr<MemoryRegion>> Context::register_memory(void* data, std::size_t size, Access access,
+                                                               MemoryKind kind) {
+  auto& self = detail::provider(*this);
+  if (kind == MemoryKind::Host) return self.register_memory(data, size, access);
+  auto where = detail::cuda::classify(data, size, kind, "register_memory");
+  if (!where) return std::unexpected(where.error());
+  if (where->kind == MemoryKind::Host) return self.register_memory(data, size, access);
+  return self.register_device_memory(data, size, access, *where);
 }
 Result<std::shared_ptr<MemoryRegion>> Context::allocate(std::size_t size, Access access) {
   return detail::provider(*this).allocate(size, access);
+}
+Result<std::shared_ptr<MemoryRegion>> Context::allocate(std::size_t size, Access access, MemoryKind kind) {
+  if (kind != MemoryKind::Cuda) return allocate(size, access);  // Auto: rdmakit's own memory is host memory
+  if (size == 0) return fail(Errc::InvalidArgument, "allocate: size is 0");
+  return allocate_device(detail::provider(*this), size, access);
 }
 Result<std::shared_ptr<CompletionQueue>> Context::create_cq(std::size_t depth) {
   return detail::provider(*this).create_cq(depth);

@@ -27,6 +27,34 @@ T get(const std::byte*& in) {
 // file in every build type, not wherever an optimizer happens to keep it (abi/librdmakit.symbols).
 MemoryRegion::~MemoryRegion() = default;
 
+std::string to_string(MemoryKind kind) {
+  switch (kind) {
+    case MemoryKind::Host:
+      return "host";
+    case MemoryKind::Cuda:
+      return "cuda";
+    case MemoryKind::Auto:
+      return "auto";
+  }
+  return "unknown";
+}
+
+std::string to_string(MemoryPath path) {
+  switch (path) {
+    case MemoryPath::Host:
+      return "host";
+    case MemoryPath::GpuDirectDmabuf:
+      return "gpudirect-dmabuf";
+    case MemoryPath::GpuDirectPeermem:
+      return "gpudirect-peermem";
+    case MemoryPath::CudaIpc:
+      return "cuda-ipc";
+    case MemoryPath::Staged:
+      return "staged";
+  }
+  return "unknown";
+}
+
 std::string to_string(Access access) {
   if (access == Access::None) return "none";
   std::string text;

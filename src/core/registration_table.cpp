@@ -18,7 +18,7 @@ constexpr std::chrono::seconds kPinWarning{30};
 // Keys are random and never reused within the table's life (KeySource); a key from an earlier life of the
 // process may match by chance (1 in 2^32), and the owner epoch in descriptors catches that.
 Result<RegistrationTable::Keys> RegistrationTable::add(std::uint64_t addr, std::uint64_t length,
-                                                       Access access) {
+                                                       Access access, bool device) {
   std::unique_lock lock(mutex_);
   auto lkey = keys_.next();
   if (!lkey) return std::unexpected(lkey.error());
@@ -28,6 +28,7 @@ Result<RegistrationTable::Keys> RegistrationTable::add(std::uint64_t addr, std::
   entry->addr = addr;
   entry->length = length;
   entry->access = access;
+  entry->device = device;
   entry->lkey = *lkey;
   entry->rkey = *rkey;
   by_rkey_.emplace(*rkey, entry.get());
@@ -92,10 +93,11 @@ Status RegistrationTable::check_remote(std::uint32_t rkey, std::uint64_t addr, s
   return Status::Success;
 }
 
-Status RegistrationTable::check_local(const Segment& segment, bool write) const {
+Status RegistrationTable::check_local(const Segment& segment, bool write, bool* device) const {
   std::shared_lock lock(mutex_);
   const Entry* entry = find_covering(entries_, segment.lkey, segment.addr, segment.length);
   if (!entry || (write && !has(entry->access, Access::LocalWrite))) return Status::LocalProtection;
+  if (device) *device = entry->device;
   return Status::Success;
 }
 

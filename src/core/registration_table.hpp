@@ -25,6 +25,7 @@ class RegistrationTable {
     Access access;
     std::uint32_t lkey;
     std::uint32_t rkey;
+    bool device = false;  // CUDA device memory: the transport copies through host memory (staged path)
     std::atomic<int> pins{0};
   };
 
@@ -43,6 +44,8 @@ class RegistrationTable {
     }
     ~Pin() { release(); }
     explicit operator bool() const noexcept { return entry_ != nullptr; }
+    // The pinned region is device memory: the CPU must not touch it (core/staged_copy.hpp moves its bytes).
+    bool device() const noexcept { return entry_ && entry_->device; }
 
    private:
     void release() noexcept {
@@ -60,7 +63,7 @@ class RegistrationTable {
   // Registers [addr, addr+length) under two random keys that differ, neither ever issued before in this
   // table's life (KeySource): an rkey a peer holds says nothing about another region's keys, and an
   // lkey is never valid as an rkey.
-  Result<Keys> add(std::uint64_t addr, std::uint64_t length, Access access);
+  Result<Keys> add(std::uint64_t addr, std::uint64_t length, Access access, bool device = false);
   // Removes the region of this lkey; waits until no access pins it. Pins are held only by accesses that
   // progress or fail within the transport's timeout_ms, which bounds the wait (see the .cpp).
   void remove(std::uint32_t key);
@@ -71,7 +74,8 @@ class RegistrationTable {
   Status check_remote(std::uint32_t rkey, std::uint64_t addr, std::uint64_t length, Access needed,
                       Pin* pin) const;
   // A local segment: key known and the segment inside the region; `write` needs LocalWrite.
-  Status check_local(const Segment& segment, bool write) const;
+  // `device` (optional): set to whether the segment is in device memory.
+  Status check_local(const Segment& segment, bool write, bool* device = nullptr) const;
   // Regions registered now.
   std::size_t size() const;
 

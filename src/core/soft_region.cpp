@@ -14,6 +14,7 @@ class SoftRegion final : public detail::MemoryRegionProvider {
         table_(std::move(table)),
         owner_(std::move(owner)) {}
   ~SoftRegion() override { table_->remove(lkey()); }
+  void place(MemoryKind kind, int device, MemoryPath path) noexcept { set_placement(kind, device, path); }
 
  private:
   std::shared_ptr<RegistrationTable> table_;
@@ -40,11 +41,14 @@ Result<void> check_registration(const void* data, std::size_t size, Access acces
 
 Result<std::shared_ptr<MemoryRegion>> register_soft(std::shared_ptr<RegistrationTable> table,
                                                     std::shared_ptr<const Context> owner, void* data,
-                                                    std::size_t size, Access access) {
+                                                    std::size_t size, Access access,
+                                                    const detail::cuda::PointerInfo* device) {
   if (auto ok = check_registration(data, size, access); !ok) return std::unexpected(ok.error());
-  auto keys = table->add(reinterpret_cast<std::uint64_t>(data), size, access);
+  auto keys = table->add(reinterpret_cast<std::uint64_t>(data), size, access, device != nullptr);
   if (!keys) return std::unexpected(keys.error());
-  return std::make_shared<SoftRegion>(std::move(table), std::move(owner), data, size, access, *keys);
+  auto region = std::make_shared<SoftRegion>(std::move(table), std::move(owner), data, size, access, *keys);
+  if (device) region->place(MemoryKind::Cuda, device->device, MemoryPath::Staged);
+  return region;
 }
 
 }  // namespace rdmakit

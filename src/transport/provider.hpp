@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "core/rc_state.hpp"
+#include "cuda/pointer.hpp"
 #include "rdmakit/completion.hpp"
 #include "rdmakit/connection.hpp"
 #include "rdmakit/context.hpp"
@@ -197,6 +198,12 @@ class MemoryRegionProvider : public MemoryRegion {
   MemoryRegionProvider(void* data, std::size_t size, Access access, std::uint32_t lkey, std::uint32_t rkey,
                        std::uint64_t owner_id, std::uint64_t owner_epoch) noexcept
       : MemoryRegion(data, size, access, lkey, rkey, owner_id, owner_epoch) {}
+  // Device memory: where it lives and the path the transport chose for it (kind() and path() report them).
+  void set_placement(MemoryKind kind, int device, MemoryPath path) noexcept {
+    kind_ = kind;
+    device_ = device;
+    path_ = path;
+  }
 };
 
 // ---- Listeners and contexts
@@ -227,6 +234,12 @@ class ContextProvider : public Context {
   virtual Capabilities capabilities() const = 0;
   virtual Result<std::shared_ptr<MemoryRegion>> register_memory(void* data, std::size_t size,
                                                                 Access access) = 0;
+  // Device memory: [data, data+size) inside the CUDA allocation `device` describes. The transport chooses
+  // the path (set_placement) or refuses. Default: refused with NotSupported naming the transport, so device
+  // memory is never treated as host memory by a transport that has no path for it.
+  virtual Result<std::shared_ptr<MemoryRegion>> register_device_memory(void* data, std::size_t size,
+                                                                       Access access,
+                                                                       const cuda::PointerInfo& device);
   // Default: anonymous memory, registered (src/core/context.cpp); shm allocates shareable memory.
   virtual Result<std::shared_ptr<MemoryRegion>> allocate(std::size_t size, Access access);
   // The public defaults, so that a call through a transport class reads as one through Context.

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "ckpt/cuda_runtime.hpp"
+#include "cuda/runtime.hpp"
 #include "ckpt_support.hpp"
 #include "fake_cudart/fake_cudart.hpp"
 #include "rdmakit/ckpt/engine.hpp"
@@ -301,7 +301,7 @@ TEST_F(CkptCuda, HostOnlyStateNeverLoadsTheRuntime) {
 // a CUDA buffer must be refused with a clear error; with one, bytes must round-trip through device memory.
 TEST(CkptCudaReal, RealRuntimeRoundTripOrClearRefusal) {
   TempDir dir;
-  auto rt = detail::CudaRuntime::load("");
+  auto rt = ::rdmakit::detail::cuda::Runtime::get("");
   std::vector<unsigned char> fake_device(1 << 20);
   if (!rt) {
     // What the engine says for a CUDA buffer when the runtime or the GPU is missing.
@@ -320,7 +320,7 @@ TEST(CkptCudaReal, RealRuntimeRoundTripOrClearRefusal) {
                 engine.error().message().c_str());
     GTEST_SKIP() << "no usable CUDA GPU: " << rt.error().message();
   }
-  void* handle = ::dlopen(rt->library().c_str(), RTLD_NOW | RTLD_LOCAL);
+  void* handle = ::dlopen((*rt)->library().c_str(), RTLD_NOW | RTLD_LOCAL);
   ASSERT_NE(handle, nullptr);
   auto cuda_malloc = reinterpret_cast<CudaError (*)(void**, std::size_t)>(::dlsym(handle, "cudaMalloc"));
   auto cuda_free = reinterpret_cast<CudaError (*)(void*)>(::dlsym(handle, "cudaFree"));
@@ -345,7 +345,7 @@ TEST(CkptCudaReal, RealRuntimeRoundTripOrClearRefusal) {
   ASSERT_EQ(cuda_memcpy(back.data(), device, back.size(), 2), 0);
   EXPECT_EQ(seeded_mismatch(back.data(), back.size(), 42), back.size());
   cuda_free(device);
-  std::printf("the CUDA path ran on a real GPU (%s)\n", rt->library().c_str());
+  std::printf("the CUDA path ran on a real GPU (%s)\n", (*rt)->library().c_str());
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "rdmakit/export.hpp"
+#include "rdmakit/memory.hpp"
 
 namespace rdmakit::ckpt {
 
@@ -19,10 +20,11 @@ RDMAKIT_API std::string_view to_string(DType dtype) noexcept;  // "f32", "bf16",
 RDMAKIT_API std::optional<DType> parse_dtype(std::string_view text) noexcept;
 RDMAKIT_API std::size_t dtype_size(DType dtype) noexcept;
 
-// Where a buffer lives. Cuda: device memory, copied with cudaMemcpyAsync on the engine's own stream into
-// pinned staging, the CUDA runtime loaded at run time (EngineOptions::cuda_runtime). The CUDA path is
-// unit-tested against a fake runtime only: UNTESTED ON A GPU (docs/ckpt.md).
-enum class MemoryKind : std::uint8_t { Host, Cuda };
+// Where a buffer lives: the library's one MemoryKind (rdmakit/memory.hpp). Cuda: device memory, copied with
+// cudaMemcpyAsync on the engine's own stream into pinned staging, the CUDA runtime loaded at run time
+// (EngineOptions::cuda_runtime). Auto: Cuda when CUDA says device memory, else Host. The CUDA path ran on an
+// H100 (docs/ckpt.md) and is unit-tested against a fake runtime (tests/fake_cudart).
+using ::rdmakit::MemoryKind;
 
 // One named piece of application state. The engine reads `data` during snapshot() and writes it during
 // restore; it must stay valid for the engine's life. `shape` is metadata: its product times the dtype's

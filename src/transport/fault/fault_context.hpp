@@ -24,6 +24,10 @@ class FaultContext final : public detail::ContextProvider {
                                                         Access access) override {
     return inner_->register_memory(data, size, access);
   }
+  Result<std::shared_ptr<MemoryRegion>> register_device_memory(void* data, std::size_t size, Access access,
+                                                               const detail::cuda::PointerInfo&) override {
+    return inner_->register_memory(data, size, access, MemoryKind::Cuda);
+  }
   Result<std::shared_ptr<MemoryRegion>> allocate(std::size_t size, Access access) override {
     return inner_->allocate(size, access);
   }

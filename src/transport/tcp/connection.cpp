@@ -112,6 +112,7 @@ void TcpConnection::touch_send() noexcept { last_send_ns_.store(steady_ns(), std
 void TcpConnection::abandon_receive_locked() {
   if (!rc().failed()) return;
   rx_.pin = {};
+  rx_.sink_count = 0;  // the staged payload's device region may go with the pin: it is discarded
   if (rx_.phase != Receive::Phase::Payload) return;
   // A failed connection that still drains (a NAK lingering) reads the rest of this payload into scratch.
   std::uint64_t left = 0;

@@ -119,7 +119,8 @@ class TcpConnection final : public detail::ConnectionProvider,
     bool signaled;
     Status local_error;  // != Success: failed at post, nothing was sent; completes with this status
     std::uint32_t bytes;
-    SgList results;  // READ and atomics: where the response's bytes go
+    SgList results;           // READ and atomics: where the response's bytes go
+    bool results_on_device;   // ... and some of it is device memory: staged (start_payload_staged)
   };
   // A frame (or its unsent rest) waiting for room in the socket. Frames live in a ring that moves them
   // when it grows, so the header's part is found from the header itself (part()), never from a pointer
@@ -130,6 +131,9 @@ class TcpConnection final : public detail::ConnectionProvider,
     std::uint32_t iov_count = 0;
     std::uint32_t iov_next = 0;  // first iovec not completely sent
     RegistrationTable::Pin pin;  // READ responses: keeps the source region registered until sent
+    // The staged path: the payload, copied out of device memory, when its source is device memory (the
+    // iovecs point into it). Released with the pin once sent.
+    std::vector<std::byte> staging;
 
     // The unsent rest of part i (i >= iov_next).
     iovec part(std::uint32_t i) {
@@ -142,6 +146,7 @@ class TcpConnection final : public detail::ConnectionProvider,
     std::uint64_t id;
     SgList sgl;
     Status local_error;
+    bool on_device;  // some of sgl is device memory: a SEND into it is staged
   };
   // The engine thread's position in the incoming byte stream.
   struct Receive {
@@ -159,13 +164,18 @@ class TcpConnection final : public detail::ConnectionProvider,
     Status nak_status = Status::Success;
     Status recv_status = Status::Success;  // Nak: the consumed receive completes with this
     bool has_recv = false;
+    // The staged path: a payload bound for device memory lands in `staging` first, and finish_payload()
+    // copies it to `sink` (the iovecs it was bound for) through the CUDA runtime before it acknowledges.
+    std::vector<std::byte> staging;
+    std::array<iovec, kMaxSge> sink{};
+    std::uint32_t sink_count = 0;  // 0: the payload lands in place
   };
 
   // ---- initiator.cpp: our requests, from post to completion (mutex_ held where _locked; the response
   // handlers run on the thread reading the socket, under rx_mutex_)
   void enqueue_locked(const WorkRequest& request, std::uint64_t id);
   void remember_in_flight(const WorkRequest& request, std::uint64_t id, std::uint64_t sequence,
-                          std::uint32_t bytes, Status local_error);
+                          std::uint32_t bytes, Status local_error, bool on_device);
   void on_response_header();  // takes mutex_
   // The payload of a READ response has landed: the READ completes.
   void finish_read_response_locked();
@@ -184,7 +194,10 @@ class TcpConnection final : public detail::ConnectionProvider,
   void execute_atomic();
   void finish_payload();
   void send_response_locked(const FrameHeader& request, FrameType type, std::uint64_t value,
-                            std::uint32_t length, const iovec* payload, RegistrationTable::Pin pin);
+                            std::uint32_t length, const iovec* payload, RegistrationTable::Pin pin,
+                            std::vector<std::byte> staging = {});
+  // An atomic on a word of device memory: read, modify and write back through the CUDA runtime.
+  Result<std::uint64_t> device_atomic(const FrameHeader& request);
   void send_nak_locked(const FrameHeader& request, Status status);
   void pause_responder_locked();
   void resume_responder_locked();
@@ -204,6 +217,10 @@ class TcpConnection final : public detail::ConnectionProvider,
   bool mid_frame() const noexcept;
   void dispatch_header();
   void start_payload(const iovec* iov, std::uint32_t count);
+  // start_payload, through rx_.staging when `device` (some of the iovecs are device memory).
+  void start_payload_staged(const iovec* iov, std::uint32_t count, bool device);
+  // Copies a staged payload to where it was bound (none: nothing to do). Before the pin goes.
+  Result<void> land_staged();
   void start_discard(std::uint64_t bytes);
   // ---- connection.cpp: failure and stall clocks (with the public lifecycle calls above)
   // Moves the connection to the error state: the first in-flight op completes with `head_status`,

@@ -4,7 +4,9 @@
 // order, into the send queue.
 #include <cstring>
 
+#include "core/log.hpp"
 #include "core/rc_state.hpp"
+#include "core/staged_copy.hpp"
 #include "transport/tcp/connection.hpp"
 
 namespace rdmakit::tcp {
@@ -54,16 +56,36 @@ void TcpConnection::enqueue_locked(const WorkRequest& request, std::uint64_t id)
   std::uint32_t bytes = 0;
   Status local_error = Status::Success;
   const bool queued_failure = rc().failure_queued();
+  bool on_device = false;
   for (const Segment& segment : request.local) {
     bytes += segment.length;
     if (queued_failure) continue;
-    if (table_.check_local(segment, writes_locally(request.opcode)) != Status::Success)
+    bool device = false;
+    if (table_.check_local(segment, writes_locally(request.opcode), &device) != Status::Success)
       local_error = Status::LocalProtection;
+    on_device = on_device || device;
   }
   if (queued_failure) local_error = Status::Flushed;  // behind an op that failed at post
+  // The staged path: a WRITE's or SEND's source in device memory is copied out now, and the frame leaves
+  // from that copy (the CPU never reads device memory).
+  std::vector<std::byte> staging;
+  if (local_error == Status::Success && on_device && !writes_locally(request.opcode)) {
+    staging.resize(bytes);
+    std::size_t at = 0;
+    for (const Segment& segment : request.local) {
+      auto copied = detail::staged_copy(staging.data() + at, reinterpret_cast<const void*>(segment.addr),
+                                        segment.length, "tcp: the source of a WRITE or SEND in device memory");
+      if (!copied) {
+        log::warn("tcp", copied.error().message());
+        local_error = Status::LocalProtection;
+        break;
+      }
+      at += segment.length;
+    }
+  }
   if (local_error != Status::Success) {
     rc().queue_failure();
-    remember_in_flight(request, id, sequence, bytes, local_error);
+    remember_in_flight(request, id, sequence, bytes, local_error, on_device);
     return;
   }
   FrameHeader header{.type = frame_type(request),
@@ -89,15 +111,18 @@ void TcpConnection::enqueue_locked(const WorkRequest& request, std::uint64_t id)
   frame.iov_count = 1;
   frame.iov_next = 0;
   frame.pin = {};  // empty already: flush_locked() unpins before it pops
-  if (!writes_locally(request.opcode))
+  frame.staging = std::move(staging);
+  if (!frame.staging.empty())
+    frame.iov[frame.iov_count++] = iovec{frame.staging.data(), frame.staging.size()};
+  else if (!writes_locally(request.opcode))
     for (const Segment& segment : request.local)
       if (segment.length > 0)
         frame.iov[frame.iov_count++] = iovec{reinterpret_cast<void*>(segment.addr), segment.length};
-  remember_in_flight(request, id, sequence, bytes, Status::Success);
+  remember_in_flight(request, id, sequence, bytes, Status::Success, on_device);
 }
 
 void TcpConnection::remember_in_flight(const WorkRequest& request, std::uint64_t id, std::uint64_t sequence,
-                                       std::uint32_t bytes, Status local_error) {
+                                       std::uint32_t bytes, Status local_error, bool on_device) {
   InFlight& op = in_flight_.push_back_slot();
   op.id = id;
   op.sequence = sequence;
@@ -106,6 +131,7 @@ void TcpConnection::remember_in_flight(const WorkRequest& request, std::uint64_t
   op.local_error = local_error;
   op.bytes = bytes;
   op.results.count = 0;
+  op.results_on_device = on_device && writes_locally(request.opcode);
   if (local_error == Status::Success && writes_locally(request.opcode)) {
     op.results.count = static_cast<std::uint32_t>(request.local.size());
     std::copy(request.local.begin(), request.local.end(), op.results.segments.begin());
@@ -133,7 +159,13 @@ void TcpConnection::on_response_header() {
     case FrameType::AtomicResponse:
       if (op.opcode != Opcode::CompareSwap && op.opcode != Opcode::FetchAdd)
         return protocol_error("an atomic response for a " + std::string(to_string(op.opcode)));
-      std::memcpy(reinterpret_cast<void*>(op.results.segments[0].addr), &h.operand1, 8);
+      if (!op.results_on_device) {
+        std::memcpy(reinterpret_cast<void*>(op.results.segments[0].addr), &h.operand1, 8);
+      } else if (auto landed = detail::staged_copy(reinterpret_cast<void*>(op.results.segments[0].addr),
+                                                   &h.operand1, 8, "tcp: an atomic's result to device memory");
+                 !landed) {
+        return fail_locked(Status::LocalProtection, landed.error());
+      }
       break;
     case FrameType::ReadResponse: {
       if (op.opcode != Opcode::Read || h.length != op.bytes)
@@ -141,8 +173,9 @@ void TcpConnection::on_response_header() {
       rx_.then = Receive::Then::ReadDone;
       iovec iov[kMaxSge];
       std::uint32_t count = sgl_to_iov(op.results, h.length, iov);
+      const bool staged = op.results_on_device;
       lock.unlock();
-      return start_payload(iov, count);
+      return start_payload_staged(iov, count, staged);
     }
     case FrameType::Nak: {
       auto status = static_cast<Status>(h.status);

@@ -6,6 +6,7 @@
 
 #include "core/clock.hpp"
 #include "core/rc_state.hpp"
+#include "core/staged_copy.hpp"
 #include "transport/tcp/connection.hpp"
 
 namespace rdmakit::tcp {
@@ -19,8 +20,12 @@ Result<std::uint64_t> TcpConnection::post_recv_admitted(std::span<const Segment>
   recv.sgl.count = static_cast<std::uint32_t>(sgl.size());
   std::copy(sgl.begin(), sgl.end(), recv.sgl.segments.begin());
   recv.local_error = Status::Success;
-  for (const Segment& segment : sgl)
-    if (table_.check_local(segment, true) != Status::Success) recv.local_error = Status::LocalProtection;
+  recv.on_device = false;
+  for (const Segment& segment : sgl) {
+    bool device = false;
+    if (table_.check_local(segment, true, &device) != Status::Success) recv.local_error = Status::LocalProtection;
+    recv.on_device = recv.on_device || device;
+  }
   const std::uint64_t id = recv.id;
   if (waiting_for_recv_.load()) engine_.kick(engine_key_);
   return id;
@@ -46,7 +51,7 @@ void TcpConnection::on_request_header() {
       }
       rx_.then = h.type == FrameType::WriteImm ? Receive::Then::AckWriteImm : Receive::Then::Ack;
       iovec target{reinterpret_cast<void*>(h.addr), h.length};
-      return start_payload(&target, h.length > 0 ? 1 : 0);
+      return start_payload_staged(&target, h.length > 0 ? 1 : 0, rx_.pin.device());
     }
     case FrameType::Send:
     case FrameType::SendImm: {
@@ -61,7 +66,7 @@ void TcpConnection::on_request_header() {
       }
       rx_.then = Receive::Then::AckSend;
       iovec iov[kMaxSge];
-      return start_payload(iov, sgl_to_iov(rx_.recv.sgl, h.length, iov));
+      return start_payload_staged(iov, sgl_to_iov(rx_.recv.sgl, h.length, iov), rx_.recv.on_device);
     }
     case FrameType::Read:
       return execute_read();
@@ -122,7 +127,33 @@ void TcpConnection::execute_read() {
     return;
   }
   iovec source{reinterpret_cast<void*>(h.addr), h.length};
-  send_response_locked(h, FrameType::ReadResponse, 0, h.length, &source, std::move(pin));
+  if (!pin.device()) return send_response_locked(h, FrameType::ReadResponse, 0, h.length, &source, std::move(pin));
+  // The staged path: the bytes leave from host memory, copied out of the device region while it is pinned.
+  std::vector<std::byte> staging(h.length);
+  if (auto copied = detail::staged_copy(staging.data(), source.iov_base, h.length, "tcp: READ of device memory");
+      !copied) {
+    send_nak_locked(h, Status::RemoteOperation);
+    fail_locked(Status::Flushed, copied.error(), true);
+    return;
+  }
+  source.iov_base = staging.data();
+  send_response_locked(h, FrameType::ReadResponse, 0, h.length, &source, std::move(pin), std::move(staging));
+}
+
+Result<std::uint64_t> TcpConnection::device_atomic(const FrameHeader& h) {
+  // Atomic with respect to every other rdmakit atomic in this process (as on verbs without GPUDirect
+  // atomics, not with respect to kernels running on the GPU).
+  static std::mutex device_words;
+  std::lock_guard lock(device_words);
+  std::uint64_t old = 0;
+  auto* word = reinterpret_cast<void*>(h.addr);
+  if (auto read = detail::staged_copy(&old, word, 8, "tcp: atomic on device memory"); !read)
+    return std::unexpected(read.error());
+  std::uint64_t next = h.type == FrameType::CompareSwap ? (old == h.operand1 ? h.operand2 : old) : old + h.operand1;
+  if (next != old)
+    if (auto written = detail::staged_copy(word, &next, 8, "tcp: atomic on device memory"); !written)
+      return std::unexpected(written.error());
+  return old;
 }
 
 void TcpConnection::execute_atomic() {
@@ -131,7 +162,11 @@ void TcpConnection::execute_atomic() {
   Status status = h.addr % 8 != 0 ? Status::RemoteInvalidRequest
                                   : table_.check_remote(h.rkey, h.addr, 8, Access::RemoteAtomic, &pin);
   std::uint64_t old = 0;
-  if (status == Status::Success) {
+  if (status == Status::Success && pin.device()) {
+    auto done = device_atomic(h);
+    if (done) old = *done;
+    else status = Status::RemoteOperation;
+  } else if (status == Status::Success) {
     // Many connections (and the owner's own CPU) may hit this word at once: a real atomic.
     std::atomic_ref<std::uint64_t> word(*reinterpret_cast<std::uint64_t*>(h.addr));
     if (h.type == FrameType::CompareSwap) {
@@ -152,9 +187,20 @@ void TcpConnection::execute_atomic() {
 
 void TcpConnection::finish_payload() {
   rx_.phase = Receive::Phase::Header;
+  Result<void> landed = land_staged();  // before the pin goes: the device region stays registered meanwhile
   rx_.pin = {};
   const FrameHeader& h = rx_.header;
   std::lock_guard lock(mutex_);
+  if (!landed) {
+    // Our READ's result could not reach its device memory: the READ fails here. A peer's WRITE or SEND
+    // could not: refused as if the memory were unreachable, and the receive it consumed fails.
+    if (rx_.then == Receive::Then::ReadDone) return fail_locked(Status::LocalProtection, landed.error());
+    if (rx_.then != Receive::Then::Nothing && rx_.then != Receive::Then::Nak) {
+      rx_.then = Receive::Then::Nak;
+      rx_.nak_status = Status::RemoteOperation;
+      rx_.recv_status = Status::LocalProtection;
+    }
+  }
   switch (rx_.then) {
     case Receive::Then::Nothing:
       return;
@@ -206,7 +252,7 @@ void TcpConnection::finish_payload() {
 
 void TcpConnection::send_response_locked(const FrameHeader& request, FrameType type, std::uint64_t value,
                                          std::uint32_t length, const iovec* payload,
-                                         RegistrationTable::Pin pin) {
+                                         RegistrationTable::Pin pin, std::vector<std::byte> staging) {
   if (type != FrameType::Ack) flush_ack_locked();  // responses leave in request order
   ++responses_queued_;
   OutFrame& frame = out_.emplace_back();
@@ -224,6 +270,7 @@ void TcpConnection::send_response_locked(const FrameHeader& request, FrameType t
   frame.iov_count = 1;
   if (payload && payload->iov_len > 0) frame.iov[frame.iov_count++] = *payload;
   frame.pin = std::move(pin);
+  frame.staging = std::move(staging);  // the payload's iovec points into it (a move keeps the buffer)
   flush_locked();
   if (responses_queued_ > send_depth_ && !responder_full_.load(std::memory_order_relaxed))
     pause_responder_locked();

@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "core/staged_copy.hpp"
 #include "core/tsan.hpp"
 #include "transport/tcp/connection.hpp"
 
@@ -63,6 +64,7 @@ void TcpConnection::flush_locked() {
       if (frame.iov_next == frame.iov_count) {
         if (is_response(frame.header.type)) --responses_queued_;
         frame.pin = {};  // the ring keeps the slot: unpin the source now
+        if (!frame.staging.empty()) frame.staging = {};
         out_.pop_front();
       }
     }
@@ -333,7 +335,34 @@ void TcpConnection::start_payload(const iovec* iov, std::uint32_t count) {
   if (count == 0) finish_payload();
 }
 
+void TcpConnection::start_payload_staged(const iovec* iov, std::uint32_t count, bool device) {
+  rx_.sink_count = 0;
+  if (!device || count == 0) return start_payload(iov, count);
+  std::size_t total = 0;
+  for (std::uint32_t i = 0; i < count; ++i) total += iov[i].iov_len;
+  std::copy(iov, iov + count, rx_.sink.begin());
+  rx_.sink_count = count;
+  rx_.staging.resize(total);
+  iovec staging{rx_.staging.data(), total};
+  start_payload(&staging, 1);
+}
+
+Result<void> TcpConnection::land_staged() {
+  if (rx_.sink_count == 0) return {};
+  const std::byte* from = rx_.staging.data();
+  Result<void> landed;
+  for (std::uint32_t i = 0; i < rx_.sink_count && landed; ++i) {
+    landed = detail::staged_copy(rx_.sink[i].iov_base, from, rx_.sink[i].iov_len, "tcp: staged payload to device memory");
+    from += rx_.sink[i].iov_len;
+  }
+  rx_.sink_count = 0;
+  // A large staging buffer is not kept between payloads (each connection would hold its largest message).
+  if (rx_.staging.capacity() > (std::size_t{4} << 20)) rx_.staging = {};
+  return landed;
+}
+
 void TcpConnection::start_discard(std::uint64_t bytes) {
+  rx_.sink_count = 0;
   rx_.discard_left = bytes;
   rx_.phase = Receive::Phase::Discard;
   if (bytes == 0) finish_payload();
