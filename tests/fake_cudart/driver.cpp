@@ -24,12 +24,14 @@ enum Attribute {  // CUpointer_attribute
   kRangeStartAddr = 11,
   kRangeSize = 12,
 };
-constexpr unsigned kMemoryTypeHost = 1, kMemoryTypeDevice = 2;  // CUmemorytype
+constexpr unsigned kMemoryTypeHost = 1, kMemoryTypeDevice = 2;                    // CUmemorytype
 constexpr int kAttributeUnifiedAddressing = 41, kAttributeDmaBufSupported = 124;  // CUdevice_attribute
-constexpr int kHandleTypeDmaBufFd = 1;             // CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD
+constexpr int kHandleTypeDmaBufFd = 1;              // CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD
 constexpr unsigned long long kFlagMappingPcie = 1;  // CU_MEM_RANGE_FLAG_DMA_BUF_MAPPING_TYPE_PCIE
 
-const void* as_pointer(CUdeviceptr p) { return reinterpret_cast<const void*>(static_cast<std::uintptr_t>(p)); }
+const void* as_pointer(CUdeviceptr p) {
+  return reinterpret_cast<const void*>(static_cast<std::uintptr_t>(p));
+}
 
 template <typename T>
 void put(void* data, T value) {

@@ -17,10 +17,10 @@ struct FakeCudartStats {
   long copies_dropped;         // queued but never run: their stream was destroyed unsynchronized
   long device_allocations;     // cudaMalloc'ed or cudaMallocManaged'ed and not yet freed
   // Appended (issue 26):
-  long d2d_copies;     // device-to-device copies, cudaMemcpy or cudaMemcpyAsync
-  long sync_copies;    // cudaMemcpy calls accepted
-  int ipc_open_alive;  // cudaIpcOpenMemHandle'd allocations not yet closed (a re-open counts once)
-  int events_alive;    // created and not yet destroyed
+  long d2d_copies;      // device-to-device copies, cudaMemcpy or cudaMemcpyAsync
+  long sync_copies;     // cudaMemcpy calls accepted
+  int ipc_open_alive;   // cudaIpcOpenMemHandle'd allocations not yet closed (a re-open counts once)
+  int events_alive;     // created and not yet destroyed
   long dmabuf_exports;  // fds cuMemGetHandleForAddressRange returned
 };
 

@@ -36,7 +36,7 @@ bool is_named_memfd(int fd, const Handle& h) {
   std::snprintf(expected, sizeof expected, "/memfd:fake-cuda-device-%016llx (deleted)",
                 static_cast<unsigned long long>(h.id));
   ssize_t n = ::readlink(link, target, sizeof target - 1);
-  struct stat st{};
+  struct stat st {};
   return n > 0 && std::strcmp(target, expected) == 0 && ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
          static_cast<std::uint64_t>(st.st_size) == h.mapped;
 }
@@ -104,7 +104,8 @@ int cudaIpcOpenMemHandle(void** pointer, cudaIpcMemHandle_t handle, unsigned fla
     ::close(fd);
     return kInvalidResourceHandle;
   }
-  Allocation a{.size = h.size, .mapped = h.mapped, .fd = fd, .device = h.device, .kind = Kind::Ipc, .id = h.id};
+  Allocation a{
+      .size = h.size, .mapped = h.mapped, .fd = fd, .device = h.device, .kind = Kind::Ipc, .id = h.id};
   if (map_device(a) != kSuccess) {
     ::close(fd);
     return kMapBufferObjectFailed;

@@ -201,7 +201,8 @@ int cudaMallocHost(void** pointer, std::size_t size) {
   void* p = ::mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED) return kMemoryAllocation;
   auto begin = reinterpret_cast<std::uintptr_t>(p);
-  state().registered[begin] = HostRange{begin, begin + size, true, current_device(), state().next_buffer_id++};
+  state().registered[begin] =
+      HostRange{begin, begin + size, true, current_device(), state().next_buffer_id++};
   ++state().stats.registered_ranges;
   *pointer = p;
   return kSuccess;
@@ -230,7 +231,8 @@ int cudaHostRegister(void* pointer, std::size_t size, unsigned flags) {
   if (!pointer || size == 0 || size > UINTPTR_MAX - begin || (flags & ~0xfu)) return kInvalidValue;
   if (overlaps_device(begin, begin + size)) return kInvalidValue;
   if (overlaps_registered(begin, begin + size)) return kHostMemoryAlreadyRegistered;
-  state().registered[begin] = HostRange{begin, begin + size, false, current_device(), state().next_buffer_id++};
+  state().registered[begin] =
+      HostRange{begin, begin + size, false, current_device(), state().next_buffer_id++};
   ++state().stats.registered_ranges;
   return kSuccess;
 }
@@ -254,8 +256,10 @@ int cudaPointerGetAttributes(cudaPointerAttributes* attributes, const void* poin
   void* p = const_cast<void*>(pointer);
   if (const Allocation* a = find_allocation(pointer, 0)) {
     bool managed = a->kind == Kind::Managed;
-    *attributes = cudaPointerAttributes{
-        .type = managed ? 3 : 2, .device = a->device, .devicePointer = p, .hostPointer = managed ? p : nullptr};
+    *attributes = cudaPointerAttributes{.type = managed ? 3 : 2,
+                                        .device = a->device,
+                                        .devicePointer = p,
+                                        .hostPointer = managed ? p : nullptr};
   } else if (const HostRange* h = find_registered(pointer, 0)) {
     *attributes = cudaPointerAttributes{.type = 1, .device = h->device, .devicePointer = p, .hostPointer = p};
   }

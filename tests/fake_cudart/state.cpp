@@ -68,8 +68,8 @@ void* reserve_device_range(std::size_t mapped) {
   auto& s = state();
   for (int attempt = 0; attempt < 16; ++attempt) {
     void* hint = reinterpret_cast<void*>(s.next_hint);
-    void* p = ::mmap(hint, mapped, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE,
-                     -1, 0);
+    void* p = ::mmap(hint, mapped, PROT_NONE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
     // A guard page between allocations: an overrun never lands in the next one.
     s.next_hint += mapped + page_size();
     if (p != MAP_FAILED) return p;

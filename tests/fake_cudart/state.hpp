@@ -22,7 +22,8 @@ enum Code : int {
   kInvalidMemcpyDirection = 21,
   kNoDevice = 100,
   kInvalidDevice = 101,
-  kDeviceUninitialized = 201,  // cudaErrorDeviceUninitialized, CUDA_ERROR_INVALID_CONTEXT: "invalid device context"
+  kDeviceUninitialized =
+      201,  // cudaErrorDeviceUninitialized, CUDA_ERROR_INVALID_CONTEXT: "invalid device context"
   kMapBufferObjectFailed = 205,
   kInvalidResourceHandle = 400,
   kNotFound = 500,  // CUDA_ERROR_NOT_FOUND (driver)
@@ -44,9 +45,9 @@ struct Allocation {
   int fd;  // the memfd (-1 for managed memory)
   int device;
   Kind kind;
-  std::uint64_t id;          // random, names the allocation in IPC handles and the memfd's name
-  std::uint64_t buffer_id;   // CU_POINTER_ATTRIBUTE_BUFFER_ID: process-wide unique
-  int ipc_pid = 0;           // Ipc: the exporting process and its allocation id (the cache key)
+  std::uint64_t id;         // random, names the allocation in IPC handles and the memfd's name
+  std::uint64_t buffer_id;  // CU_POINTER_ATTRIBUTE_BUFFER_ID: process-wide unique
+  int ipc_pid = 0;          // Ipc: the exporting process and its allocation id (the cache key)
   int ipc_refs = 0;
 };
 

@@ -2,6 +2,8 @@
 // GPU test without a GPU trusts it: device memory faults on the CPU, copies land exact bytes and are
 // checked like the runtime checks them, stream copies stay invisible until waited for, IPC handles really
 // cross processes, and the driver's pointer queries and dmabuf export answer as documented.
+#include "fake_cudart/fake_cudart.hpp"
+
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/mman.h>
@@ -12,8 +14,6 @@
 #include <cstring>
 #include <string>
 #include <vector>
-
-#include "fake_cudart/fake_cudart.hpp"
 
 extern "C" {
 struct cudaPointerAttributes {
@@ -379,7 +379,7 @@ TEST_F(FakeCudart, DmabufExportIsANewMemfdOfTheWholeAllocation) {
   int fd = -1;
   ASSERT_EQ(cuMemGetHandleForAddressRange(&fd, dptr(d.get()), 3 * kPage, 1, 0), 0);
   ASSERT_GE(fd, 0);
-  struct stat st{};
+  struct stat st {};
   ASSERT_EQ(::fstat(fd, &st), 0);
   EXPECT_EQ(static_cast<std::size_t>(st.st_size), 3 * kPage);
   char target[128] = {};
@@ -394,7 +394,8 @@ TEST_F(FakeCudart, DmabufExportIsANewMemfdOfTheWholeAllocation) {
 
   EXPECT_EQ(cuMemGetHandleForAddressRange(&fd, dptr(d.get()) + 1, 2 * kPage, 1, 0), kInvalidValue);
   EXPECT_EQ(cuMemGetHandleForAddressRange(&fd, dptr(d.get()), 2 * kPage + 1, 1, 0), kInvalidValue);
-  EXPECT_EQ(cuMemGetHandleForAddressRange(&fd, dptr(d.get()), 4 * kPage, 1, 0), kInvalidValue) << "past the end";
+  EXPECT_EQ(cuMemGetHandleForAddressRange(&fd, dptr(d.get()), 4 * kPage, 1, 0), kInvalidValue)
+      << "past the end";
   EXPECT_EQ(cuMemGetHandleForAddressRange(&fd, dptr(d.get()) + kPage, kPage, 1, 0), kNotSupported);
   EXPECT_EQ(cuMemGetHandleForAddressRange(&fd, dptr(d.get()), 3 * kPage, 2, 0), kInvalidValue);
   std::vector<unsigned char> host(3 * kPage);
