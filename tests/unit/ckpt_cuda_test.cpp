@@ -37,6 +37,7 @@ struct Fake {
     cuda_free = reinterpret_cast<decltype(cuda_free)>(::dlsym(handle, "cudaFree"));
     set_device = reinterpret_cast<decltype(set_device)>(::dlsym(handle, "cudaSetDevice"));
     get_device = reinterpret_cast<decltype(get_device)>(::dlsym(handle, "cudaGetDevice"));
+    host_view = reinterpret_cast<decltype(host_view)>(::dlsym(handle, "fake_cudart_host_view"));
     reset(2);  // before any test allocates fake device memory on its two GPUs
   }
   FakeCudartStats now() const {
@@ -52,6 +53,7 @@ struct Fake {
   CudaError (*cuda_free)(void*) = nullptr;
   CudaError (*set_device)(int) = nullptr;
   CudaError (*get_device)(int*) = nullptr;
+  void* (*host_view)(const void*) = nullptr;
 };
 
 // "Device" memory of the fake on one of its GPUs.
@@ -67,8 +69,10 @@ class DeviceBuffer {
   ~DeviceBuffer() { fake_.cuda_free(data_); }
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  // The fake's device memory is host memory: the test reads and writes it directly.
+  // The device address, for the engine: the CPU touching it faults, as on a GPU.
   unsigned char* data() const { return static_cast<unsigned char*>(data_); }
+  // The fake's host view of the same bytes, where the test reads and writes them.
+  unsigned char* view() const { return static_cast<unsigned char*>(fake_.host_view(data_)); }
   std::size_t size() const { return size_; }
 
  private:
@@ -79,7 +83,11 @@ class DeviceBuffer {
 
 class CkptCuda : public ::testing::Test {
  protected:
-  void SetUp() override { ASSERT_NE(fake.handle, nullptr) << RDMAKIT_FAKE_CUDART << ": " << ::dlerror(); }
+  void SetUp() override {
+    ASSERT_NE(fake.handle, nullptr) << RDMAKIT_FAKE_CUDART << ": " << ::dlerror();
+    ASSERT_NE(gpu0.view(), nullptr);
+    ASSERT_NE(gpu1.view(), nullptr);
+  }
 
   EngineOptions options() const {
     auto o = ckpt::testing::test_options(dir.path());
@@ -94,19 +102,19 @@ class CkptCuda : public ::testing::Test {
             {"gpu1.adam", gpu1.data(), gpu1.size(), DType::U8, {}, MemoryKind::Cuda}};
   }
   void fill(std::uint64_t seed) {
-    fill_seeded(gpu0.data(), gpu0.size(), seed * 3);
+    fill_seeded(gpu0.view(), gpu0.size(), seed * 3);
     fill_seeded(host.data(), host.size(), seed * 3 + 1);
-    fill_seeded(gpu1.data(), gpu1.size(), seed * 3 + 2);
+    fill_seeded(gpu1.view(), gpu1.size(), seed * 3 + 2);
   }
   void clear() {
-    std::memset(gpu0.data(), 0, gpu0.size());
+    std::memset(gpu0.view(), 0, gpu0.size());
     std::memset(host.data(), 0, host.size());
-    std::memset(gpu1.data(), 0, gpu1.size());
+    std::memset(gpu1.view(), 0, gpu1.size());
   }
   bool matches(std::uint64_t seed) const {
-    return seeded_mismatch(gpu0.data(), gpu0.size(), seed * 3) == gpu0.size() &&
+    return seeded_mismatch(gpu0.view(), gpu0.size(), seed * 3) == gpu0.size() &&
            seeded_mismatch(host.data(), host.size(), seed * 3 + 1) == host.size() &&
-           seeded_mismatch(gpu1.data(), gpu1.size(), seed * 3 + 2) == gpu1.size();
+           seeded_mismatch(gpu1.view(), gpu1.size(), seed * 3 + 2) == gpu1.size();
   }
 
   Fake fake;

@@ -1,0 +1,121 @@
+// The fake's state, failure injection, address look-ups and the double mapping of device memory.
+#include "fake_cudart/state.hpp"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace fake_cudart {
+
+State& state() {
+  static State* s = new State;  // never destroyed: exit handlers of the tests may still call in
+  return *s;
+}
+
+int& current_device() {
+  thread_local int device = 0;
+  return device;
+}
+
+std::size_t page_size() {
+  static const std::size_t size = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+  return size;
+}
+
+int injected(const char* function) {
+  auto& failures = state().failures;
+  auto it = failures.find(function);
+  if (it == failures.end()) return kSuccess;
+  if (it->second.skip-- > 0) return kSuccess;
+  int error = it->second.error;
+  failures.erase(it);
+  return error;
+}
+
+Allocation* find_allocation(const void* p, std::size_t size, bool* overlaps) {
+  if (overlaps) *overlaps = false;
+  auto at = reinterpret_cast<std::uintptr_t>(p);
+  auto& all = state().allocations;
+  auto it = all.upper_bound(at);
+  if (it == all.begin()) return nullptr;
+  --it;
+  Allocation& a = it->second;
+  // A zero-sized allocation holds no address; one past the end is not inside.
+  if (at < a.base || at >= a.base + a.size) return nullptr;
+  if (size > a.base + a.size - at) {
+    if (overlaps) *overlaps = true;
+    return nullptr;
+  }
+  return &a;
+}
+
+HostRange* find_registered(const void* p, std::size_t size) {
+  auto at = reinterpret_cast<std::uintptr_t>(p);
+  auto& all = state().registered;
+  auto it = all.upper_bound(at);
+  if (it == all.begin()) return nullptr;
+  --it;
+  const HostRange& r = it->second;
+  return at >= r.begin && at < r.end && size <= r.end - at ? &it->second : nullptr;
+}
+
+namespace {
+
+// PROT_NONE address space at the next recognisable address not in use, else anywhere.
+void* reserve_device_range(std::size_t mapped) {
+  auto& s = state();
+  for (int attempt = 0; attempt < 16; ++attempt) {
+    void* hint = reinterpret_cast<void*>(s.next_hint);
+    void* p = ::mmap(hint, mapped, PROT_NONE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
+    // A guard page between allocations: an overrun never lands in the next one.
+    s.next_hint += mapped + page_size();
+    if (p != MAP_FAILED) return p;
+    if (errno != EEXIST) break;
+    s.next_hint += std::uintptr_t{1} << 30;  // taken (a sanitizer's shadow, say): skip ahead
+  }
+  void* p = ::mmap(nullptr, mapped, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  return p == MAP_FAILED ? nullptr : p;
+}
+
+}  // namespace
+
+int map_device(Allocation& a) {
+  void* shadow = ::mmap(nullptr, a.mapped, PROT_READ | PROT_WRITE, MAP_SHARED, a.fd, 0);
+  if (shadow == MAP_FAILED) return kMemoryAllocation;
+  void* device = reserve_device_range(a.mapped);
+  if (!device) {
+    ::munmap(shadow, a.mapped);
+    return kMemoryAllocation;
+  }
+  a.base = reinterpret_cast<std::uintptr_t>(device);
+  a.shadow = static_cast<unsigned char*>(shadow);
+  return kSuccess;
+}
+
+void unmap(Allocation& a) {
+  if (a.kind == Kind::Managed) {  // one read-write mapping, at base
+    ::munmap(a.shadow, a.mapped);
+    return;
+  }
+  ::munmap(reinterpret_cast<void*>(a.base), a.mapped);
+  ::munmap(a.shadow, a.mapped);
+  ::close(a.fd);
+}
+
+void run_until(Stream& s, std::uint64_t position) {
+  while (s.completed < position && !s.queued.empty()) {
+    const Copy& c = s.queued.front();
+    if (c.size) std::memmove(c.dst, c.src, c.size);
+    s.queued.pop_front();
+    ++s.completed;
+  }
+}
+
+void run_all() {
+  for (Stream* s : state().streams) run_until(*s, s->enqueued);
+}
+
+}  // namespace fake_cudart
