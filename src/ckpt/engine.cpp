@@ -6,7 +6,6 @@
 #include <set>
 #include <thread>
 
-#include "cuda/pointer.hpp"
 #include "ckpt/copy_pool.hpp"
 #include "ckpt/group.hpp"
 #include "ckpt/io.hpp"
@@ -18,6 +17,7 @@
 #include "ckpt/restore.hpp"
 #include "core/clock.hpp"
 #include "core/log.hpp"
+#include "cuda/pointer.hpp"
 #include "rdmakit/ckpt/store.hpp"
 #include "rdmakit/coll/communicator.hpp"
 

@@ -76,8 +76,9 @@ Result<std::shared_ptr<MemoryRegion>> allocate_device(detail::ContextProvider& c
     return fail(Errc::Unavailable, "allocate (MemoryKind::Cuda): " + (*rt)->describe("cudaGetDevice", e));
   void* memory = nullptr;
   if (auto e = (*rt)->malloc(&memory, size); e != detail::cuda::kSuccess)
-    return fail(Errc::ResourceExhausted, "allocate (MemoryKind::Cuda): " + std::to_string(size) + " bytes on device " +
-                                             std::to_string(device) + ": " + (*rt)->describe("cudaMalloc", e));
+    return fail(Errc::ResourceExhausted, "allocate (MemoryKind::Cuda): " + std::to_string(size) +
+                                             " bytes on device " + std::to_string(device) + ": " +
+                                             (*rt)->describe("cudaMalloc", e));
   auto registration = context.Context::register_memory(memory, size, access, MemoryKind::Cuda);
   if (!registration) {
     (*rt)->free(memory);
@@ -110,10 +111,11 @@ ContextProvider::ContextProvider(Config config) : config_(std::move(config)) {
   identity_.epoch = identity::new_epoch();
 }
 
-Result<std::shared_ptr<MemoryRegion>> ContextProvider::register_device_memory(void*, std::size_t, Access,
-                                                                             const cuda::PointerInfo& device) {
-  return fail(Errc::NotSupported, "register_memory: CUDA device memory (device " + std::to_string(device.device) +
-                                      ") has no path over the " + std::string(transport()) +
+Result<std::shared_ptr<MemoryRegion>> ContextProvider::register_device_memory(
+    void*, std::size_t, Access, const cuda::PointerInfo& device) {
+  return fail(Errc::NotSupported, "register_memory: CUDA device memory (device " +
+                                      std::to_string(device.device) + ") has no path over the " +
+                                      std::string(transport()) +
                                       " transport yet (docs/gpu.md lists the paths of each transport)");
 }
 

@@ -14,10 +14,10 @@ using Error = int;     // cudaError_t; 0 is cudaSuccess
 using Stream = void*;  // cudaStream_t (an opaque CUstream_st*)
 using Event = void*;   // cudaEvent_t
 inline constexpr Error kSuccess = 0;
-inline constexpr Error kErrorNotReady = 600;             // cudaErrorNotReady (stream/event still running)
-inline constexpr unsigned kStreamNonBlocking = 0x01;     // cudaStreamNonBlocking
-inline constexpr unsigned kEventDisableTiming = 0x02;    // cudaEventDisableTiming
-inline constexpr unsigned kHostRegisterDefault = 0x00;   // cudaHostRegisterDefault
+inline constexpr Error kErrorNotReady = 600;            // cudaErrorNotReady (stream/event still running)
+inline constexpr unsigned kStreamNonBlocking = 0x01;    // cudaStreamNonBlocking
+inline constexpr unsigned kEventDisableTiming = 0x02;   // cudaEventDisableTiming
+inline constexpr unsigned kHostRegisterDefault = 0x00;  // cudaHostRegisterDefault
 inline constexpr unsigned kIpcMemLazyEnablePeerAccess = 0x01;  // cudaIpcMemLazyEnablePeerAccess
 enum MemcpyKind : int {
   kHostToHost = 0,
@@ -42,13 +42,13 @@ struct IpcMemHandle {
 static_assert(sizeof(IpcMemHandle) == 64);
 
 // ---- Driver API (libcuda.so.1) ----
-using DriverResult = int;                 // CUresult; 0 is CUDA_SUCCESS
+using DriverResult = int;                  // CUresult; 0 is CUDA_SUCCESS
 using DevicePointer = unsigned long long;  // CUdeviceptr
 inline constexpr DriverResult kDriverSuccess = 0;
 inline constexpr DriverResult kDriverNotFound = 500;  // CUDA_ERROR_NOT_FOUND: not a device pointer
 // CUpointer_attribute
-inline constexpr int kPointerMemoryType = 2;   // CU_POINTER_ATTRIBUTE_MEMORY_TYPE (CUmemorytype)
-inline constexpr int kPointerIsManaged = 8;    // CU_POINTER_ATTRIBUTE_IS_MANAGED
+inline constexpr int kPointerMemoryType = 2;     // CU_POINTER_ATTRIBUTE_MEMORY_TYPE (CUmemorytype)
+inline constexpr int kPointerIsManaged = 8;      // CU_POINTER_ATTRIBUTE_IS_MANAGED
 inline constexpr int kPointerDeviceOrdinal = 9;  // CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
 // CUmemorytype
 inline constexpr unsigned kDriverMemoryHost = 1, kDriverMemoryDevice = 2;

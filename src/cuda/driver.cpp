@@ -6,6 +6,8 @@
 #include <memory>
 #include <mutex>
 
+#include "cuda/options.hpp"
+
 namespace rdmakit::detail::cuda {
 namespace {
 
@@ -16,8 +18,7 @@ void bind(void* handle, const char* name, Function& slot, std::string* missing) 
 }
 
 Result<std::unique_ptr<Driver>> load(std::string& library_out) {
-  const char* env = std::getenv("RDMAKIT_CUDA_DRIVER");
-  std::string name = env && *env ? env : "libcuda.so.1";
+  std::string name = cuda_options().driver;
   library_out = name;
   // Never closed, as the runtime (runtime.hpp).
   void* handle = ::dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
@@ -34,7 +35,8 @@ Result<std::unique_ptr<Driver>> load(std::string& library_out) {
   bind(handle, "cuPointerGetAttribute", driver->pointer_get_attribute, &missing);
   bind(handle, "cuDeviceGetAttribute", driver->device_get_attribute, &missing);
   bind(handle, "cuMemGetHandleForAddressRange", driver->mem_get_handle_for_address_range, nullptr);
-  if (!missing.empty()) return fail(Errc::Unavailable, "cuda: " + name + " lacks CUDA driver symbols: " + missing);
+  if (!missing.empty())
+    return fail(Errc::Unavailable, "cuda: " + name + " lacks CUDA driver symbols: " + missing);
   return driver;
 }
 
@@ -49,7 +51,7 @@ std::string Driver::describe(const char* call, DriverResult result) const {
 
 Result<const Driver*> Driver::get() {
   static std::once_flag once;
-  static Result<std::unique_ptr<Driver>> loaded = 
+  static Result<std::unique_ptr<Driver>> loaded =
       std::unexpected(rdmakit::Error(Errc::Unavailable, "cuda: not loaded"));
   std::call_once(once, [] {
     std::string name;

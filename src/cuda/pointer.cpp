@@ -6,6 +6,7 @@
 #include <string>
 
 #include "cuda/driver.hpp"
+#include "cuda/options.hpp"
 #include "cuda/runtime.hpp"
 
 namespace rdmakit::detail::cuda {
@@ -28,9 +29,8 @@ std::string type_name(int type) {
 // Whether the application has loaded a CUDA driver (or the one RDMAKIT_CUDA_DRIVER names): RTLD_NOLOAD
 // finds a loaded library without loading it.
 bool driver_loaded() {
-  const char* env = std::getenv("RDMAKIT_CUDA_DRIVER");
-  const char* name = env && *env ? env : "libcuda.so.1";
-  void* handle = ::dlopen(name, RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
+  std::string name = cuda_options().driver;
+  void* handle = ::dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
   if (!handle) return false;
   ::dlclose(handle);  // drops the reference NOLOAD took; the application's own keeps it loaded
   return true;
@@ -99,8 +99,8 @@ Result<PointerInfo> classify(const void* data, std::size_t size, MemoryKind requ
       return classify_device(data, size, who);  // device memory: a runtime is needed to move it
     }
   }
-  return fail(Errc::InvalidArgument, std::string(who) + ": unknown MemoryKind " +
-                                         std::to_string(static_cast<int>(requested)));
+  return fail(Errc::InvalidArgument,
+              std::string(who) + ": unknown MemoryKind " + std::to_string(static_cast<int>(requested)));
 }
 
 }  // namespace rdmakit::detail::cuda

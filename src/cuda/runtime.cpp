@@ -7,6 +7,8 @@
 #include <memory>
 #include <mutex>
 
+#include "cuda/options.hpp"
+
 namespace rdmakit::detail::cuda {
 namespace {
 
@@ -49,9 +51,7 @@ std::string bind_all(void* handle, Runtime& rt) {
 }
 
 std::string requested_name(const std::string& library) {
-  if (!library.empty()) return library;
-  const char* env = std::getenv("RDMAKIT_CUDA_RUNTIME");
-  return env ? env : "";
+  return library.empty() ? cuda_options().runtime : library;
 }
 
 }  // namespace
@@ -107,7 +107,8 @@ Result<const Runtime*> Runtime::get(const std::string& library) {
   }
   int devices = 0;
   if (auto e = rt->get_device_count(&devices); e != kSuccess)
-    return fail(Errc::Unavailable, "cuda: the CUDA runtime is unusable: " + rt->describe("cudaGetDeviceCount", e));
+    return fail(Errc::Unavailable,
+                "cuda: the CUDA runtime is unusable: " + rt->describe("cudaGetDeviceCount", e));
   if (devices == 0)
     return fail(Errc::Unavailable, "cuda: the CUDA runtime (" + rt->library_ + ") sees no device");
   return rt;

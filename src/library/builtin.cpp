@@ -7,6 +7,7 @@
 #include "bootstrap/options.hpp"
 #include "coll/comm_options.hpp"
 #include "core/option_table.hpp"
+#include "cuda/options.hpp"
 #include "transport/transport.hpp"
 
 #if RDMAKIT_WITH_CKPT
@@ -49,6 +50,7 @@ std::span<const options::Table* const> options::layers() {
   static const Table* const tables[] = {
     &bootstrap::bootstrap_option_table(),
     &coll::detail::coll_option_table(),
+    &detail::cuda::cuda_option_table(),
 #if RDMAKIT_WITH_CKPT
     &ckpt::detail::ckpt_option_table(),
 #endif

@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "cuda/runtime.hpp"
 #include "ckpt_support.hpp"
+#include "cuda/runtime.hpp"
 #include "fake_cudart/fake_cudart.hpp"
 #include "rdmakit/ckpt/engine.hpp"
 #include "rdmakit/ckpt/store.hpp"

@@ -119,8 +119,8 @@ class TcpConnection final : public detail::ConnectionProvider,
     bool signaled;
     Status local_error;  // != Success: failed at post, nothing was sent; completes with this status
     std::uint32_t bytes;
-    SgList results;           // READ and atomics: where the response's bytes go
-    bool results_on_device;   // ... and some of it is device memory: staged (start_payload_staged)
+    SgList results;          // READ and atomics: where the response's bytes go
+    bool results_on_device;  // ... and some of it is device memory: staged (start_payload_staged)
   };
   // A frame (or its unsent rest) waiting for room in the socket. Frames live in a ring that moves them
   // when it grows, so the header's part is found from the header itself (part()), never from a pointer

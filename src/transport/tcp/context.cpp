@@ -79,9 +79,8 @@ Result<std::shared_ptr<MemoryRegion>> TcpContext::register_memory(void* data, st
   return register_soft(table_, shared_from_this(), data, size, access);
 }
 
-Result<std::shared_ptr<MemoryRegion>> TcpContext::register_device_memory(void* data, std::size_t size,
-                                                                         Access access,
-                                                                         const detail::cuda::PointerInfo& device) {
+Result<std::shared_ptr<MemoryRegion>> TcpContext::register_device_memory(
+    void* data, std::size_t size, Access access, const detail::cuda::PointerInfo& device) {
   return register_soft(table_, shared_from_this(), data, size, access, &device);
 }
 

@@ -22,8 +22,8 @@ class TcpContext final : public detail::ContextProvider {
   Capabilities capabilities() const override;
   Result<std::shared_ptr<MemoryRegion>> register_memory(void* data, std::size_t size, Access access) override;
   // Device memory takes the staged path: the progress thread copies it through host memory.
-  Result<std::shared_ptr<MemoryRegion>> register_device_memory(void* data, std::size_t size, Access access,
-                                                               const detail::cuda::PointerInfo& device) override;
+  Result<std::shared_ptr<MemoryRegion>> register_device_memory(
+      void* data, std::size_t size, Access access, const detail::cuda::PointerInfo& device) override;
   Result<std::shared_ptr<CompletionQueue>> create_cq(std::size_t depth) override;
   Result<std::shared_ptr<Listener>> listen(std::string_view address) override;
   Result<std::shared_ptr<Connection>> connect(std::string_view address,

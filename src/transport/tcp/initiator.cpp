@@ -73,8 +73,9 @@ void TcpConnection::enqueue_locked(const WorkRequest& request, std::uint64_t id)
     staging.resize(bytes);
     std::size_t at = 0;
     for (const Segment& segment : request.local) {
-      auto copied = detail::staged_copy(staging.data() + at, reinterpret_cast<const void*>(segment.addr),
-                                        segment.length, "tcp: the source of a WRITE or SEND in device memory");
+      auto copied =
+          detail::staged_copy(staging.data() + at, reinterpret_cast<const void*>(segment.addr),
+                              segment.length, "tcp: the source of a WRITE or SEND in device memory");
       if (!copied) {
         log::warn("tcp", copied.error().message());
         local_error = Status::LocalProtection;
@@ -161,8 +162,9 @@ void TcpConnection::on_response_header() {
         return protocol_error("an atomic response for a " + std::string(to_string(op.opcode)));
       if (!op.results_on_device) {
         std::memcpy(reinterpret_cast<void*>(op.results.segments[0].addr), &h.operand1, 8);
-      } else if (auto landed = detail::staged_copy(reinterpret_cast<void*>(op.results.segments[0].addr),
-                                                   &h.operand1, 8, "tcp: an atomic's result to device memory");
+      } else if (auto landed =
+                     detail::staged_copy(reinterpret_cast<void*>(op.results.segments[0].addr), &h.operand1, 8,
+                                         "tcp: an atomic's result to device memory");
                  !landed) {
         return fail_locked(Status::LocalProtection, landed.error());
       }

@@ -23,7 +23,8 @@ Result<std::uint64_t> TcpConnection::post_recv_admitted(std::span<const Segment>
   recv.on_device = false;
   for (const Segment& segment : sgl) {
     bool device = false;
-    if (table_.check_local(segment, true, &device) != Status::Success) recv.local_error = Status::LocalProtection;
+    if (table_.check_local(segment, true, &device) != Status::Success)
+      recv.local_error = Status::LocalProtection;
     recv.on_device = recv.on_device || device;
   }
   const std::uint64_t id = recv.id;
@@ -127,10 +128,12 @@ void TcpConnection::execute_read() {
     return;
   }
   iovec source{reinterpret_cast<void*>(h.addr), h.length};
-  if (!pin.device()) return send_response_locked(h, FrameType::ReadResponse, 0, h.length, &source, std::move(pin));
+  if (!pin.device())
+    return send_response_locked(h, FrameType::ReadResponse, 0, h.length, &source, std::move(pin));
   // The staged path: the bytes leave from host memory, copied out of the device region while it is pinned.
   std::vector<std::byte> staging(h.length);
-  if (auto copied = detail::staged_copy(staging.data(), source.iov_base, h.length, "tcp: READ of device memory");
+  if (auto copied =
+          detail::staged_copy(staging.data(), source.iov_base, h.length, "tcp: READ of device memory");
       !copied) {
     send_nak_locked(h, Status::RemoteOperation);
     fail_locked(Status::Flushed, copied.error(), true);
@@ -149,7 +152,8 @@ Result<std::uint64_t> TcpConnection::device_atomic(const FrameHeader& h) {
   auto* word = reinterpret_cast<void*>(h.addr);
   if (auto read = detail::staged_copy(&old, word, 8, "tcp: atomic on device memory"); !read)
     return std::unexpected(read.error());
-  std::uint64_t next = h.type == FrameType::CompareSwap ? (old == h.operand1 ? h.operand2 : old) : old + h.operand1;
+  std::uint64_t next =
+      h.type == FrameType::CompareSwap ? (old == h.operand1 ? h.operand2 : old) : old + h.operand1;
   if (next != old)
     if (auto written = detail::staged_copy(word, &next, 8, "tcp: atomic on device memory"); !written)
       return std::unexpected(written.error());
@@ -164,8 +168,10 @@ void TcpConnection::execute_atomic() {
   std::uint64_t old = 0;
   if (status == Status::Success && pin.device()) {
     auto done = device_atomic(h);
-    if (done) old = *done;
-    else status = Status::RemoteOperation;
+    if (done)
+      old = *done;
+    else
+      status = Status::RemoteOperation;
   } else if (status == Status::Success) {
     // Many connections (and the owner's own CPU) may hit this word at once: a real atomic.
     std::atomic_ref<std::uint64_t> word(*reinterpret_cast<std::uint64_t*>(h.addr));

@@ -352,7 +352,8 @@ Result<void> TcpConnection::land_staged() {
   const std::byte* from = rx_.staging.data();
   Result<void> landed;
   for (std::uint32_t i = 0; i < rx_.sink_count && landed; ++i) {
-    landed = detail::staged_copy(rx_.sink[i].iov_base, from, rx_.sink[i].iov_len, "tcp: staged payload to device memory");
+    landed = detail::staged_copy(rx_.sink[i].iov_base, from, rx_.sink[i].iov_len,
+                                 "tcp: staged payload to device memory");
     from += rx_.sink[i].iov_len;
   }
   rx_.sink_count = 0;

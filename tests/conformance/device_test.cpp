@@ -1,0 +1,223 @@
+// Device memory (issue #26): regions of CUDA device memory on one or both sides, against the fake CUDA
+// runtime and driver (tests/fake_cudart/), which the library loads as it would load the real ones. The
+// fake's device memory faults when the CPU touches it, so a transport that treats it as host memory crashes
+// here; the test itself fills and checks it through the fake's own view (fake_cudart_host_view).
+//
+// Each transport either moves device memory along its path (tcp and fault:tcp: staged through host
+// memory) or refuses to register it with an error naming itself (shm, verbs: their CUDA IPC and GPUDirect
+// paths are not built yet). The table below says which: a transport that changes fails here until the table
+// does too.
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <climits>
+#include <cstring>
+#include <optional>
+
+#include "conformance/fixture.hpp"
+#include "fake_cudart/fake_cudart.hpp"
+
+namespace rdmakit::conformance {
+namespace {
+
+using testing::fill_pattern;
+using testing::find_pattern_mismatch;
+
+std::optional<MemoryPath> expected_path(const std::string& transport) {
+  if (transport == "tcp" || transport == "fault:tcp") return MemoryPath::Staged;
+  return std::nullopt;  // shm, verbs: refused
+}
+
+// A transport without a path: its refusal is what DeviceRegionsTakeTheTransportPathOrAreRefused checks.
+#define SKIP_UNLESS_A_PATH()                                                                             \
+  if (!expected_path(GetParam()))                                                                        \
+  GTEST_SKIP() << GetParam() << " has no path for device memory yet (issue #26): "                       \
+               << "DeviceRegionsTakeTheTransportPathOrAreRefused checks that it refuses it"
+
+// The fake sits beside the test binaries (build/tests/libfake_cudart.so), in the build tree and in the VM.
+struct Fake {
+  Fake() {
+    char exe[PATH_MAX] = {};
+    ssize_t n = ::readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+    std::string dir = n > 0 ? std::string(exe, static_cast<std::size_t>(n)) : std::string(".");
+    path = dir.substr(0, dir.rfind('/')) + "/libfake_cudart.so";
+    ::setenv("RDMAKIT_CUDA_RUNTIME", path.c_str(), 1);
+    ::setenv("RDMAKIT_CUDA_DRIVER", path.c_str(), 1);
+    handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (!handle) return;
+    view = reinterpret_cast<decltype(view)>(::dlsym(handle, "fake_cudart_host_view"));
+  }
+  std::string path;
+  void* handle = nullptr;
+  void* (*view)(const void*) = nullptr;
+};
+
+Fake& fake() {
+  static Fake instance;
+  return instance;
+}
+
+class DeviceConformance : public Conformance {
+ protected:
+  void SetUp() override {
+    ASSERT_NE(fake().handle, nullptr) << fake().path << ": " << ::dlerror();
+    Conformance::SetUp();
+  }
+  // Device memory of `size` bytes on `context`: allocate(MemoryKind::Cuda), or (every other call) an
+  // interior range of a larger cudaMalloc'ed allocation registered by the caller, as a caching allocator
+  // hands out. Null when the transport refused it (the error is in `refusal`).
+  std::shared_ptr<MemoryRegion> device_region(Context& context, std::size_t size, Access access) {
+    if (device_count_++ % 2 == 0) {
+      auto allocated = context.allocate(size, access, MemoryKind::Cuda);
+      if (!allocated) refusal = allocated.error();
+      return allocated ? *allocated : nullptr;
+    }
+    auto block = context.allocate(size + 8192, Access::LocalWrite, MemoryKind::Cuda);
+    if (!block) {
+      refusal = block.error();
+      return nullptr;
+    }
+    blocks_.push_back(*block);
+    auto* inside = static_cast<std::byte*>((*block)->data()) + 4096;
+    auto registered = context.register_memory(inside, size, access, MemoryKind::Cuda);
+    if (!registered) refusal = registered.error();
+    return registered ? *registered : nullptr;
+  }
+  // The bytes of a region as the test may touch them.
+  static std::byte* bytes(const MemoryRegion& region) {
+    if (region.kind() == MemoryKind::Host) return static_cast<std::byte*>(region.data());
+    return static_cast<std::byte*>(fake().view(region.data()));
+  }
+  std::shared_ptr<MemoryRegion> any_region(Context& context, bool device, std::size_t size, Access access) {
+    return device ? device_region(context, size, access) : region(context, size, access);
+  }
+
+  Error refusal{Errc::Unavailable, "none"};
+  std::vector<std::shared_ptr<MemoryRegion>> blocks_;
+  int device_count_ = 0;
+};
+
+TEST_P(DeviceConformance, DeviceRegionsTakeTheTransportPathOrAreRefused) {
+  auto context = open_context(true);
+  ASSERT_TRUE(context);
+  for (int i = 0; i < 2; ++i) {
+    auto region = device_region(*context, 65536, Access::All);
+    auto path = expected_path(GetParam());
+    if (!path) {
+      ASSERT_FALSE(region) << GetParam() << " registered device memory: update expected_path";
+      EXPECT_EQ(refusal.code(), Errc::NotSupported) << refusal.describe();
+      EXPECT_NE(refusal.message().find(std::string(context->transport())), std::string::npos)
+          << refusal.message();
+      continue;
+    }
+    ASSERT_TRUE(region) << refusal.describe();
+    EXPECT_EQ(region->kind(), MemoryKind::Cuda);
+    EXPECT_EQ(region->device(), 0);
+    EXPECT_EQ(region->path(), *path) << to_string(region->path());
+  }
+}
+
+// WRITE then READ back, device memory on the initiator, the target, or both, every byte checked and the
+// bytes around the target range untouched.
+TEST_P(DeviceConformance, WriteAndReadLandExactlyInDeviceMemoryEitherSide) {
+  SKIP_UNLESS_A_PATH();
+  connect_pair(client_, server_);
+  ASSERT_TRUE(client_.connection);
+  constexpr std::size_t kGuard = 64;
+  for (auto [client_device, server_device] : {std::pair{true, true}, {true, false}, {false, true}}) {
+    for (std::size_t size : {std::size_t{1}, std::size_t{4099}, std::size_t{(1 << 20) + 7}}) {
+      SCOPED_TRACE("client " + std::string(client_device ? "device" : "host") + ", server " +
+                   (server_device ? "device" : "host") + ", " + std::to_string(size) + " bytes");
+      const std::size_t span = size + 2 * kGuard;
+      auto source = any_region(*client_.context, client_device, span, Access::LocalWrite);
+      auto sink = any_region(*client_.context, client_device, span, Access::LocalWrite);
+      auto target =
+          any_region(*server_.context, server_device, span, Access::LocalWrite | Access::RemoteWrite | Access::RemoteRead);
+      ASSERT_TRUE(source && sink && target) << refusal.describe();
+      auto seed = static_cast<std::uint32_t>(size) + (client_device ? 1 : 0) + (server_device ? 2 : 0);
+      fill_pattern(bytes(*source) + 3, size, seed);
+      std::memset(bytes(*target), 0, span);
+      std::memset(bytes(*sink), 0, span);
+      auto wrote = RDMAKIT_ASSERT_OK(client_.connection->write(source->slice(3, static_cast<std::uint32_t>(size)),
+                                                               target->descriptor().at(kGuard)));
+      ASSERT_EQ(wait(*client_.connection, wrote).status, Status::Success);
+      ASSERT_EQ(find_pattern_mismatch(bytes(*target) + kGuard, size, seed), size);
+      for (std::size_t i = 0; i < kGuard; ++i) {
+        ASSERT_EQ(bytes(*target)[i], std::byte{0}) << "before the target range, byte " << i;
+        ASSERT_EQ(bytes(*target)[kGuard + size + i], std::byte{0}) << "after the target range, byte " << i;
+      }
+      auto read = RDMAKIT_ASSERT_OK(client_.connection->read(sink->slice(kGuard + 1, static_cast<std::uint32_t>(size)),
+                                                             target->descriptor().at(kGuard)));
+      Completion done = wait(*client_.connection, read);
+      ASSERT_EQ(done.status, Status::Success) << to_string(done.status);
+      EXPECT_EQ(done.bytes, size);
+      ASSERT_EQ(find_pattern_mismatch(bytes(*sink) + kGuard + 1, size, seed), size);
+      EXPECT_EQ(bytes(*sink)[kGuard], std::byte{0});
+      EXPECT_EQ(bytes(*sink)[kGuard + 1 + size], std::byte{0});
+    }
+  }
+}
+
+// A SEND from device memory into a receive posted in device memory, scattered over two segments.
+TEST_P(DeviceConformance, SendLandsInAReceivePostedInDeviceMemory) {
+  SKIP_UNLESS_A_PATH();
+  connect_pair(client_, server_);
+  ASSERT_TRUE(client_.connection);
+  constexpr std::size_t kSize = 100'003;
+  auto source = device_region(*client_.context, kSize, Access::LocalWrite);
+  auto sink = device_region(*server_.context, kSize + 10, Access::LocalWrite);
+  ASSERT_TRUE(source && sink) << refusal.describe();
+  fill_pattern(bytes(*source), kSize, 77);
+  std::memset(bytes(*sink), 0, kSize + 10);
+  std::array<Segment, 2> halves{sink->slice(0, 50'000), sink->slice(50'010, kSize - 50'000)};
+  auto posted = RDMAKIT_ASSERT_OK(server_.connection->post_recv(halves));
+  auto sent = RDMAKIT_ASSERT_OK(client_.connection->send(source->slice(0, kSize)));
+  ASSERT_EQ(wait(*client_.connection, sent).status, Status::Success);
+  Completion received = wait(*server_.connection, posted);
+  ASSERT_EQ(received.status, Status::Success) << to_string(received.status);
+  EXPECT_EQ(received.bytes, kSize);
+  std::vector<std::byte> joined(kSize);
+  std::memcpy(joined.data(), bytes(*sink), 50'000);
+  std::memcpy(joined.data() + 50'000, bytes(*sink) + 50'010, kSize - 50'000);
+  EXPECT_EQ(find_pattern_mismatch(joined.data(), kSize, 77), kSize);
+  for (std::size_t i = 50'000; i < 50'010; ++i) EXPECT_EQ(bytes(*sink)[i], std::byte{0}) << "gap byte " << i;
+}
+
+// Atomics on a word of device memory, their results landing in device memory.
+TEST_P(DeviceConformance, AtomicsOnDeviceMemorySumAndSwapExactly) {
+  SKIP_UNLESS_A_PATH();
+  connect_pair(client_, server_);
+  ASSERT_TRUE(client_.connection);
+  auto word = device_region(*server_.context, 64, Access::LocalWrite | Access::RemoteAtomic);
+  auto result = device_region(*client_.context, 64, Access::LocalWrite);
+  ASSERT_TRUE(word && result) << refusal.describe();
+  std::uint64_t start = 1000;
+  std::memcpy(bytes(*word) + 8, &start, 8);
+  std::uint64_t expected_old = start;
+  for (std::uint64_t add = 1; add <= 20; ++add) {
+    auto id = RDMAKIT_ASSERT_OK(client_.connection->fetch_add(result->slice(16, 8), word->descriptor().at(8), add));
+    ASSERT_EQ(wait(*client_.connection, id).status, Status::Success);
+    std::uint64_t old = 0;
+    std::memcpy(&old, bytes(*result) + 16, 8);
+    ASSERT_EQ(old, expected_old) << "fetch_add " << add << " returned the wrong old value";
+    expected_old += add;
+  }
+  auto swapped = RDMAKIT_ASSERT_OK(
+      client_.connection->compare_swap(result->slice(24, 8), word->descriptor().at(8), expected_old, 42));
+  ASSERT_EQ(wait(*client_.connection, swapped).status, Status::Success);
+  auto missed = RDMAKIT_ASSERT_OK(client_.connection->compare_swap(result->slice(32, 8), word->descriptor().at(8), 7, 99));
+  ASSERT_EQ(wait(*client_.connection, missed).status, Status::Success);
+  std::uint64_t now = 0, first = 0, second = 0;
+  std::memcpy(&now, bytes(*word) + 8, 8);
+  std::memcpy(&first, bytes(*result) + 24, 8);
+  std::memcpy(&second, bytes(*result) + 32, 8);
+  EXPECT_EQ(now, 42u) << "the matching compare_swap did not swap, or the missing one did";
+  EXPECT_EQ(first, expected_old);
+  EXPECT_EQ(second, 42u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, DeviceConformance, ::testing::ValuesIn(conformance_transports()),
+                         transport_param_name);
+
+}  // namespace
+}  // namespace rdmakit::conformance
