@@ -121,9 +121,11 @@ void unmap(Allocation& a) {
 
 void run_until(Stream& s, std::uint64_t position) {
   while (s.completed < position && !s.queued.empty()) {
-    const Copy& c = s.queued.front();
-    if (c.size) std::memmove(c.dst, c.src, c.size);
+    Copy c = s.queued.front();
     s.queued.pop_front();
+    // Positions only ever point at earlier entries of the other stream, so waits cannot form a cycle.
+    if (c.wait) run_until(*c.wait, c.until);
+    if (c.size) std::memmove(c.dst, c.src, c.size);
     ++s.completed;
   }
 }

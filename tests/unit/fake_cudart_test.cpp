@@ -46,6 +46,7 @@ int cudaEventRecord(void*, void*);
 int cudaEventSynchronize(void*);
 int cudaEventQuery(void*);
 int cudaEventDestroy(void*);
+int cudaStreamWaitEvent(void*, void*, unsigned);
 int cudaPointerGetAttributes(cudaPointerAttributes*, const void*);
 int cudaIpcGetMemHandle(cudaIpcMemHandle_t*, void*);
 int cudaIpcOpenMemHandle(void**, cudaIpcMemHandle_t, unsigned);
@@ -222,6 +223,26 @@ TEST_F(FakeCudart, EventSynchronizeRunsItsStreamUpToTheRecord) {
   ASSERT_EQ(cudaEventDestroy(event), 0);
   ASSERT_EQ(cudaStreamDestroy(stream), 0);
   EXPECT_EQ(cudaEventQuery(event), kInvalidHandle);
+}
+
+TEST_F(FakeCudart, StreamWaitEventOrdersACopyAfterAnotherStreamsCopy) {
+  DeviceMemory d(kPage);
+  void *upload = nullptr, *download = nullptr, *uploaded = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&upload, 1), 0);
+  ASSERT_EQ(cudaStreamCreateWithFlags(&download, 1), 0);
+  ASSERT_EQ(cudaEventCreateWithFlags(&uploaded, 2), 0);
+  auto src = pattern(kPage, 9);
+  std::vector<unsigned char> out(kPage);
+  ASSERT_EQ(cudaMemcpyAsync(d.get(), src.data(), kPage, kH2D, upload), 0);
+  ASSERT_EQ(cudaEventRecord(uploaded, upload), 0);
+  ASSERT_EQ(cudaStreamWaitEvent(download, uploaded, 0), 0);
+  ASSERT_EQ(cudaMemcpyAsync(out.data(), d.get(), kPage, kD2H, download), 0);
+  ASSERT_EQ(cudaStreamSynchronize(download), 0);  // runs the upload first, through the wait
+  EXPECT_EQ(out, src);
+  EXPECT_EQ(cudaStreamQuery(upload), 0);
+  EXPECT_EQ(cudaEventDestroy(uploaded), 0);
+  EXPECT_EQ(cudaStreamDestroy(upload), 0);
+  EXPECT_EQ(cudaStreamDestroy(download), 0);
 }
 
 TEST_F(FakeCudart, PointerAttributesTellDeviceManagedPinnedAndPlainHost) {
