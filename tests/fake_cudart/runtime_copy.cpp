@@ -148,9 +148,13 @@ int cudaStreamDestroy(void* stream) {
   if (int e = injected(__func__)) return e;
   Stream* s = find_stream(stream);
   if (!s) return kInvalidResourceHandle;
-  state().stats.copies_dropped += static_cast<long>(s->queued.size());
+  for (const Copy& c : s->queued)
+    if (!c.wait) ++state().stats.copies_dropped;
   for (Event* e : state().events)
     if (e->stream == s) e->stream = nullptr;  // its copies will never run: the event counts as passed
+  for (Stream* other : state().streams)
+    for (Copy& c : other->queued)
+      if (c.wait == s) c.wait = nullptr;
   state().streams.erase(s);
   if (s->blocking) --state().stats.streams_blocking;
   delete s;
@@ -231,6 +235,26 @@ int cudaEventRecord(void* event, void* stream) {
   if (!s) run_blocking_streams();
   e->stream = s;
   e->position = s ? s->enqueued : 0;
+  return kSuccess;
+}
+
+// Later work on `stream` waits for the event: a queue entry that runs the event's stream up to it.
+int cudaStreamWaitEvent(void* stream, void* event, unsigned flags) {
+  std::lock_guard lock(state().mutex);
+  if (int e = injected(__func__)) return e;
+  Event* e = find_event(event);
+  Stream* s = find_stream(stream);
+  if (!e || (stream && !s)) return kInvalidResourceHandle;
+  if (flags > 1) return kInvalidValue;  // cudaEventWaitDefault 0, cudaEventWaitExternal 1
+  if (!e->stream) return kSuccess;      // passed already
+  if (!s) {                             // the legacy default stream runs its work at once
+    run_until(*e->stream, e->position);
+    return kSuccess;
+  }
+  if (e->stream == s) return kSuccess;
+  s->queued.push_back(
+      Copy{.dst = nullptr, .src = nullptr, .size = 0, .wait = e->stream, .until = e->position});
+  ++s->enqueued;
   return kSuccess;
 }
 

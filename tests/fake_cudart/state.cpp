@@ -63,10 +63,24 @@ HostRange* find_registered(const void* p, std::size_t size) {
 
 namespace {
 
-// PROT_NONE address space at the next recognisable address not in use, else anywhere.
+#if defined(__SANITIZE_THREAD__)
+constexpr bool kFixedAddresses = false;
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+constexpr bool kFixedAddresses = false;
+#else
+constexpr bool kFixedAddresses = true;
+#endif
+#else
+constexpr bool kFixedAddresses = true;
+#endif
+
+// PROT_NONE address space at the next recognisable address not in use, else anywhere. Not under
+// ThreadSanitizer: its mmap interceptor turns a hint outside its application ranges into address 0 but
+// keeps MAP_FIXED_NOREPLACE, and the mapping lands at 0 (it then dies on it).
 void* reserve_device_range(std::size_t mapped) {
   auto& s = state();
-  for (int attempt = 0; attempt < 16; ++attempt) {
+  for (int attempt = 0; kFixedAddresses && attempt < 16; ++attempt) {
     void* hint = reinterpret_cast<void*>(s.next_hint);
     void* p = ::mmap(hint, mapped, PROT_NONE,
                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
@@ -107,9 +121,11 @@ void unmap(Allocation& a) {
 
 void run_until(Stream& s, std::uint64_t position) {
   while (s.completed < position && !s.queued.empty()) {
-    const Copy& c = s.queued.front();
-    if (c.size) std::memmove(c.dst, c.src, c.size);
+    Copy c = s.queued.front();
     s.queued.pop_front();
+    // Positions only ever point at earlier entries of the other stream, so waits cannot form a cycle.
+    if (c.wait) run_until(*c.wait, c.until);
+    if (c.size) std::memmove(c.dst, c.src, c.size);
     ++s.completed;
   }
 }

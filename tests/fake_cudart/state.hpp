@@ -58,10 +58,15 @@ struct HostRange {
   std::uint64_t buffer_id;
 };
 
+struct Stream;
+
+// A queued copy, or (wait set) a cudaStreamWaitEvent: the queue runs `wait` up to `until` first.
 struct Copy {
   void* dst;  // already translated to shadows
   const void* src;
   std::size_t size;
+  Stream* wait = nullptr;
+  std::uint64_t until = 0;
 };
 
 struct Stream {
