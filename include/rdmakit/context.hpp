@@ -54,6 +54,9 @@ struct Capabilities {
   bool same_host_only = false;
   // Threads per context the transport runs to make progress (tcp: the engine; shm: the progress thread).
   std::uint32_t progress_threads = 0;
+  // The path CUDA device memory takes here (docs/gpu.md): "staged", "cuda-ipc", "gpudirect-dmabuf",
+  // "gpudirect-peermem", or "none" (register_memory refuses device memory).
+  std::string device_memory_path = "none";
   // What one message between two ranks costs on this transport, for layers that model time (the
   // collectives pick an allreduce algorithm by it: docs/allreduce-model.md): a fixed cost per message and
   // a bandwidth, fitted by bench/coll/model.py where measured. 0: not declared (tcp's figures are used).

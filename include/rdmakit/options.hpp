@@ -41,6 +41,10 @@ struct Config {
   std::uint32_t recv_queue_depth = 0;
   std::uint32_t max_sge = 0;
   std::string log_level{};  // error | warn | info | debug
+  // Which path device memory may take (docs/gpu.md): "auto" (the transport's), "direct" (GPUDirect RDMA or
+  // CUDA IPC: the CPU never copies it) or "staged" (through host memory). A registration whose path does
+  // not match is refused, naming what is missing.
+  std::string gpu_path{};
   // The transport options that were set (by name in code, else RDMAKIT_<NAME>), as text, for every built
   // transport; options left out take their table's default. The transport parses its own at open (a bad
   // value is then InvalidArgument naming it); resolve_config() already checks those of the transport
@@ -65,6 +69,7 @@ struct Options {
   // Process-wide, not per context: set here (or RDMAKIT_LOG_LEVEL), it becomes the process's level when
   // the context opens, the last such context wins; left unset, the context keeps the level (log.hpp).
   std::optional<std::string> log_level{};
+  std::optional<std::string> gpu_path{};
   // Options set by name, as text (what set() fills): any option of a built transport's table, or a core
   // option (a typed field above, when set, wins over the same name here). resolve_config() refuses a name
   // that no built transport nor the core declares (InvalidArgument naming the closest option); an option

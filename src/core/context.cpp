@@ -161,7 +161,17 @@ Result<std::shared_ptr<MemoryRegion>> Context::register_memory(void* data, std::
   auto where = detail::cuda::classify(data, size, kind, "register_memory");
   if (!where) return std::unexpected(where.error());
   if (where->kind == MemoryKind::Host) return self.register_memory(data, size, access);
-  return self.register_device_memory(data, size, access, *where);
+  auto region = self.register_device_memory(data, size, access, *where);
+  if (!region) return region;
+  // Option gpu_path: a path other than the one required is refused (the region deregisters as it goes).
+  const std::string& required = config().gpu_path;
+  const bool direct = (*region)->path() != MemoryPath::Staged;
+  if (required == "auto" || (required == "direct") == direct) return region;
+  return fail(Errc::NotSupported,
+              "register_memory: option gpu_path=" + required + " (RDMAKIT_GPU_PATH), but the " +
+                  std::string(transport()) + " transport moves this device memory " +
+                  (direct ? "directly (" + to_string((*region)->path()) + ") and has no staged path"
+                          : "only staged through host memory: no GPUDirect RDMA or CUDA IPC path here"));
 }
 Result<std::shared_ptr<MemoryRegion>> Context::allocate(std::size_t size, Access access) {
   return detail::provider(*this).allocate(size, access);

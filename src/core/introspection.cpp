@@ -55,6 +55,7 @@ std::vector<CapabilityInfo> describe_capabilities(const Capabilities& c) {
       {"address_prefix", c.address_prefix, c.address_prefix.empty() ? "(none)" : c.address_prefix},
       flag("same_host_only", c.same_host_only),
       number("progress_threads", c.progress_threads),
+      {"device_memory_path", c.device_memory_path, c.device_memory_path},
       figure("message_cost_us", c.message_cost_us),
       figure("bandwidth_bytes_per_us", c.bandwidth_bytes_per_us),
   };
@@ -63,7 +64,7 @@ std::vector<CapabilityInfo> describe_capabilities(const Capabilities& c) {
 
 // The list above names every field: one added to Capabilities without its row stops the build here
 // (tests/info/check_capabilities.sh checks the names against the header).
-static_assert(field_count<Capabilities>() == 15,
+static_assert(field_count<Capabilities>() == 16,
               "rdmakit::Capabilities gained or lost a field: list it in describe_capabilities()");
 
 }  // namespace rdmakit

@@ -49,6 +49,10 @@ std::vector<Spec> specs() {
       option("max_sge", "16", "scatter-gather entries per operation", "an integer", &C::max_sge, &O::max_sge),
       option("log_level", "warn", "least severe log messages shown: error, warn, info, debug",
              "error, warn, info or debug", &C::log_level, &O::log_level),
+      option("gpu_path", "auto",
+             "the path device memory must take: auto (the transport's), direct (GPUDirect RDMA or CUDA IPC, "
+             "no CPU copy) or staged (through host memory); registration refuses another",
+             "auto, direct or staged", &C::gpu_path, &O::gpu_path),
   };
 }
 
@@ -67,6 +71,8 @@ Result<void> check_ranges(Config& config, const options::SetOptions& set) {
   if (config.send_queue_depth == 0) return bad("send_queue_depth", "must be at least 1");
   if (config.recv_queue_depth == 0) return bad("recv_queue_depth", "must be at least 1");
   if (config.max_sge == 0) return bad("max_sge", "must be at least 1");
+  if (config.gpu_path != "auto" && config.gpu_path != "direct" && config.gpu_path != "staged")
+    return bad("gpu_path", "must be auto, direct or staged, got '" + config.gpu_path + "'");
   if (config.timeout.count() == 0) return bad("timeout_ms", "must be at least 1");
   // A SEND without a receive must report RNR, which it cannot once the peer counts as silent. Left at its
   // default, rnr_timeout_ms follows a shorter timeout_ms down (half of it); set, it must be below it.

@@ -100,6 +100,8 @@ class DeviceConformance : public Conformance {
 TEST_P(DeviceConformance, DeviceRegionsTakeTheTransportPathOrAreRefused) {
   auto context = open_context(true);
   ASSERT_TRUE(context);
+  auto declared = expected_path(GetParam());
+  EXPECT_EQ(context->capabilities().device_memory_path, declared ? to_string(*declared) : "none");
   for (int i = 0; i < 2; ++i) {
     auto region = device_region(*context, 65536, Access::All);
     auto path = expected_path(GetParam());

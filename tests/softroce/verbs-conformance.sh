@@ -12,7 +12,7 @@
 #     tcp, and 10 % loss and reordering over verbs without atomics).
 #
 # Usage: tests/softroce/verbs-conformance.sh [--one|--two] [BUILD_DIR] [-- extra gtest args]
-#   BUILD_DIR defaults to build-verbs; it must hold conformance, conformance_peer, unit_verbs_device, the
+#   BUILD_DIR defaults to build-verbs; it must hold conformance, conformance_peer, unit_verbs_device, fake_cudart, the
 #   examples and the transfer engine's binaries (make conformance conformance_peer unit_verbs_device
 #   write_read_server write_read_client xfer_engine_test xfer_peer xfer_kvcache rdmakit-xfer-bench
 #   rdmakit-soak).
@@ -34,7 +34,8 @@ gtest_extra="$*"
 
 bins=(tests/conformance tests/conformance_peer tests/unit_verbs_device examples/write_read_server
       examples/write_read_client tests/xfer/xfer_engine_test tests/xfer/xfer_peer examples/xfer_kvcache
-      tools/rdmakit-xfer-bench tools/rdmakit-soak)
+      tools/rdmakit-xfer-bench tools/rdmakit-soak
+      tests/libfake_cudart.so)  # the fake CUDA runtime the conformance suite's device cases load (tests/fake_cudart)
 for bin in "${bins[@]}"; do
     [[ -x "$build/$bin" ]] || { echo "verbs-conformance.sh: error: $build/$bin missing (build it first)" >&2; exit 1; }
 done

@@ -152,6 +152,38 @@ TEST_P(DeviceMemory, AllocateOnTheDeviceFreesWhatItAllocated) {
 INSTANTIATE_TEST_SUITE_P(Transports, DeviceMemory, ::testing::Values("tcp", "shm"),
                          [](const auto& info) { return std::string(info.param); });
 
+// Option gpu_path requires a path: tcp has only the staged one.
+TEST(DeviceMemoryGpuPath, ARequiredPathTheTransportLacksIsRefusedNamingIt) {
+  ASSERT_NE(fake().handle, nullptr);
+  DeviceBuffer gpu(1 << 16);
+  for (const char* required : {"direct", "staged", "auto"}) {
+    SCOPED_TRACE(required);
+    Options options;
+    options.transport = "tcp";
+    options.gpu_path = required;
+    auto context = Context::open(options);
+    ASSERT_TRUE(context) << context.error().describe();
+    auto region = (*context)->register_memory(gpu.data(), 1 << 16, Access::All, MemoryKind::Cuda);
+    if (std::string(required) == "direct") {
+      ASSERT_FALSE(region) << "gpu_path=direct accepted the staged path";
+      EXPECT_EQ(region.error().code(), Errc::NotSupported);
+      EXPECT_NE(region.error().message().find("gpu_path=direct"), std::string::npos) << region.error().message();
+      EXPECT_NE(region.error().message().find("only staged"), std::string::npos) << region.error().message();
+      EXPECT_EQ((*context)->live_registrations(), 0u) << "the refused registration stayed";
+    } else {
+      ASSERT_TRUE(region) << region.error().describe();
+      EXPECT_EQ((*region)->path(), MemoryPath::Staged);
+    }
+  }
+  Options bad;
+  bad.transport = "tcp";
+  bad.gpu_path = "fastest";
+  auto refused = Context::open(bad);
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().code(), Errc::InvalidArgument);
+  EXPECT_NE(refused.error().message().find("gpu_path"), std::string::npos) << refused.error().message();
+}
+
 TEST(DeviceMemoryClassify, ResolvesTheAllocationOfAnInteriorPointer) {
   ASSERT_NE(fake().handle, nullptr);
   DeviceBuffer gpu(3 << 20);

@@ -69,6 +69,7 @@ Capabilities TcpContext::capabilities() const {
                       .misaligned_atomic_refused_at_post = false,  // the target answers RemoteInvalidRequest
                       .address_prefix = {},
                       .progress_threads = 1,  // the engine
+                      .device_memory_path = "staged",
                       // Across network namespaces (veth) on the 2-core CI machine (docs/allreduce-model.md).
                       .message_cost_us = 26,
                       .bandwidth_bytes_per_us = 620};
