@@ -140,6 +140,10 @@ def case_bad_cuda_arrays_are_refused_naming_the_rule():
         raises(rdmakit.InvalidArgumentError, lambda: ctx.register(CudaArray(4096, readonly=True)), "read-only")
         assert ctx.register(CudaArray(4096, readonly=True), Access.REMOTE_READ).kind == "cuda"
         raises(TypeError, lambda: ctx.register(DlpackOnly()), "DLPack", "__cuda_array_interface__")
+        # DLPack and __cuda_array_interface__ both (a CUDA torch tensor): taken through the interface.
+        both = CudaArray(4096)
+        both.__dlpack_device__ = lambda: (2, 0)
+        assert ctx.register(both).kind == "cuda"
         # An interface whose pointer is host memory is refused by the library, never registered as device.
         host = np.zeros(4096, np.uint8)
         liar = Slice.__new__(Slice)
