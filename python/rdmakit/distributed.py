@@ -30,7 +30,8 @@ the exception is also written to the launcher's error file, so its summary says 
 Collectives whose arguments differ between ranks (count, dtype, op, root) raise on the ranks involved.
 
 Torch versions: 1.13 (a ``ProcessGroup``) and 2.x (a ``Backend``, registered for the "cpu" and "cuda"
-devices; CUDA tensors are staged through host memory). See docs/torch.md for what is tested where.
+devices, so that a CUDA tensor gets the backend's own error: it moves CPU tensors only, copy with ``.cpu()``).
+See docs/torch.md for what is tested where.
 """
 
 import json

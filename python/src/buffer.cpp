@@ -33,16 +33,32 @@ py::object exporter_of(py::handle object) {
   if (is_torch_tensor(object)) return tensor_view(object);
   if (py::hasattr(object, "__array_interface__"))  // wraps the memory; numpy never copies here
     return py::module_::import("numpy").attr("asarray")(object);
-  raise(Errc::InvalidArgument, "a " +
-                                   py::str(py::type::handle_of(object).attr("__name__")).cast<std::string>() +
+  raise(Errc::InvalidArgument, "a " + type_name_of(object) +
                                    " has no memory to register (it supports neither the buffer protocol "
                                    "nor __array_interface__)");
 }
 
+bool has_cuda_array_interface(py::handle object) { return py::hasattr(object, "__cuda_array_interface__"); }
+
 }  // namespace
 
-HeldBuffer::HeldBuffer(py::handle object, bool writable)
-    : owner_(py::reinterpret_borrow<py::object>(object)), exporter_(exporter_of(object)) {
+HeldBuffer::HeldBuffer(py::handle object, bool writable, Placement placement)
+    : owner_(py::reinterpret_borrow<py::object>(object)) {
+  if (has_cuda_array_interface(object)) {
+    if (placement == Placement::HostOnly)
+      raise(Errc::InvalidArgument,
+            "a " + type_name_of(object) +
+                " in CUDA device memory cannot be used here: only host memory is taken "
+                "(copy it to the host first)");
+    const auto memory = cuda_array_memory(object);
+    if (writable && memory.readonly)
+      raise(Errc::InvalidArgument,
+            "the CUDA array is read-only, but the access asked for lets the transport write into it");
+    data_ = memory.data, size_ = memory.size, readonly_ = memory.readonly, kind_ = MemoryKind::Cuda;
+    return;
+  }
+  refuse_device_dlpack(object);
+  exporter_ = exporter_of(object);
   const int flags = PyBUF_ANY_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0);
   if (PyObject_GetBuffer(exporter_.ptr(), &view_, flags) != 0) {
     // Say which rule was broken instead of the exporter's generic BufferError.
@@ -58,6 +74,7 @@ HeldBuffer::HeldBuffer(py::handle object, bool writable)
           "lets the transport write into it");
   }
   held_ = true;
+  data_ = view_.buf, size_ = static_cast<std::size_t>(view_.len), readonly_ = view_.readonly != 0;
 }
 
 HeldBuffer::~HeldBuffer() { release(); }

@@ -91,13 +91,14 @@ namespace {
 py::object make_region(PyContext& self, py::handle object, std::uint32_t access_bits) {
   const auto access = access_from(access_bits);
   const auto& context = self.get();
-  auto buffer = std::make_shared<HeldBuffer>(object, writes_locally_or_remotely(access));
+  auto buffer =
+      std::make_shared<HeldBuffer>(object, writes_locally_or_remotely(access), Placement::HostOrDevice);
   void* data = buffer->data();
   const auto size = buffer->size();
   if (size == 0) raise(Errc::InvalidArgument, "the buffer is empty: nothing to register");
   auto region = [&] {
     py::gil_scoped_release unlocked;  // pinning a large buffer takes a while on verbs
-    return context->register_memory(data, size, access);
+    return context->register_memory(data, size, access, buffer->kind());
   }();
   return py::cast(std::make_unique<PyRegion>(context, unwrap(std::move(region)), std::move(buffer)));
 }
@@ -266,6 +267,12 @@ void bind_region(py::module_& m) {
       .def_property_readonly(
           "descriptor", [](const PyRegion& r) { return r.get()->descriptor(); },
           "The RemoteRegion a peer needs (send bytes(region.descriptor)).")
+      .def_property_readonly(
+          "kind", [](const PyRegion& r) { return to_string(r.get()->kind()); },
+          "Where the memory lives: 'host' or 'cuda'.")
+      .def_property_readonly(
+          "path", [](const PyRegion& r) { return to_string(r.get()->path()); },
+          "The path its bytes take: 'host', 'staged', 'cuda-ipc', 'gpudirect-dmabuf' or 'gpudirect-peermem'.")
       .def_property_readonly("closed", &PyRegion::closed, "Whether close() was called.")
       .def(
           "slice",
@@ -297,6 +304,10 @@ void bind_region(py::module_& m) {
       .def(
           "view",
           [](const PyRegion& r) {
+            // The CPU cannot read device memory: a view of it would crash the process on first use.
+            if (r.get()->kind() == MemoryKind::Cuda)
+              raise(Errc::InvalidArgument,
+                    "view(): the region is CUDA device memory, which the CPU cannot read");
             return py::memoryview(py::cast(RegionMemory{r.buffer(), r.get()}));
           },
           "A memoryview of the registered bytes; it keeps the memory valid even after close().")
@@ -401,7 +412,9 @@ void bind_context(py::module_& m) {
           py::arg("obj"), py::arg("access") = 7,
           "Registers the memory of `obj` without copying: any buffer-protocol object (numpy array, "
           "bytearray, "
-          "memoryview, mmap) or a contiguous CPU torch tensor. Write access (LOCAL_WRITE, REMOTE_WRITE, "
+          "memoryview, mmap), a contiguous CPU torch tensor, or CUDA device memory exposing "
+          "__cuda_array_interface__ (a CUDA tensor, CuPy or Numba array: Region.kind is then 'cuda'). Write "
+          "access (LOCAL_WRITE, REMOTE_WRITE, "
           "REMOTE_ATOMIC) needs a writable buffer. The Region keeps `obj` alive.")
       .def(
           "allocate",

@@ -219,8 +219,9 @@ class SegmentMemory {
 
 void publish(PyXferEngine& self, const std::string& name, py::handle object) {
   const auto& core = self.get();
-  auto buffer = std::make_shared<HeldBuffer>(object, true);  // peers WRITE into it
-  unwrap(unlocked([&] { return core->engine->publish(name, buffer->data(), buffer->size()); }));
+  auto buffer = std::make_shared<HeldBuffer>(object, true, Placement::HostOrDevice);  // peers WRITE into it
+  unwrap(
+      unlocked([&] { return core->engine->publish(name, buffer->data(), buffer->size(), buffer->kind()); }));
   hold(*core, buffer).published.insert(name);
 }
 
@@ -234,18 +235,20 @@ void unpublish(PyXferEngine& self, const std::string& name) {
 
 void register_local(PyXferEngine& self, py::handle object) {
   const auto& core = self.get();
-  auto buffer = std::make_shared<HeldBuffer>(object, true);  // READs land in it
+  auto buffer = std::make_shared<HeldBuffer>(object, true, Placement::HostOrDevice);  // READs land in it
   auto known = core->memory.find(address_of(*buffer));
   const bool same = known != core->memory.end() && known->second.size == buffer->size();
   if (same && known->second.local)
     raise(Errc::InvalidArgument, "register_local: this memory is registered already");
-  if (!same) unwrap(unlocked([&] { return core->engine->register_local(buffer->data(), buffer->size()); }));
+  if (!same)
+    unwrap(unlocked(
+        [&] { return core->engine->register_local(buffer->data(), buffer->size(), buffer->kind()); }));
   hold(*core, buffer).local = true;  // a published buffer of the same bytes is registered already
 }
 
 void unregister_local(PyXferEngine& self, py::handle object) {
   const auto& core = self.get();
-  const auto address = address_of(HeldBuffer(object, false));
+  const auto address = address_of(HeldBuffer(object, false, Placement::HostOrDevice));
   auto it = core->memory.find(address);
   if (it == core->memory.end() || !it->second.local)
     raise(Errc::NotFound, "unregister_local: this memory was not registered with register_local()");
@@ -314,7 +317,8 @@ xfer::Request parse_request(const EngineCore& core, py::handle item, std::size_t
     request.segment = xfer::SegmentHandle{segment.handle};
     request.offset = fields[at = 3].cast<std::uint64_t>();
     at = 1;
-    keep.push_back(std::make_shared<HeldBuffer>(fields[at], request.op == xfer::Op::Read));
+    keep.push_back(
+        std::make_shared<HeldBuffer>(fields[at], request.op == xfer::Op::Read, Placement::HostOrDevice));
     request.local = keep.back()->data();
     at = 4;
     const auto size = keep.back()->size();
@@ -471,11 +475,16 @@ void bind_engine(py::module_& m) {
           "Allocates `size` bytes every transport reaches fast, publishes them as `name` and returns them as "
           "a writable uint8 numpy array (usable as local memory too).")
       .def("publish", &publish, py::arg("name"), py::arg("obj"),
-           "Publishes the memory of `obj` (a writable buffer: numpy array, bytearray, CPU tensor) as `name`, "
-           "without copying; the engine keeps `obj` alive until unpublish(). Usable as local memory too.")
+           "Publishes the memory of `obj` (a writable buffer: numpy array, bytearray, CPU tensor; or CUDA "
+           "device "
+           "memory exposing __cuda_array_interface__, offered only over the transports that take it) as "
+           "`name`, without copying; the engine keeps `obj` alive until unpublish(). Usable as local memory "
+           "too.")
       .def("unpublish", &unpublish, py::arg("name"), "Removes a segment this engine published.")
       .def("register_local", &register_local, py::arg("obj"),
-           "Registers the memory of `obj` (writable buffer or CPU tensor) for requests to READ into or WRITE "
+           "Registers the memory of `obj` (writable buffer, CPU tensor, or __cuda_array_interface__ device "
+           "memory) "
+           "for requests to READ into or WRITE "
            "from (any slice of it); kept alive until unregister_local().")
       .def("unregister_local", &unregister_local, py::arg("obj"), "Undoes register_local(obj).")
       .def(

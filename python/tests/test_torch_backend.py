@@ -145,3 +145,28 @@ def test_mpirun_launch_needs_no_torch_variables():
     output = result.stdout + result.stderr
     assert result.returncode == 0, output
     assert sorted(passed_ranks(output)) == [0, 1], output
+
+
+def test_non_cpu_tensors_are_refused_naming_the_device():
+    # CUDA tensors are refused with a message (never staged unordered with the caller's stream). This torch is a
+    # CPU build, and torch 1.13's dispatcher sends only CPU and CUDA tensors to a backend: the check every
+    # collective runs on each tensor is run here for CUDA devices; a real CUDA tensor through a collective is not
+    # tested (no GPU build of torch here).
+    import datetime
+
+    import torch
+    import torch.distributed as dist
+    from rdmakit import _rdmakit_torch as backend
+
+    for device in ("cuda:1", "cuda"):
+        message = backend._device_refusal(device, "allreduce")
+        assert message is not None
+        for words in ("rdmakit allreduce: the tensor is on " + device, "moves CPU tensors only", ".cpu()",
+                      ".to('" + device + "')"):
+            assert words in message, message
+    assert backend._device_refusal("cpu", "allreduce") is None
+    # The CPU path is untouched by the check (a one-rank group).
+    group = backend.ProcessGroupRdmakit(dist.HashStore(), 0, 1, datetime.timedelta(seconds=10))
+    cpu = torch.arange(4, dtype=torch.float32)
+    group.allreduce([cpu]).wait()
+    assert cpu.tolist() == [0.0, 1.0, 2.0, 3.0]

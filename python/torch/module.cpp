@@ -3,9 +3,11 @@
 // like gloo's. rdmakit.distributed registers it under the name "rdmakit".
 #include <pybind11/chrono.h>
 #include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
 #include <torch/csrc/utils/pybind.h>
 
 #include "process_group.hpp"
+#include "tensor_util.hpp"
 
 namespace py = pybind11;
 using rdmakit::torch_backend::ProcessGroupRdmakit;
@@ -33,6 +35,15 @@ PYBIND11_MODULE(_rdmakit_torch, module) {
            "Fails this rank's collectives in progress and to come, tells the peers that it aborts and "
            "closes its connections (for a process that exits on an error: rdmakit.distributed calls it).");
   module.attr("TORCH_MAJOR") = rdmakit::torch_backend::kTorch2 ? 2 : 1;
+  // Tests: the check every collective runs on each tensor's device, for devices a CPU build of torch cannot
+  // make tensors on ("cuda:1").
+  module.def(
+      "_device_refusal",
+      [](const std::string& device, const std::string& op) {
+        return rdmakit::torch_backend::device_refusal(c10::Device(device), op);
+      },
+      py::arg("device"), py::arg("op"),
+      "Why the backend refuses a tensor on `device` in `op` (None for the CPU).");
 
   module.def(
       "detect_launch",

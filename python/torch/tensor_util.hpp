@@ -22,13 +22,26 @@ inline void throw_if_failed(const Result<void>& result, std::string_view what) {
     throw std::runtime_error("rdmakit " + std::string(what) + " failed: " + result.error().describe());
 }
 
-// Every tensor the backend touches: defined, on the CPU or a CUDA device, strided (dense). Non-contiguous
-// tensors are staged through a contiguous copy, CUDA tensors through a host copy (torch 2.x registers the
-// backend for "cuda" too; the copies are synchronous, on the current stream).
+// Why a tensor on `device` cannot be moved, or nullopt when it can (a CPU tensor). CUDA tensors are refused
+// rather than copied through host memory on the backend's worker thread: that copy would run on the worker's
+// stream, unordered with the caller's stream that produced the tensor (wrong numbers, silently), and the
+// result copied back would be unordered with the caller's next kernels. Stream-ordered pinned staging, as
+// Gloo does, is issue #26's remaining work; until then the caller copies (torch 2.x registers the backend for
+// "cuda" too, so a CUDA tensor reaches this check and gets this message instead of torch's generic one).
+inline std::optional<std::string> device_refusal(const c10::Device& device, std::string_view op) {
+  if (device.is_cpu()) return std::nullopt;
+  return "rdmakit " + std::string(op) + ": the tensor is on " + device.str() +
+         ", but the rdmakit backend moves CPU tensors only: copy it with .cpu() first (and the result back "
+         "with .to('" +
+         device.str() + "'))";
+}
+
+// Every tensor the backend touches: defined, on the CPU (device_refusal), strided (dense). Non-contiguous
+// tensors are staged through a contiguous copy.
 inline void check_tensor(const at::Tensor& tensor, std::string_view op) {
   TORCH_CHECK(tensor.defined(), "rdmakit ", op, ": the tensor is undefined");
-  TORCH_CHECK(tensor.device().is_cpu() || tensor.device().is_cuda(), "rdmakit ", op,
-              ": only CPU and CUDA tensors are supported, got one on ", tensor.device());
+  const auto refusal = device_refusal(tensor.device(), op);
+  TORCH_CHECK(!refusal, *refusal);
   TORCH_CHECK(tensor.layout() == at::kStrided, "rdmakit ", op,
               ": only dense (strided) tensors are supported, got ", tensor.layout());
 }
@@ -125,9 +138,7 @@ inline coll::ReduceOp checked_reduce_op(const c10d::ReduceOp& op, std::string_vi
 
 // A contiguous host tensor holding `tensor`'s values: the tensor itself when it is a contiguous CPU one,
 // else a copy. After the communicator wrote into it, write_back() puts the result into the original.
-inline at::Tensor staged(const at::Tensor& tensor) {
-  return tensor.device().is_cpu() ? tensor.contiguous() : tensor.to(at::kCPU).contiguous();
-}
+inline at::Tensor staged(const at::Tensor& tensor) { return tensor.contiguous(); }  // CPU only (check_tensor)
 
 // `staging` (staged()) multiplied by PREMUL_SUM's factor, in place when `in_place` (the tensor is
 // overwritten by the result anyway), else into a new tensor; unchanged for every other op.

@@ -34,6 +34,7 @@
 
 #include "rdmakit/error.hpp"
 #include "rdmakit/export.hpp"
+#include "rdmakit/memory.hpp"
 #include "rdmakit/xfer/metadata.hpp"
 
 namespace rdmakit::xfer {
@@ -148,6 +149,18 @@ class RDMAKIT_API Engine {
   virtual EngineStats stats() const = 0;
   virtual const EngineOptions& options() const noexcept = 0;
   virtual MetadataStore& metadata() const noexcept = 0;
+
+  // Segments and local memory of a given kind (the calls above: allocate_segment Host, publish and
+  // register_local Auto, which detects CUDA device memory). Appended, so the slots above keep their places.
+  // Device memory is registered on every rail whose transport takes it (tcp: staged; shm and verbs where
+  // they have a path) and left out of the others: a published device segment offers only the rails that
+  // registered it, so peers pick among those. When no rail takes it, the call fails with Errc::NotSupported
+  // naming each transport's refusal. allocate_segment(..., MemoryKind::Cuda) allocates device memory of the
+  // calling thread's current device (cudaMalloc through the first rail that takes it; not zeroed).
+  virtual Result<std::span<std::byte>> allocate_segment(std::string_view name, std::size_t size,
+                                                        MemoryKind kind) = 0;
+  virtual Result<void> publish(std::string_view name, void* data, std::size_t size, MemoryKind kind) = 0;
+  virtual Result<void> register_local(void* data, std::size_t size, MemoryKind kind) = 0;
 };
 
 }  // namespace rdmakit::xfer

@@ -66,6 +66,11 @@ Result<std::vector<PlanItem>> EngineImpl::check(std::span<const Request> request
       return fail(Errc::InvalidArgument, request_name(i) + ": local memory of " + std::to_string(r.length) +
                                              " bytes is not inside memory registered with the engine");
     }
+    if (!local->reaches(last->transport)) {
+      return fail(Errc::NotSupported, request_name(i) + ": segment '" + last->name + "' is reached over " +
+                                          last->transport + ", which did not register the local memory (" +
+                                          local->refusals + ")");
+    }
     entries[i] = last;
     items.push_back(PlanItem{static_cast<std::uint32_t>(i), r.segment.value, r.op == Op::Write, local->id,
                              reinterpret_cast<std::uint64_t>(r.local), r.offset, r.length});
@@ -367,6 +372,16 @@ void EngineImpl::retry_one(std::unique_ptr<InflightOp> op) {
   if (op->op.offset + op->op.length > current->record.length) {
     return fail_op(*op,
                    Error(Errc::InvalidArgument, "segment '" + current->name + "' shrank below the request"));
+  }
+  // A re-resolve may pick another transport (the owner published anew): our memory must be on it too.
+  for (const auto& region : op->regions) {
+    if (!region->reaches(current->transport)) {
+      return fail_op(*op, Error(Errc::NotSupported, "segment '" + current->name + "' is now reached over " +
+                                                        current->transport +
+                                                        ", which did not register the "
+                                                        "local memory (" +
+                                                        region->refusals + ")"));
+    }
   }
   op->entry = current;
   std::vector<std::unique_ptr<InflightOp>> again;

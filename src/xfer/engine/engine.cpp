@@ -46,8 +46,6 @@ std::string default_name() {
 // Proofs running at once on one rail's listener: more connections wait in the listener's backlog.
 constexpr std::size_t kMaxProving = 16;
 
-constexpr Access kSegmentAccess = Access::LocalWrite | Access::RemoteWrite | Access::RemoteRead;
-
 // Whether `transport` opens one of several devices (one rail per device, EngineOptions::verbs_devices), as
 // its registration declares.
 bool picks_device(std::string_view transport) {
@@ -210,104 +208,6 @@ EngineImpl::~EngineImpl() {
       for (std::size_t k = chain.done; k < chain.ops.size(); ++k) fail_op(*chain.ops[k], closed);
     rail->chains.clear();
   }
-}
-
-Result<std::shared_ptr<LocalRegion>> EngineImpl::register_everywhere(void* data, std::size_t size,
-                                                                     std::shared_ptr<MemoryRegion> first) {
-  auto region = std::make_shared<LocalRegion>();
-  region->addr = reinterpret_cast<std::uint64_t>(data);
-  region->size = size;
-  for (auto& rail : rails_) {
-    if (first && rail->index == 0) {
-      region->by_rail.push_back(first);
-      continue;
-    }
-    auto registered = rail->context->register_memory(data, size, kSegmentAccess);
-    if (!registered) return std::unexpected(registered.error());
-    region->by_rail.push_back(*registered);
-  }
-  std::unique_lock lock(table_);
-  auto overlap = locals_.lower_bound(region->addr + size);
-  if (overlap != locals_.begin() &&
-      std::prev(overlap)->second->addr + std::prev(overlap)->second->size > region->addr) {
-    return fail(Errc::InvalidArgument,
-                "xfer: memory at " + std::to_string(region->addr) + " overlaps memory registered before");
-  }
-  region->id = next_local_id_++;
-  locals_[region->addr] = region;
-  locals_by_id_[region->id] = region;
-  return region;
-}
-
-Result<void> EngineImpl::register_local(void* data, std::size_t size) {
-  if (data == nullptr || size == 0) return fail(Errc::InvalidArgument, "register_local: empty memory");
-  auto region = register_everywhere(data, size, nullptr);
-  if (!region) return std::unexpected(region.error());
-  return {};
-}
-
-Result<void> EngineImpl::unregister_local(void* data) {
-  std::unique_lock lock(table_);
-  auto it = locals_.find(reinterpret_cast<std::uint64_t>(data));
-  if (it == locals_.end())
-    return fail(Errc::NotFound, "unregister_local: no memory registered at that address");
-  // Work requests in flight keep their region (and its registrations) alive until they complete.
-  locals_by_id_.erase(it->second->id);
-  locals_.erase(it);
-  return {};
-}
-
-Result<std::span<std::byte>> EngineImpl::allocate_segment(std::string_view name, std::size_t size) {
-  if (size == 0) return fail(Errc::InvalidArgument, "allocate_segment '" + std::string(name) + "': size 0");
-  auto first = rails_.front()->context->allocate(size, kSegmentAccess);
-  if (!first) return std::unexpected(first.error());
-  auto region = register_everywhere((*first)->data(), size, *first);
-  if (!region) return std::unexpected(region.error());
-  if (auto published = publish_region(name, *region); !published) {
-    (void)unregister_local((*first)->data());
-    return std::unexpected(published.error());
-  }
-  return std::span<std::byte>(static_cast<std::byte*>((*first)->data()), size);
-}
-
-Result<void> EngineImpl::publish(std::string_view name, void* data, std::size_t size) {
-  if (data == nullptr || size == 0)
-    return fail(Errc::InvalidArgument, "publish '" + std::string(name) + "': empty");
-  auto region = find_local(reinterpret_cast<std::uint64_t>(data), size);
-  if (!region || region->addr != reinterpret_cast<std::uint64_t>(data) || region->size != size) {
-    auto registered = register_everywhere(data, size, nullptr);
-    if (!registered) return std::unexpected(registered.error());
-    region = *registered;
-  }
-  return publish_region(name, region);
-}
-
-Result<void> EngineImpl::publish_region(std::string_view name, std::shared_ptr<LocalRegion> region) {
-  if (name.empty()) return fail(Errc::InvalidArgument, "publish: empty segment name");
-  std::lock_guard lock(control_);
-  if (published_.contains(name)) {
-    return fail(Errc::InvalidArgument, "publish: segment '" + std::string(name) + "' is already published");
-  }
-  SegmentRecord record{options_.name, host_, region->size, {}};
-  for (auto& rail : rails_) {
-    record.rails.push_back(
-        {rail->transport, rail->listener->address(), region->by_rail[rail->index]->descriptor()});
-  }
-  auto sealed = seal(record, name, secret_);
-  if (!sealed) return std::unexpected(sealed.error());
-  if (auto put = metadata_.publish(segment_key(name), *sealed); !put) return put;
-  published_.emplace(std::string(name), std::move(region));
-  return {};
-}
-
-Result<void> EngineImpl::unpublish(std::string_view name) {
-  std::lock_guard lock(control_);
-  auto it = published_.find(name);
-  if (it == published_.end())
-    return fail(Errc::NotFound, "unpublish: '" + std::string(name) + "' is not ours");
-  auto removed = metadata_.unpublish(segment_key(name));
-  published_.erase(it);
-  return removed;
 }
 
 Result<std::shared_ptr<Peer>> EngineImpl::connect_peer(const SegmentRecord& record,

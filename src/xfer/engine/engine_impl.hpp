@@ -3,6 +3,7 @@
 // (rails, segments, resolving, connecting), datapath.cpp the posting and completion path.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <deque>
@@ -143,12 +144,22 @@ struct SegmentEntry {
   std::vector<RemoteRegion> remote;  // by Link::remote_rail
 };
 
-// Memory of ours that requests use: registered in every rail.
+// Memory of ours that requests use: registered in every rail whose transport takes it (device memory may
+// be refused by some); by_rail holds null for the others. A transport is taken or left out whole.
 struct LocalRegion {
   std::uint32_t id = 0;
   std::uint64_t addr = 0;
   std::uint64_t size = 0;
+  MemoryKind kind = MemoryKind::Host;
   std::vector<std::shared_ptr<MemoryRegion>> by_rail;
+  // allocate_segment()'s registration, which owns the memory: kept even when another rail of its transport
+  // refused the memory and the transport was left out.
+  std::shared_ptr<MemoryRegion> allocation;
+  std::vector<std::string> transports;  // those that registered it
+  std::string refusals;                 // "shm: <why>; ..." of those that did not
+  bool reaches(std::string_view transport) const {
+    return std::ranges::find(transports, transport) != transports.end();
+  }
 };
 
 class BatchImpl final : public Batch {
@@ -201,9 +212,13 @@ class EngineImpl final : public Engine {
   Result<void> start();
 
   Result<std::span<std::byte>> allocate_segment(std::string_view name, std::size_t size) override;
+  Result<std::span<std::byte>> allocate_segment(std::string_view name, std::size_t size,
+                                                MemoryKind kind) override;
   Result<void> publish(std::string_view name, void* data, std::size_t size) override;
+  Result<void> publish(std::string_view name, void* data, std::size_t size, MemoryKind kind) override;
   Result<void> unpublish(std::string_view name) override;
   Result<void> register_local(void* data, std::size_t size) override;
+  Result<void> register_local(void* data, std::size_t size, MemoryKind kind) override;
   Result<void> unregister_local(void* data) override;
   Result<SegmentHandle> open_segment(std::string_view name) override;
   Result<SegmentInfo> segment_info(SegmentHandle segment) const override;
@@ -222,8 +237,12 @@ class EngineImpl final : public Engine {
   // Proves the secret to the owner on a fresh connection and checks that it is `owner`.
   Result<void> prove_owner(Rail& rail, Connection& connection, const std::string& owner,
                            const std::string& address);
-  Result<std::shared_ptr<LocalRegion>> register_everywhere(void* data, std::size_t size,
-                                                           std::shared_ptr<MemoryRegion> first);
+  // segments.cpp: local memory and published segments. `first` (optional) is the registration that
+  // allocated the memory, on rail `first_rail`.
+  Result<std::shared_ptr<LocalRegion>> register_everywhere(void* data, std::size_t size, MemoryKind kind,
+                                                           std::shared_ptr<MemoryRegion> first,
+                                                           std::size_t first_rail = 0);
+  Result<std::shared_ptr<MemoryRegion>> allocate_device(std::size_t size, std::size_t& rail);
   Result<void> publish_region(std::string_view name, std::shared_ptr<LocalRegion> region);
   Result<std::shared_ptr<const SegmentEntry>> resolve(std::string_view name, std::uint64_t generation,
                                                       const SegmentEntry* previous);
