@@ -272,10 +272,13 @@ TEST(ShmCudaIpc, AnotherProcessWritesReadsAndSendsIntoDeviceMemory) {
     write_line(up[1], "ready");
     auto received = (*connection)->wait(*posted, std::chrono::seconds(10));
     if (!received || !received->ok() || received->bytes != 4096) _exit(14);
-    if (read_line(down[0]) != "check") _exit(15);
+    if (read_line(down[0]) != "drop") _exit(15);
     auto* bytes = static_cast<const std::byte*>(fake().view((*target)->data()));
     for (std::size_t i = 0; i < kSize; ++i)
       if (bytes[i] != pattern(i, 3)) _exit(16);
+    target->reset();  // revokes the key and frees the allocation
+    write_line(up[1], "dropped");
+    if (read_line(down[0]) != "check") _exit(18);
     auto* got = static_cast<const std::byte*>(fake().view((*inbox)->data()));
     for (std::size_t i = 0; i < 4096; ++i)
       if (got[i] != pattern(i, 3)) _exit(17);
@@ -314,13 +317,19 @@ TEST(ShmCudaIpc, AnotherProcessWritesReadsAndSendsIntoDeviceMemory) {
     auto sent =
         (*connection)->wait((*connection)->send((*source)->slice(0, 4096)).value(), std::chrono::seconds(10));
     ASSERT_TRUE(sent && sent->ok()) << (sent ? to_string(sent->status) : sent.error().describe());
-    // Out of the region's bounds: refused by the key check before any handle is used (the connection
-    // fails, as an RC queue pair does, so this comes last).
-    auto past = (*connection)
-                    ->wait((*connection)->write((*source)->slice(0, 64), remote->at(kSize - 32)).value(),
+    EXPECT_EQ(fake().ipc_open(), opened_before + 2) << "the receive's allocation is opened too";
+    // The target drops its region (after checking the bytes): the next operation is refused by the key
+    // check before any handle is used (the connection fails, as an RC queue pair does, so this comes
+    // last), and the drain that ran it closed the revoked allocation's mapping. The receive's stays until
+    // the peer goes.
+    write_line(down[1], "drop");
+    ASSERT_EQ(read_line(up[0]), "dropped");
+    auto gone = (*connection)
+                    ->wait((*connection)->write((*source)->slice(0, 64), remote->at(0)).value(),
                            std::chrono::seconds(10));
-    ASSERT_TRUE(past);
-    EXPECT_EQ(past->status, Status::RemoteAccess);
+    ASSERT_TRUE(gone);
+    EXPECT_EQ(gone->status, Status::RemoteAccess);
+    EXPECT_EQ(fake().ipc_open(), opened_before + 1) << "the revoked allocation is still open here";
   }
   EXPECT_EQ(fake().ipc_open(), opened_before) << "the opened handles outlived the connection and the context";
   write_line(down[1], "check");

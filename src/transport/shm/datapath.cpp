@@ -84,6 +84,7 @@ bool ShmConnection::drain(Drainer who) {
     finish(id, opcode, signaled, outcome);
   }
   unpin();
+  peer_->ipc.sweep(*peer_);  // device allocations the peer revoked are closed here (cuda-ipc)
   settle_unsignaled();
   ring_if_owed();
   has_pending_.store(!pending_.empty() && !rc().in_error(), std::memory_order_release);

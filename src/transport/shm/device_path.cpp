@@ -95,13 +95,7 @@ std::shared_ptr<IpcMapping> IpcCache::open(const PeerView& peer, const DeviceRef
       }
       return entry;
     }
-  // A miss: first let go of what the peer has revoked since (its slot holds another key now or none), so
-  // the owner's freed allocations are not held open here until we disconnect.
-  // Key 0: opened for a receive the peer posted, which no registration of its table names: kept until the
-  // view goes.
-  std::erase_if(entries_, [&](const auto& entry) {
-    return entry->key != 0 && peer.ctl().slot[entry->slot].key.load(std::memory_order_acquire) != entry->key;
-  });
+  sweep_locked(peer);
   auto rt = detail::cuda::Runtime::get();
   if (!rt) {
     log::error("shm", rt.error().message());
@@ -138,7 +132,24 @@ std::shared_ptr<IpcMapping> IpcCache::open(const PeerView& peer, const DeviceRef
     return nullptr;  // entry's destructor closes it
   }
   entries_.push_back(entry);
+  size_.store(entries_.size(), std::memory_order_relaxed);
   return entry;
+}
+
+void IpcCache::sweep(const PeerView& peer) {
+  if (size_.load(std::memory_order_relaxed) == 0) return;
+  std::lock_guard lock(mutex_);
+  sweep_locked(peer);
+}
+
+// Lets go of what the peer has revoked (its slot holds another key now, or none), so the owner's freed
+// allocations are not held open here until we disconnect. Key 0: opened for a receive the peer posted,
+// which no registration of its table names: kept until the view goes.
+void IpcCache::sweep_locked(const PeerView& peer) {
+  std::erase_if(entries_, [&](const auto& entry) {
+    return entry->key != 0 && peer.ctl().slot[entry->slot].key.load(std::memory_order_acquire) != entry->key;
+  });
+  size_.store(entries_.size(), std::memory_order_relaxed);
 }
 
 Pieces pieces_of(std::span<const Segment> segments, std::uint32_t device_mask, std::uint64_t skip,

@@ -5,6 +5,7 @@
 // device memory), the target's CPU uninvolved as with host memory. The CPU never dereferences device memory.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -32,18 +33,23 @@ struct IpcMapping {
 };
 
 // The opened allocations of one peer context, shared by every connection to it (PeerView). Entries whose
-// registration the peer revoked are closed at the next open (a copy under way keeps its own reference),
-// the rest when the view goes (the last connection to the peer).
+// registration the peer revoked are closed by the next sweep (at the end of each drain of a connection to
+// the peer, and before each open; a copy under way keeps its own reference), the rest when the view goes
+// (the last connection to the peer).
 class IpcCache {
  public:
   // Our address of the owner's allocation `ref` (a registration `slot`/`key` published it). Null with
   // *status set when it cannot be opened or is smaller than the owner claims.
   std::shared_ptr<IpcMapping> open(const PeerView& peer, const DeviceRef& ref, std::uint32_t slot,
                                    std::uint32_t key, Status* status);
+  // Closes what the peer revoked. Costs one relaxed load while nothing is open (host-only traffic).
+  void sweep(const PeerView& peer);
 
  private:
+  void sweep_locked(const PeerView& peer);
   std::mutex mutex_;
   std::vector<std::shared_ptr<IpcMapping>> entries_;
+  std::atomic<std::size_t> size_{0};  // entries_.size(), for sweep()'s look without the lock
 };
 
 // A contiguous range of a transfer. Local pieces are addresses here; a remote piece is either device memory
