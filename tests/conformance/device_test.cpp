@@ -4,8 +4,8 @@
 // here; the test itself fills and checks it through the fake's own view (fake_cudart_host_view).
 //
 // Each transport either moves device memory along its path (tcp and fault:tcp: staged through host
-// memory) or refuses to register it with an error naming itself (shm, verbs: their CUDA IPC and GPUDirect
-// paths are not built yet). The table below says which: a transport that changes fails here until the table
+// memory; shm: CUDA IPC, the initiator copying with the runtime) or refuses to register it with an error
+// naming itself (verbs: its GPUDirect path is not built yet). The table below says which: a transport that changes fails here until the table
 // does too.
 #include <dlfcn.h>
 #include <unistd.h>
@@ -25,7 +25,8 @@ using testing::find_pattern_mismatch;
 
 std::optional<MemoryPath> expected_path(const std::string& transport) {
   if (transport == "tcp" || transport == "fault:tcp") return MemoryPath::Staged;
-  return std::nullopt;  // shm, verbs: refused
+  if (transport == "shm") return MemoryPath::CudaIpc;
+  return std::nullopt;  // verbs: refused
 }
 
 // A transport without a path: its refusal is what DeviceRegionsTakeTheTransportPathOrAreRefused checks.

@@ -51,6 +51,48 @@ TEST(ShmKeys, AnLkeyIsNeverValidAsAnRkeyNorTheOtherWayRound) {
   EXPECT_EQ(check_remote(*t.control, keys.rkey, kBase, 8, Access::RemoteWrite), Status::RemoteAccess);
 }
 
+// cuda-ipc (layout.hpp, DeviceSlot): a device region's IPC handle is published for peers only when the region
+// grants a remote right; a local-only one keeps it in the private table (a receive posted in it hands it to
+// that one peer), and a slot reused for host memory publishes no trace of the device region before it.
+TEST(ShmKeys, ADeviceHandleIsPublishedOnlyForRegionsThatGrantARemoteRight) {
+  Table t;
+  DeviceRef device{.base = kBase - 4096,
+                   .size = 3 * kSize,
+                   .flags = kDeviceMemory | kDeviceHandle,
+                   .device = 1,
+                   .handle = {}};
+  for (std::size_t i = 0; i < sizeof(device.handle); ++i) device.handle[i] = static_cast<char>(i + 1);
+  auto has_handle = [](const DeviceRef& ref) {
+    for (char c : ref.handle)
+      if (c != 0) return true;
+    return false;
+  };
+  for (Access access : {Access::LocalWrite, Access::LocalWrite | Access::RemoteRead}) {
+    const bool remote = access != Access::LocalWrite;
+    SCOPED_TRACE(to_string(access));
+    auto keys = t.registry.add(kBase, kSize, access, &device).value();
+    const DeviceRef& shared = t.control->device[keys.rkey & (kSlots - 1)];
+    EXPECT_EQ(shared.flags & kDeviceMemory, kDeviceMemory);
+    EXPECT_EQ((shared.flags & kDeviceHandle) != 0, remote);
+    EXPECT_EQ(has_handle(shared), remote) << "the handle of a local-only region reached the shared table";
+    const DeviceRef* mine = nullptr;
+    ASSERT_EQ(t.registry.check_local(Segment{kBase, 8, keys.lkey}, true, &mine), Status::Success);
+    ASSERT_NE(mine, nullptr);
+    EXPECT_TRUE(has_handle(*mine));
+    EXPECT_TRUE(t.registry.is_device(keys.rkey));
+    t.registry.revoke(keys.rkey);
+    t.registry.release(keys.rkey);
+    // The next registration takes the same slot (the free list is a stack): host memory, no device trace.
+    auto host = t.registry.add(kBase, kSize, Access::All).value();
+    ASSERT_EQ(host.rkey & (kSlots - 1), keys.rkey & (kSlots - 1));
+    EXPECT_EQ(shared.flags, 0u);
+    EXPECT_FALSE(has_handle(shared));
+    EXPECT_FALSE(t.registry.is_device(host.rkey));
+    t.registry.revoke(host.rkey);
+    t.registry.release(host.rkey);
+  }
+}
+
 TEST(ShmKeys, KeysAtAnyStrideFromAKnownOneOpenNothing) {
   Table t;
   std::vector<Registry::Keys> regions;

@@ -88,10 +88,20 @@ class ShmConnection final : public detail::ConnectionProvider {
   Outcome do_write(Pending& op);
   Outcome do_read(Pending& op);
   Outcome do_atomic(Pending& op);
-  Outcome do_atomic_by_owner(Pending& op);
+  Outcome do_atomic_by_owner(Pending& op, bool result_on_device);
   Outcome do_send(Pending& op);
   Outcome wait_for_receive(Pending& op);
-  Status check_local(std::span<const Segment> local, bool write, std::uint64_t* total) const;
+  // `device_mask`: bit i set when local[i] is device memory; `refs` (when given): its allocation, in refs[i].
+  Status check_local(std::span<const Segment> local, bool write, std::uint64_t* total,
+                     std::uint32_t* device_mask = nullptr, DeviceRef* refs = nullptr) const;
+  // WRITE (`write`) or READ of `length` bytes of op's local segments from op.offset on, at `addr` in the
+  // peer under `key` (checked and pinned by the caller): the host path, or cuda-ipc when either side is
+  // device memory.
+  Status transfer(const Pending& op, std::uint32_t device_mask, std::uint32_t key, std::uint64_t addr,
+                  std::uint64_t length, bool write, bool streaming);
+  // A SEND where the local segments or the peer's receive segments are device memory.
+  Status send_device(const Pending& op, std::uint32_t device_mask, const RecvEntry& entry,
+                     std::uint32_t count, std::uint64_t taken, std::uint64_t length);
   template <typename F>
   Status pinned(std::uint32_t key, std::uint64_t addr, std::uint64_t length, Access needed, F&& access);
   void unpin();

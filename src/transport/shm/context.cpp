@@ -4,9 +4,12 @@
 #include <sys/eventfd.h>
 
 #include <algorithm>
+#include <cstring>
 #include <thread>
 
 #include "core/log.hpp"
+#include "cuda/pointer.hpp"
+#include "cuda/runtime.hpp"
 #include "transport/shm/connection.hpp"
 #include "transport/shm/options.hpp"
 
@@ -23,6 +26,7 @@ class ShmRegion final : public detail::MemoryRegionProvider {
                              context->identity().epoch),
         context_(std::move(context)),
         arena_(arena) {}
+  void place(MemoryKind kind, int device, MemoryPath path) noexcept { set_placement(kind, device, path); }
   ~ShmRegion() override {
     context_->deregister(rkey());  // the key peers pin
     if (arena_) arena_->free(data(), size());
@@ -147,8 +151,45 @@ Arena& ShmContext::arena_for(Access access) noexcept {
   return *private_arena_;
 }
 
+// The owner's side of cuda-ipc: the CUDA IPC handle of the whole allocation (IPC exports allocations, and
+// caching allocators register interior ranges of them), published beside the registration for initiators
+// to open. A region with no remote right keeps the handle private: only a receive posted in it hands it to
+// the one peer that fills it (inbound.cpp).
+Result<std::shared_ptr<MemoryRegion>> ShmContext::register_device_memory(
+    void* data, std::size_t size, Access access, const detail::cuda::PointerInfo& info) {
+  namespace cuda = detail::cuda;
+  auto rt = cuda::Runtime::get();
+  if (!rt) return std::unexpected(rt.error());
+  DeviceRef device{.base = info.base,
+                   .size = info.allocation_size,
+                   .flags = kDeviceMemory,
+                   .device = info.device,
+                   .handle = {}};
+  cuda::IpcMemHandle handle{};
+  auto got = cuda::on_device(**rt, info.device, [&]() -> Result<void> {
+    if (auto e = (*rt)->ipc_get_mem_handle(&handle, reinterpret_cast<void*>(info.base)); e != cuda::kSuccess)
+      return fail(Errc::NotSupported, (*rt)->describe("cudaIpcGetMemHandle", e));
+    return {};
+  });
+  if (got) {
+    std::memcpy(device.handle, &handle, sizeof(handle));
+    device.flags |= kDeviceHandle;
+  } else if (has(access, Access::RemoteRead) || has(access, Access::RemoteWrite) ||
+             has(access, Access::RemoteAtomic)) {
+    // Without a handle no other process can reach it: refuse rather than register what cannot work.
+    return fail(Errc::NotSupported,
+                "register_memory: device memory for remote access over the shm transport "
+                "needs a CUDA IPC handle of its allocation (cudaMalloc memory): " +
+                    got.error().message());
+  }
+  auto region = register_region(data, size, access, nullptr, &device);
+  if (!region) return region;
+  static_cast<ShmRegion&>(**region).place(MemoryKind::Cuda, info.device, MemoryPath::CudaIpc);
+  return region;
+}
+
 Result<std::shared_ptr<MemoryRegion>> ShmContext::register_region(void* data, std::size_t size, Access access,
-                                                                  Arena* arena) {
+                                                                  Arena* arena, const DeviceRef* device) {
   if (data == nullptr) return fail(Errc::InvalidArgument, "register_memory: buffer is null");
   if (size == 0) return fail(Errc::InvalidArgument, "register_memory: size is 0");
   if (static_cast<std::uint32_t>(access) & ~static_cast<std::uint32_t>(Access::All))
@@ -160,7 +201,7 @@ Result<std::shared_ptr<MemoryRegion>> ShmContext::register_region(void* data, st
                     to_string(access));
   auto start = reinterpret_cast<std::uintptr_t>(data);
   if (start + size < start) return fail(Errc::InvalidArgument, "register_memory: range wraps around");
-  auto key = registry_->add(start, size, access);
+  auto key = registry_->add(start, size, access, device);
   if (!key) return std::unexpected(key.error());
   return std::make_shared<ShmRegion>(std::static_pointer_cast<ShmContext>(shared_from_this()), data, size,
                                      access, *key, arena);

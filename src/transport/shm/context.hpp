@@ -37,6 +37,9 @@ class ShmContext final : public detail::ContextProvider {
   Capabilities capabilities() const override;
   Result<std::shared_ptr<MemoryRegion>> register_memory(void* data, std::size_t size, Access access) override;
   Result<std::shared_ptr<MemoryRegion>> allocate(std::size_t size, Access access) override;
+  // Device memory takes the cuda-ipc path (device_path.hpp).
+  Result<std::shared_ptr<MemoryRegion>> register_device_memory(
+      void* data, std::size_t size, Access access, const detail::cuda::PointerInfo& device) override;
   Result<std::shared_ptr<CompletionQueue>> create_cq(std::size_t depth = 0) override;
   Result<std::shared_ptr<Listener>> listen(std::string_view address = {}) override;
   Result<std::shared_ptr<Connection>> connect(std::string_view address,
@@ -73,7 +76,7 @@ class ShmContext final : public detail::ContextProvider {
   explicit ShmContext(Config config);
   Result<void> init();
   Result<std::shared_ptr<MemoryRegion>> register_region(void* data, std::size_t size, Access access,
-                                                        Arena* arena);
+                                                        Arena* arena, const DeviceRef* device = nullptr);
   void run_progress();
   void sleep_on_doorbell(Clock::time_point deadline);
   Clock::time_point bounded_by_lease(Clock::time_point deadline) const noexcept;

@@ -84,6 +84,7 @@ bool ShmConnection::drain(Drainer who) {
     finish(id, opcode, signaled, outcome);
   }
   unpin();
+  peer_->ipc.sweep(*peer_);  // device allocations the peer revoked are closed here (cuda-ipc)
   settle_unsignaled();
   ring_if_owed();
   has_pending_.store(!pending_.empty() && !rc().in_error(), std::memory_order_release);
@@ -112,13 +113,61 @@ ShmConnection::Outcome ShmConnection::execute(Pending& op) {
   }
 }
 
-Status ShmConnection::check_local(std::span<const Segment> local, bool write, std::uint64_t* total) const {
+Status ShmConnection::check_local(std::span<const Segment> local, bool write, std::uint64_t* total,
+                                  std::uint32_t* device_mask, DeviceRef* refs) const {
   *total = 0;
-  for (const Segment& s : local) {
-    if (Status st = context_->registry().check_local(s, write); st != Status::Success) return st;
-    *total += s.length;
+  if (device_mask) *device_mask = 0;
+  for (std::size_t i = 0; i < local.size(); ++i) {
+    const DeviceRef* device = nullptr;
+    if (Status st = context_->registry().check_local(local[i], write, &device); st != Status::Success)
+      return st;
+    if (device) {
+      if (device_mask) *device_mask |= 1u << i;  // at most kMaxSge (16) segments
+      if (refs) refs[i] = *device;
+    }
+    *total += local[i].length;
   }
   return Status::Success;
+}
+
+Status ShmConnection::transfer(const Pending& op, std::uint32_t device_mask, std::uint32_t key,
+                               std::uint64_t addr, std::uint64_t length, bool write, bool streaming) {
+  const DeviceRef& published = peer_->ctl().device[key & (kSlots - 1)];
+  const bool remote_device = (published.flags & kDeviceMemory) != 0;
+  if (device_mask == 0 && !remote_device)
+    return write ? write_remote(*peer_, op.local(), op.offset, addr, length, streaming)
+                 : read_remote(*peer_, op.local(), op.offset, addr, length, streaming);
+  Pieces remote(1);
+  if (remote_device) {
+    DeviceRef ref;  // one copy of what the peer published: it is checked, then used
+    std::memcpy(&ref, &published, sizeof(ref));
+    if (Status st = resolve_device(*peer_, ref, key & (kSlots - 1), key, addr, length, &remote[0]);
+        st != Status::Success)
+      return st;
+  } else {
+    remote[0] = Piece{addr, length, false, nullptr};
+  }
+  return move_pieces(*peer_, pieces_of(op.local(), device_mask, op.offset, length), remote, write);
+}
+
+Status ShmConnection::send_device(const Pending& op, std::uint32_t device_mask, const RecvEntry& entry,
+                                  std::uint32_t count, std::uint64_t taken, std::uint64_t length) {
+  const Inbound::RecvDevice& published = out().recv_device[taken % kRingSlots];
+  Pieces remote = pieces_of(std::span(entry.sge, count), entry.device_mask, 0, length);
+  for (std::size_t i = 0, piece = 0; i < count && piece < remote.size(); ++i) {
+    if (entry.sge[i].length == 0) continue;  // pieces_of() skipped it
+    if (remote[piece].device) {
+      DeviceRef ref;
+      std::memcpy(&ref, &published.ref[i], sizeof(ref));
+      // Slot and key 0: opened for a receive, kept until the view goes (no registration to watch).
+      if (Status st =
+              resolve_device(*peer_, ref, 0, 0, remote[piece].addr, remote[piece].length, &remote[piece]);
+          st != Status::Success)
+        return st;
+    }
+    ++piece;
+  }
+  return move_pieces(*peer_, pieces_of(op.local(), device_mask, 0, length), remote, true);
 }
 
 // Runs `access` with `key` pinned: the pin is published before the key is looked up (seq_cst on both
@@ -150,7 +199,9 @@ void ShmConnection::unpin() {
 
 ShmConnection::Outcome ShmConnection::do_write(Pending& op) {
   std::uint64_t total;
-  if (Status st = check_local(op.local(), false, &total); st != Status::Success) return {false, false, st};
+  std::uint32_t device_mask;
+  if (Status st = check_local(op.local(), false, &total, &device_mask); st != Status::Success)
+    return {false, false, st};
   bool with_imm = op.request.opcode == Opcode::WriteImm;
   if (with_imm) {
     // Wait for a receive before writing anything: a WRITE-with-immediate that fails RNR wrote nothing.
@@ -162,8 +213,8 @@ ShmConnection::Outcome ShmConnection::do_write(Pending& op) {
   // byte moves, and a deregistration between chunks stops the rest.
   std::uint64_t chunk = with_imm ? total : std::min(total - op.offset, kChunk);
   Status st = pinned(remote.rkey, remote.addr, total, Access::RemoteWrite, [&] {
-    return write_remote(*peer_, op.local(), op.offset, remote.addr + op.offset, chunk,
-                        detail::streams(total));
+    return transfer(op, device_mask, remote.rkey, remote.addr + op.offset, chunk, true,
+                    detail::streams(total));
   });
   if (st != Status::Success) return {false, false, st};
   op.offset += chunk;
@@ -184,11 +235,14 @@ ShmConnection::Outcome ShmConnection::do_write(Pending& op) {
 
 ShmConnection::Outcome ShmConnection::do_read(Pending& op) {
   std::uint64_t total;
-  if (Status st = check_local(op.local(), true, &total); st != Status::Success) return {false, false, st};
+  std::uint32_t device_mask;
+  if (Status st = check_local(op.local(), true, &total, &device_mask); st != Status::Success)
+    return {false, false, st};
   const RemoteAddress& remote = op.request.remote;
   std::uint64_t chunk = std::min(total - op.offset, kChunk);
   Status st = pinned(remote.rkey, remote.addr, total, Access::RemoteRead, [&] {
-    return read_remote(*peer_, op.local(), op.offset, remote.addr + op.offset, chunk, detail::streams(total));
+    return transfer(op, device_mask, remote.rkey, remote.addr + op.offset, chunk, false,
+                    detail::streams(total));
   });
   if (st != Status::Success) return {false, false, st};
   op.offset += chunk;
@@ -198,23 +252,25 @@ ShmConnection::Outcome ShmConnection::do_read(Pending& op) {
 
 ShmConnection::Outcome ShmConnection::do_atomic(Pending& op) {
   std::uint64_t total;
-  if (Status st = check_local(op.local(), true, &total); st != Status::Success) return {false, false, st};
+  std::uint32_t device_mask;
+  if (Status st = check_local(op.local(), true, &total, &device_mask); st != Status::Success)
+    return {false, false, st};
   const RemoteAddress& remote = op.request.remote;
   if (remote.addr % 8 != 0) return {false, false, Status::RemoteInvalidRequest};
   auto* word = reinterpret_cast<std::uint64_t*>(peer_->translate(remote.addr, 8, true));
-  if (!word) return do_atomic_by_owner(op);
+  if (!word) return do_atomic_by_owner(op, device_mask & 1);
   std::uint64_t old_value = 0;
   Status st = pinned(remote.rkey, remote.addr, 8, Access::RemoteAtomic, [&] {
     atomic_on(word, op.request.opcode, op.request.compare_add, op.request.swap, &old_value);
     return Status::Success;
   });
-  if (st == Status::Success) std::memcpy(reinterpret_cast<void*>(op.sge[0].addr), &old_value, 8);
+  if (st == Status::Success) st = store_result(op.sge[0], device_mask & 1, old_value);
   return {false, false, st, st == Status::Success ? 8u : 0u};
 }
 
 // Memory the owner registered but did not allocate() is not mapped here, and no system call does an
 // atomic in another process: the owner's progress thread does it as a CPU atomic on its own memory.
-ShmConnection::Outcome ShmConnection::do_atomic_by_owner(Pending& op) {
+ShmConnection::Outcome ShmConnection::do_atomic_by_owner(Pending& op, bool result_on_device) {
   AtomicRequest& request = out().atomic;
   if (!op.atomic_requested) {
     if (out().closed.load(std::memory_order_acquire)) return {false, false, Status::TransportRetryExceeded};
@@ -238,13 +294,15 @@ ShmConnection::Outcome ShmConnection::do_atomic_by_owner(Pending& op) {
   auto status = static_cast<Status>(request.status);
   std::uint64_t old_value = request.old_value;
   request.state.store(kAtomicIdle, std::memory_order_release);
-  if (status == Status::Success) std::memcpy(reinterpret_cast<void*>(op.sge[0].addr), &old_value, 8);
+  if (status == Status::Success) status = store_result(op.sge[0], result_on_device, old_value);
   return {false, false, status, status == Status::Success ? 8u : 0u};
 }
 
 ShmConnection::Outcome ShmConnection::do_send(Pending& op) {
   std::uint64_t total;
-  if (Status st = check_local(op.local(), false, &total); st != Status::Success) return {false, false, st};
+  std::uint32_t device_mask;
+  if (Status st = check_local(op.local(), false, &total, &device_mask); st != Status::Success)
+    return {false, false, st};
   Outcome wait = wait_for_receive(op);
   if (wait.blocked || wait.status != Status::Success) return wait;
   Inbound& target = out();
@@ -266,7 +324,9 @@ ShmConnection::Outcome ShmConnection::do_send(Pending& op) {
     done.status = static_cast<std::uint8_t>(Status::LocalLength);
     done.bytes = 0;
     mine = Status::RemoteInvalidRequest;
-  } else if (Status st = write_scattered(*peer_, op.local(), std::span(entry.sge, count), total);
+  } else if (Status st = device_mask == 0 && entry.device_mask == 0
+                             ? write_scattered(*peer_, op.local(), std::span(entry.sge, count), total)
+                             : send_device(op, device_mask, entry, count, taken, total);
              st != Status::Success) {
     done.status =
         static_cast<std::uint8_t>(st == Status::TransportRetryExceeded ? st : Status::LocalProtection);

@@ -15,7 +15,10 @@ Result<std::uint64_t> ShmConnection::post_recv_admitted(std::span<const Segment>
   Inbound& inbound = in();
   std::uint64_t id = rc().recv_id(sequence);
   std::uint64_t capacity;
-  if (check_local(sgl, true, &capacity) != Status::Success) {
+  std::uint32_t device_mask;
+  // Device segments' allocations go beside the entry (layout.hpp, RecvDevice): the initiator opens them.
+  if (check_local(sgl, true, &capacity, &device_mask, inbound.recv_device[recv_posted_ % kRingSlots].ref) !=
+      Status::Success) {
     // A receive the initiator could not fill: fail it now, as the connection would when it is reached.
     const Completion failed{
         .id = id, .status = Status::LocalProtection, .opcode = Opcode::Recv, .connection = number()};
@@ -27,6 +30,7 @@ Result<std::uint64_t> ShmConnection::post_recv_admitted(std::span<const Segment>
   RecvEntry& entry = inbound.recv[recv_posted_ % kRingSlots];
   entry.id = id;
   entry.count = static_cast<std::uint32_t>(sgl.size());
+  entry.device_mask = device_mask;
   std::copy(sgl.begin(), sgl.end(), entry.sge);
   receives_.push_back(PostedReceive{id, capacity});
   tsan::release_to_peer();
@@ -84,7 +88,10 @@ bool ShmConnection::serve_atomic() {
   if (status == Status::Success)
     status = context_->registry().check_own(call.rkey, call.addr, 8, Access::RemoteAtomic);
   std::uint64_t old_value = 0;
-  if (status == Status::Success)
+  if (status == Status::Success && context_->registry().is_device(call.rkey))
+    status =
+        device_atomic(call.addr, static_cast<Opcode>(call.opcode), call.compare_add, call.swap, &old_value);
+  else if (status == Status::Success)
     atomic_on(reinterpret_cast<std::uint64_t*>(call.addr), static_cast<Opcode>(call.opcode), call.compare_add,
               call.swap, &old_value);
   request.old_value = old_value;

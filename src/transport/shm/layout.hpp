@@ -16,7 +16,7 @@ namespace rdmakit::shm {
 static_assert(std::atomic<std::uint64_t>::is_always_lock_free, "shared atomics must be address-free");
 static_assert(std::atomic<std::uint32_t>::is_always_lock_free, "shared atomics must be address-free");
 
-constexpr std::uint32_t kVersion = 3;
+constexpr std::uint32_t kVersion = 4;                           // 4: device memory (DeviceSlot, RecvDevice)
 constexpr std::uint64_t kControlMagic = 0x4c52544353444b52ull;  // "RKDSCTRL"
 constexpr std::uint64_t kLinkMagic = 0x4b4e494c53444b52ull;     // "RKDSLINK"
 
@@ -35,6 +35,21 @@ struct RegistrationSlot {
   std::uint64_t reserved;
 };
 
+// CUDA device memory behind a registration slot (path cuda-ipc): the owner's allocation that holds the region
+// and, only when the region grants a remote right, the CUDA IPC handle of that whole allocation (IPC exports
+// whole allocations; caching allocators register interior ranges). Written before the slot's key is
+// published and left alone while it is, so an initiator that matched the key under its pin reads it stably.
+constexpr std::uint32_t kDeviceMemory = 1;  // DeviceSlot::flags: the region is device memory
+constexpr std::uint32_t kDeviceHandle = 2;  // DeviceSlot::flags: `handle` is valid
+struct DeviceRef {
+  std::uint64_t base;  // the allocation, in the owner's address space
+  std::uint64_t size;
+  std::uint32_t flags;  // kDeviceMemory | kDeviceHandle
+  std::int32_t device;
+  char handle[64];  // cudaIpcMemHandle_t
+};
+using DeviceSlot = DeviceRef;
+
 struct ControlSegment {
   std::uint64_t magic;
   std::uint32_t version;
@@ -49,6 +64,7 @@ struct ControlSegment {
   // thread on a core the poller needs. 0: nobody polls.
   std::atomic<std::int64_t> polled_until;
   alignas(64) RegistrationSlot slot[kSlots];
+  alignas(64) DeviceSlot device[kSlots];  // by slot, beside `slot` (0 flags: host memory)
 };
 
 // Whether whoever just published something for the owner of `control` must write its doorbell. The caller
@@ -66,8 +82,8 @@ constexpr std::uint32_t kRingSlots = 1024;
 struct RecvEntry {
   std::uint64_t id;
   std::uint32_t count;
-  std::uint32_t reserved;
-  Segment sge[kMaxSge];  // in the receiver's address space
+  std::uint32_t device_mask;  // bit i: sge[i] is device memory, described by RecvDevice::ref[i]
+  Segment sge[kMaxSge];       // in the receiver's address space
 };
 
 struct RecvDone {
@@ -107,6 +123,11 @@ struct Inbound {
   alignas(64) AtomicRequest atomic;
   RecvEntry recv[kRingSlots];
   RecvDone done[kRingSlots];
+  // Written by R beside recv[]: the allocations of receive segments in device memory, so that S can open
+  // them (CUDA IPC) and land a SEND there. Posting the receive is R's grant to S, as for host segments.
+  struct RecvDevice {
+    DeviceRef ref[kMaxSge];
+  } recv_device[kRingSlots];
 };
 
 struct LinkSegment {

@@ -163,6 +163,14 @@ Status read_remote(const PeerView& peer, std::span<const Segment> local, std::ui
   return move(peer, IoList::of(local, skip, length), remote, false, streaming);
 }
 
+Status cross_memory_range(const PeerView& peer, void* local, std::uint64_t addr, std::uint64_t length,
+                          bool write) {
+  IoList mine, theirs;
+  mine.add(reinterpret_cast<std::uint64_t>(local), length);
+  theirs.add(addr, length);
+  return cross_memory(peer, mine, theirs, write);
+}
+
 Status write_scattered(const PeerView& peer, std::span<const Segment> local, std::span<const Segment> remote,
                        std::uint64_t length) {
   // A receive of one segment (the common case) is one remote range: the direct path when the local side

@@ -13,6 +13,7 @@
 
 #include "rdmakit/completion.hpp"
 #include "rdmakit/memory.hpp"
+#include "transport/shm/device_path.hpp"
 #include "transport/shm/fd.hpp"
 #include "transport/shm/layout.hpp"
 
@@ -31,10 +32,11 @@ struct PeerView {
   std::uint64_t epoch = 0;
   std::uint64_t id = 0;
   std::string name;
-  Mapping control;      // PROT_READ (the peer sealed it: it cannot be mapped writable)
-  ArenaView writable;   // PROT_READ | PROT_WRITE: the peer's RemoteWrite / RemoteAtomic allocations
-  ArenaView read_only;  // PROT_READ: the peer's RemoteRead-only allocations
-  UniqueFd doorbell;    // the peer's eventfd
+  Mapping control;       // PROT_READ (the peer sealed it: it cannot be mapped writable)
+  ArenaView writable;    // PROT_READ | PROT_WRITE: the peer's RemoteWrite / RemoteAtomic allocations
+  ArenaView read_only;   // PROT_READ: the peer's RemoteRead-only allocations
+  UniqueFd doorbell;     // the peer's eventfd
+  mutable IpcCache ipc;  // the peer's device allocations opened here (cuda-ipc), closed with the view
 
   const ControlSegment& ctl() const noexcept { return *control.as<const ControlSegment>(); }
   // Our address of the peer's [addr, addr+length) when it lies in an arena we may access that way (only the
@@ -56,6 +58,10 @@ Status read_remote(const PeerView& peer, std::span<const Segment> local, std::ui
 // SEND: `length` bytes of the local segments into the peer's receive segments.
 Status write_scattered(const PeerView& peer, std::span<const Segment> local, std::span<const Segment> remote,
                        std::uint64_t length);
+// `length` bytes between [local, local+length) here and [addr, addr+length) in the peer, by cross-memory
+// attach (`write`: to the peer).
+Status cross_memory_range(const PeerView& peer, void* local, std::uint64_t addr, std::uint64_t length,
+                          bool write);
 // A CPU atomic on an 8-byte aligned word; the old value goes to *old_value.
 void atomic_on(std::uint64_t* word, Opcode opcode, std::uint64_t compare_add, std::uint64_t swap,
                std::uint64_t* old_value) noexcept;

@@ -1,5 +1,8 @@
 #include "transport/shm/registry.hpp"
 
+#include <algorithm>
+#include <iterator>
+
 namespace rdmakit::shm {
 namespace {
 
@@ -28,12 +31,14 @@ Status check_slot(const RegistrationSlot& slot, std::uint32_t key, std::uint64_t
 Registry::Registry(ControlSegment* control)
     : control_(control),
       private_(std::make_unique<RegistrationSlot[]>(kSlots)),
-      lkeys_(std::make_unique<std::atomic<std::uint32_t>[]>(kSlots)) {
+      lkeys_(std::make_unique<std::atomic<std::uint32_t>[]>(kSlots)),
+      devices_(std::make_unique<DeviceRef[]>(kSlots)) {
   free_slots_.reserve(kSlots);
   for (std::uint32_t i = kSlots; i-- > 0;) free_slots_.push_back(i);
 }
 
-Result<Registry::Keys> Registry::add(std::uint64_t addr, std::uint64_t length, Access access) {
+Result<Registry::Keys> Registry::add(std::uint64_t addr, std::uint64_t length, Access access,
+                                     const DeviceRef* device) {
   std::lock_guard lock(mutex_);
   if (free_slots_.empty())
     return fail(Errc::ResourceExhausted,
@@ -48,6 +53,15 @@ Result<Registry::Keys> Registry::add(std::uint64_t addr, std::uint64_t length, A
     } while (*key == kDeliveringPin);
   }
   free_slots_.pop_back();
+  // The device entries first: the key's release store below publishes them with the rest.
+  devices_[slot] = device ? *device : DeviceRef{};
+  DeviceRef shared = devices_[slot];
+  if (!has(access, Access::RemoteRead) && !has(access, Access::RemoteWrite) &&
+      !has(access, Access::RemoteAtomic)) {
+    shared.flags &= ~kDeviceHandle;  // a local-only region: its handle stays private
+    std::fill(std::begin(shared.handle), std::end(shared.handle), char{0});
+  }
+  control_->device[slot] = shared;
   for (RegistrationSlot* s : {&private_[slot], &control_->slot[slot]}) {
     s->addr.store(addr, std::memory_order_relaxed);
     s->length.store(length, std::memory_order_relaxed);
@@ -75,12 +89,17 @@ void Registry::release(std::uint32_t rkey) {
   free_slots_.push_back(rkey & kSlotMask);
 }
 
-Status Registry::check_local(const Segment& segment, bool write) const noexcept {
+Status Registry::check_local(const Segment& segment, bool write, const DeviceRef** device) const noexcept {
   std::uint32_t slot = segment.lkey & kSlotMask;
   if (segment.lkey == 0 || lkeys_[slot].load(std::memory_order_seq_cst) != segment.lkey)
     return Status::LocalProtection;
+  if (device) *device = devices_[slot].flags & kDeviceMemory ? &devices_[slot] : nullptr;
   return check_fields(private_[slot], segment.addr, segment.length, write ? Access::LocalWrite : Access::None,
                       Status::LocalProtection);
+}
+
+bool Registry::is_device(std::uint32_t key) const noexcept {
+  return (devices_[key & kSlotMask].flags & kDeviceMemory) != 0;
 }
 
 Status Registry::check_own(std::uint32_t key, std::uint64_t addr, std::uint64_t length,

@@ -32,7 +32,10 @@ class Registry {
   explicit Registry(ControlSegment* control);
 
   // Publishes [addr, addr+length) with `access`; Errc::ResourceExhausted when every slot is taken.
-  Result<Keys> add(std::uint64_t addr, std::uint64_t length, Access access);
+  // `device`: the region is device memory in that allocation. Its IPC handle reaches the shared table only
+  // when `access` grants a remote right (as the arenas: a peer sees nothing of local-only memory).
+  Result<Keys> add(std::uint64_t addr, std::uint64_t length, Access access,
+                   const DeviceRef* device = nullptr);
   // Makes `rkey` (and its region's lkey) invalid at once for every initiator that looks it up from now on.
   // Accesses that already pinned it are waited for by the caller (the context knows the connections),
   // then release().
@@ -43,14 +46,18 @@ class Registry {
 
   // Both checks read the private table. A local segment of this process: key valid, inside its region,
   // LocalWrite when `write`.
-  Status check_local(const Segment& segment, bool write) const noexcept;
+  // `device`, when given, is set to the region's device entry (null for host memory).
+  Status check_local(const Segment& segment, bool write, const DeviceRef** device = nullptr) const noexcept;
   // An access that this process carries out for a peer (atomics on unmapped memory).
   Status check_own(std::uint32_t key, std::uint64_t addr, std::uint64_t length, Access needed) const noexcept;
+  // After check_own succeeded for `key`: whether its region is device memory.
+  bool is_device(std::uint32_t key) const noexcept;
 
  private:
   ControlSegment* control_;
   std::unique_ptr<RegistrationSlot[]> private_;  // the owner's own copy (key: the rkey): the authority
   std::unique_ptr<std::atomic<std::uint32_t>[]> lkeys_;  // by slot; 0: free or revoked
+  std::unique_ptr<DeviceRef[]> devices_;                 // by slot: the private copy (handle always kept)
   mutable std::mutex mutex_;
   std::vector<std::uint32_t> free_slots_;
   KeySource keys_;
