@@ -5,8 +5,8 @@
 //
 // Each transport either moves device memory along its path (tcp and fault:tcp: staged through host
 // memory; shm: CUDA IPC, the initiator copying with the runtime) or refuses to register it with an error
-// naming itself (verbs: its GPUDirect path is not built yet). The table below says which: a transport that changes fails here until the table
-// does too.
+// naming itself (verbs: its GPUDirect path is not built yet). The table below says which: a transport that
+// changes fails here until the table does too.
 #include <dlfcn.h>
 #include <unistd.h>
 
@@ -30,9 +30,9 @@ std::optional<MemoryPath> expected_path(const std::string& transport) {
 }
 
 // A transport without a path: its refusal is what DeviceRegionsTakeTheTransportPathOrAreRefused checks.
-#define SKIP_UNLESS_A_PATH()                                                                             \
-  if (!expected_path(GetParam()))                                                                        \
-  GTEST_SKIP() << GetParam() << " has no path for device memory yet (issue #26): "                       \
+#define SKIP_UNLESS_A_PATH()                                                       \
+  if (!expected_path(GetParam()))                                                  \
+  GTEST_SKIP() << GetParam() << " has no path for device memory yet (issue #26): " \
                << "DeviceRegionsTakeTheTransportPathOrAreRefused checks that it refuses it"
 
 // The fake sits beside the test binaries (build/tests/libfake_cudart.so), in the build tree and in the VM.
@@ -134,23 +134,23 @@ TEST_P(DeviceConformance, WriteAndReadLandExactlyInDeviceMemoryEitherSide) {
       const std::size_t span = size + 2 * kGuard;
       auto source = any_region(*client_.context, client_device, span, Access::LocalWrite);
       auto sink = any_region(*client_.context, client_device, span, Access::LocalWrite);
-      auto target =
-          any_region(*server_.context, server_device, span, Access::LocalWrite | Access::RemoteWrite | Access::RemoteRead);
+      auto target = any_region(*server_.context, server_device, span,
+                               Access::LocalWrite | Access::RemoteWrite | Access::RemoteRead);
       ASSERT_TRUE(source && sink && target) << refusal.describe();
       auto seed = static_cast<std::uint32_t>(size) + (client_device ? 1 : 0) + (server_device ? 2 : 0);
       fill_pattern(bytes(*source) + 3, size, seed);
       std::memset(bytes(*target), 0, span);
       std::memset(bytes(*sink), 0, span);
-      auto wrote = RDMAKIT_ASSERT_OK(client_.connection->write(source->slice(3, static_cast<std::uint32_t>(size)),
-                                                               target->descriptor().at(kGuard)));
+      auto wrote = RDMAKIT_ASSERT_OK(client_.connection->write(
+          source->slice(3, static_cast<std::uint32_t>(size)), target->descriptor().at(kGuard)));
       ASSERT_EQ(wait(*client_.connection, wrote).status, Status::Success);
       ASSERT_EQ(find_pattern_mismatch(bytes(*target) + kGuard, size, seed), size);
       for (std::size_t i = 0; i < kGuard; ++i) {
         ASSERT_EQ(bytes(*target)[i], std::byte{0}) << "before the target range, byte " << i;
         ASSERT_EQ(bytes(*target)[kGuard + size + i], std::byte{0}) << "after the target range, byte " << i;
       }
-      auto read = RDMAKIT_ASSERT_OK(client_.connection->read(sink->slice(kGuard + 1, static_cast<std::uint32_t>(size)),
-                                                             target->descriptor().at(kGuard)));
+      auto read = RDMAKIT_ASSERT_OK(client_.connection->read(
+          sink->slice(kGuard + 1, static_cast<std::uint32_t>(size)), target->descriptor().at(kGuard)));
       Completion done = wait(*client_.connection, read);
       ASSERT_EQ(done.status, Status::Success) << to_string(done.status);
       EXPECT_EQ(done.bytes, size);
@@ -198,7 +198,8 @@ TEST_P(DeviceConformance, AtomicsOnDeviceMemorySumAndSwapExactly) {
   std::memcpy(bytes(*word) + 8, &start, 8);
   std::uint64_t expected_old = start;
   for (std::uint64_t add = 1; add <= 20; ++add) {
-    auto id = RDMAKIT_ASSERT_OK(client_.connection->fetch_add(result->slice(16, 8), word->descriptor().at(8), add));
+    auto id =
+        RDMAKIT_ASSERT_OK(client_.connection->fetch_add(result->slice(16, 8), word->descriptor().at(8), add));
     ASSERT_EQ(wait(*client_.connection, id).status, Status::Success);
     std::uint64_t old = 0;
     std::memcpy(&old, bytes(*result) + 16, 8);
@@ -208,7 +209,8 @@ TEST_P(DeviceConformance, AtomicsOnDeviceMemorySumAndSwapExactly) {
   auto swapped = RDMAKIT_ASSERT_OK(
       client_.connection->compare_swap(result->slice(24, 8), word->descriptor().at(8), expected_old, 42));
   ASSERT_EQ(wait(*client_.connection, swapped).status, Status::Success);
-  auto missed = RDMAKIT_ASSERT_OK(client_.connection->compare_swap(result->slice(32, 8), word->descriptor().at(8), 7, 99));
+  auto missed = RDMAKIT_ASSERT_OK(
+      client_.connection->compare_swap(result->slice(32, 8), word->descriptor().at(8), 7, 99));
   ASSERT_EQ(wait(*client_.connection, missed).status, Status::Success);
   std::uint64_t now = 0, first = 0, second = 0;
   std::memcpy(&now, bytes(*word) + 8, 8);

@@ -183,7 +183,8 @@ TEST(DeviceMemoryGpuPath, ARequiredPathTheTransportLacksIsRefusedNamingIt) {
     if (std::string(required) == "direct") {
       ASSERT_FALSE(region) << "gpu_path=direct accepted the staged path";
       EXPECT_EQ(region.error().code(), Errc::NotSupported);
-      EXPECT_NE(region.error().message().find("gpu_path=direct"), std::string::npos) << region.error().message();
+      EXPECT_NE(region.error().message().find("gpu_path=direct"), std::string::npos)
+          << region.error().message();
       EXPECT_NE(region.error().message().find("only staged"), std::string::npos) << region.error().message();
       EXPECT_EQ((*context)->live_registrations(), 0u) << "the refused registration stayed";
     } else {

@@ -133,6 +133,7 @@ Capabilities ShmContext::capabilities() const {
       .address_prefix = "shm:",
       .same_host_only = true,
       .progress_threads = 1,
+      .device_memory_path = "cuda-ipc",
       // 2-8 ranks on one host, on the 2-core CI machine (docs/allreduce-model.md).
       .message_cost_us = 3.2,
       .bandwidth_bytes_per_us = 2290};
