@@ -100,7 +100,8 @@ def test_transport_options_come_from_their_tables():
 def test_capabilities_list_every_field():
     with rdmakit.Context(transport="tcp") as ctx:
         caps = ctx.capabilities
-    assert len(caps) == 15
+    assert len(caps) == 16
+    assert caps["device_memory_path"] == "staged"  # tcp moves device memory through host memory
     assert caps["message_cost_us"] >= 0 and isinstance(caps["bandwidth_bytes_per_us"], float)
     assert caps["kernel_bypass"] is False and isinstance(caps["max_message_size"], int)
     assert caps["address_prefix"] == ""

@@ -297,7 +297,8 @@ TEST_F(OptionsTest, DescribeListsEveryOptionWithDocEnvAndDefault) {
                             "wait_mode",        "spin_us",
                             "cq_depth",         "send_queue_depth",
                             "recv_queue_depth", "max_sge",
-                            "log_level",        "handshake_timeout_ms"};
+                            "log_level",        "gpu_path",
+                            "handshake_timeout_ms"};
   EXPECT_EQ(options.size(), std::size(expected));
   for (const char* name : expected) EXPECT_TRUE(names.contains(name)) << name;
 
@@ -514,7 +515,9 @@ TEST(Introspection, DescribeCapabilitiesListsEveryFieldTypedAndAsText) {
   auto rows = describe_capabilities(caps);
   std::map<std::string, CapabilityInfo> by_name;
   for (const auto& row : rows) EXPECT_TRUE(by_name.emplace(row.name, row).second) << row.name << " twice";
-  EXPECT_EQ(rows.size(), 15u);
+  EXPECT_EQ(rows.size(), 16u);
+  EXPECT_EQ(std::get<std::string>(by_name["device_memory_path"].value), "none");
+  EXPECT_EQ(by_name["device_memory_path"].text, "none");
   EXPECT_EQ(std::get<bool>(by_name["kernel_bypass"].value), true);
   EXPECT_EQ(by_name["kernel_bypass"].text, "yes");
   EXPECT_EQ(std::get<bool>(by_name["device_keys"].value), false);
