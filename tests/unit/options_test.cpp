@@ -291,14 +291,10 @@ TEST_F(OptionsTest, DescribeListsEveryOptionWithDocEnvAndDefault) {
     EXPECT_EQ(option.env, env);
   }
   // One entry per core field of Config, then tcp's own (the transport this config names).
-  const char* expected[] = {"transport",        "name",
-                            "listen_address",   "timeout_ms",
-                            "rnr_timeout_ms",   "connect_timeout_ms",
-                            "wait_mode",        "spin_us",
-                            "cq_depth",         "send_queue_depth",
-                            "recv_queue_depth", "max_sge",
-                            "log_level",        "gpu_path",
-                            "handshake_timeout_ms"};
+  const char* expected[] = {
+      "transport",          "name",      "listen_address", "timeout_ms", "rnr_timeout_ms",
+      "connect_timeout_ms", "wait_mode", "spin_us",        "cq_depth",   "send_queue_depth",
+      "recv_queue_depth",   "max_sge",   "log_level",      "gpu_path",   "handshake_timeout_ms"};
   EXPECT_EQ(options.size(), std::size(expected));
   for (const char* name : expected) EXPECT_TRUE(names.contains(name)) << name;
 
