@@ -113,6 +113,7 @@ Result<std::uint64_t> measure(const Params& params, Session& session, std::uint6
 
 Result<Row> run_size(const Params& params, Session& session, std::uint64_t size) {
   prepare_size(session, params.test, params.bidirectional, Role::Client, size);
+  if (auto pushed = push_mirror(session); !pushed) return std::unexpected(pushed.error());
   // send_lat: each round reposts the receive it consumed, so one stays posted from size to size.
   if (params.test == Test::SendLat && size == params.sizes.front())
     if (auto id = session.data[0]->post_recv(session.recv_segment(0, session.recv_capacity())); !id)
@@ -145,6 +146,7 @@ Result<Row> run_size(const Params& params, Session& session, std::uint64_t size)
     row.peer_bandwidth = summarize_bandwidth(
         size, std::vector<Mark>{{verdict->ops, static_cast<std::int64_t>(verdict->seconds * 1e9)}});
   if (params.verify) {
+    if (auto pulled = pull_mirror(session); !pulled) return std::unexpected(pulled.error());
     std::string problem = verify_size(session, params.test, params.bidirectional, Role::Client, size, *count);
     if (!problem.empty())
       return fail(Errc::ProtocolError, "data check failed at " + std::to_string(size) + " bytes: " + problem);
@@ -160,6 +162,8 @@ Result<Report> run_client(const Params& params, std::shared_ptr<Context> context
   if (!session) return std::unexpected(session.error());
   Report report;
   report.info = describe(params, *session->context);
+  if (session->local->kind() != MemoryKind::Host)
+    report.info.memory = to_string(session->local->kind()) + " (" + to_string(session->local->path()) + ")";
   for (std::uint64_t size : params.sizes) {
     auto row = run_size(params, *session, size);
     if (!row) return std::unexpected(row.error());

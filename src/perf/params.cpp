@@ -56,6 +56,8 @@ Result<void> apply_flag(Params& p, std::string_view name) {
     p.format = OutputFormat::Csv;
   else if (name == "--no-verify")
     p.verify = false;
+  else if (name == "--use-cuda")
+    p.memory = MemoryKind::Cuda;
   else if (name == "-h" || name == "--help")
     p.help = true;
   else
@@ -64,12 +66,12 @@ Result<void> apply_flag(Params& p, std::string_view name) {
 }
 
 bool takes_value(std::string_view name) {
-  static constexpr std::array<std::string_view, 23> kWithValue{
-      "-s",         "--size",     "-n",          "--iters",  "-D",
-      "--duration", "-w",         "--warmup",    "-q",       "--connections",
-      "-t",         "--tx-depth", "--transport", "-d",       "--ib-dev",
-      "-p",         "--port",     "--mode",      "--cq-mod", "--listen",
-      "--max-size", "--format",   "--post-list"};
+  static constexpr std::array<std::string_view, 24> kWithValue{
+      "-s",         "--size",     "-n",          "--iters",   "-D",
+      "--duration", "-w",         "--warmup",    "-q",        "--connections",
+      "-t",         "--tx-depth", "--transport", "-d",        "--ib-dev",
+      "-p",         "--port",     "--mode",      "--cq-mod",  "--listen",
+      "--max-size", "--format",   "--post-list", "--use_cuda"};
   return std::find(kWithValue.begin(), kWithValue.end(), name) != kWithValue.end();
 }
 
@@ -120,6 +122,10 @@ Result<void> apply_value(Params& p, std::string_view name, std::string_view v) {
     if (!n || *n == 0 || *n > 65535)
       return fail(Errc::InvalidArgument, std::string(name) + " must be 1..65535");
     p.port = static_cast<std::uint16_t>(*n);
+  } else if (name == "--use_cuda") {
+    // perftest's spelling takes a GPU index; this build places the buffer on the current device (0).
+    if (v != "0") return fail(Errc::InvalidArgument, "--use_cuda: only device 0 is supported");
+    p.memory = MemoryKind::Cuda;
   } else if (name == "--listen") {
     p.listen_host = std::string(v);
   } else if (name == "--mode") {
@@ -155,6 +161,16 @@ Result<void> check(Params& p) {
   if (!is_bandwidth(p.test) && p.connections != 1)
     return fail(Errc::InvalidArgument, "-q: latency tests run over one connection");
   if (p.cq_mod > p.tx_depth) p.cq_mod = p.tx_depth;
+  // write_lat spins on the last byte of its buffer with the CPU, which device memory does not allow.
+  if (p.memory == MemoryKind::Cuda && p.test == Test::WriteLat)
+    return fail(
+        Errc::InvalidArgument,
+        "--use-cuda: write_lat polls its buffer with the CPU; use send_lat or read_lat for device memory");
+  if (p.memory == MemoryKind::Cuda && p.test == Test::AtomicLat && !p.server.empty())
+    return fail(
+        Errc::InvalidArgument,
+        "--use-cuda: the atomic_lat client checks each fetch_add's result with the CPU; give --use-cuda "
+        "to the server to target device memory");
   return {};
 }
 
@@ -284,7 +300,8 @@ std::string usage() {
          "  -p, --port N          control/listen port (default 18515); --listen HOST for the server\n"
          "      --mode poll|block completion mode (-e = block); write_lat always polls memory\n"
          "      --json, --csv     machine-readable output (--format table|json|csv)\n"
-         "      --no-verify       skip the data check after each size\n";
+         "      --no-verify       skip the data check after each size\n"
+         "      --use-cuda        this side's buffer in CUDA device memory (--use_cuda=0 also accepted)\n";
 }
 
 }  // namespace rdmakit::perf

@@ -12,6 +12,7 @@
 
 #include "rdmakit/completion.hpp"
 #include "rdmakit/error.hpp"
+#include "rdmakit/memory.hpp"
 
 namespace rdmakit::perf {
 
@@ -48,6 +49,9 @@ struct Params {
   OutputFormat format = OutputFormat::Table;
   bool verify = true;
   bool help = false;
+  // This side's buffer: host memory, or CUDA device memory (--use-cuda, perftest's --use_cuda), which the
+  // transport moves along its device path (docs/gpu.md). Each side chooses its own, as with perftest.
+  MemoryKind memory = MemoryKind::Host;
 };
 
 // Bandwidth tests default to 5000 operations per size, latency tests to 1000 round trips (perftest's

@@ -60,12 +60,13 @@ std::string json_row(const Row& row) {
 }  // namespace
 
 std::string table_header(const RunInfo& info, bool bandwidth) {
-  std::string out = "# rdmakit-perf " + info.test + "  transport=" + info.transport + "  mode=" + info.mode +
-                    "  connections=" + std::to_string(info.connections) +
-                    "  tx_depth=" + std::to_string(info.tx_depth) +
-                    (bandwidth ? "  cq_mod=" + std::to_string(info.cq_mod) : std::string()) +
-                    (info.bidirectional ? "  bidirectional" : "") +
-                    "  verify=" + (info.verify ? "on" : "off") + "\n# threads: " + info.threads + "\n";
+  std::string out =
+      "# rdmakit-perf " + info.test + "  transport=" + info.transport + "  mode=" + info.mode +
+      "  connections=" + std::to_string(info.connections) + "  tx_depth=" + std::to_string(info.tx_depth) +
+      (bandwidth ? "  cq_mod=" + std::to_string(info.cq_mod) : std::string()) +
+      (info.bidirectional ? "  bidirectional" : "") + "  verify=" + (info.verify ? "on" : "off") +
+      (info.memory != "host" ? "  memory=" + info.memory : std::string()) + "\n# threads: " + info.threads +
+      "\n";
   if (bandwidth)
     return out + pad("#bytes", 10) + pad("#iterations", 13) + pad("BW peak[MB/s]", 15) +
            pad("BW avg[MB/s]", 15) + pad("BW avg[Gb/s]", 14) + pad("MsgRate[Mpps]", 15) + "\n";
@@ -95,7 +96,8 @@ std::string to_json(const Report& report) {
       ", \"connections\": " + std::to_string(i.connections) +
       ", \"tx_depth\": " + std::to_string(i.tx_depth) + ", \"cq_mod\": " + std::to_string(i.cq_mod) +
       ", \"bidirectional\": " + (i.bidirectional ? "true" : "false") +
-      ", \"verify\": " + (i.verify ? "true" : "false") + ", \"results\": [";
+      ", \"verify\": " + (i.verify ? "true" : "false") + ", \"memory\": " + quoted(i.memory) +
+      ", \"results\": [";
   for (std::size_t r = 0; r < report.rows.size(); ++r)
     out += (r ? ",\n  " : "\n  ") + json_row(report.rows[r]);
   return out + "]}\n";

@@ -21,6 +21,7 @@ struct RunInfo {
   std::uint32_t cq_mod = 0;
   bool bidirectional = false;
   bool verify = true;
+  std::string memory = "host";  // this side's buffer: "host", or "cuda (<path>)" with --use-cuda
 };
 
 struct Row {

@@ -132,6 +132,7 @@ Result<void> serve_size(const Params& params, Session& session, const ControlMes
                     .warmup = begin.ops,
                     .duration = std::chrono::duration<double>(begin.seconds)};
   prepare_size(session, run.test, run.bidirectional, Role::Server, run.size);
+  if (auto pushed = push_mirror(session); !pushed) return std::unexpected(pushed.error());
   for (std::size_t i = 0; i < receivers.size(); ++i)
     receivers[i].buffer = session.recv_segment(i, session.recv_capacity()), receivers[i].received = 0;
   // send_lat: each round reposts the receive it consumed, so one stays posted from size to size.
@@ -157,8 +158,10 @@ Result<void> serve_size(const Params& params, Session& session, const ControlMes
   if (auto ok = check_end(*end, begin); !ok) return ok;
   if (*own) verdict.ops = (*own)->ops, verdict.seconds = (*own)->seconds;
   if (begin.ok) {
+    auto pulled = pull_mirror(session);
     std::string problem =
-        verify_size(session, run.test, run.bidirectional, Role::Server, run.size, end->count);
+        pulled ? verify_size(session, run.test, run.bidirectional, Role::Server, run.size, end->count)
+               : pulled.error().message();
     if (!problem.empty()) verdict.ok = 0, verdict.set_text(problem);
   }
   if (auto ok = session.control->send(verdict); !ok) return std::unexpected(ok.error());

@@ -9,6 +9,7 @@
 #include "bootstrap/peer_proof.hpp"
 #include "core/log.hpp"
 #include "core/net.hpp"
+#include "cuda/runtime.hpp"
 
 namespace rdmakit::perf {
 namespace {
@@ -54,15 +55,16 @@ Result<void> make_cqs(Session& session) {
 }
 
 Result<void> allocate_slots(Session& session, std::uint32_t connections, std::uint64_t largest,
-                            bool two_areas) {
+                            bool two_areas, MemoryKind memory) {
   // Both sides compute the same layout from the same Hello, so lane offsets agree.
   auto layout = plan_layout(connections, largest, two_areas);
   if (!layout) return std::unexpected(layout.error());
   session.send_offset = layout->send_offset;
   session.slot_bytes = layout->slot_bytes;
-  auto memory = session.context->allocate(layout->total, kDataAccess);
-  if (!memory) return std::unexpected(memory.error());
-  session.local = std::move(*memory);
+  auto allocated = session.context->allocate(layout->total, kDataAccess, memory);
+  if (!allocated) return std::unexpected(allocated.error());
+  session.local = std::move(*allocated);
+  if (session.local->kind() == MemoryKind::Cuda) session.mirror.assign(session.local->size(), 0);
   return {};
 }
 
@@ -78,7 +80,23 @@ void put_region(ControlMessage& message, const MemoryRegion& region) {
   std::memcpy(message.region, bytes.data(), bytes.size());
 }
 
+Result<void> copy_mirror(const Session& session, bool to_device) {
+  if (session.mirror.empty()) return {};
+  auto runtime = detail::cuda::Runtime::get();
+  if (!runtime) return std::unexpected(runtime.error());
+  void* device = session.local->data();
+  void* host = session.mirror.data();
+  auto e = (*runtime)->memcpy(to_device ? device : host, to_device ? host : device, session.mirror.size(),
+                              detail::cuda::kDefault);
+  if (e != detail::cuda::kSuccess)
+    return fail(Errc::TransportFailure, "rdmakit-perf: " + (*runtime)->describe("cudaMemcpy", e));
+  return {};
+}
+
 }  // namespace
+
+Result<void> push_mirror(const Session& session) { return copy_mirror(session, true); }
+Result<void> pull_mirror(const Session& session) { return copy_mirror(session, false); }
 
 Result<bootstrap::PeerProofConfig> proof_config(const std::string& address, const Capabilities& caps) {
   std::string host = "localhost";  // an endpoint name (shm) is on this machine
@@ -131,7 +149,7 @@ Result<Session> connect_session(const Params& params, std::shared_ptr<Context> c
   if (!channel) return std::unexpected(channel.error());
   session.control.emplace(std::move(*channel));
   if (auto ok = allocate_slots(session, params.connections, max_size(params),
-                               needs_two_areas(params.test, params.bidirectional));
+                               needs_two_areas(params.test, params.bidirectional), params.memory);
       !ok)
     return std::unexpected(ok.error());
 
@@ -218,7 +236,8 @@ Result<Session> accept_session(const Params& params, std::shared_ptr<Context> co
                 "the client asked for a different test than " + std::string(to_string(params.test)));
   }
   if (auto ok = allocate_slots(session, hello->connections, hello->size,
-                               needs_two_areas(static_cast<Test>(hello->test), hello->bidirectional != 0));
+                               needs_two_areas(static_cast<Test>(hello->test), hello->bidirectional != 0),
+                               params.memory);
       !ok)
     return std::unexpected(ok.error());
   put_region(welcome, *session.local);

@@ -29,9 +29,14 @@ struct Session {
   std::uint64_t slot_bytes = 0;
   std::uint64_t send_offset = 0;
   ControlMessage hello;  // what the client asked for (both sides keep it)
+  // --use-cuda: the CPU never touches device memory, so it fills and checks this host copy of `local`,
+  // moved to and from the device with the CUDA runtime before and after each size (untimed). Empty for
+  // host memory, where the areas are `local` itself.
+  mutable std::vector<std::uint8_t> mirror;
 
   std::uint8_t* recv_area(std::size_t lane) const {
-    return static_cast<std::uint8_t*>(local->data()) + lane * slot_bytes;
+    auto* base = mirror.empty() ? static_cast<std::uint8_t*>(local->data()) : mirror.data();
+    return base + lane * slot_bytes;
   }
   std::uint8_t* send_area(std::size_t lane) const { return recv_area(lane) + send_offset; }
   Segment recv_segment(std::size_t lane, std::uint64_t size) const {
@@ -47,6 +52,10 @@ struct Session {
 };
 
 Result<std::shared_ptr<Context>> open_context(const Params& params);
+// --use-cuda: copies the mirror into the device buffer (after the CPU prepared it) or back (before it
+// checks it). No-ops for host memory.
+Result<void> push_mirror(const Session& session);
+Result<void> pull_mirror(const Session& session);
 // Every connection, control and data, starts with a proof of the secret (bootstrap/peer_proof.hpp) before
 // the server reads a control message or accepts a data lane: this is the key and label both sides use,
 // from auth::service_secret for the server's `address`: the job secret; without one, the per-user secret

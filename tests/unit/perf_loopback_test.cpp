@@ -1,6 +1,7 @@
 // rdmakit-perf end to end in one process: a server thread and a client over the tcp transport (and any
 // other transport named in RDMAKIT_TEST_PERF_TRANSPORTS, e.g. "tcp,shm"), every test, data checked.
 #include <gtest/gtest.h>
+#include <stdlib.h>
 
 #include <cstdlib>
 #include <sstream>
@@ -100,6 +101,28 @@ TEST_P(PerfLoopback, WindowRefillRunsExactCountsAndTimedStops) {
   EXPECT_GT(timed->rows[0].iterations, 0u);
   EXPECT_EQ(timed->rows[0].iterations % 100, 0u) << "a timed run ends on a signaled operation";
   EXPECT_TRUE(timed->rows[0].verified);
+}
+
+// --use-cuda (perftest's --use_cuda): each side's buffer in device memory of the fake CUDA runtime, which
+// faults when the CPU touches it; the data is filled and checked through the runtime's copies.
+TEST_P(PerfLoopback, DeviceMemoryOnBothSidesMovesAndVerifies) {
+  ::setenv("RDMAKIT_CUDA_RUNTIME", RDMAKIT_FAKE_CUDART, 1);
+  ::setenv("RDMAKIT_CUDA_DRIVER", RDMAKIT_FAKE_CUDART, 1);
+  const std::vector<std::vector<std::string_view>> cases = {
+      {"write_bw", "x", "-s", "65536", "-n", "40", "--use-cuda"},
+      {"read_bw", "x", "-s", "65536", "-n", "40", "-q", "2", "--use-cuda"},
+      {"send_bw", "x", "-s", "3000", "-n", "40", "--use-cuda"},
+      {"read_lat", "x", "-s", "3000", "-n", "20", "--use-cuda"},
+      {"send_lat", "x", "-s", "100", "-n", "20", "--use-cuda"},
+  };
+  for (const auto& args : cases) {
+    SCOPED_TRACE(std::string(args[0]) + " with device memory");
+    auto report = run_pair(GetParam(), args);
+    ASSERT_TRUE(report) << report.error().describe();
+    EXPECT_TRUE(report->info.memory.starts_with("cuda (")) << report->info.memory;
+    ASSERT_EQ(report->rows.size(), 1u);
+    EXPECT_TRUE(report->rows[0].verified);
+  }
 }
 
 TEST_P(PerfLoopback, ServerRefusesAnotherTest) {

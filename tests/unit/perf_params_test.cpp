@@ -49,6 +49,23 @@ TEST(PerfParams, AtomicIsAlwaysEightBytes) {
   EXPECT_EQ(p->sizes, std::vector<std::uint64_t>{8});
 }
 
+TEST(PerfParams, UseCudaPlacesThisSidesBufferInDeviceMemory) {
+  auto p = parse({"write_bw", "h", "--use-cuda"});
+  ASSERT_TRUE(p) << p.error().describe();
+  EXPECT_EQ(p->memory, MemoryKind::Cuda);
+  auto perftest_spelling = parse({"read_bw", "--use_cuda=0"});
+  ASSERT_TRUE(perftest_spelling) << perftest_spelling.error().describe();
+  EXPECT_EQ(perftest_spelling->memory, MemoryKind::Cuda);
+  EXPECT_EQ(parse({"read_bw"})->memory, MemoryKind::Host);
+  // The CPU would have to touch device memory: refused with the reason.
+  EXPECT_FALSE(parse({"read_bw", "--use_cuda=1"}));
+  auto polling = parse({"write_lat", "h", "--use-cuda"});
+  ASSERT_FALSE(polling);
+  EXPECT_NE(polling.error().message().find("polls"), std::string::npos) << polling.error().message();
+  EXPECT_FALSE(parse({"atomic_lat", "h", "--use-cuda"}));
+  EXPECT_TRUE(parse({"atomic_lat", "--use-cuda"})) << "the server's counter may be device memory";
+}
+
 TEST(PerfParams, ErrorsNameTheArgument) {
   auto expect_error = [](std::vector<std::string_view> args, std::string_view fragment) {
     auto p = parse_args(args);
