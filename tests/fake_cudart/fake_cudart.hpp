@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdlib>
 
 extern "C" {
 
@@ -41,3 +42,12 @@ void* fake_cudart_host_view(const void* device_pointer);
 // cuMemGetHandleForAddressRange works (0: CUDA_ERROR_NOT_SUPPORTED).
 void fake_cudart_set_dmabuf_supported(int supported);
 }
+
+#ifdef RDMAKIT_FAKE_CUDART
+// The fake's file for a test: $RDMAKIT_TEST_FAKE_CUDART where the test programs were copied out of the build
+// tree (scripts/gpu-bundle.sh's folder), else the path CMake compiled in.
+inline const char* fake_cudart_file() {
+  const char* moved = std::getenv("RDMAKIT_TEST_FAKE_CUDART");
+  return moved && *moved ? moved : RDMAKIT_FAKE_CUDART;
+}
+#endif

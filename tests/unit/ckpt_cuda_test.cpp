@@ -28,7 +28,7 @@ using CudaError = int;
 // The fake's exports, reached through the handle the engine's dlopen also gets (one library, one state).
 struct Fake {
   Fake() {
-    handle = ::dlopen(RDMAKIT_FAKE_CUDART, RTLD_NOW | RTLD_LOCAL);
+    handle = ::dlopen(fake_cudart_file(), RTLD_NOW | RTLD_LOCAL);
     if (!handle) return;
     reset = reinterpret_cast<decltype(reset)>(::dlsym(handle, "fake_cudart_reset"));
     stats = reinterpret_cast<decltype(stats)>(::dlsym(handle, "fake_cudart_stats"));
@@ -84,14 +84,14 @@ class DeviceBuffer {
 class CkptCuda : public ::testing::Test {
  protected:
   void SetUp() override {
-    ASSERT_NE(fake.handle, nullptr) << RDMAKIT_FAKE_CUDART << ": " << ::dlerror();
+    ASSERT_NE(fake.handle, nullptr) << fake_cudart_file() << ": " << ::dlerror();
     ASSERT_NE(gpu0.view(), nullptr);
     ASSERT_NE(gpu1.view(), nullptr);
   }
 
   EngineOptions options() const {
     auto o = ckpt::testing::test_options(dir.path());
-    o.cuda_runtime = RDMAKIT_FAKE_CUDART;
+    o.cuda_runtime = fake_cudart_file();
     return o;
   }
 

@@ -29,9 +29,9 @@ using CudaError = int;
 // The fake, reached through the same handle the library's dlopen gets (one library, one state).
 struct Fake {
   Fake() {
-    ::setenv("RDMAKIT_CUDA_RUNTIME", RDMAKIT_FAKE_CUDART, 1);
-    ::setenv("RDMAKIT_CUDA_DRIVER", RDMAKIT_FAKE_CUDART, 1);
-    handle = ::dlopen(RDMAKIT_FAKE_CUDART, RTLD_NOW | RTLD_LOCAL);
+    ::setenv("RDMAKIT_CUDA_RUNTIME", fake_cudart_file(), 1);
+    ::setenv("RDMAKIT_CUDA_DRIVER", fake_cudart_file(), 1);
+    handle = ::dlopen(fake_cudart_file(), RTLD_NOW | RTLD_LOCAL);
     if (!handle) return;
     reset = reinterpret_cast<decltype(reset)>(::dlsym(handle, "fake_cudart_reset"));
     stats = reinterpret_cast<decltype(stats)>(::dlsym(handle, "fake_cudart_stats"));
@@ -84,7 +84,7 @@ std::shared_ptr<Context> open(const char* transport) {
 
 class DeviceMemory : public ::testing::TestWithParam<const char*> {
  protected:
-  void SetUp() override { ASSERT_NE(fake().handle, nullptr) << RDMAKIT_FAKE_CUDART << ": " << ::dlerror(); }
+  void SetUp() override { ASSERT_NE(fake().handle, nullptr) << fake_cudart_file() << ": " << ::dlerror(); }
 };
 
 // tcp moves device memory staged through host memory, shm through CUDA IPC (issue #26).
@@ -227,7 +227,7 @@ TEST(DeviceMemoryClassify, AutoLoadsNothingWithoutADriverInTheProcess) {
   // A driver name this process never loaded: Auto must not load it, and so says host memory.
   ::setenv("RDMAKIT_CUDA_DRIVER", "/nonexistent/libcuda.so.1", 1);
   auto info = detail::cuda::classify(gpu.data(), 4096, MemoryKind::Auto, "test");
-  ::setenv("RDMAKIT_CUDA_DRIVER", RDMAKIT_FAKE_CUDART, 1);
+  ::setenv("RDMAKIT_CUDA_DRIVER", fake_cudart_file(), 1);
   ASSERT_TRUE(info);
   EXPECT_EQ(info->kind, MemoryKind::Host);
 }
@@ -236,7 +236,7 @@ TEST(DeviceMemoryClassify, MissingRuntimeIsAClearError) {
   std::vector<std::byte> host(64);
   ::setenv("RDMAKIT_CUDA_RUNTIME", "/nonexistent/libcudart.so.99", 1);
   auto info = detail::cuda::classify(host.data(), host.size(), MemoryKind::Cuda, "register_memory");
-  ::setenv("RDMAKIT_CUDA_RUNTIME", RDMAKIT_FAKE_CUDART, 1);
+  ::setenv("RDMAKIT_CUDA_RUNTIME", fake_cudart_file(), 1);
   ASSERT_FALSE(info);
   EXPECT_EQ(info.error().code(), Errc::Unavailable);
   EXPECT_NE(info.error().message().find("no CUDA runtime could be loaded"), std::string::npos)

@@ -7,6 +7,7 @@
 #include <sstream>
 #include <thread>
 
+#include "fake_cudart/fake_cudart.hpp"
 #include "perf/params.hpp"
 #include "perf/run.hpp"
 #include "perf/session.hpp"
@@ -106,8 +107,8 @@ TEST_P(PerfLoopback, WindowRefillRunsExactCountsAndTimedStops) {
 // --use-cuda (perftest's --use_cuda): each side's buffer in device memory of the fake CUDA runtime, which
 // faults when the CPU touches it; the data is filled and checked through the runtime's copies.
 TEST_P(PerfLoopback, DeviceMemoryOnBothSidesMovesAndVerifies) {
-  ::setenv("RDMAKIT_CUDA_RUNTIME", RDMAKIT_FAKE_CUDART, 1);
-  ::setenv("RDMAKIT_CUDA_DRIVER", RDMAKIT_FAKE_CUDART, 1);
+  ::setenv("RDMAKIT_CUDA_RUNTIME", fake_cudart_file(), 1);
+  ::setenv("RDMAKIT_CUDA_DRIVER", fake_cudart_file(), 1);
   const std::vector<std::vector<std::string_view>> cases = {
       {"write_bw", "x", "-s", "65536", "-n", "40", "--use-cuda"},
       {"read_bw", "x", "-s", "65536", "-n", "40", "-q", "2", "--use-cuda"},

@@ -27,9 +27,9 @@ using namespace std::chrono_literals;
 // is set before any context exists, i.e. before the library first needs CUDA.
 struct Fake {
   Fake() {
-    ::setenv("RDMAKIT_CUDA_RUNTIME", RDMAKIT_FAKE_CUDART, 1);
-    ::setenv("RDMAKIT_CUDA_DRIVER", RDMAKIT_FAKE_CUDART, 1);
-    handle = ::dlopen(RDMAKIT_FAKE_CUDART, RTLD_NOW | RTLD_LOCAL);
+    ::setenv("RDMAKIT_CUDA_RUNTIME", fake_cudart_file(), 1);
+    ::setenv("RDMAKIT_CUDA_DRIVER", fake_cudart_file(), 1);
+    handle = ::dlopen(fake_cudart_file(), RTLD_NOW | RTLD_LOCAL);
     if (!handle) return;
     reinterpret_cast<void (*)(int)>(::dlsym(handle, "fake_cudart_reset"))(1);
     malloc = reinterpret_cast<decltype(malloc)>(::dlsym(handle, "cudaMalloc"));
@@ -97,7 +97,7 @@ Blocks kv_blocks() {
 class XferDevice : public ::testing::Test {
  protected:
   void SetUp() override {
-    ASSERT_NE(fake().handle, nullptr) << RDMAKIT_FAKE_CUDART << ": " << ::dlerror();
+    ASSERT_NE(fake().handle, nullptr) << fake_cudart_file() << ": " << ::dlerror();
     metadata_ = std::make_unique<FileMetadataStore>(dir_.path());
   }
   // Moves every block `op` between `local` and the segment, and checks every request succeeded.
