@@ -3,10 +3,12 @@
 // fake's device memory faults when the CPU touches it, so a transport that treats it as host memory crashes
 // here; the test itself fills and checks it through the fake's own view (fake_cudart_host_view).
 //
-// Each transport either moves device memory along its path (tcp and fault:tcp: staged through host
-// memory; shm: CUDA IPC, the initiator copying with the runtime) or refuses to register it with an error
-// naming itself (verbs: its GPUDirect path is not built yet). The table below says which: a transport that
-// changes fails here until the table does too.
+// Each transport moves device memory along its path (tcp and fault:tcp: staged through host memory; shm:
+// CUDA IPC, the initiator copying with the runtime; verbs: GPUDirect where the NIC and driver have it, else
+// staged through a pinned bounce buffer, local side only) or refuses to register it with an error naming
+// itself. The table below says which: a transport that changes fails here until the table does too. verbs
+// runs in the Soft-RoCE VM, whose rxe has no GPUDirect: staged, and a device region offered for remote access
+// is refused there (one-sided access to it cannot work without GPUDirect), naming the missing driver.
 #include <dlfcn.h>
 #include <unistd.h>
 
@@ -26,8 +28,13 @@ using testing::find_pattern_mismatch;
 std::optional<MemoryPath> expected_path(const std::string& transport) {
   if (transport == "tcp" || transport == "fault:tcp") return MemoryPath::Staged;
   if (transport == "shm") return MemoryPath::CudaIpc;
-  return std::nullopt;  // verbs: refused
+  if (transport == "verbs") return MemoryPath::Staged;  // rxe: no GPUDirect
+  return std::nullopt;                                  // refused
 }
+
+// Whether a device region may grant a remote right (be the target of a one-sided operation): not over verbs
+// without GPUDirect, where only the local side of an operation is staged.
+bool remote_device_memory(const std::string& transport) { return transport != "verbs"; }
 
 // A transport without a path: its refusal is what DeviceRegionsTakeTheTransportPathOrAreRefused checks.
 #define SKIP_UNLESS_A_PATH()                                                       \
@@ -106,6 +113,13 @@ TEST_P(DeviceConformance, DeviceRegionsTakeTheTransportPathOrAreRefused) {
   for (int i = 0; i < 2; ++i) {
     auto region = device_region(*context, 65536, Access::All);
     auto path = expected_path(GetParam());
+    if (path && !remote_device_memory(GetParam())) {
+      ASSERT_FALSE(region) << GetParam() << " offered device memory for remote access without GPUDirect";
+      EXPECT_EQ(refusal.code(), Errc::NotSupported) << refusal.describe();
+      for (const char* named : {"verbs", "nvidia_peermem", "dmabuf"})
+        EXPECT_NE(refusal.message().find(named), std::string::npos) << named << ": " << refusal.message();
+      region = device_region(*context, 65536, Access::LocalWrite);  // the local side of operations: staged
+    }
     if (!path) {
       ASSERT_FALSE(region) << GetParam() << " registered device memory: update expected_path";
       EXPECT_EQ(refusal.code(), Errc::NotSupported) << refusal.describe();
@@ -118,6 +132,16 @@ TEST_P(DeviceConformance, DeviceRegionsTakeTheTransportPathOrAreRefused) {
     EXPECT_EQ(region->device(), 0);
     EXPECT_EQ(region->path(), *path) << to_string(region->path());
   }
+  if (expected_path(GetParam()) != MemoryPath::Staged) return;
+  // gpu_path=direct refuses a staged registration, naming the option.
+  Options direct;
+  direct.gpu_path = "direct";
+  auto strict = open_context(true, direct);
+  ASSERT_TRUE(strict);
+  auto refused = device_region(*strict, 4096, Access::LocalWrite);
+  ASSERT_FALSE(refused) << "gpu_path=direct accepted the staged path";
+  EXPECT_EQ(refusal.code(), Errc::NotSupported) << refusal.describe();
+  EXPECT_NE(refusal.message().find("gpu_path=direct"), std::string::npos) << refusal.message();
 }
 
 // WRITE then READ back, device memory on the initiator, the target, or both, every byte checked and the
@@ -128,6 +152,7 @@ TEST_P(DeviceConformance, WriteAndReadLandExactlyInDeviceMemoryEitherSide) {
   ASSERT_TRUE(client_.connection);
   constexpr std::size_t kGuard = 64;
   for (auto [client_device, server_device] : {std::pair{true, true}, {true, false}, {false, true}}) {
+    if (server_device && !remote_device_memory(GetParam())) continue;  // the target needs GPUDirect
     for (std::size_t size : {std::size_t{1}, std::size_t{4099}, std::size_t{(1 << 20) + 7}}) {
       SCOPED_TRACE("client " + std::string(client_device ? "device" : "host") + ", server " +
                    (server_device ? "device" : "host") + ", " + std::to_string(size) + " bytes");
@@ -191,7 +216,10 @@ TEST_P(DeviceConformance, AtomicsOnDeviceMemorySumAndSwapExactly) {
   SKIP_UNLESS_A_PATH();
   connect_pair(client_, server_);
   ASSERT_TRUE(client_.connection);
-  auto word = device_region(*server_.context, 64, Access::LocalWrite | Access::RemoteAtomic);
+  // Without GPUDirect (verbs on rxe) the word is host memory and the results land in device memory.
+  const Access word_access = Access::LocalWrite | Access::RemoteAtomic;
+  auto word = remote_device_memory(GetParam()) ? device_region(*server_.context, 64, word_access)
+                                               : region(*server_.context, 64, word_access);
   auto result = device_region(*client_.context, 64, Access::LocalWrite);
   ASSERT_TRUE(word && result) << refusal.describe();
   std::uint64_t start = 1000;
