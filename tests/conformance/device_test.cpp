@@ -54,10 +54,14 @@ struct Fake {
     handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (!handle) return;
     view = reinterpret_cast<decltype(view)>(::dlsym(handle, "fake_cudart_host_view"));
+    stats = reinterpret_cast<decltype(stats)>(::dlsym(handle, "fake_cudart_stats"));
+    fail = reinterpret_cast<decltype(fail)>(::dlsym(handle, "fake_cudart_fail"));
   }
   std::string path;
   void* handle = nullptr;
   void* (*view)(const void*) = nullptr;
+  void (*stats)(FakeCudartStats*) = nullptr;
+  void (*fail)(const char*, int, int) = nullptr;
 };
 
 Fake& fake() {
@@ -247,6 +251,70 @@ TEST_P(DeviceConformance, AtomicsOnDeviceMemorySumAndSwapExactly) {
   EXPECT_EQ(now, 42u) << "the matching compare_swap did not swap, or the missing one did";
   EXPECT_EQ(first, expected_old);
   EXPECT_EQ(second, 42u);
+}
+
+// verbs without GPUDirect: the staged path's own promises. Device copies go through pinned memory on the
+// library's stream, in chunks; an unsignaled READ into device memory has landed when a later completion of
+// its queue is seen; a failed device copy fails the post (WRITE, nothing sent, the connection still usable)
+// or the completion (READ, GeneralError, the device memory untouched).
+TEST_P(DeviceConformance, VerbsStagedCopiesArePinnedChunkedAndFailuresReachTheCaller) {
+  if (GetParam() != "verbs") GTEST_SKIP() << "the staged bounce buffers of verbs";
+  ASSERT_TRUE(fake().stats && fake().fail);
+  connect_pair(client_, server_);
+  ASSERT_TRUE(client_.connection);
+  constexpr std::size_t kSize = (3u << 20) + 5;  // four chunks of the default 1 MiB
+  auto source = device_region(*client_.context, kSize, Access::LocalWrite);
+  auto sink = device_region(*client_.context, kSize, Access::LocalWrite);
+  auto target =
+      region(*server_.context, kSize, Access::LocalWrite | Access::RemoteWrite | Access::RemoteRead);
+  auto small = region(*client_.context, 64, Access::LocalWrite);
+  ASSERT_TRUE(source && sink && target && small) << refusal.describe();
+  ASSERT_EQ(sink->path(), MemoryPath::Staged);
+  fill_pattern(bytes(*source), kSize, 91);
+  std::memset(bytes(*sink), 0, kSize);
+  FakeCudartStats before{}, after{};
+  fake().stats(&before);
+  auto wrote = RDMAKIT_ASSERT_OK(client_.connection->write(
+      source->slice(0, static_cast<std::uint32_t>(kSize)), target->descriptor().at(0)));
+  ASSERT_EQ(wait(*client_.connection, wrote).status, Status::Success);
+  fake().stats(&after);
+  ASSERT_EQ(find_pattern_mismatch(bytes(*target), kSize, 91), kSize);
+  EXPECT_GE(after.copies - before.copies, 4) << "one copy per staging_chunk";
+  EXPECT_EQ(after.copies_unpinned, before.copies_unpinned) << "the bounce buffer is not pinned";
+  EXPECT_EQ(after.copies_default_stream, before.copies_default_stream) << "copies on the legacy stream";
+
+  // An unsignaled READ into device memory, then a signaled WRITE: its completion settles the READ first.
+  Segment into = sink->slice(0, static_cast<std::uint32_t>(kSize));
+  Segment tiny = small->slice(0, 8);
+  WorkRequest chain[2] = {WorkRequest{.opcode = Opcode::Read,
+                                      .local = std::span(&into, 1),
+                                      .remote = target->descriptor().at(0),
+                                      .signaled = false},
+                          WorkRequest{.opcode = Opcode::Write,
+                                      .local = std::span(&tiny, 1),
+                                      .remote = target->descriptor().at(8),
+                                      .signaled = true}};
+  auto first = RDMAKIT_ASSERT_OK(client_.connection->post(chain));
+  ASSERT_EQ(wait(*client_.connection, first + 1).status, Status::Success);
+  ASSERT_EQ(find_pattern_mismatch(bytes(*sink), kSize, 91), kSize) << "the unsignaled READ did not land";
+
+  // A device copy that fails at post: the WRITE is refused, naming the copy, and the connection goes on.
+  fake().fail("cudaMemcpyAsync", 0, 1);
+  auto refused = client_.connection->write(source->slice(0, 4096), target->descriptor().at(0));
+  ASSERT_FALSE(refused) << "a WRITE whose device copy failed was posted";
+  EXPECT_NE(refused.error().message().find("cudaMemcpyAsync"), std::string::npos)
+      << refused.error().message();
+  auto again =
+      RDMAKIT_ASSERT_OK(client_.connection->write(source->slice(0, 4096), target->descriptor().at(0)));
+  ASSERT_EQ(wait(*client_.connection, again).status, Status::Success);
+
+  // A device copy that fails after a READ landed in the bounce buffer: the completion says so and the
+  // device memory is untouched.
+  std::memset(bytes(*sink), 0, kSize);
+  fake().fail("cudaMemcpyAsync", 0, 1);
+  auto read = RDMAKIT_ASSERT_OK(client_.connection->read(sink->slice(0, 4096), target->descriptor().at(0)));
+  EXPECT_EQ(wait(*client_.connection, read).status, Status::GeneralError);
+  for (std::size_t i = 0; i < 4096; ++i) ASSERT_EQ(bytes(*sink)[i], std::byte{0}) << "byte " << i;
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, DeviceConformance, ::testing::ValuesIn(conformance_transports()),
