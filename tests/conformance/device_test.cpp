@@ -298,6 +298,15 @@ TEST_P(DeviceConformance, VerbsStagedCopiesArePinnedChunkedAndFailuresReachTheCa
   ASSERT_EQ(wait(*client_.connection, first + 1).status, Status::Success);
   ASSERT_EQ(find_pattern_mismatch(bytes(*sink), kSize, 91), kSize) << "the unsignaled READ did not land";
 
+  // Device memory registered without LocalWrite takes no READ: the NIC would refuse it, so does the copy.
+  auto read_only = device_region(*client_.context, 4096, Access::None);
+  ASSERT_TRUE(read_only) << refusal.describe();
+  std::memset(bytes(*read_only), 0x5a, 4096);
+  auto unwritable = client_.connection->read(read_only->slice(0, 4096), target->descriptor().at(0));
+  ASSERT_FALSE(unwritable) << "a READ into device memory without LocalWrite was posted";
+  EXPECT_EQ(unwritable.error().code(), Errc::InvalidArgument) << unwritable.error().describe();
+  for (std::size_t i = 0; i < 4096; ++i) ASSERT_EQ(bytes(*read_only)[i], std::byte{0x5a}) << "byte " << i;
+
   // A device copy that fails at post: the WRITE is refused, naming the copy, and the connection goes on.
   fake().fail("cudaMemcpyAsync", 0, 1);
   auto refused = client_.connection->write(source->slice(0, 4096), target->descriptor().at(0));

@@ -57,7 +57,7 @@ class VerbsStagedRegion final : public detail::MemoryRegionProvider {
       : MemoryRegionProvider(data, size, access, 0, 0, context->identity().id, context->identity().epoch),
         context_(std::move(context)) {
     set_placement(MemoryKind::Cuda, device, MemoryPath::Staged);
-    context_->staging().add_range(reinterpret_cast<std::uint64_t>(data), size, device);
+    context_->staging().add_range(reinterpret_cast<std::uint64_t>(data), size, device, access);
   }
   ~VerbsStagedRegion() override {
     context_->staging().remove_range(reinterpret_cast<std::uint64_t>(data()), size());

@@ -44,6 +44,14 @@ std::uint64_t outstanding(const std::atomic<std::uint64_t>& posted, const std::a
   return long_chains.data();
 }
 
+// A staged sink without LocalWrite: the NIC would fail the request with LocalProtection; the staged copy is
+// refused at post instead (it would write where the caller allowed no writes).
+std::unexpected<Error> unwritable(const char* call) {
+  return fail(Errc::InvalidArgument, std::string(call) +
+                                         ": a local segment in device memory registered without LocalWrite "
+                                         "cannot take a READ, an atomic's result or a receive");
+}
+
 }  // namespace
 
 // After the RC prologue's checks (Connection::post; Admission::Device): behind a failure the QP is in the
@@ -135,7 +143,7 @@ Result<std::uint64_t> VerbsConnection::post_recv_admitted(std::span<const Segmen
   if (staging.active() && staging.involves(sgl)) [[unlikely]] {
     // A receive into staged device memory lands in a bounce buffer; the poller copies it over.
     const std::uint64_t length = total_length(sgl);
-    auto buffer = staging.acquire(length);
+    auto buffer = staging.writable(sgl) ? staging.acquire(length) : unwritable("post_recv");
     if (!buffer) {
       track_->give_back_recv();
       return std::unexpected(buffer.error());
@@ -172,6 +180,7 @@ Result<void> VerbsConnection::stage_sends(std::span<const WorkRequest> chain, st
                           request.opcode == Opcode::Send;
     Result<void> ok = buffer ? Result<void>{} : Result<void>(std::unexpected(buffer.error()));
     if (ok && outbound) ok = staging.gather(request.local, (*buffer)->data());
+    if (ok && !outbound && !staging.writable(request.local)) ok = unwritable("post");
     if (!ok) {
       send_cq_->cancel_staged(make_id(first, false), make_id(first + chain.size(), false));
       return ok;

@@ -55,9 +55,9 @@ Staging::~Staging() {
     for (auto& [device, stream] : streams_) (*rt)->stream_destroy(stream);
 }
 
-void Staging::add_range(std::uint64_t addr, std::size_t size, int device) {
+void Staging::add_range(std::uint64_t addr, std::size_t size, int device, Access access) {
   std::unique_lock lock(ranges_mutex_);
-  ranges_.emplace(addr, Range{size, device});
+  ranges_.emplace(addr, Range{size, device, access});
   ranges_count_.store(ranges_.size(), std::memory_order_release);
 }
 
@@ -72,14 +72,29 @@ void Staging::remove_range(std::uint64_t addr, std::size_t size) {
   ranges_count_.store(ranges_.size(), std::memory_order_release);
 }
 
-std::optional<int> Staging::device_of(const Segment& segment) const {
-  // Ranges may overlap (a region and an interior one of the same allocation): any one holding the segment.
-  auto it = ranges_.upper_bound(segment.addr);
-  while (it != ranges_.begin()) {
+const Staging::Range* Staging::range_of(const Segment& segment) const {
+  // Ranges may overlap (a region and an interior one of the same allocation): one holding the segment,
+  // preferably with LocalWrite.
+  const Range* found = nullptr;
+  for (auto it = ranges_.upper_bound(segment.addr); it != ranges_.begin();) {
     --it;
-    if (segment.addr - it->first + segment.length <= it->second.size) return it->second.device;
+    if (segment.addr - it->first + segment.length > it->second.size) continue;
+    found = &it->second;
+    if (has(found->access, Access::LocalWrite)) break;
   }
-  return std::nullopt;
+  return found;
+}
+
+std::optional<int> Staging::device_of(const Segment& segment) const {
+  const Range* range = range_of(segment);
+  return range ? std::optional<int>(range->device) : std::nullopt;
+}
+
+bool Staging::writable(std::span<const Segment> segments) const {
+  std::shared_lock lock(ranges_mutex_);
+  for (const Segment& s : segments)
+    if (const Range* range = range_of(s); range && !has(range->access, Access::LocalWrite)) return false;
+  return true;
 }
 
 bool Staging::involves(std::span<const Segment> segments) const {

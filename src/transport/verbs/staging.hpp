@@ -51,11 +51,14 @@ class Staging : public std::enable_shared_from_this<Staging> {
   ~Staging();
 
   // The device ranges registered with the staged path (MemoryPath::Staged), by address.
-  void add_range(std::uint64_t addr, std::size_t size, int device);
+  void add_range(std::uint64_t addr, std::size_t size, int device, Access access);
   void remove_range(std::uint64_t addr, std::size_t size);
   bool active() const noexcept { return ranges_count_.load(std::memory_order_acquire) > 0; }
   // Whether any segment lies in a staged range (device memory the NIC cannot reach).
   bool involves(std::span<const Segment> segments) const;
+  // Whether every staged segment lies in a range registered with LocalWrite: the NIC would refuse to write
+  // into memory without it (LocalProtection), so the staged copy must not write there either.
+  bool writable(std::span<const Segment> segments) const;
 
   // A buffer of at least `size` bytes, back in the pool when the last holder drops it.
   Result<std::shared_ptr<StagingBuffer>> acquire(std::size_t size);
@@ -69,7 +72,9 @@ class Staging : public std::enable_shared_from_this<Staging> {
   struct Range {
     std::size_t size;
     int device;
+    Access access;
   };
+  const Range* range_of(const Segment& segment) const;
   std::optional<int> device_of(const Segment& segment) const;
   Result<cuda::Stream> stream_for(int device);  // copy_mutex_ held
   void give_back(StagingBuffer* buffer);
