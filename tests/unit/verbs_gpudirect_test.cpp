@@ -3,6 +3,7 @@
 // the CUDA driver says of CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED and which peer-memory modules the sysfs tree
 // shows decide the path; without one, a device region offered for remote access is refused naming what is
 // missing. The staged path itself runs in the Soft-RoCE VM (DeviceConformance.*/verbs).
+#include <dlfcn.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
@@ -11,6 +12,7 @@
 #include <filesystem>
 #include <string>
 
+#include "transport/verbs/api.hpp"
 #include "transport/verbs/gpudirect.hpp"
 
 namespace rdmakit::verbs_impl {
@@ -85,6 +87,19 @@ TEST_F(GpuDirectProbeTest, RemoteAccessToStagedDeviceMemoryIsRefusedNamingTheMis
   EXPECT_EQ(refused.code(), Errc::NotSupported);
   for (const char* needed : {"verbs", "device 3", "remote access", "nvidia_peermem", "dmabuf", "LocalWrite"})
     EXPECT_NE(refused.message().find(needed), std::string::npos) << needed << " in: " << refused.message();
+}
+
+// The dmabuf probe calls ibv_reg_dmabuf_mr through the loader's table: resolved at its own symbol version
+// where rdma-core has it (>= 34; Debian 12 has 44), optional (null) elsewhere rather than failing the load.
+TEST(GpuDirectLoader, RegDmabufMrIsResolvedAtItsVersion) {
+  auto api = load_api();
+  if (!api) GTEST_SKIP() << "rdma-core is not installed: " << api.error().message();
+  void* verbs = dlopen("libibverbs.so.1", RTLD_NOW | RTLD_NOLOAD);
+  ASSERT_NE(verbs, nullptr);
+  void* expected = dlvsym(verbs, "ibv_reg_dmabuf_mr", "IBVERBS_1.12");
+  dlclose(verbs);
+  if (!expected) GTEST_SKIP() << "this rdma-core predates ibv_reg_dmabuf_mr";
+  EXPECT_EQ(reinterpret_cast<void*>((*api)->reg_dmabuf_mr), expected);
 }
 
 TEST(GpuDirectSysfsRoot, ComesFromTheEnvironmentForTests) {
