@@ -3,10 +3,12 @@
 // fake's device memory faults when the CPU touches it, so a transport that treats it as host memory crashes
 // here; the test itself fills and checks it through the fake's own view (fake_cudart_host_view).
 //
-// Each transport either moves device memory along its path (tcp and fault:tcp: staged through host
-// memory; shm: CUDA IPC, the initiator copying with the runtime) or refuses to register it with an error
-// naming itself (verbs: its GPUDirect path is not built yet). The table below says which: a transport that
-// changes fails here until the table does too.
+// Each transport moves device memory along its path (tcp and fault:tcp: staged through host memory; shm:
+// CUDA IPC, the initiator copying with the runtime; verbs: GPUDirect where the NIC and driver have it, else
+// staged through a pinned bounce buffer, local side only) or refuses to register it with an error naming
+// itself. The table below says which: a transport that changes fails here until the table does too. verbs
+// runs in the Soft-RoCE VM, whose rxe has no GPUDirect: staged, and a device region offered for remote access
+// is refused there (one-sided access to it cannot work without GPUDirect), naming the missing driver.
 #include <dlfcn.h>
 #include <unistd.h>
 
@@ -26,8 +28,13 @@ using testing::find_pattern_mismatch;
 std::optional<MemoryPath> expected_path(const std::string& transport) {
   if (transport == "tcp" || transport == "fault:tcp") return MemoryPath::Staged;
   if (transport == "shm") return MemoryPath::CudaIpc;
-  return std::nullopt;  // verbs: refused
+  if (transport == "verbs") return MemoryPath::Staged;  // rxe: no GPUDirect
+  return std::nullopt;                                  // refused
 }
+
+// Whether a device region may grant a remote right (be the target of a one-sided operation): not over verbs
+// without GPUDirect, where only the local side of an operation is staged.
+bool remote_device_memory(const std::string& transport) { return transport != "verbs"; }
 
 // A transport without a path: its refusal is what DeviceRegionsTakeTheTransportPathOrAreRefused checks.
 #define SKIP_UNLESS_A_PATH()                                                       \
@@ -47,10 +54,14 @@ struct Fake {
     handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (!handle) return;
     view = reinterpret_cast<decltype(view)>(::dlsym(handle, "fake_cudart_host_view"));
+    stats = reinterpret_cast<decltype(stats)>(::dlsym(handle, "fake_cudart_stats"));
+    fail = reinterpret_cast<decltype(fail)>(::dlsym(handle, "fake_cudart_fail"));
   }
   std::string path;
   void* handle = nullptr;
   void* (*view)(const void*) = nullptr;
+  void (*stats)(FakeCudartStats*) = nullptr;
+  void (*fail)(const char*, int, int) = nullptr;
 };
 
 Fake& fake() {
@@ -106,6 +117,13 @@ TEST_P(DeviceConformance, DeviceRegionsTakeTheTransportPathOrAreRefused) {
   for (int i = 0; i < 2; ++i) {
     auto region = device_region(*context, 65536, Access::All);
     auto path = expected_path(GetParam());
+    if (path && !remote_device_memory(GetParam())) {
+      ASSERT_FALSE(region) << GetParam() << " offered device memory for remote access without GPUDirect";
+      EXPECT_EQ(refusal.code(), Errc::NotSupported) << refusal.describe();
+      for (const char* named : {"verbs", "nvidia_peermem", "dmabuf"})
+        EXPECT_NE(refusal.message().find(named), std::string::npos) << named << ": " << refusal.message();
+      region = device_region(*context, 65536, Access::LocalWrite);  // the local side of operations: staged
+    }
     if (!path) {
       ASSERT_FALSE(region) << GetParam() << " registered device memory: update expected_path";
       EXPECT_EQ(refusal.code(), Errc::NotSupported) << refusal.describe();
@@ -118,6 +136,16 @@ TEST_P(DeviceConformance, DeviceRegionsTakeTheTransportPathOrAreRefused) {
     EXPECT_EQ(region->device(), 0);
     EXPECT_EQ(region->path(), *path) << to_string(region->path());
   }
+  if (expected_path(GetParam()) != MemoryPath::Staged) return;
+  // gpu_path=direct refuses a staged registration, naming the option.
+  Options direct;
+  direct.gpu_path = "direct";
+  auto strict = open_context(true, direct);
+  ASSERT_TRUE(strict);
+  auto refused = device_region(*strict, 4096, Access::LocalWrite);
+  ASSERT_FALSE(refused) << "gpu_path=direct accepted the staged path";
+  EXPECT_EQ(refusal.code(), Errc::NotSupported) << refusal.describe();
+  EXPECT_NE(refusal.message().find("gpu_path=direct"), std::string::npos) << refusal.message();
 }
 
 // WRITE then READ back, device memory on the initiator, the target, or both, every byte checked and the
@@ -128,6 +156,7 @@ TEST_P(DeviceConformance, WriteAndReadLandExactlyInDeviceMemoryEitherSide) {
   ASSERT_TRUE(client_.connection);
   constexpr std::size_t kGuard = 64;
   for (auto [client_device, server_device] : {std::pair{true, true}, {true, false}, {false, true}}) {
+    if (server_device && !remote_device_memory(GetParam())) continue;  // the target needs GPUDirect
     for (std::size_t size : {std::size_t{1}, std::size_t{4099}, std::size_t{(1 << 20) + 7}}) {
       SCOPED_TRACE("client " + std::string(client_device ? "device" : "host") + ", server " +
                    (server_device ? "device" : "host") + ", " + std::to_string(size) + " bytes");
@@ -191,7 +220,10 @@ TEST_P(DeviceConformance, AtomicsOnDeviceMemorySumAndSwapExactly) {
   SKIP_UNLESS_A_PATH();
   connect_pair(client_, server_);
   ASSERT_TRUE(client_.connection);
-  auto word = device_region(*server_.context, 64, Access::LocalWrite | Access::RemoteAtomic);
+  // Without GPUDirect (verbs on rxe) the word is host memory and the results land in device memory.
+  const Access word_access = Access::LocalWrite | Access::RemoteAtomic;
+  auto word = remote_device_memory(GetParam()) ? device_region(*server_.context, 64, word_access)
+                                               : region(*server_.context, 64, word_access);
   auto result = device_region(*client_.context, 64, Access::LocalWrite);
   ASSERT_TRUE(word && result) << refusal.describe();
   std::uint64_t start = 1000;
@@ -219,6 +251,79 @@ TEST_P(DeviceConformance, AtomicsOnDeviceMemorySumAndSwapExactly) {
   EXPECT_EQ(now, 42u) << "the matching compare_swap did not swap, or the missing one did";
   EXPECT_EQ(first, expected_old);
   EXPECT_EQ(second, 42u);
+}
+
+// verbs without GPUDirect: the staged path's own promises. Device copies go through pinned memory on the
+// library's stream, in chunks; an unsignaled READ into device memory has landed when a later completion of
+// its queue is seen; a failed device copy fails the post (WRITE, nothing sent, the connection still usable)
+// or the completion (READ, GeneralError, the device memory untouched).
+TEST_P(DeviceConformance, VerbsStagedCopiesArePinnedChunkedAndFailuresReachTheCaller) {
+  if (GetParam() != "verbs") GTEST_SKIP() << "the staged bounce buffers of verbs";
+  ASSERT_TRUE(fake().stats && fake().fail);
+  connect_pair(client_, server_);
+  ASSERT_TRUE(client_.connection);
+  constexpr std::size_t kSize = (3u << 20) + 5;  // four chunks of the default 1 MiB
+  auto source = device_region(*client_.context, kSize, Access::LocalWrite);
+  auto sink = device_region(*client_.context, kSize, Access::LocalWrite);
+  auto target =
+      region(*server_.context, kSize, Access::LocalWrite | Access::RemoteWrite | Access::RemoteRead);
+  auto small = region(*client_.context, 64, Access::LocalWrite);
+  ASSERT_TRUE(source && sink && target && small) << refusal.describe();
+  ASSERT_EQ(sink->path(), MemoryPath::Staged);
+  fill_pattern(bytes(*source), kSize, 91);
+  std::memset(bytes(*sink), 0, kSize);
+  FakeCudartStats before{}, after{};
+  fake().stats(&before);
+  auto wrote = RDMAKIT_ASSERT_OK(client_.connection->write(
+      source->slice(0, static_cast<std::uint32_t>(kSize)), target->descriptor().at(0)));
+  ASSERT_EQ(wait(*client_.connection, wrote).status, Status::Success);
+  fake().stats(&after);
+  ASSERT_EQ(find_pattern_mismatch(bytes(*target), kSize, 91), kSize);
+  EXPECT_GE(after.copies - before.copies, 4) << "one copy per staging_chunk";
+  EXPECT_EQ(after.copies_unpinned, before.copies_unpinned) << "the bounce buffer is not pinned";
+  EXPECT_EQ(after.copies_default_stream, before.copies_default_stream) << "copies on the legacy stream";
+
+  // An unsignaled READ into device memory, then a signaled WRITE: its completion settles the READ first.
+  Segment into = sink->slice(0, static_cast<std::uint32_t>(kSize));
+  Segment tiny = small->slice(0, 8);
+  WorkRequest chain[2] = {WorkRequest{.opcode = Opcode::Read,
+                                      .local = std::span(&into, 1),
+                                      .remote = target->descriptor().at(0),
+                                      .signaled = false},
+                          WorkRequest{.opcode = Opcode::Write,
+                                      .local = std::span(&tiny, 1),
+                                      .remote = target->descriptor().at(8),
+                                      .signaled = true}};
+  auto first = RDMAKIT_ASSERT_OK(client_.connection->post(chain));
+  ASSERT_EQ(wait(*client_.connection, first + 1).status, Status::Success);
+  ASSERT_EQ(find_pattern_mismatch(bytes(*sink), kSize, 91), kSize) << "the unsignaled READ did not land";
+
+  // Device memory registered without LocalWrite takes no READ: the NIC would refuse it, so does the copy.
+  auto read_only = device_region(*client_.context, 4096, Access::None);
+  ASSERT_TRUE(read_only) << refusal.describe();
+  std::memset(bytes(*read_only), 0x5a, 4096);
+  auto unwritable = client_.connection->read(read_only->slice(0, 4096), target->descriptor().at(0));
+  ASSERT_FALSE(unwritable) << "a READ into device memory without LocalWrite was posted";
+  EXPECT_EQ(unwritable.error().code(), Errc::InvalidArgument) << unwritable.error().describe();
+  for (std::size_t i = 0; i < 4096; ++i) ASSERT_EQ(bytes(*read_only)[i], std::byte{0x5a}) << "byte " << i;
+
+  // A device copy that fails at post: the WRITE is refused, naming the copy, and the connection goes on.
+  fake().fail("cudaMemcpyAsync", 0, 1);
+  auto refused = client_.connection->write(source->slice(0, 4096), target->descriptor().at(0));
+  ASSERT_FALSE(refused) << "a WRITE whose device copy failed was posted";
+  EXPECT_NE(refused.error().message().find("cudaMemcpyAsync"), std::string::npos)
+      << refused.error().message();
+  auto again =
+      RDMAKIT_ASSERT_OK(client_.connection->write(source->slice(0, 4096), target->descriptor().at(0)));
+  ASSERT_EQ(wait(*client_.connection, again).status, Status::Success);
+
+  // A device copy that fails after a READ landed in the bounce buffer: the completion says so and the
+  // device memory is untouched.
+  std::memset(bytes(*sink), 0, kSize);
+  fake().fail("cudaMemcpyAsync", 0, 1);
+  auto read = RDMAKIT_ASSERT_OK(client_.connection->read(sink->slice(0, 4096), target->descriptor().at(0)));
+  EXPECT_EQ(wait(*client_.connection, read).status, Status::GeneralError);
+  for (std::size_t i = 0; i < 4096; ++i) ASSERT_EQ(bytes(*sink)[i], std::byte{0}) << "byte " << i;
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, DeviceConformance, ::testing::ValuesIn(conformance_transports()),

@@ -240,6 +240,7 @@ TEST_F(OptionsTest, RangeChecksNameTheOption) {
       {Options{.transport = "shm"}.set("shm_allowed_uids", "1000,bob"), "shm_allowed_uids"},
       {Options{.transport = "shm"}.set("shm_allowed_uids", "1000,"), "shm_allowed_uids"},
       {Options{.transport = "verbs"}.set("mtu", "1000"), "mtu"},
+      {Options{.transport = "verbs"}.set("staging_chunk", "100"), "staging_chunk"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.option);
@@ -356,7 +357,7 @@ TEST_F(OptionsTest, EveryLayerIsListedOnceWithItsEffectiveValue) {
   EXPECT_EQ(by_env["RDMAKIT_HANDSHAKE_TIMEOUT_MS"].layer, "tcp");
   if (built("verbs")) {
     for (const char* env : {"RDMAKIT_DEVICE", "RDMAKIT_PORT", "RDMAKIT_GID_INDEX", "RDMAKIT_MTU",
-                            "RDMAKIT_INLINE_SIZE", "RDMAKIT_REGISTRATION_CACHE"})
+                            "RDMAKIT_INLINE_SIZE", "RDMAKIT_REGISTRATION_CACHE", "RDMAKIT_STAGING_CHUNK"})
       EXPECT_EQ(by_env[env].layer, "verbs") << env;
   }
   if (built("shm")) {

@@ -59,6 +59,7 @@ void resolve_verbs(void* h, Api& a, std::string& missing) {
   resolve(h, "_ibv_query_gid_ex", "IBVERBS_1.11", a.query_gid_ex, optional);  // older: GID types from sysfs
   resolve(h, "ibv_get_async_event", kVerbs11, a.get_async_event, optional);
   resolve(h, "ibv_ack_async_event", kVerbs11, a.ack_async_event, optional);
+  resolve(h, "ibv_reg_dmabuf_mr", "IBVERBS_1.12", a.reg_dmabuf_mr, optional);  // GPUDirect over dmabuf
 }
 
 constexpr const char* kCm10 = "RDMACM_1.0";

@@ -30,6 +30,8 @@ struct Api {
   decltype(&::ibv_dealloc_pd) dealloc_pd;
   decltype(&::ibv_reg_mr) reg_mr;
   decltype(&::ibv_dereg_mr) dereg_mr;
+  // Optional (rdma-core >= 34, IBVERBS_1.12): nullptr when absent, then no GPUDirect over dmabuf.
+  decltype(&::ibv_reg_dmabuf_mr) reg_dmabuf_mr;
   decltype(&::ibv_create_comp_channel) create_comp_channel;
   decltype(&::ibv_destroy_comp_channel) destroy_comp_channel;
   decltype(&::ibv_create_cq) create_cq;

@@ -70,6 +70,11 @@ class VerbsConnection final : public detail::ConnectionProvider, public CmWatche
                                       std::unique_lock<std::mutex>& lock) override;
   Result<std::uint64_t> post_recv_admitted(std::span<const Segment> sgl, std::uint64_t sequence,
                                            std::unique_lock<std::mutex>& lock) override;
+  // Device memory staged through host memory (staging.hpp): a bounce buffer for each request of `chain` with
+  // a staged local segment (filled now for WRITE and SEND), in `bounce` (one per request, length 0: none),
+  // each recorded on the send queue; on failure nothing stays recorded.
+  Result<void> stage_sends(std::span<const WorkRequest> chain, std::uint64_t first,
+                           std::vector<ibv_sge>& bounce);
 
   // Declaration order is teardown order: the QP goes before the CM id and before the CQs it uses
   // (the base class holds the CQs, so they outlive everything here).

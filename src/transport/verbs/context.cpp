@@ -1,10 +1,12 @@
 #include "transport/verbs/context.hpp"
 
 #include <fcntl.h>
+#include <unistd.h>
 
 #include <cstring>
 
 #include "core/soft_region.hpp"
+#include "cuda/driver.hpp"
 #include "transport/transport.hpp"
 #include "transport/verbs/connection.hpp"
 
@@ -27,6 +29,55 @@ class VerbsMemoryRegion final : public detail::MemoryRegionProvider {
   const RegistrationCache::Entry* entry_;
 };
 
+// Device memory the NIC reaches (GPUDirect): its own ibv_mr, outside the registration cache (whose ranges are
+// host memory).
+class VerbsDeviceRegion final : public detail::MemoryRegionProvider {
+ public:
+  VerbsDeviceRegion(std::shared_ptr<VerbsContext> context, ibv_mr* mr, void* data, std::size_t size,
+                    Access access, int device, MemoryPath path)
+      : MemoryRegionProvider(data, size, access, mr->lkey, mr->rkey, context->identity().id,
+                             context->identity().epoch),
+        context_(std::move(context)),
+        mr_(mr) {
+    set_placement(MemoryKind::Cuda, device, path);
+  }
+  ~VerbsDeviceRegion() override { context_->device()->api().dereg_mr(mr_); }
+
+ private:
+  std::shared_ptr<VerbsContext> context_;
+  ibv_mr* mr_;
+};
+
+// Device memory without GPUDirect: local access only, staged through the context's bounce buffers. Its keys
+// are 0: no work request carries them to the NIC (the datapath swaps in the bounce buffer's).
+class VerbsStagedRegion final : public detail::MemoryRegionProvider {
+ public:
+  VerbsStagedRegion(std::shared_ptr<VerbsContext> context, void* data, std::size_t size, Access access,
+                    int device)
+      : MemoryRegionProvider(data, size, access, 0, 0, context->identity().id, context->identity().epoch),
+        context_(std::move(context)) {
+    set_placement(MemoryKind::Cuda, device, MemoryPath::Staged);
+    context_->staging().add_range(reinterpret_cast<std::uint64_t>(data), size, device, access);
+  }
+  ~VerbsStagedRegion() override {
+    context_->staging().remove_range(reinterpret_cast<std::uint64_t>(data()), size());
+  }
+
+ private:
+  std::shared_ptr<VerbsContext> context_;
+};
+
+constexpr Access kRemoteRights = Access::RemoteRead | Access::RemoteWrite | Access::RemoteAtomic;
+
+std::unexpected<Error> registration_failed(const std::string& call, std::size_t size, Access access,
+                                           int err) {
+  return std::unexpected(Error(err == ENOMEM || err == EAGAIN ? Errc::ResourceExhausted : Errc::SystemError,
+                               call + "(" + std::to_string(size) + " bytes, " + to_string(access) +
+                                   "): " + std::strerror(err) +
+                                   (err == ENOMEM ? " (locked-memory limit? see ulimit -l)" : ""),
+                               err));
+}
+
 }  // namespace
 
 VerbsContext::VerbsContext(Config config, VerbsOptions options, std::shared_ptr<Device> device,
@@ -36,7 +87,8 @@ VerbsContext::VerbsContext(Config config, VerbsOptions options, std::shared_ptr<
       device_(std::move(device)),
       monitor_(std::move(monitor)),
       async_events_(std::make_shared<AsyncEvents>(device_)),
-      cache_(options_.registration_cache) {
+      cache_(options_.registration_cache),
+      staging_(std::make_shared<Staging>(device_, options_.staging_chunk)) {
   if (!async_events_->available()) return;
   // Non-blocking, so that the handler can take every pending event and stop.
   int flags = fcntl(async_events_->fd(), F_GETFL);
@@ -61,7 +113,93 @@ Capabilities VerbsContext::capabilities() const {
   c.max_sge = std::min<std::uint32_t>(config().max_sge, static_cast<std::uint32_t>(device_->attr().max_sge));
   c.max_inline = options_.inline_size;
   c.misaligned_atomic_refused_at_post = true;  // rxe and mlx5 refuse it in ibv_post_send (EINVAL)
+  // Device 0's path. The probe asks the CUDA driver only where the NIC could use dmabuf: a program that
+  // never uses a GPU loads no CUDA to answer this on a NIC without it.
+  switch (const_cast<VerbsContext*>(this)->gpudirect(0).path) {
+    case GpuDirect::Dmabuf:
+      c.device_memory_path = to_string(MemoryPath::GpuDirectDmabuf);
+      break;
+    case GpuDirect::Peermem:
+      c.device_memory_path = to_string(MemoryPath::GpuDirectPeermem);
+      break;
+    case GpuDirect::None:
+      c.device_memory_path = to_string(MemoryPath::Staged);
+      break;
+  }
   return c;
+}
+
+GpuDirectProbe VerbsContext::gpudirect(int device) {
+  std::lock_guard lock(gpudirect_mutex_);
+  if (auto it = gpudirect_.find(device); it != gpudirect_.end()) return it->second;
+  GpuDirectInputs inputs;
+  inputs.nic_dmabuf_errno = [this] {
+    const Api& api = device_->api();
+    if (!api.reg_dmabuf_mr) return ENOSYS;
+    errno = 0;
+    // As UCX and NCCL probe it: fd -1 reaches the kernel's fdget (EBADF) only where the provider and the
+    // kernel implement dmabuf registration; elsewhere EOPNOTSUPP (or ENOSYS) before any fd is looked at.
+    if (ibv_mr* mr = api.reg_dmabuf_mr(device_->pd(), 0, 0, 0, -1, 0)) {
+      api.dereg_mr(mr);  // no provider should accept it; if one does, it supports dmabuf
+      return EBADF;
+    }
+    return errno == 0 ? EOPNOTSUPP : errno;
+  };
+  inputs.driver_dmabuf = [](int ordinal) -> std::optional<int> {
+    auto driver = detail::cuda::Driver::get();
+    if (!driver || !(*driver)->mem_get_handle_for_address_range) return std::nullopt;
+    int value = 0;
+    if ((*driver)->device_get_attribute(&value, detail::cuda::kDeviceDmaBufSupported, ordinal) !=
+        detail::cuda::kDriverSuccess)
+      return std::nullopt;
+    return value;
+  };
+  inputs.sysfs_root = gpudirect_sysfs_root();
+  return gpudirect_[device] = probe_gpudirect(inputs, device);
+}
+
+Result<std::shared_ptr<MemoryRegion>> VerbsContext::register_device_memory(
+    void* data, std::size_t size, Access access, const detail::cuda::PointerInfo& where) {
+  if (auto ok = check_registration(data, size, access); !ok) return std::unexpected(ok.error());
+  auto self = std::static_pointer_cast<VerbsContext>(shared_from_this());
+  const GpuDirectProbe probe = gpudirect(where.device);
+  const Api& api = device_->api();
+  const auto addr = reinterpret_cast<std::uint64_t>(data);
+  switch (probe.path) {
+    case GpuDirect::Dmabuf: {
+      auto driver = detail::cuda::Driver::get();
+      if (!driver) return std::unexpected(driver.error());
+      // One fd for the whole allocation, page-aligned as cuMemGetHandleForAddressRange requires: a caching
+      // allocator's interior pointer is registered at its offset inside it.
+      const std::uint64_t page = static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
+      const std::uint64_t base = where.base & ~(page - 1);
+      const std::uint64_t end = (where.base + where.allocation_size + page - 1) & ~(page - 1);
+      int fd = -1;
+      if (auto r = (*driver)->mem_get_handle_for_address_range(&fd, base, end - base,
+                                                               detail::cuda::kRangeHandleDmaBufFd, 0);
+          r != detail::cuda::kDriverSuccess)
+        return fail(Errc::Unavailable,
+                    "register_memory: dmabuf export of device memory for GPUDirect RDMA: " +
+                        (*driver)->describe("cuMemGetHandleForAddressRange", r));
+      ibv_mr* mr = api.reg_dmabuf_mr(device_->pd(), addr - base, size, addr, fd, map_access(access));
+      const int err = errno;
+      ::close(fd);  // the registration holds its own reference to the dmabuf
+      if (!mr) return registration_failed("ibv_reg_dmabuf_mr", size, access, err);
+      return std::make_shared<VerbsDeviceRegion>(std::move(self), mr, data, size, access, where.device,
+                                                 MemoryPath::GpuDirectDmabuf);
+    }
+    case GpuDirect::Peermem: {
+      ibv_mr* mr = api.reg_mr(device_->pd(), data, size, map_access(access));
+      if (!mr) return registration_failed("ibv_reg_mr (device memory, nvidia_peermem)", size, access, errno);
+      return std::make_shared<VerbsDeviceRegion>(std::move(self), mr, data, size, access, where.device,
+                                                 MemoryPath::GpuDirectPeermem);
+    }
+    case GpuDirect::None:
+      break;
+  }
+  if ((static_cast<std::uint32_t>(access) & static_cast<std::uint32_t>(kRemoteRights)) != 0)
+    return std::unexpected(remote_device_memory_refused(probe, where.device, access));
+  return std::make_shared<VerbsStagedRegion>(std::move(self), data, size, access, where.device);
 }
 
 Result<std::shared_ptr<MemoryRegion>> VerbsContext::register_memory(void* data, std::size_t size,

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <atomic>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -9,8 +10,10 @@
 #include "transport/provider.hpp"
 #include "transport/verbs/cq.hpp"
 #include "transport/verbs/device.hpp"
+#include "transport/verbs/gpudirect.hpp"
 #include "transport/verbs/monitor.hpp"
 #include "transport/verbs/reg_cache.hpp"
+#include "transport/verbs/staging.hpp"
 
 namespace rdmakit::verbs_impl {
 
@@ -26,6 +29,14 @@ class VerbsContext final : public detail::ContextProvider {
   std::string_view transport() const noexcept override { return "verbs"; }
   Capabilities capabilities() const override;
   Result<std::shared_ptr<MemoryRegion>> register_memory(void* data, std::size_t size, Access access) override;
+  // GPUDirect (dmabuf, else peer memory) where probed; else staged with local access only (gpudirect.hpp).
+  Result<std::shared_ptr<MemoryRegion>> register_device_memory(
+      void* data, std::size_t size, Access access, const detail::cuda::PointerInfo& device) override;
+  // The GPUDirect probe of `device`, made once and cached.
+  GpuDirectProbe gpudirect(int device);
+  // Device memory staged through host memory: its ranges, bounce buffers and copies.
+  Staging& staging() const noexcept { return *staging_; }
+  const std::shared_ptr<Staging>& staging_ptr() const noexcept { return staging_; }
   Result<std::shared_ptr<CompletionQueue>> create_cq(std::size_t depth) override;
   Result<std::shared_ptr<Listener>> listen(std::string_view address) override;
   Result<std::shared_ptr<Connection>> connect(std::string_view address,
@@ -53,6 +64,9 @@ class VerbsContext final : public detail::ContextProvider {
   std::shared_ptr<CmMonitor> monitor_;
   std::shared_ptr<AsyncEvents> async_events_;  // watched by monitor_ when the library can read them
   RegistrationCache cache_;
+  std::shared_ptr<Staging> staging_;
+  std::mutex gpudirect_mutex_;
+  std::map<int, GpuDirectProbe> gpudirect_;  // by device ordinal
   std::atomic<std::uint32_t> next_number_{1};
   mutable std::mutex connections_mutex_;
   std::vector<std::weak_ptr<VerbsConnection>> connections_;

@@ -94,6 +94,8 @@ std::size_t VerbsCompletionQueue::poll_locked(std::span<Completion> out) {
     const std::uint64_t sequence = wc.wr_id & (Connection::kRecvBit - 1);
     detail::RcState* track = find(Connection::connection_of(wc.wr_id));
     out[i] = to_completion(wc, track && !recv ? track->posted_opcode(sequence) : Opcode::Write);
+    if (has_staged_.load(std::memory_order_relaxed)) [[unlikely]]
+      settle_staged_locked(out[i]);
     if (!track) continue;
     track->completed(out[i]);
     // The first failed operation fails its connection (the QP is in the error state now), with its status.
@@ -111,6 +113,7 @@ std::size_t VerbsCompletionQueue::take_flushed_locked(std::span<Completion> out)
     for (auto it = flushed_.begin(); it != flushed_.end(); ++it) {
       const auto sequence = detail::RcState::sequence_of(it->completion.id);
       if (it->track->recv_done.load(std::memory_order_relaxed) < sequence) continue;  // earlier ones pending
+      if (has_staged_.load(std::memory_order_relaxed)) settle_staged_locked(it->completion);
       it->track->completed(it->completion);
       out[n++] = it->completion;
       flushed_.erase(it);
@@ -185,6 +188,37 @@ void VerbsCompletionQueue::flush_recv(std::shared_ptr<detail::RcState> track, st
   }
   const std::uint64_t one = 1;
   [[maybe_unused]] auto written = ::write(wake_fd_, &one, sizeof(one));  // full counter: awake anyway
+}
+
+void VerbsCompletionQueue::add_staged(std::uint64_t id, StagedOp op) {
+  std::lock_guard lock(mutex_);
+  staged_.insert_or_assign(id, std::move(op));
+  has_staged_.store(true, std::memory_order_relaxed);
+}
+
+void VerbsCompletionQueue::cancel_staged(std::uint64_t from, std::uint64_t to) {
+  std::lock_guard lock(mutex_);
+  staged_.erase(staged_.lower_bound(from), staged_.lower_bound(to));
+  has_staged_.store(!staged_.empty(), std::memory_order_relaxed);
+}
+
+void VerbsCompletionQueue::settle_staged_locked(Completion& completion) {
+  // Ids of one connection and one side order as their sequences. RC completes a queue's requests in order
+  // and reports every failure, signaled or not: a completion means the unsignaled requests before it on its
+  // queue succeeded, so their bytes are copied back now, before the user can learn of them.
+  const std::uint64_t queue = completion.id & ~(Connection::kRecvBit - 1);
+  for (auto it = staged_.lower_bound(queue); it != staged_.end() && it->first <= completion.id;) {
+    StagedOp& op = it->second;
+    const bool own = it->first == completion.id;
+    // A WRITE_WITH_IMM consumes a receive without filling it: nothing to copy.
+    const bool filled = !own || (completion.ok() && completion.opcode != Opcode::RecvWriteImm);
+    if (!op.sink.empty() && filled) {
+      const std::size_t bytes = own && completion.opcode == Opcode::Recv ? completion.bytes : op.length;
+      if (!op.staging->scatter(op.buffer->data(), bytes, op.sink)) completion.status = Status::GeneralError;
+    }
+    it = staged_.erase(it);
+  }
+  has_staged_.store(!staged_.empty(), std::memory_order_relaxed);
 }
 
 Result<void> VerbsCompletionQueue::health() const {

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -15,6 +16,7 @@
 #include "transport/provider.hpp"
 #include "transport/verbs/device.hpp"
 #include "transport/verbs/monitor.hpp"
+#include "transport/verbs/staging.hpp"
 
 namespace rdmakit::verbs_impl {
 
@@ -45,6 +47,20 @@ class VerbsCompletionQueue final : public detail::CompletionQueueProvider {
   // completion is delivered once every receive the connection posted before it has completed.
   void flush_recv(std::shared_ptr<detail::RcState> track, std::uint64_t id);
 
+  // A work request whose local side is device memory staged through host memory (staging.hpp): its bounce
+  // buffer, and for READ, atomics and RECV the device segments its bytes go to. Added before the post (the
+  // completion may come at once); settled by the poller, which copies the bytes into device memory before
+  // the user sees the completion. The completion is the user's own: no internal request exists.
+  struct StagedOp {
+    std::shared_ptr<Staging> staging;
+    std::shared_ptr<StagingBuffer> buffer;
+    std::vector<Segment> sink;  // empty: WRITE or SEND, nothing to copy back
+    std::size_t length = 0;     // the request's bytes
+  };
+  void add_staged(std::uint64_t id, StagedOp op);
+  // Requests [from, to) (ids of one connection and side) that were never posted.
+  void cancel_staged(std::uint64_t from, std::uint64_t to);
+
  protected:
   std::size_t poll_transport(std::span<Completion> out) override;
   // Marks what it returns taken on the tracks it holds, under the one lock of the poll.
@@ -61,6 +77,9 @@ class VerbsCompletionQueue final : public detail::CompletionQueueProvider {
   // into `out`, in order; how many.
   std::size_t take_flushed_locked(std::span<Completion> out);
   detail::RcState* find(std::uint32_t number);
+  // The staged requests `completion` completes: its own and the unsignaled ones posted before it on the same
+  // queue. A failed copy fails the completion (GeneralError).
+  void settle_staged_locked(Completion& completion);
 
   std::shared_ptr<Device> device_;
   ibv_comp_channel* channel_ = nullptr;
@@ -80,6 +99,8 @@ class VerbsCompletionQueue final : public detail::CompletionQueueProvider {
     Completion completion;
   };
   std::deque<FlushedRecv> flushed_;
+  std::map<std::uint64_t, StagedOp> staged_;  // by work request id: per connection and side, in post order
+  std::atomic<bool> has_staged_{false};
   int wake_fd_ = -1;  // eventfd: wakes a waiter asleep on the channel when flush_recv adds a completion
 };
 

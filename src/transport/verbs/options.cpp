@@ -11,6 +11,9 @@ Result<void> check(VerbsOptions& o, const options::SetOptions&) {
     return std::unexpected(options::bad_option(
         "mtu",
         "must be 256, 512, 1024, 2048 or 4096 (or unset: the port's MTU), got " + std::to_string(*mtu)));
+  if (o.staging_chunk < 4096)
+    return std::unexpected(options::bad_option(
+        "staging_chunk", "must be at least 4096 bytes, got " + std::to_string(o.staging_chunk)));
   return {};
 }
 
@@ -31,6 +34,10 @@ const Table& table() {
                  "an integer", &V::inline_size),
           option("registration_cache", "yes", "verbs: reuse the registration of the same or a covering range",
                  "yes or no", &V::registration_cache),
+          option("staging_chunk", "1048576",
+                 "verbs: device memory staged through host memory (no GPUDirect) is copied in chunks of this "
+                 "many bytes, all in flight on the library's stream before it synchronizes",
+                 "an integer", &V::staging_chunk),
       },
       check);
   return table;

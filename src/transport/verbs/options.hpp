@@ -14,9 +14,10 @@ struct VerbsOptions {
   std::string device{};                      // empty = the first with an active port
   std::uint32_t port = 1;                    // port number on the device
   std::optional<std::uint32_t> gid_index{};  // unset = choose a RoCEv2 GID automatically
-  std::optional<std::uint32_t> mtu{};  // path MTU in bytes; unset = the port's active MTU (or the peer's)
-  std::uint32_t inline_size = 0;       // WRITE/SEND payloads up to this go inline
-  bool registration_cache = true;      // reuse registrations of the same range
+  std::optional<std::uint32_t> mtu{};      // path MTU in bytes; unset = the port's active MTU (or the peer's)
+  std::uint32_t inline_size = 0;           // WRITE/SEND payloads up to this go inline
+  bool registration_cache = true;          // reuse registrations of the same range
+  std::uint32_t staging_chunk = 1u << 20;  // device memory without GPUDirect: bytes per staged device copy
 };
 
 const options::Table& verbs_option_table();
