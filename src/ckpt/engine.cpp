@@ -529,6 +529,29 @@ Result<std::uint64_t> Engine::restore_latest() {
   return s.nothing_restored("ckpt: no complete checkpoint in " + s.options.directory);
 }
 
+Result<std::uint64_t> Engine::restore(std::uint64_t step) {
+  auto& s = *impl_;
+  {
+    std::unique_lock lock(s.mutex);
+    if (auto ok = s.settle(lock); !ok) return std::unexpected(ok.error());
+  }
+  auto found = list_checkpoints(s.options.directory);
+  if (!found) return std::unexpected(found.error());
+  std::vector<CheckpointInfo> chosen;
+  for (auto& info : *found)
+    if (info.step == step) chosen.push_back(std::move(info));
+  s.touched = false;
+  if (s.options.communicator) return s.restore_group(chosen);  // one candidate: that step, or nothing
+  std::string what = "ckpt: checkpoint of step " + std::to_string(step) + " in " + s.options.directory;
+  if (chosen.empty()) return fail(Errc::NotFound, what + ": none");
+  auto verified = s.try_checkpoint(chosen.front());
+  if (!verified) return std::unexpected(verified.error());
+  if (!*verified) return s.nothing_restored(what + " does not verify (the warning says why)");
+  if (auto ok = s.load(); !ok) return std::unexpected(ok.error());
+  s.previous = chosen.front().manifest;
+  return step;
+}
+
 const EngineOptions& Engine::options() const noexcept { return impl_->options; }
 std::size_t Engine::state_bytes() const noexcept { return impl_->bytes; }
 std::size_t Engine::staging_bytes() const noexcept { return impl_->staging.size(); }

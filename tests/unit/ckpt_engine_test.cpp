@@ -136,6 +136,31 @@ TEST(CkptEngine, StagingIsResidentAfterCreate) {
       << "only " << grown << " KiB became resident for " << (*engine)->staging_bytes() << " bytes of staging";
 }
 
+// restore(step) loads that step, not the newest; a step that is not there is NotFound, buffers untouched.
+TEST(CkptEngine, RestoreAChosenStep) {
+  TempDir dir;
+  State state;
+  auto engine = Engine::create(small_options(dir.path()), state.buffers());
+  ASSERT_TRUE(engine);
+  for (std::uint32_t step = 1; step <= 2; ++step) {
+    state.fill(step);
+    ASSERT_TRUE((*engine)->snapshot(step));
+    ASSERT_TRUE((*engine)->wait_persisted());
+  }
+  state.fill(50);
+  auto older = (*engine)->restore(1);
+  ASSERT_TRUE(older) << older.error().describe();
+  EXPECT_EQ(*older, 1u);
+  EXPECT_TRUE(state.matches(1));
+  state.fill(51);
+  auto missing = (*engine)->restore(7);
+  ASSERT_FALSE(missing);
+  EXPECT_EQ(missing.error().code(), Errc::NotFound);
+  EXPECT_TRUE(state.matches(51));
+  ASSERT_EQ((*engine)->restore(2).value_or(0), 2u);
+  EXPECT_TRUE(state.matches(2));
+}
+
 TEST(CkptEngine, CorruptByteDetectedNamedAndSkipped) {
   TempDir dir;
   State state;

@@ -112,6 +112,11 @@ class RDMAKIT_API Engine {
   // checkpoint may have overwritten part of them before its bad chunk was found: when no good checkpoint
   // follows, the error is then ProtocolError (not NotFound), saying so.
   Result<std::uint64_t> restore_latest();
+  // Loads checkpoint `step` (on disk, verified as restore_latest() does) into the buffers and returns the
+  // step; NotFound when no checkpoint of that step is in the directory, or when it does not verify (logged)
+  // and the buffers are untouched (ProtocolError when a damaged one overwrote part of them). Never another
+  // step, and never the replica. With a communicator: collective, every rank loads that step or none does.
+  Result<std::uint64_t> restore(std::uint64_t step);
 
   const EngineOptions& options() const noexcept;
   std::size_t state_bytes() const noexcept;    // sum of the buffers' sizes
