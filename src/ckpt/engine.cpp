@@ -223,18 +223,23 @@ struct __attribute__((visibility("hidden"))) Engine::Impl {
     }
     std::string step = std::to_string(outcome.step);
     if (committed && *committed) {
+      if (options.on_persisted) options.on_persisted(outcome.step, outcome.report);
       log::info("ckpt", "checkpoint of step " + step +
                             ": outcome was unknown, its commit record is on disk: " + "committed");
       last_report = std::move(outcome.report);
       return {};
     }
+    Result<void> failed;
     if (!committed)
-      return fail(Errc::Timeout, "ckpt: the outcome of checkpoint step " + step +
-                                     " is still unknown: neither committed nor removed by rank 0 (" +
-                                     outcome.why + ")");
-    return fail(Errc::Unavailable, "ckpt: checkpoint of step " + step +
-                                       " was not committed (no commit record " + outcome.report.path +
-                                       "); its outcome had been unknown: " + outcome.why);
+      failed = fail(Errc::Timeout, "ckpt: the outcome of checkpoint step " + step +
+                                       " is still unknown: neither committed nor removed by rank 0 (" +
+                                       outcome.why + ")");
+    else
+      failed = fail(Errc::Unavailable, "ckpt: checkpoint of step " + step +
+                                           " was not committed (no commit record " + outcome.report.path +
+                                           "); its outcome had been unknown: " + outcome.why);
+    if (options.on_persisted) options.on_persisted(outcome.step, std::unexpected(failed.error()));
+    return failed;
   }
 
   // Returns the background error, if any, once; settles an unknown outcome first.
@@ -395,6 +400,8 @@ struct __attribute__((visibility("hidden"))) Engine::Impl {
         log::error("ckpt", "checkpoint of step " + std::to_string(job.step) +
                                " failed: " + report.error().describe());
       auto replicated = report && replica ? push_replica(*report) : Result<void>{};
+      // Before staging is handed back: the application hears of step N before snapshot(N+1) can start.
+      if (options.on_persisted && !outcome_unknown) options.on_persisted(job.step, report);
       lock.lock();
       if (report) {
         last_report = std::move(*report);

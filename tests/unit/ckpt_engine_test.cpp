@@ -161,6 +161,29 @@ TEST(CkptEngine, RestoreAChosenStep) {
   EXPECT_TRUE(state.matches(2));
 }
 
+// on_persisted: one call per snapshot, with its step and report, before the next snapshot can start.
+TEST(CkptEngine, PerCommitCompletion) {
+  TempDir dir;
+  State state;
+  std::vector<std::pair<std::uint64_t, std::string>> seen;  // step, committed path ("" on failure)
+  auto options = small_options(dir.path());
+  options.on_persisted = [&](std::uint64_t step, const Result<PersistReport>& outcome) {
+    seen.emplace_back(step, outcome ? outcome->path : std::string());
+  };
+  auto engine = Engine::create(options, state.buffers());
+  ASSERT_TRUE(engine);
+  for (std::uint32_t step = 1; step <= 3; ++step) {
+    state.fill(step);
+    ASSERT_TRUE((*engine)->snapshot(step));
+  }
+  ASSERT_TRUE((*engine)->wait_persisted());
+  ASSERT_EQ(seen.size(), 3u);
+  for (std::uint64_t step = 1; step <= 3; ++step) {
+    EXPECT_EQ(seen[step - 1].first, step);
+    EXPECT_EQ(seen[step - 1].second, dir.path() + "/" + detail::checkpoint_name(step));
+  }
+}
+
 TEST(CkptEngine, CorruptByteDetectedNamedAndSkipped) {
   TempDir dir;
   State state;
