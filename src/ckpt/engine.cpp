@@ -376,6 +376,13 @@ struct __attribute__((visibility("hidden"))) Engine::Impl {
       changed.wait(lock, [&] { return stop || job_pending; });
       if (!job_pending) return;  // stopping with nothing to do
       if (copy_pending && !copy_in_background(lock)) {
+        if (options.on_persisted && background_error) {  // this snapshot's outcome too: never persisted
+          auto step = job_step;
+          Error error = *background_error;
+          lock.unlock();
+          options.on_persisted(step, std::unexpected(std::move(error)));
+          lock.lock();
+        }
         job_pending = false;  // nothing to persist: staging holds a partial copy
         changed.notify_all();
         continue;
