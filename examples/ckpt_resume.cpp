@@ -7,7 +7,8 @@
 // "rank R" when launched): the hash of a run killed and restarted any number of times equals that of an
 // uninterrupted run (tests/ckpt/resume.sh checks this, and tests/ckpt/resume_mpirun.sh with mpirun).
 //
-// Launched, the ranks share a communicator for the engine alone (its own key prefix): the engine commits a
+// Launched, each rank calls from_environment() twice, as docs/ckpt.md recommends: the application's
+// communicator, then one for the engine alone (its own key prefix, over the same store): the engine commits a
 // checkpoint only when every rank's shard is durable, so after a restart every rank resumes at one step.
 #include <chrono>
 #include <cmath>
@@ -42,11 +43,12 @@ std::uint64_t fnv1a(const void* data, std::size_t size, std::uint64_t hash = 0xc
   return hash;
 }
 
-// Under a launcher (mpirun, torchrun, srun): a communicator for the checkpoint engine; alone: none.
-std::unique_ptr<rdmakit::coll::Communicator> checkpoint_communicator() {
+// Under a launcher (mpirun, torchrun, srun): a communicator with `prefix` (the application's, then the
+// checkpoint engine's own over the same store: from_environment() a second time); alone: none.
+std::unique_ptr<rdmakit::coll::Communicator> launched_communicator(const std::string& prefix) {
   auto launch = rdmakit::bootstrap::detect_launch();
   if (!launch || launch->launcher == "single") return nullptr;
-  auto comm = rdmakit::coll::Communicator::from_environment({.key_prefix = "ckpt/"});
+  auto comm = rdmakit::coll::Communicator::from_environment({.key_prefix = prefix});
   if (!comm) {
     std::fprintf(stderr, "%s\n", comm.error().describe().c_str());
     std::exit(1);
@@ -62,7 +64,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   std::uint64_t steps = argc > 2 ? std::stoull(argv[2]) : 400, every = argc > 3 ? std::stoull(argv[3]) : 5;
-  auto comm = checkpoint_communicator();
+  auto app = launched_communicator("");  // what training's own collectives would run on
+  auto comm = launched_communicator("ckpt/");
   std::string who = comm ? "rank " + std::to_string(comm->rank()) + " " : "";
   float start = comm ? 0.5f + 0.125f * static_cast<float>(comm->rank()) : 0.5f;  // ranks differ
   std::vector<float> weights(1 << 18, start), momentum(1 << 18, 0.0f);
@@ -93,6 +96,8 @@ int main(int argc, char** argv) {
   }
   if (auto done = (*engine)->wait_persisted(); !done && done.error().code() != rdmakit::Errc::NotFound)
     return std::fprintf(stderr, "%s\n", done.error().describe().c_str()), 1;
+  if (app)  // every rank finished: the application's communicator works beside the engine's
+    if (auto ok = app->barrier(); !ok) return std::fprintf(stderr, "%s\n", ok.error().describe().c_str()), 1;
   std::uint64_t hash = fnv1a(weights.data(), weights.size() * 4);
   hash = fnv1a(momentum.data(), momentum.size() * 4, hash);
   std::printf("%sfinal %016llx\n", who.c_str(), static_cast<unsigned long long>(hash));

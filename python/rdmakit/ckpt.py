@@ -189,6 +189,17 @@ class Checkpointer:
         self._refresh()
         return self._engine.restore_latest(strict=strict)
 
+    def restore(self, step):
+        """Loads checkpoint ``step`` into the state in place and returns it (not the newest one: an older
+        step that is still kept). Raises :class:`rdmakit.NotFoundError` when that step is not in the
+        directory or does not verify; never loads another step."""
+        if self._engine.newest_step is not None:
+            for optimizer in _optimizers(self._state):
+                if not optimizer.state:
+                    _create_optimizer_state(optimizer)
+        self._refresh()
+        return self._engine.restore(step)
+
     @property
     def state_bytes(self):
         """Bytes of state checkpointed."""

@@ -152,6 +152,14 @@ std::optional<std::uint64_t> restore_latest(PyEngine& e, bool strict) {
   return unwrap(std::move(step));
 }
 
+// A chosen step (Engine::restore): that step or an error, never another one.
+std::uint64_t restore_step(PyEngine& e, py::handle step_arg) {
+  const auto step = int_arg<std::uint64_t>(step_arg, "step");
+  e.get();
+  check_unchanged(e);
+  return unwrap(e.unlocked([&](auto& x) { return x.restore(step); }));
+}
+
 py::dict report_dict(const ckpt::PersistReport& report) {
   py::dict d;
   d["step"] = report.step, d["path"] = report.path, d["bytes"] = report.bytes;
@@ -218,6 +226,9 @@ void bind_ckpt(py::module_& m) {
            "Loads the newest good checkpoint into the arrays; its step, or None when there is none. With "
            "`strict`, checkpoints that exist but whose names, dtypes or shapes differ from the arrays are "
            "InvalidArgumentError instead of None.")
+      .def("restore", &restore_step, py::arg("step"),
+           "Loads checkpoint `step` into the arrays and returns it; NotFoundError when it is not there or "
+           "does not verify (never another step).")
       .def_property_readonly(
           "newest_step", [](const PyEngine& e) { return e.newest; },
           "The newest step saved by this engine or committed in the directory when it was made, or None.")

@@ -28,6 +28,21 @@ def test_numpy_state_round_trip(tmp_path):
     assert np.array_equal(weights, np.arange(100_000, dtype=np.float32) + 1) and (bias == 1).all()
 
 
+def test_restore_a_chosen_step(tmp_path):
+    weights = np.zeros(50_000, dtype=np.float32)
+    with Checkpointer(tmp_path, {"w": weights}, keep=3, direct_io=False) as ckpt:
+        for step in (1, 2, 3):
+            weights[:] = step
+            ckpt.save(step)
+            ckpt.wait()
+        weights[:] = -1
+        assert ckpt.restore(2) == 2 and (weights == 2).all()
+        with pytest.raises(rdmakit.NotFoundError):
+            ckpt.restore(9)
+        assert (weights == 2).all()
+        assert ckpt.restore(3) == 3 and (weights == 3).all()
+
+
 def test_torch_state_dict_round_trip(tmp_path):
     torch = pytest.importorskip("torch")
     model = torch.nn.Linear(16, 4)

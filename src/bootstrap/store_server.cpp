@@ -4,14 +4,18 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <openssl/crypto.h>
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 
 #include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <list>
+#include <mutex>
+#include <set>
 #include <vector>
 
 #include "bootstrap/store_wire.hpp"
@@ -61,6 +65,42 @@ Result<Fd> bind_listener(const std::string& host, std::uint16_t port, bool any_f
   return fd;
 }
 
+// Servers alive now, for the exit handler. Never destroyed (a static destructor could run before the
+// handler, or while another thread still starts or stops a server).
+struct LiveServers {
+  std::mutex mutex;
+  std::set<StoreServer*> servers;
+};
+LiveServers& live_servers() {
+  static auto* live = new LiveServers;
+  return *live;
+}
+
+// A server still running when the process exits (a communicator the application never destroyed: exit()
+// runs no destructor of the stack) kept accepting while the exit handlers ran, and a client connecting
+// then made the server thread call RAND_bytes after OpenSSL's own exit handler had torn it down: SIGSEGV
+// instead of the exit code. Handlers run in the reverse order of registration, so ours is registered
+// right after OpenSSL is initialized (which registers OpenSSL's handler, if it had not yet): it runs
+// first and stops every live server, so no thread of ours touches OpenSSL, or anything else exit tears
+// down, from then on. OPENSSL_INIT_NO_ATEXIT alone would keep OpenSSL usable but leave the thread running
+// through the static destructors of everything else; destroying the server earlier is not ours to
+// decide (the application owns the communicator).
+void stop_live_servers() {
+  auto& live = live_servers();
+  std::lock_guard lock(live.mutex);
+  for (StoreServer* server : live.servers) server->stop();
+}
+
+void install_exit_handler() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    // Not opts 0: OpenSSL returns early for options already done (none is a subset of any), before it
+    // registers its handler. SHA-256 digests are what the store's MACs use anyway.
+    OPENSSL_init_crypto(OPENSSL_INIT_ADD_ALL_DIGESTS, nullptr);
+    std::atexit(stop_live_servers);
+  });
+}
+
 }  // namespace
 
 struct StoreServer::Client {
@@ -107,6 +147,7 @@ struct StoreServer::Client {
 
 Result<std::unique_ptr<StoreServer>> StoreServer::start(const std::string& host, std::uint16_t port,
                                                         std::string secret, StoreLimits limits) {
+  install_exit_handler();
   auto listener = bind_listener(host, port, !secret.empty());
   if (!listener) return std::unexpected(listener.error());
   sockaddr_in bound{};
@@ -117,6 +158,9 @@ Result<std::unique_ptr<StoreServer>> StoreServer::start(const std::string& host,
   auto server = std::unique_ptr<StoreServer>(new StoreServer(
       std::move(*listener), std::move(stop), ntohs(bound.sin_port), std::move(secret), limits));
   server->thread_ = std::thread([s = server.get()] { s->run(); });
+  auto& live = live_servers();
+  std::lock_guard lock(live.mutex);
+  live.servers.insert(server.get());
   return server;
 }
 
@@ -128,9 +172,22 @@ StoreServer::StoreServer(Fd listener, Fd stop, std::uint16_t port, std::string s
       data_(limits) {}
 
 StoreServer::~StoreServer() {
+  {
+    // Under the registry's lock: the exit handler, which stops servers under it, never sees one being
+    // destroyed.
+    auto& live = live_servers();
+    std::lock_guard lock(live.mutex);
+    live.servers.erase(this);
+  }
+  stop();
+}
+
+void StoreServer::stop() {
+  std::lock_guard lock(stop_mutex_);
+  if (!thread_.joinable()) return;
   std::uint64_t one = 1;
   [[maybe_unused]] auto n = ::write(stop_.get(), &one, sizeof(one));
-  if (thread_.joinable()) thread_.join();
+  thread_.join();
 }
 
 void StoreServer::run() {

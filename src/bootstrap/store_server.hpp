@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <list>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 
@@ -26,6 +27,9 @@ class StoreServer {
   StoreServer(const StoreServer&) = delete;
   StoreServer& operator=(const StoreServer&) = delete;
   std::uint16_t port() const noexcept { return port_; }
+  // Ends the server thread (and so the accepting) and joins it; idempotent, from any thread. The
+  // destructor calls it, and so does an exit handler for every server still alive at exit() (below).
+  void stop();
 
  private:
   struct Client;
@@ -37,8 +41,9 @@ class StoreServer {
   Fd stop_;  // eventfd: written by the destructor to end run()
   std::uint16_t port_;
   std::string secret_;
-  StoreData data_;      // only the server thread touches it
-  std::thread thread_;  // last: joined first
+  StoreData data_;         // only the server thread touches it
+  std::mutex stop_mutex_;  // stop() from the destructor and from the exit handler
+  std::thread thread_;     // last: joined first
 };
 
 }  // namespace rdmakit::bootstrap

@@ -141,6 +141,15 @@ struct __attribute__((visibility("hidden"))) Engine::Impl {
   std::int64_t job_time_ns = 0;
   std::optional<Error> background_error;  // returned once by the next call
   std::optional<PersistReport> last_report;
+  // A multi-rank checkpoint whose outcome this rank could not learn (a rank died after every shard was
+  // reported, before rank 0's decision arrived): not a failure; the next call settles it from the commit
+  // record on disk (resolve_unknown).
+  struct UnknownOutcome {
+    std::uint64_t step = 0;
+    std::string why;
+    PersistReport report;
+  };
+  std::optional<UnknownOutcome> unknown;
   std::optional<detail::ReplicaClient> replica;  // options.replica: the peer's memory
   std::optional<Manifest> previous;  // incremental: the newest checkpoint this engine committed or restored
   Manifest written;                  // the persist thread's, moved into `previous` on success
@@ -201,8 +210,42 @@ struct __attribute__((visibility("hidden"))) Engine::Impl {
     return {};
   }
 
-  // Returns the background error, if any, once.
+  // An unknown outcome, settled from the disk: committed (its report becomes the last one, no error), not
+  // committed (an error saying so), or, when rank 0's temporary directory is still there a second later
+  // (rank 0 still deciding, or dead mid-commit), an error saying it is still unknown. Reported once.
+  Result<void> resolve_unknown() {
+    UnknownOutcome outcome = std::move(*unknown);
+    unknown.reset();
+    auto committed = detail::committed_on_disk(options.directory, outcome.step);
+    for (int i = 0; i < 100 && !committed; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      committed = detail::committed_on_disk(options.directory, outcome.step);
+    }
+    std::string step = std::to_string(outcome.step);
+    if (committed && *committed) {
+      if (options.on_persisted) options.on_persisted(outcome.step, outcome.report);
+      log::info("ckpt", "checkpoint of step " + step +
+                            ": outcome was unknown, its commit record is on disk: " + "committed");
+      last_report = std::move(outcome.report);
+      return {};
+    }
+    Result<void> failed;
+    if (!committed)
+      failed = fail(Errc::Timeout, "ckpt: the outcome of checkpoint step " + step +
+                                       " is still unknown: neither committed nor removed by rank 0 (" +
+                                       outcome.why + ")");
+    else
+      failed = fail(Errc::Unavailable, "ckpt: checkpoint of step " + step +
+                                           " was not committed (no commit record " + outcome.report.path +
+                                           "); its outcome had been unknown: " + outcome.why);
+    if (options.on_persisted) options.on_persisted(outcome.step, std::unexpected(failed.error()));
+    return failed;
+  }
+
+  // Returns the background error, if any, once; settles an unknown outcome first.
   Result<void> take_error() {
+    if (unknown)
+      if (auto ok = resolve_unknown(); !ok) return ok;
     if (!background_error) return {};
     Error error = std::move(*background_error);
     background_error.reset();
@@ -333,6 +376,13 @@ struct __attribute__((visibility("hidden"))) Engine::Impl {
       changed.wait(lock, [&] { return stop || job_pending; });
       if (!job_pending) return;  // stopping with nothing to do
       if (copy_pending && !copy_in_background(lock)) {
+        if (options.on_persisted && background_error) {  // this snapshot's outcome too: never persisted
+          auto step = job_step;
+          Error error = *background_error;
+          lock.unlock();
+          options.on_persisted(step, std::unexpected(std::move(error)));
+          lock.lock();
+        }
         job_pending = false;  // nothing to persist: staging holds a partial copy
         changed.notify_all();
         continue;
@@ -348,12 +398,17 @@ struct __attribute__((visibility("hidden"))) Engine::Impl {
                              options.incremental && previous ? &*previous : nullptr,
                              &written};
       lock.unlock();
-      auto report =
-          options.communicator ? detail::persist_group(*ring, job) : detail::persist_checkpoint(*ring, job);
-      if (!report)
+      bool outcome_unknown = false;
+      auto report = options.communicator ? detail::persist_group(*ring, job, outcome_unknown)
+                                         : detail::persist_checkpoint(*ring, job);
+      if (!report && outcome_unknown)
+        log::warn("ckpt", report.error().message() + " (settled from the commit record at the next call)");
+      else if (!report)
         log::error("ckpt", "checkpoint of step " + std::to_string(job.step) +
                                " failed: " + report.error().describe());
       auto replicated = report && replica ? push_replica(*report) : Result<void>{};
+      // Before staging is handed back: the application hears of step N before snapshot(N+1) can start.
+      if (options.on_persisted && !outcome_unknown) options.on_persisted(job.step, report);
       lock.lock();
       if (report) {
         last_report = std::move(*report);
@@ -364,6 +419,13 @@ struct __attribute__((visibility("hidden"))) Engine::Impl {
             Error(replicated.error().code(),
                   "ckpt: the replica of step " + std::to_string(job.step) +
                       " failed (the checkpoint on disk is committed): " + replicated.error().message());
+      else if (!report && outcome_unknown)
+        unknown = UnknownOutcome{
+            .step = job.step,
+            .why = report.error().message(),
+            .report = PersistReport{.step = job.step,
+                                    .path = options.directory + "/" + detail::checkpoint_name(job.step),
+                                    .bytes = job.bytes}};
       else if (!report)
         background_error = Error(report.error().code(),
                                  "ckpt: checkpoint of step " + std::to_string(job.step) +
@@ -387,7 +449,8 @@ Result<std::unique_ptr<Engine>> Engine::create(EngineOptions given, std::vector<
   auto impl = std::make_unique<Impl>();
   impl->layout = detail::plan_layout(buffers);
   for (const auto& b : buffers) impl->bytes += b.size;
-  auto staging = detail::AlignedBuffer::allocate(detail::round_up(impl->bytes, detail::kIoAlignment));
+  auto staging =
+      detail::AlignedBuffer::allocate(detail::round_up(impl->bytes, detail::kIoAlignment), /*populate=*/true);
   if (!staging) return std::unexpected(staging.error());
   impl->staging = std::move(*staging);
   auto ring = detail::Ring::create(*options.io_depth);
@@ -478,6 +541,29 @@ Result<std::uint64_t> Engine::restore_latest() {
     return info.step;
   }
   return s.nothing_restored("ckpt: no complete checkpoint in " + s.options.directory);
+}
+
+Result<std::uint64_t> Engine::restore(std::uint64_t step) {
+  auto& s = *impl_;
+  {
+    std::unique_lock lock(s.mutex);
+    if (auto ok = s.settle(lock); !ok) return std::unexpected(ok.error());
+  }
+  auto found = list_checkpoints(s.options.directory);
+  if (!found) return std::unexpected(found.error());
+  std::vector<CheckpointInfo> chosen;
+  for (auto& info : *found)
+    if (info.step == step) chosen.push_back(std::move(info));
+  s.touched = false;
+  if (s.options.communicator) return s.restore_group(chosen);  // one candidate: that step, or nothing
+  std::string what = "ckpt: checkpoint of step " + std::to_string(step) + " in " + s.options.directory;
+  if (chosen.empty()) return fail(Errc::NotFound, what + ": none");
+  auto verified = s.try_checkpoint(chosen.front());
+  if (!verified) return std::unexpected(verified.error());
+  if (!*verified) return s.nothing_restored(what + " does not verify (the warning says why)");
+  if (auto ok = s.load(); !ok) return std::unexpected(ok.error());
+  s.previous = chosen.front().manifest;
+  return step;
 }
 
 const EngineOptions& Engine::options() const noexcept { return impl_->options; }

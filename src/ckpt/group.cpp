@@ -3,7 +3,9 @@
 #include <sys/stat.h>
 
 #include <cerrno>
+#include <chrono>
 #include <string>
+#include <thread>
 
 #include "ckpt/manifest.hpp"
 #include "core/clock.hpp"
@@ -111,7 +113,16 @@ Result<Manifest> shard_view(const Manifest& global, std::uint32_t rank) {
   return view;
 }
 
-Result<PersistReport> persist_group(Ring& ring, const PersistJob& job) {
+std::optional<bool> committed_on_disk(const std::string& directory, std::uint64_t step) {
+  auto manifest = read_manifest(directory + "/" + checkpoint_name(step));
+  if (manifest && manifest->step == step) return true;
+  struct stat st {};
+  if (::stat((directory + "/" + temporary_name(step, "group")).c_str(), &st) == 0) return std::nullopt;
+  return false;
+}
+
+Result<PersistReport> persist_group(Ring& ring, const PersistJob& job, bool& outcome_unknown) {
+  outcome_unknown = false;
   const auto& options = *job.options;
   auto& comm = *options.communicator;
   auto start = steady_ns();
@@ -127,6 +138,12 @@ Result<PersistReport> persist_group(Ring& ring, const PersistJob& job) {
                        .bytes = job.bytes,
                        .direct_io = local && *local,
                        .write_seconds = seconds_since(start)};
+  if (options.crash_point == static_cast<int>(CrashPoint::AbortAfterReport) && local &&
+      failed_ranks(durable).empty()) {
+    for (int i = 0; i < 500 && !committed_on_disk(job.directory, job.step).value_or(false); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    comm.abort("ckpt test: rank " + std::to_string(options.rank) + " cannot learn the outcome");
+  }
 
   // Rank 0 decides; everyone learns the outcome before anyone starts the next shard.
   std::int32_t committed = 0;
@@ -137,9 +154,28 @@ Result<PersistReport> persist_group(Ring& ring, const PersistJob& job) {
     committed = outcome ? 1 : 0;
   }
   if (options.rank == 0 && !committed) remove_tree(pending.path);  // before any rank may write the next
-  if (auto ok = comm.broadcast(&committed, &committed, 1, coll::DataType::I32, 0); !ok)
-    return fail(ok.error().code(),
-                "ckpt: ranks could not learn the commit's outcome: " + ok.error().message());
+  if (auto ok = comm.broadcast(&committed, &committed, 1, coll::DataType::I32, 0); !ok) {
+    // Rank 0 decided and knows what; another rank whose shard was durable cannot tell: every shard was
+    // reported durable, so rank 0 may well have committed. That is an unknown outcome, not a failure.
+    if (options.rank == 0 || !local || !failed_ranks(durable).empty()) {
+      if (options.rank == 0 && committed) {
+        log::warn("ckpt", "checkpoint of step " + std::to_string(job.step) +
+                              " committed; the other ranks could not be told: " + ok.error().message());
+        report.deleted = std::move(*outcome);
+        report.total_seconds = seconds_since(start);
+        return report;
+      }
+      if (!local) return std::unexpected(local.error());
+      if (options.rank == 0) return std::unexpected(outcome.error());
+      return fail(Errc::Unavailable,
+                  "ckpt: rank 0 did not commit (shards failed on rank(s) " + failed_ranks(durable) + ")");
+    }
+    outcome_unknown = true;
+    return fail(ok.error().code(), "ckpt: the outcome of checkpoint step " + std::to_string(job.step) +
+                                       " is unknown: every shard was durable, but rank 0's decision "
+                                       "could not be learned: " +
+                                       ok.error().message());
+  }
   if (!local) return std::unexpected(local.error());
   if (!committed) {
     if (options.rank == 0) return std::unexpected(outcome.error());

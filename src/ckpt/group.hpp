@@ -10,6 +10,8 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "ckpt/persist.hpp"
@@ -23,7 +25,13 @@ Result<Manifest> merge_shards(const std::vector<Manifest>& shards);
 // Pure: rank `rank`'s part of a global manifest, as a one-file manifest (what the rank reads back).
 Result<Manifest> shard_view(const Manifest& global, std::uint32_t rank);
 
-// The persist thread's work for one multi-rank snapshot (job.options->communicator is set).
-Result<PersistReport> persist_group(Ring& ring, const PersistJob& job);
+// The persist thread's work for one multi-rank snapshot (job.options->communicator is set). When this
+// rank (not rank 0) could not learn rank 0's decision (the broadcast failed: a rank died after every shard
+// was reported), the outcome is unknown, not a failure: `outcome_unknown` is set and the error says why;
+// the commit record on disk (committed_on_disk) settles it later.
+Result<PersistReport> persist_group(Ring& ring, const PersistJob& job, bool& outcome_unknown);
+// Whether checkpoint `step` is committed in `directory`: its directory's MANIFEST reads and is of that
+// step. Unknown (nullopt) while rank 0 may still be deciding: its temporary directory is still there.
+std::optional<bool> committed_on_disk(const std::string& directory, std::uint64_t step);
 
 }  // namespace rdmakit::ckpt::detail

@@ -19,10 +19,13 @@ std::uint64_t round_up(std::uint64_t value, std::uint64_t alignment) noexcept {
 }
 
 // ---- AlignedBuffer ------------------------------------------------------------------------------------
-Result<AlignedBuffer> AlignedBuffer::allocate(std::size_t size) {
+Result<AlignedBuffer> AlignedBuffer::allocate(std::size_t size, bool populate) {
   AlignedBuffer buffer;
   if (size == 0) return buffer;
-  void* data = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  // MAP_POPULATE on a private writable mapping allocates the pages (not the shared zero page); it is
+  // best effort: what the kernel could not populate is faulted in on first use as before.
+  void* data = ::mmap(nullptr, size, PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_ANONYMOUS | (populate ? MAP_POPULATE : 0), -1, 0);
   if (data == MAP_FAILED)
     return fail_errno("ckpt: allocating " + std::to_string(size) + " bytes of staging", errno);
   buffer.data_ = static_cast<unsigned char*>(data);

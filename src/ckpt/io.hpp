@@ -19,7 +19,9 @@ namespace rdmakit::ckpt::detail {
 // Page-aligned anonymous memory (O_DIRECT needs aligned buffers), zero-filled, unmapped on destruction.
 class AlignedBuffer {
  public:
-  static Result<AlignedBuffer> allocate(std::size_t size);
+  // `populate`: every page is faulted in now (MAP_POPULATE), not on first use: the engine's staging, whose
+  // first snapshot otherwise stalled 4-7x the steady state faulting it in page by page.
+  static Result<AlignedBuffer> allocate(std::size_t size, bool populate = false);
   AlignedBuffer() = default;
   AlignedBuffer(AlignedBuffer&& other) noexcept;
   AlignedBuffer& operator=(AlignedBuffer&& other) noexcept;

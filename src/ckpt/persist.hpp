@@ -31,6 +31,10 @@ enum class CrashPoint : int {
   // Multi-rank commit (src/ckpt/group.cpp): points 1-3 are each rank's shard, 4-8 rank 0's global commit.
   ShardsReported = 9,  // every rank reported a durable shard; rank 0 has not written the global manifest
   Count = 10,
+  // Not a kill: for tests whose ranks are threads of one process. Once every shard was reported durable,
+  // this rank waits (up to 5 s) until rank 0 committed, then aborts its communicator, so it cannot learn
+  // the outcome (as when another rank dies before the broadcast): the outcome is unknown here.
+  AbortAfterReport = 100,
 };
 
 // The crash-test hook: the whole process dies here, as with kill -9 from outside.

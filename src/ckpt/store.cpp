@@ -77,25 +77,30 @@ Result<void> read_chunks(Ring& ring, const FileRead& r, const std::vector<std::s
     io.push_back(IoChunk{c.offset, direct ? round_up(c.size, kIoAlignment) : c.size, c.size});
   }
   std::vector<unsigned char*> where(io.size());
-  Pipeline steps{.buffer =
-                     [&](std::size_t k, unsigned slot) {
-                       where[k] = r.dest ? r.dest + io[k].offset : r.scratch->data() + slot * r.slot_bytes;
-                       return where[k];
-                     },
-                 .before = {},
-                 .after = [&](std::size_t k) -> Result<void> {
-                   const auto& c = r.m.chunks[indices[k]];
-                   if (checksum64(where[k], c.size) != c.checksum)
-                     return fail(Errc::ProtocolError,
-                                 "ckpt: " + r.path + ": checksum mismatch in " + entry.name + " chunk " +
-                                     std::to_string(indices[k]) + " (offset " + std::to_string(c.offset) +
-                                     ", " + std::to_string(c.size) + " bytes; tensors " + tensors_in(r.m, c) +
-                                     ")");
-                   if (r.dest && r.verified) r.verified(c.offset, c.size);
-                   r.done += c.size;
-                   if (r.progress) r.progress(r.done, r.total);
-                   return {};
-                 }};
+  Pipeline steps{
+      .buffer =
+          [&](std::size_t k, unsigned slot) {
+            where[k] = r.dest ? r.dest + io[k].offset : r.scratch->data() + slot * r.slot_bytes;
+            return where[k];
+          },
+      .before = {},
+      .after = [&](std::size_t k) -> Result<void> {
+        const auto& c = r.m.chunks[indices[k]];
+        // The file named is the one that holds the bad bytes: for an incremental reference,
+        // the older checkpoint's (repairing or deleting the referencing one changes nothing).
+        if (checksum64(where[k], c.size) != c.checksum)
+          return fail(
+              Errc::ProtocolError,
+              "ckpt: " + holder + ": checksum mismatch in " + entry.name + " chunk " +
+                  std::to_string(indices[k]) + " (offset " + std::to_string(c.offset) + ", " +
+                  std::to_string(c.size) + " bytes; tensors " + tensors_in(r.m, c) +
+                  (holder == r.path ? std::string() : "; referenced by " + r.path + ", held by " + holder) +
+                  ")");
+        if (r.dest && r.verified) r.verified(c.offset, c.size);
+        r.done += c.size;
+        if (r.progress) r.progress(r.done, r.total);
+        return {};
+      }};
   return run_pipeline(ring, false, fd->get(), io, steps, holder + "/" + entry.name);
 }
 

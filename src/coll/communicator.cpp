@@ -9,6 +9,7 @@
 #include <functional>
 #include <initializer_list>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include "bootstrap/auth.hpp"
@@ -268,6 +269,55 @@ Result<std::unique_ptr<Communicator>> Communicator::create(std::shared_ptr<boots
   return std::unique_ptr<Communicator>(new Communicator(std::move(impl)));
 }
 
+namespace {
+
+// The store from_environment() opened for this process's launch, shared by every communicator it creates
+// while one of them lives (as torch's new_group() runs over the default group's store): opening a second
+// one made rank 0 bind the launch's port again ("Address already in use") and left the other ranks
+// waiting for a store that never came. Keys are write-once, so each communicator over it needs its own
+// key_prefix: the prefixes used are kept, and a repeated one is refused at once, on every rank alike.
+// Never destroyed: a static destructor could run while another thread still creates a communicator.
+struct EnvironmentStore {
+  std::mutex mutex;
+  std::string launch;  // host:port rank/world of the launch the store belongs to
+  std::weak_ptr<bootstrap::Store> store;
+  std::set<std::string> prefixes;
+};
+
+EnvironmentStore& environment_store() {
+  static auto* shared = new EnvironmentStore;
+  return *shared;
+}
+
+Result<std::shared_ptr<bootstrap::Store>> store_for(const bootstrap::LaunchInfo& launch,
+                                                    std::chrono::milliseconds timeout,
+                                                    const std::string& key_prefix) {
+  auto& shared = environment_store();
+  std::lock_guard lock(shared.mutex);
+  std::string key = launch.store_host + ":" + std::to_string(launch.store_port) + " " +
+                    std::to_string(launch.rank) + "/" + std::to_string(launch.world_size);
+  std::shared_ptr<bootstrap::Store> store = shared.launch == key ? shared.store.lock() : nullptr;
+  if (store && shared.prefixes.contains(key_prefix))
+    return fail(Errc::InvalidArgument,
+                "Communicator::from_environment: another communicator of this process already uses "
+                "key_prefix '" +
+                    key_prefix +
+                    "' on the launch's store (its keys are write-once): give each communicator its own "
+                    "CommOptions::key_prefix");
+  if (!store) {
+    auto opened = bootstrap::open_store(launch, timeout);
+    if (!opened) return std::unexpected(opened.error());
+    store = std::move(*opened);
+    shared.launch = key;
+    shared.store = store;
+    shared.prefixes.clear();
+  }
+  shared.prefixes.insert(key_prefix);
+  return store;
+}
+
+}  // namespace
+
 Result<std::unique_ptr<Communicator>> Communicator::from_environment(const CommOptions& given) {
   auto launch = bootstrap::detect_launch();
   if (!launch) return std::unexpected(launch.error());
@@ -283,7 +333,7 @@ Result<std::unique_ptr<Communicator>> Communicator::from_environment(const CommO
     std::string local = detail::route_address(launch->store_host, launch->store_port);
     if (!local.empty()) options.listen_address = local + ":0";
   }
-  auto store = bootstrap::open_store(*launch, *timeout);
+  auto store = store_for(*launch, *timeout, options.key_prefix);
   if (!store) return std::unexpected(store.error());
   return create(std::move(*store), launch->rank, launch->world_size, options);
 }

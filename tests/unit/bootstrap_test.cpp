@@ -1,13 +1,22 @@
 // Bootstrap: launcher environments (torchrun, mpirun, srun), Slurm host lists, and the rendezvous stores.
 #include "rdmakit/bootstrap.hpp"
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <spawn.h>
 #include <stdlib.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <map>
 #include <thread>
 
+#include "bootstrap/auth.hpp"
 #include "bootstrap/options.hpp"
+#include "bootstrap/store_wire.hpp"
 
 namespace rdmakit::bootstrap {
 namespace {
@@ -179,6 +188,78 @@ TEST(Store, TcpStoreServesManyClients) {
   auto missing = (*server)->get("never", std::chrono::milliseconds(50));
   ASSERT_FALSE(missing.has_value());
   EXPECT_EQ(missing.error().code(), Errc::Timeout);
+}
+
+// The child of StoreServerStopsBeforeExitHandlers (run before main, so gtest never starts in it): rank 0's
+// store is alive at std::exit() (as a communicator is when the application exits without destroying it)
+// while a client connects in a loop. The handler registered first runs last, after OpenSSL's own: there a
+// server thread still serving would make nonces with OpenSSL torn down (SIGSEGV in RAND_bytes_ex, or a
+// failure, depending on timing). It asks the server for a challenge: a reply, or the connection closed,
+// means the server thread still runs (exit code 4); silence for 300 ms means it was stopped before.
+std::uint16_t exit_child_port = 0;
+
+int connect_loopback(std::uint16_t port) {
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+void check_server_stopped() {
+  int fd = connect_loopback(exit_child_port);
+  if (fd < 0) return;  // nobody listens: stopped too
+  std::string hello = std::string(wire::kHelloMagic) + std::string(auth::kNonceSize, 'n');
+  [[maybe_unused]] auto sent = ::send(fd, hello.data(), hello.size(), MSG_NOSIGNAL);
+  pollfd p{fd, POLLIN, 0};
+  if (::poll(&p, 1, 300) != 0) std::_Exit(4);  // answered or closed: still serving during exit
+}
+
+[[noreturn]] void exit_while_clients_connect() {
+  std::atexit(check_server_stopped);
+  auto store = TcpStore::open({.host = "127.0.0.1", .port = 0, .is_server = true});
+  if (!store) std::_Exit(10);
+  exit_child_port = (*store)->bound_port();
+  std::thread([] {
+    for (;;) {  // connections only: nothing here uses OpenSSL
+      int fd = connect_loopback(exit_child_port);
+      if (fd >= 0) ::close(fd);
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+  }).detach();
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  std::exit(3);
+}
+
+[[maybe_unused]] const bool exit_child = [] {
+  if (std::getenv("BOOTSTRAP_TEST_EXIT_CHILD") != nullptr) exit_while_clients_connect();
+  return false;
+}();
+
+TEST(Store, StoreServerStopsBeforeExitHandlers) {
+  std::vector<std::string> env_strings;
+  for (char** e = environ; *e; ++e) env_strings.emplace_back(*e);
+  env_strings.emplace_back("BOOTSTRAP_TEST_EXIT_CHILD=1");
+  std::vector<char*> env;
+  for (auto& s : env_strings) env.push_back(s.data());
+  env.push_back(nullptr);
+  char self[] = "/proc/self/exe";
+  char* argv[] = {self, nullptr};
+  for (int round = 0; round < 3; ++round) {
+    pid_t pid = -1;
+    ASSERT_EQ(::posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, argv, env.data()), 0);
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    // The code given to std::exit, not a signal: what mpirun then reports for the rank.
+    ASSERT_TRUE(WIFEXITED(status)) << "round " << round << ": killed by signal "
+                                   << (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+    EXPECT_EQ(WEXITSTATUS(status), 3) << "round " << round;
+  }
 }
 
 TEST(Store, AClientWhoseServerNeverComesFailsClearly) {

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <thread>
 
 #include "ckpt/group.hpp"
 #include "ckpt/manifest.hpp"
@@ -204,6 +205,31 @@ TEST(CkptGroup, OneRankFailingFailsTheCheckpointEverywhere) {
     ASSERT_EQ((*engine)->restore_latest().value_or(0), 8u);
     EXPECT_TRUE(state.matches(seed(8, comm.rank())));
   });
+}
+
+// Every shard was reported durable and rank 0 committed, but rank 2 cannot learn that (its communicator
+// fails before the broadcast, as when another rank dies then): an unknown outcome, not a failure; the next
+// call settles it from the commit record, so every rank reports the commit (rank 2 used to report
+// "failed in the background: ranks could not learn the commit's outcome").
+TEST(CkptGroup, UnknownOutcomeIsSettledFromTheCommitRecord) {
+  TempDir dir;
+  ::rdmakit::testing::expect_warning("unknown");
+  ::rdmakit::testing::expect_warning("could not be told");
+  ::rdmakit::testing::expect_warning("cannot learn the outcome");
+  run_ranks(3, [&](coll::Communicator& comm) {
+    PatternState state;
+    auto options = group_options(dir.path(), comm);
+    if (comm.rank() == 2) options.crash_point = static_cast<int>(detail::CrashPoint::AbortAfterReport);
+    auto engine = Engine::create(options, state.buffers());
+    ASSERT_TRUE(engine);
+    state.fill(seed(7, comm.rank()));
+    ASSERT_TRUE((*engine)->snapshot(7));
+    auto report = (*engine)->wait_persisted();
+    ASSERT_TRUE(report) << "rank " << comm.rank() << ": " << report.error().describe();
+    EXPECT_EQ(report->step, 7u);
+    EXPECT_EQ(report->path, dir.path() + "/" + detail::checkpoint_name(7));
+  });
+  EXPECT_TRUE(verify_checkpoint(dir.path() + "/" + detail::checkpoint_name(7)));
 }
 
 }  // namespace

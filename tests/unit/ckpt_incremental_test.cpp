@@ -115,6 +115,37 @@ TEST(CkptIncremental, RetentionKeepsReferencedCheckpointsAlive) {
 }
 
 // A missing holder: the checkpoint that references it is skipped, with the holder named.
+// One flipped byte in the base: verify of the checkpoint that references it names the base's data file,
+// which holds the bad bytes (it named the referencing checkpoint's file, which holds a hole there).
+TEST(CkptIncremental, DamagedBaseIsNamedWhereTheBytesAre) {
+  TempDir dir;
+  PatternState state;
+  {
+    auto engine = Engine::create(incremental_options(dir.path(), 3), state.buffers());
+    ASSERT_TRUE(engine);
+    state.fill(1);
+    commit(**engine, 1);
+    state.c[5] ^= 0xff;
+    commit(**engine, 2);
+  }
+  {
+    std::fstream file(path_of(dir.path(), 1) + "/" + detail::data_file_name(0),
+                      std::ios::in | std::ios::out | std::ios::binary);
+    file.seekp(200'000);  // chunk 1, which step 2 references
+    file.put(static_cast<char>(state.a[200'000] ^ 0x01));
+  }
+  auto base = verify_checkpoint(path_of(dir.path(), 1));
+  auto referencing = verify_checkpoint(path_of(dir.path(), 2));
+  ASSERT_FALSE(base);
+  ASSERT_FALSE(referencing);
+  std::string held_by =
+      path_of(dir.path(), 1) + ": checksum mismatch in " + detail::data_file_name(0) + " chunk 1 ";
+  EXPECT_NE(base.error().message().find(held_by), std::string::npos) << base.error().message();
+  EXPECT_NE(referencing.error().message().find(held_by), std::string::npos) << referencing.error().message();
+  EXPECT_NE(referencing.error().message().find("referenced by " + path_of(dir.path(), 2)), std::string::npos)
+      << referencing.error().message();
+}
+
 TEST(CkptIncremental, MissingHolderSkippedAndNamed) {
   TempDir dir;
   PatternState state;

@@ -104,6 +104,46 @@ TEST_P(CollProcess, ThreeProcessesAllreduceAndAllgather) {
   for (int r = 0; r < n; ++r) EXPECT_EQ(codes[r], 0) << "rank " << r;
 }
 
+// The documented recipe for the checkpoint engine's own communicator: from_environment() twice in each
+// rank (a torchrun-style launch), the second with its own key prefix. It failed with "Address already in
+// use" on rank 0 (a second store on the launch's port) and hung the other ranks.
+TEST(CollEnvironment, FromEnvironmentTwiceSharesTheLaunchStore) {
+  std::uint16_t port = free_port();
+  ASSERT_NE(port, 0);
+  constexpr int n = 3;
+  std::vector<pid_t> pids;
+  for (int r = 0; r < n; ++r) {
+    pid_t pid = fork();
+    if (pid == 0) {
+      setenv("RANK", std::to_string(r).c_str(), 1);
+      setenv("WORLD_SIZE", std::to_string(n).c_str(), 1);
+      setenv("LOCAL_RANK", std::to_string(r).c_str(), 1);
+      setenv("MASTER_ADDR", "127.0.0.1", 1);
+      setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+      CommOptions options{.network_transport = "tcp",
+                          .local_transport = "tcp",
+                          .timeout = std::chrono::milliseconds(10000),
+                          .bootstrap_timeout = std::chrono::milliseconds(10000)};
+      auto app = Communicator::from_environment(options);
+      if (!app) _exit(2);
+      options.key_prefix = "ckpt/";
+      auto ckpt = Communicator::from_environment(options);
+      if (!ckpt) _exit(3);
+      auto again = Communicator::from_environment(options);  // a prefix in use: refused at once
+      if (again || again.error().code() != Errc::InvalidArgument) _exit(4);
+      int mine = r + 1, sum = 0, other = 0;
+      if (!(*ckpt)->allreduce(&mine, &sum, 1, DataType::I32, ReduceOp::Sum) || sum != 6) _exit(5);
+      if (!(*app)->allreduce(&mine, &other, 1, DataType::I32, ReduceOp::Max) || other != n) _exit(6);
+      ckpt->reset();
+      app->reset();
+      _exit(0);
+    }
+    pids.push_back(pid);
+  }
+  auto codes = reap(pids, std::chrono::seconds(60));
+  for (int r = 0; r < n; ++r) EXPECT_EQ(codes[r], 0) << "rank " << r;
+}
+
 TEST_P(CollProcess, ARankKilledMidCollectiveFailsTheOthersAndNoneHangs) {
   std::uint16_t port = free_port();
   ASSERT_NE(port, 0);

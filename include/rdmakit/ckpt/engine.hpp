@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -82,6 +83,12 @@ struct EngineOptions {
   // ckpt_shared_group, no: checkpoint directories and files are created 0700 / 0600 (this uid only);
   // yes: 0750 / 0640, for jobs whose ranks are different users of one group.
   std::optional<bool> shared_group{};
+  // Per-commit completion: called once for every snapshot handed to the persist thread, with its step and
+  // its outcome (the report once committed, or the error), on the persist thread right after the commit
+  // or failure (a multi-rank outcome this rank could not learn: when the next call settles it, on that
+  // call's thread). The background error is still returned by the next call as well. It must not call
+  // into the engine, and should be quick: the next snapshot waits for it.
+  std::function<void(std::uint64_t step, const Result<PersistReport>& outcome)> on_persisted{};
 };
 
 class RDMAKIT_API Engine {
@@ -112,6 +119,11 @@ class RDMAKIT_API Engine {
   // checkpoint may have overwritten part of them before its bad chunk was found: when no good checkpoint
   // follows, the error is then ProtocolError (not NotFound), saying so.
   Result<std::uint64_t> restore_latest();
+  // Loads checkpoint `step` (on disk, verified as restore_latest() does) into the buffers and returns the
+  // step; NotFound when no checkpoint of that step is in the directory, or when it does not verify (logged)
+  // and the buffers are untouched (ProtocolError when a damaged one overwrote part of them). Never another
+  // step, and never the replica. With a communicator: collective, every rank loads that step or none does.
+  Result<std::uint64_t> restore(std::uint64_t step);
 
   const EngineOptions& options() const noexcept;
   std::size_t state_bytes() const noexcept;    // sum of the buffers' sizes

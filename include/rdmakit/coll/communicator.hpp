@@ -86,7 +86,10 @@ class RDMAKIT_API Communicator {
   // Ranks meet through `store`; every rank passes the same world size and a distinct rank.
   static Result<std::unique_ptr<Communicator>> create(std::shared_ptr<bootstrap::Store> store, int rank,
                                                       int world_size, const CommOptions& options = {});
-  // detect_launch() + open_store() + create().
+  // detect_launch() + open_store() + create(). Called again while a communicator it made lives, it
+  // creates the new one over that communicator's store (one store per launch; rank 0 hosts it once): each
+  // needs its own key_prefix (a repeated one is InvalidArgument), e.g. {.key_prefix = "ckpt/"} for the
+  // checkpoint engine's own communicator next to the application's.
   static Result<std::unique_ptr<Communicator>> from_environment(const CommOptions& options = {});
   ~Communicator();
   Communicator(const Communicator&) = delete;
