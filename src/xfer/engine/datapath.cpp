@@ -231,10 +231,7 @@ Result<std::shared_ptr<Batch>> EngineImpl::submit_prepared(const PreparedImpl& p
     std::shared_lock lock(handle->mutex);
     return handle->engine != nullptr && handle->engine->poll_rails();
   });
-  if (prepared.requests == 0) {
-    requests_.fetch_add(0, std::memory_order_relaxed);
-    return batch;
-  }
+  if (prepared.requests == 0) return batch;  // an empty batch is done at once
   std::vector<std::unique_ptr<InflightOp>> ops;
   ops.reserve(prepared.planned.size());
   for (std::size_t k = 0; k < prepared.planned.size(); ++k) {
