@@ -37,14 +37,14 @@ and regions: :func:`broadcast_send` and :func:`broadcast_receive`.
 """
 
 from ._rdmakit import (  # noqa: F401  (re-exported)
-    Batch, Engine, MetadataServer, MetadataStore, Segment, XferOp as Op, broadcast_receive, broadcast_send,
-    open_metadata, serve_metadata,
+    Batch, Engine, MetadataServer, MetadataStore, PreparedRequests, Segment, XferOp as Op, broadcast_receive,
+    broadcast_send, open_metadata, serve_metadata,
 )
 
 READ = Op.READ  #: a request that copies segment bytes into local memory
 WRITE = Op.WRITE  #: a request that copies local memory into the segment
 
 __all__ = [
-    "Batch", "Engine", "MetadataServer", "MetadataStore", "Op", "READ", "Segment", "WRITE", "broadcast_receive",
-    "broadcast_send", "open_metadata", "serve_metadata",
+    "Batch", "Engine", "MetadataServer", "MetadataStore", "Op", "PreparedRequests", "READ", "Segment", "WRITE",
+    "broadcast_receive", "broadcast_send", "open_metadata", "serve_metadata",
 ]

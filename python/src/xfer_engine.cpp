@@ -156,6 +156,7 @@ xfer::EngineOptions engine_options(const py::kwargs& kwargs) {
        [](auto& o, py::handle v) { o.connect_timeout = positive_ms(v.cast<double>(), "connect_timeout"); }},
       {"submit_timeout",
        [](auto& o, py::handle v) { o.submit_timeout = positive_ms(v.cast<double>(), "submit_timeout"); }},
+      {"max_notifications", [](auto& o, py::handle v) { o.max_notifications = v.cast<std::uint32_t>(); }},
   };
   for (auto [key, value] : kwargs) {
     const auto name = key.cast<std::string>();
@@ -256,10 +257,14 @@ void unregister_local(PyXferEngine& self, py::handle object) {
   drop_if_unused(*core, address);
 }
 
-py::array allocate_segment(PyXferEngine& self, const std::string& name, py::handle size_arg) {
+// ready=False: allocated and registered, but not in the metadata until publish_ready(name).
+py::array allocate_segment(PyXferEngine& self, const std::string& name, py::handle size_arg, bool ready) {
   const auto size = int_arg<std::size_t>(size_arg, "size");
   const auto& core = self.get();
-  auto bytes = unwrap(unlocked([&] { return core->engine->allocate_segment(name, size); }));
+  auto bytes = unwrap(unlocked([&] {
+    return ready ? core->engine->allocate_segment(name, size)
+                 : core->engine->allocate_unpublished(name, size);
+  }));
   // New memory: no entry can be at its address (memory held for Python is not the allocator's to give).
   auto& held = core->memory[reinterpret_cast<std::uintptr_t>(bytes.data())];
   held.size = bytes.size();
@@ -340,17 +345,58 @@ xfer::Request parse_request(const EngineCore& core, py::handle item, std::size_t
   return request;
 }
 
-PyBatch submit(PyXferEngine& self, const py::sequence& items) {
+// A request list prepared once (Engine.prepare): holds the buffers its requests use for as long as it lives.
+struct PyPrepared {
+  Core core;
+  std::shared_ptr<const xfer::PreparedBatch> prepared;
+  std::vector<std::shared_ptr<HeldBuffer>> buffers;
+};
+
+std::vector<xfer::Request> parse_requests(const EngineCore& core, const py::sequence& items,
+                                          std::vector<std::shared_ptr<HeldBuffer>>& keep) {
+  std::vector<xfer::Request> requests;
+  for (std::size_t i = 0; i < py::len(items); ++i) requests.push_back(parse_request(core, items[i], i, keep));
+  if (requests.empty()) raise(Errc::InvalidArgument, "submit: the batch is empty");
+  return requests;
+}
+
+// A list of requests, or a PreparedRequests (then `notify` is refused: prepare a list per message instead).
+PyBatch submit(PyXferEngine& self, py::handle items, std::optional<py::bytes> notify, bool block) {
   const auto& core = self.get();
   core->prune();
-  std::vector<xfer::Request> requests;
   InFlight inflight;
-  for (std::size_t i = 0; i < py::len(items); ++i)
-    requests.push_back(parse_request(*core, items[i], i, inflight.buffers));
-  if (requests.empty()) raise(Errc::InvalidArgument, "submit: the batch is empty");
-  inflight.batch = unwrap(unlocked([&] { return core->engine->submit(requests); }));
+  if (py::isinstance<PyPrepared>(items)) {
+    const auto& prepared = items.cast<const PyPrepared&>();
+    if (prepared.core.get() != core.get()) raise(Errc::InvalidArgument, "submit: prepared by another engine");
+    if (notify) raise(Errc::InvalidArgument, "submit: a prepared list takes no notification");
+    inflight.buffers = prepared.buffers;
+    inflight.batch = unwrap(unlocked([&] {
+      return block ? core->engine->submit(*prepared.prepared) : core->engine->try_submit(*prepared.prepared);
+    }));
+  } else {
+    auto requests = parse_requests(*core, items.cast<py::sequence>(), inflight.buffers);
+    std::string message = notify ? std::string(*notify) : std::string();
+    inflight.batch = unwrap(unlocked([&] {
+      if (notify) return core->engine->submit(requests, std::as_bytes(std::span(message)));
+      return block ? core->engine->submit(requests) : core->engine->try_submit(requests);
+    }));
+  }
   core->inflight.push_back(inflight);
   return PyBatch{core, inflight.batch};
+}
+
+PyPrepared prepare(PyXferEngine& self, const py::sequence& items) {
+  const auto& core = self.get();
+  PyPrepared prepared{core, nullptr, {}};
+  auto requests = parse_requests(*core, items, prepared.buffers);
+  prepared.prepared = unwrap(unlocked([&] { return core->engine->prepare(requests); }));
+  return prepared;
+}
+
+py::object notification_tuple(const std::optional<xfer::Notification>& n) {
+  if (!n) return py::none();
+  return py::make_tuple(n->sender, n->segment,
+                        py::bytes(reinterpret_cast<const char*>(n->message.data()), n->message.size()));
 }
 
 py::list results(const PyBatch& self) {
@@ -413,6 +459,8 @@ py::dict stats_dict(const xfer::EngineStats& s) {
     rails.append(r);
   }
   d["rails"] = rails;
+  d["notifications_received"] = s.notifications_received;
+  d["notifications_dropped"] = s.notifications_dropped, d["notifications_refused"] = s.notifications_refused;
   return d;
 }
 
@@ -448,7 +496,21 @@ void bind_batch(py::module_& m) {
            "results() instead, where each request's outcome is None or its error.")
       .def("results", &results,
            "One entry per request once done: None when its bytes landed, else the rdmakit.Error "
-           "(not raised) saying why it failed.");
+           "(not raised) saying why it failed.")
+      .def_property_readonly(
+          "notified",
+          [](const PyBatch& b) -> py::object {
+            auto n = b.batch->notification();
+            if (!n) return py::none();
+            if (*n) return py::bool_(true);
+            return exception_for(n->error());
+          },
+          "For a batch submitted with notify=: None until sent, True once the owner received it, else the "
+          "rdmakit.Error (not raised) saying why not (a request failed: nothing is sent).");
+  py::class_<PyPrepared>(
+      m, "PreparedRequests",
+      "Requests checked and planned once (Engine.prepare), for Engine.submit again and again.")
+      .def("__len__", [](const PyPrepared& p) { return p.prepared->size(); });
 }
 
 void bind_engine(py::module_& m) {
@@ -471,9 +533,37 @@ void bind_engine(py::module_& m) {
           "Transports it offers and uses.")
       .def_property_readonly("closed", &PyXferEngine::closed, "Whether close() was called.")
       .def(
-          "allocate_segment", &allocate_segment, py::arg("name"), py::arg("size"),
+          "allocate_segment", &allocate_segment, py::arg("name"), py::arg("size"), py::arg("ready") = true,
           "Allocates `size` bytes every transport reaches fast, publishes them as `name` and returns them as "
-          "a writable uint8 numpy array (usable as local memory too).")
+          "a writable uint8 numpy array (usable as local memory too). ready=False publishes nothing until "
+          "publish_ready(name): fill the memory first, and no peer can find the name meanwhile.")
+      .def(
+          "publish_ready",
+          [](PyXferEngine& self, const std::string& name) {
+            const auto& core = self.get();
+            unwrap(unlocked([&] { return core->engine->publish_ready(name); }));
+          },
+          py::arg("name"), "Publishes a segment allocated with ready=False.")
+      .def("prepare", &prepare, py::arg("requests"),
+           "Checks and plans requests once; submit() the result any number of times.")
+      .def(
+          "poll_notification",
+          [](PyXferEngine& self) {
+            const auto& core = self.get();
+            return notification_tuple(core->engine->poll_notification());
+          },
+          "The oldest notification received as (sender, segment, message bytes), or None.")
+      .def(
+          "wait_notification",
+          [](PyXferEngine& self, std::optional<double> timeout) {
+            const auto& core = self.get();
+            auto n = unwrap(
+                unlocked([&] { return core->engine->wait_notification(to_timeout(timeout, kForever)); }));
+            return notification_tuple(n);
+          },
+          py::arg("timeout") = py::none(),
+          "Waits (GIL released) for a notification: (sender, segment, message bytes); rdmakit.TimeoutError "
+          "after `timeout` seconds.")
       .def("publish", &publish, py::arg("name"), py::arg("obj"),
            "Publishes the memory of `obj` (a writable buffer: numpy array, bytearray, CPU tensor; or CUDA "
            "device "
@@ -496,11 +586,12 @@ void bind_engine(py::module_& m) {
           },
           py::arg("name"),
           "Resolves `name` (one metadata lookup, then cached); NotFoundError when unpublished.")
-      .def(
-          "submit", &submit, py::arg("requests"),
-          "Submits (op, local, segment, offset[, length]) requests: op READ or WRITE, local a registered "
-          "buffer (or a slice of one), length defaulting to the local buffer's size. Refuses the whole batch "
-          "naming the first bad request; may block (GIL released) on back-pressure.")
+      .def("submit", &submit, py::arg("requests"), py::arg("notify") = py::none(), py::arg("block") = true,
+           "Submits (op, local, segment, offset[, length]) requests: op READ or WRITE, local a registered "
+           "buffer (or a slice of one), length defaulting to the local buffer's size; or a PreparedRequests. "
+           "Refuses the whole batch naming the first bad request; may block (GIL released) on back-pressure. "
+           "notify=bytes: the segments' owner receives them (wait_notification) once every request "
+           "succeeded. block=False: posts everything or raises ResourceExhaustedError ('would block').")
       .def(
           "stats", [](const PyXferEngine& e) { return stats_dict(e.engine().stats()); },
           "Counters: requests, work_requests, coalesced, retries, resolves, peak_inflight_per_peer, and "

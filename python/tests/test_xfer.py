@@ -195,10 +195,12 @@ def test_unpublished_segment_fails_cleanly_and_memory_stays_alive(engines):
     np.testing.assert_array_equal(local, data)
     owner.unpublish("data")
     # The cached descriptor is stale now: the request fails (re-resolved: gone), nothing reads freed memory.
-    # The message does not claim the owner died: a stopped owner's lease runs out the same way.
-    with pytest.raises(rdmakit.NotFoundError, match="request 0: segment 'data' is gone from the metadata "
-                                                    r"\(unpublished, or its owner's lease ran out: the owner "
-                                                    "died, is stopped"):
+    # The message does not claim the owner died: a stopped owner's lease runs out the same way. It leads
+    # with the failure that started the retries (the READ's own), then what the retry met.
+    with pytest.raises(rdmakit.NotFoundError, match="request 0: first failure: .*READ of 65536 bytes at 0 of "
+                                                    "segment 'data'.*; then retry 1: not found: segment 'data' "
+                                                    r"is gone from the metadata \(unpublished, or its owner's "
+                                                    "lease ran out: the owner died, is stopped"):
         peer.submit([(xfer.READ, local, seg, 0)]).wait(timeout=60)
     with pytest.raises(rdmakit.NotFoundError):
         peer.open_segment("data")
@@ -264,7 +266,10 @@ def test_batch_wait_raises_naming_every_failed_request(engines):
     message = str(failure.value)
     assert "2 of 3 requests failed" in message, message
     for i in (0, 2):
-        assert f"request {i}: segment 'gone' is gone" in message and "(not found)" in message, message
+        # Each leads with the failure that started the retries (the remote access error), then the retry's.
+        assert f"request {i}: first failure: transport failure: " in message, message
+        assert "remote access error; then retry 1: not found: segment 'gone' is gone" in message, message
+        assert "(not found, status remote access error)" in message, message
     assert "request 1" not in message
     assert sorted(failure.value.failures) == [0, 2]
     assert all(isinstance(e, rdmakit.NotFoundError) for e in failure.value.failures.values())
@@ -332,3 +337,40 @@ def test_engine_over_a_real_metadata_server(server_url):
         peer.open_segment("absent")
     peer.close()
     owner.close()
+
+
+def test_notification_ready_segment_prepared_list_and_non_blocking_submit(engines):
+    owner, peer = engines
+    pool = owner.allocate_segment("pool", 1 << 16, ready=False)
+    with pytest.raises(rdmakit.NotFoundError):
+        peer.open_segment("pool")  # not filled yet: not findable
+    pool[:] = pattern(11, 1 << 16)
+    owner.publish_ready("pool")
+    seg = peer.open_segment("pool")
+    local = np.zeros(1 << 16, dtype=np.uint8)
+    peer.register_local(local)
+    peer.submit([(xfer.READ, local, seg, 0)]).wait(timeout=60)
+    np.testing.assert_array_equal(local, pool)
+
+    # 16 WRITEs of 4 KiB, notified: the owner finds every byte in place when the message arrives.
+    local[:] = pattern(12, 1 << 16)
+    requests = [(xfer.WRITE, local[k * 4096:(k + 1) * 4096], seg, (15 - k) * 4096) for k in range(16)]
+    batch = peer.submit(requests, notify=b"block 3")
+    sender, segment, message = owner.wait_notification(timeout=30)
+    assert (sender, segment, message) == ("peer", "pool", b"block 3")
+    for k in range(16):
+        np.testing.assert_array_equal(pool[(15 - k) * 4096:(16 - k) * 4096], local[k * 4096:(k + 1) * 4096])
+    batch.wait(timeout=60)
+    assert batch.notified is True
+    assert owner.poll_notification() is None
+    assert owner.stats()["notifications_received"] == 1
+
+    prepared = peer.prepare(requests)
+    assert len(prepared) == 16
+    for seed, block in ((13, True), (14, False)):
+        local[:] = pattern(seed, 1 << 16)
+        peer.submit(prepared, block=block).wait(timeout=60)
+        for k in range(16):
+            np.testing.assert_array_equal(pool[(15 - k) * 4096:(16 - k) * 4096], local[k * 4096:(k + 1) * 4096])
+    with pytest.raises(rdmakit.InvalidArgumentError):
+        peer.submit(prepared, notify=b"x")

@@ -68,6 +68,7 @@ int main() {
   RDMAKIT_ROW(xfer::EngineOptions);
   RDMAKIT_ROW(xfer::EngineStats);
   RDMAKIT_ROW(xfer::MetadataOptions);
+  RDMAKIT_ROW(xfer::Notification);
   RDMAKIT_ROW(xfer::Request);
   RDMAKIT_ROW(xfer::SegmentHandle);
   RDMAKIT_ROW(xfer::SegmentInfo);

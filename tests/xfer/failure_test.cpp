@@ -40,6 +40,15 @@ void expect_only_victim_failed(const std::vector<Request>& requests, Batch& batc
       ++victims;
       if (victim_all_failed) {
         EXPECT_FALSE(status.has_value()) << "request " << i << " to the killed owner reported success";
+        // After the retries the error still names the failure that started them (the WRITE's own), not
+        // only what the last retry met (the name gone, or a refused connection).
+        if (!status.has_value()) {
+          EXPECT_TRUE(status.error().message().starts_with("first failure: ")) << status.error().describe();
+          EXPECT_NE(status.error().message().find("WRITE of"), std::string::npos)
+              << status.error().describe();
+          EXPECT_NE(status.error().message().find("retry 1: "), std::string::npos)
+              << status.error().describe();
+        }
       }
     } else {
       EXPECT_TRUE(status.has_value()) << "request " << i << ": " << status.error().describe();

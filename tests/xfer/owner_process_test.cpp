@@ -65,6 +65,47 @@ TEST(XferOwnerProcess, BackPressureAgainstAStoppedOwnerTimesOutNamingTheLimit) {
   EXPECT_EQ(engine->stats().peak_inflight_per_peer, 1u);
 }
 
+// try_submit against the same stopped owner: with the one credit taken by a posted WRITE, a second batch is
+// refused at once ("would block") and posts nothing; once the owner runs again and the first completes, the
+// same call posts and lands.
+TEST(XferOwnerProcess, TrySubmitWouldBlockAtOnceAndPostsNothing) {
+  constexpr std::size_t kSize = 1 << 20;
+  TempDir dir;
+  PeerProcess owner(dir.path(), "stopped", kSize, "tcp");
+  ASSERT_TRUE(owner.ready());
+  FileMetadataStore metadata(dir.path());
+  EngineOptions options{
+      .name = "client", .transports = {"tcp"}, .max_inflight_per_peer = 1, .peer_timeout = 60s};
+  auto engine = make_engine(metadata, options);
+  ASSERT_TRUE(engine);
+  auto local = make_buffer(kSize);
+  std::memset(local.get(), 0x3c, kSize);
+  ASSERT_TRUE(engine->register_local(local.get(), kSize).has_value());
+  auto segment = engine->open_segment("stopped");
+  ASSERT_TRUE(segment.has_value()) << segment.error().describe();
+  owner.signal(SIGSTOP);
+  std::vector first{Request{Op::Write, local.get(), *segment, 0, 4096}};
+  auto posted = engine->try_submit(first);
+  ASSERT_TRUE(posted.has_value()) << posted.error().describe();
+  auto work_requests = engine->stats().work_requests;
+  std::vector second{Request{Op::Write, local.get() + 8192, *segment, 8192, 4096}};
+  auto started = std::chrono::steady_clock::now();
+  auto blocked = engine->try_submit(second);
+  EXPECT_LT(std::chrono::steady_clock::now() - started, 1s) << "try_submit waited on back-pressure";
+  ASSERT_FALSE(blocked.has_value());
+  EXPECT_EQ(blocked.error().code(), Errc::ResourceExhausted) << blocked.error().describe();
+  EXPECT_NE(blocked.error().message().find("would block"), std::string::npos) << blocked.error().describe();
+  EXPECT_EQ(engine->stats().work_requests, work_requests) << "a refused try_submit posted work requests";
+  owner.signal(SIGCONT);
+  ASSERT_TRUE((*posted)->wait(30s).has_value());
+  EXPECT_TRUE((*(*posted)->status(0)).has_value());
+  auto later = engine->try_submit(second);
+  ASSERT_TRUE(later.has_value()) << later.error().describe();
+  ASSERT_TRUE((*later)->wait(30s).has_value());
+  EXPECT_TRUE((*(*later)->status(0)).has_value());
+  EXPECT_EQ(engine->stats().peak_inflight_per_peer, 1u);
+}
+
 // Default options on both sides (shm and tcp offered): an owner on this host is reached over shm, and only
 // the shm rail carries work requests.
 TEST(XferOwnerProcess, DefaultEngineChoosesShmForAnOwnerOnThisHost) {

@@ -195,5 +195,45 @@ TEST(XferTrust, ListenerDropsAPeerWithoutTheSecret) {
   EXPECT_EQ(find_pattern_mismatch(segment->data(), kSize, 11), kSize) << "the stranger wrote the segment";
 }
 
+// Notifications are taken only from connections whose peer proved the secret: the owner opens their channel
+// after the proof verified. A stranger that connects and SENDs at once (inside the proof window) or after a
+// failed proof gets nothing queued, counted or refused: its bytes never reach the notification channel.
+TEST(XferTrust, OnlyPeersThatProvedTheSecretCanNotify) {
+  TempDir dir;
+  FileMetadataStore owner_store(dir.path());
+  ::setenv("RDMAKIT_JOB_SECRET", kJob, 1);
+  auto owner = make_engine(owner_store,
+                           EngineOptions{.name = "owner", .transports = {"tcp"}, .connect_timeout = 300ms});
+  ::unsetenv("RDMAKIT_JOB_SECRET");
+  ASSERT_TRUE(owner);
+  ASSERT_TRUE(owner->allocate_segment("kv", kSize).has_value());
+  auto record = detail::open_sealed(**owner_store.lookup(detail::segment_key("kv")), "kv", kJob);
+  ASSERT_TRUE(record.has_value());
+  const auto& address = record->rails.front().address;
+
+  auto context = Context::open(Options{.transport = "tcp"});
+  ASSERT_TRUE(context.has_value()) << context.error().describe();
+  auto buffer = (*context)->allocate(4096, Access::LocalWrite);
+  ASSERT_TRUE(buffer.has_value());
+  // Bytes shaped like a notification about "kv" (a u16 length, the name, a message), whatever the framing.
+  std::memset((*buffer)->data(), 0, 4096);
+  auto* bytes = static_cast<char*>((*buffer)->data());
+  bytes[8] = 2, bytes[10] = 'k', bytes[11] = 'v';
+  Segment message{reinterpret_cast<std::uint64_t>(bytes), 64, (*buffer)->lkey()};
+  auto eager = (*context)->connect(address);
+  ASSERT_TRUE(eager.has_value()) << eager.error().describe();
+  for (int i = 0; i < 4; ++i) (void)(*eager)->send(message);
+  auto refused = (*context)->connect(address);
+  ASSERT_TRUE(refused.has_value()) << refused.error().describe();
+  bootstrap::PeerProofConfig config{kStranger, std::string(detail::kPeerProofLabel), 5000ms};
+  ASSERT_FALSE(bootstrap::prove_initiate(**context, **refused, config, "stranger").has_value());
+  for (int i = 0; i < 4; ++i) (void)(*refused)->send(message);
+  std::this_thread::sleep_for(500ms);  // past the owner's connect_timeout: both connections are dropped
+  EXPECT_FALSE(owner->poll_notification().has_value()) << "a stranger's bytes were queued as a notification";
+  auto stats = owner->stats();
+  EXPECT_EQ(stats.notifications_received + stats.notifications_refused + stats.notifications_dropped, 0u)
+      << "a stranger's bytes reached the notification channel";
+}
+
 }  // namespace
 }  // namespace rdmakit::xfer::testing

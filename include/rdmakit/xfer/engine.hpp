@@ -57,6 +57,9 @@ struct EngineOptions {
   std::chrono::milliseconds peer_timeout{2000};  // a silent peer fails its requests after this
   std::chrono::milliseconds connect_timeout{2000};
   std::chrono::milliseconds submit_timeout{30000};  // longest submit() blocks on back-pressure
+  // Notifications (submit() with a message) queued for poll_notification() at most: beyond that they are
+  // dropped and counted (EngineStats::notifications_dropped), so a flooding peer costs a bounded queue.
+  std::uint32_t max_notifications = 1024;
 };
 
 enum class Op : std::uint8_t { Read, Write };
@@ -90,6 +93,10 @@ class RDMAKIT_API Batch {
   virtual std::optional<Result<void>> status(std::size_t i) const = 0;
   // Requests finished with an error so far.
   virtual std::size_t failed() const noexcept = 0;
+  // The notification attached at submit(): nullopt while it is not sent yet (and for a batch without one:
+  // then always nullopt); ok once the owner's engine received it; the error when it was not sent (a request
+  // failed: it is never sent then) or not received. done() waits for it too.
+  virtual std::optional<Result<void>> notification() const = 0;
 };
 // Called once when every request of the batch has finished, on the thread that reaped the last completion
 // (the engine's progress thread, or one inside Batch::wait): keep it short, and do not wait in it.
@@ -110,6 +117,33 @@ struct EngineStats {
     std::uint64_t work_requests = 0;
   };
   std::vector<Rail> rails;
+  // Notifications this engine received as a segment owner: queued, dropped because the queue held
+  // max_notifications, refused (naming a segment this engine does not publish, or malformed).
+  std::uint64_t notifications_received = 0;
+  std::uint64_t notifications_dropped = 0;
+  std::uint64_t notifications_refused = 0;
+};
+
+// The longest message a notification carries (submit() with a message refuses a longer one).
+inline constexpr std::size_t kMaxNotificationBytes = 2048;
+
+// What a segment owner receives from poll_notification(): delivered only after every request of the
+// sender's batch completed successfully, so every byte its WRITEs carried is in the segment already.
+struct Notification {
+  std::string sender{};   // the sender engine's name, as it proved it with the secret (never a claim)
+  std::string segment{};  // the segment of the batch's first request, published by this engine
+  std::vector<std::byte> message{};
+};
+
+// A request list checked and planned once by Engine::prepare(), submitted any number of times
+// (Engine::submit(const PreparedBatch&)); each submit is a new Batch. Immutable, so several threads may
+// submit it at once. It keeps the local memory's registrations it uses alive, but unregistering that memory
+// makes the next submit fail (InvalidArgument): the list is re-validated per segment and per local region,
+// not per request.
+class RDMAKIT_API PreparedBatch {
+ public:
+  virtual ~PreparedBatch();
+  virtual std::size_t size() const noexcept = 0;
 };
 
 struct SegmentInfo {
@@ -161,6 +195,39 @@ class RDMAKIT_API Engine {
                                                         MemoryKind kind) = 0;
   virtual Result<void> publish(std::string_view name, void* data, std::size_t size, MemoryKind kind) = 0;
   virtual Result<void> register_local(void* data, std::size_t size, MemoryKind kind) = 0;
+
+  // Publish-when-ready. allocate_unpublished() allocates and registers a segment as allocate_segment() does
+  // but publishes nothing: until publish_ready(name) no peer can find the name (open_segment fails with
+  // NotFound), so no reader ever sees the memory before the owner filled it. unpublish() of a name not yet
+  // ready drops it (the memory stays registered as local memory, as after unpublish of a published one).
+  virtual Result<std::span<std::byte>> allocate_unpublished(std::string_view name, std::size_t size,
+                                                            MemoryKind kind = MemoryKind::Host) = 0;
+  virtual Result<void> publish_ready(std::string_view name) = 0;
+
+  // submit() with a notification for the segments' owner: every request must go to segments of one owner;
+  // once every request completed successfully (so every WRITE's bytes are in the owner's memory) the
+  // engine sends `message` (at most kMaxNotificationBytes) to the owner, over a connection on which the
+  // owner checked our secret, naming the first request's segment; the owner's poll_notification() returns
+  // it. When a request fails, nothing is sent (Batch::notification() tells why).
+  virtual Result<std::shared_ptr<Batch>> submit(std::span<const Request> requests,
+                                                std::span<const std::byte> message,
+                                                BatchCallback done = {}) = 0;
+  // Owner side: the oldest notification received, or nullopt when none is queued.
+  virtual std::optional<Notification> poll_notification() = 0;
+  // Waits for one; Errc::Timeout when none came in time.
+  virtual Result<Notification> wait_notification(std::chrono::nanoseconds timeout) = 0;
+
+  // Checks and plans `requests` once (as submit() does: the same errors) for submitting again and again.
+  virtual Result<std::shared_ptr<const PreparedBatch>> prepare(std::span<const Request> requests) = 0;
+  virtual Result<std::shared_ptr<Batch>> submit(const PreparedBatch& prepared, BatchCallback done = {}) = 0;
+
+  // Non-blocking submit: posts the whole batch, or nothing and Errc::ResourceExhausted with "would block"
+  // in the message when the in-flight bounds (max_inflight_per_peer, max_inflight_per_rail) have no room
+  // for all of its work requests now; InvalidArgument when the batch needs more than a bound ever allows.
+  virtual Result<std::shared_ptr<Batch>> try_submit(std::span<const Request> requests,
+                                                    BatchCallback done = {}) = 0;
+  virtual Result<std::shared_ptr<Batch>> try_submit(const PreparedBatch& prepared,
+                                                    BatchCallback done = {}) = 0;
 };
 
 }  // namespace rdmakit::xfer

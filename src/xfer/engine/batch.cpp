@@ -21,6 +21,20 @@ std::uint32_t Credits::try_take(std::uint32_t wanted) {
   return 0;
 }
 
+bool Credits::try_take_exact(std::uint32_t n) {
+  auto free = free_.load();
+  while (free >= n) {
+    if (free_.compare_exchange_weak(free, free - n)) {
+      auto used = total_ - (free - n);
+      auto peak = peak_.load(std::memory_order_relaxed);
+      while (used > peak && !peak_.compare_exchange_weak(peak, used, std::memory_order_relaxed)) {
+      }
+      return true;
+    }
+  }
+  return false;
+}
+
 std::uint32_t Credits::acquire(std::uint32_t wanted, std::chrono::steady_clock::time_point deadline) {
   while (true) {
     if (auto granted = try_take(wanted); granted != 0) return granted;
@@ -92,12 +106,43 @@ void BatchImpl::piece_done(std::size_t i, const Error* error) {
   if (slot.pending.fetch_sub(1, std::memory_order_acq_rel) == 1) finish(i);
 }
 
+std::optional<Result<void>> BatchImpl::notification() const {
+  std::lock_guard lock(mutex_);
+  return notification_;
+}
+
+// One more thing to finish: the notification, sent once the requests are all done.
+void BatchImpl::expect_notification(std::function<void()> send) {
+  send_notification_ = std::move(send);
+  has_notification_.store(true, std::memory_order_release);
+  remaining_.fetch_add(1, std::memory_order_acq_rel);
+}
+
+void BatchImpl::notified(Result<void> outcome) {
+  {
+    std::lock_guard lock(mutex_);
+    notification_ = std::move(outcome);
+  }
+  if (remaining_.fetch_sub(1, std::memory_order_acq_rel) == 1) all_done();
+}
+
 void BatchImpl::finish(std::size_t i) {
   auto& slot = slots_[i];
   bool failed = slot.has_error.load(std::memory_order_acquire);
   if (failed) failed_.fetch_add(1, std::memory_order_acq_rel);
   slot.state.store(failed ? 2 : 1, std::memory_order_release);
-  if (remaining_.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+  auto left = remaining_.fetch_sub(1, std::memory_order_acq_rel) - 1;
+  // The last request finished: the notification goes now (on another thread: this may be a reaper).
+  if (left == 1 && has_notification_.load(std::memory_order_acquire) && send_notification_) {
+    auto send = std::move(send_notification_);
+    send_notification_ = nullptr;
+    send();
+    return;
+  }
+  if (left == 0) all_done();
+}
+
+void BatchImpl::all_done() {
   {
     std::lock_guard lock(mutex_);  // a waiter between its check and its sleep holds it: no lost wake-up
   }

@@ -28,6 +28,22 @@ bool transient(Status status) {
 
 bool transient(Errc code) { return code == Errc::StaleDescriptor || code == Errc::ConnectionBroken; }
 
+std::string describe_op(const InflightOp& op) {
+  return std::string(op.op.write ? "WRITE" : "READ") + " of " + std::to_string(op.op.length) + " bytes at " +
+         std::to_string(op.op.offset) + " of segment '" + op.entry->name + "' (owner '" +
+         op.entry->record.owner + "')";
+}
+
+// Remembers the first failure of a work request that will be retried, and each retry's after it.
+void note_error(InflightOp& op, const Error& error) {
+  if (!op.first_error) {
+    op.first_error = error;
+    return;
+  }
+  if (!op.retry_errors.empty()) op.retry_errors += "; ";
+  op.retry_errors += "retry " + std::to_string(op.attempts) + ": " + error.describe();
+}
+
 }  // namespace
 
 Result<std::vector<PlanItem>> EngineImpl::check(std::span<const Request> requests,
@@ -78,52 +94,251 @@ Result<std::vector<PlanItem>> EngineImpl::check(std::span<const Request> request
   return items;
 }
 
-Result<std::shared_ptr<Batch>> EngineImpl::submit(std::span<const Request> requests, BatchCallback done) {
+// Checks and plans once: what submit() does before it posts, kept for submitting again.
+Result<std::shared_ptr<PreparedImpl>> EngineImpl::prepare_impl(std::span<const Request> requests) const {
   std::vector<std::shared_ptr<const SegmentEntry>> entries;
-  std::vector<std::shared_ptr<LocalRegion>> regions;
-  auto items = check(requests, entries, regions);
+  auto prepared = std::make_shared<PreparedImpl>();
+  auto items = check(requests, entries, prepared->regions);
   if (!items) return std::unexpected(items.error());
-  auto batch = std::make_shared<BatchImpl>(requests.size(), std::move(done));
-  batch->set_self(batch);
-  batch->set_progress([handle = progress_handle_] {
-    std::shared_lock lock(handle->mutex);
-    return handle->engine != nullptr && handle->engine->poll_rails();
-  });
-  requests_.fetch_add(requests.size(), std::memory_order_relaxed);
-  if (requests.empty()) return batch;
-
+  prepared->engine = this;
+  prepared->requests = requests.size();
+  if (!requests.empty()) prepared->first_handle = requests.front().segment.value;
+  for (const auto& r : requests) {
+    auto it = std::ranges::find(prepared->handles, r.segment.value);
+    if (it == prepared->handles.end()) {
+      prepared->handles.push_back(r.segment.value);
+      prepared->extents.push_back(0);
+      it = prepared->handles.end() - 1;
+    }
+    auto& extent = prepared->extents[static_cast<std::size_t>(it - prepared->handles.begin())];
+    extent = std::max(extent, r.offset + r.length);
+  }
   PlanLimits limits{options_.stripe_bytes, options_.coalesce_bytes, UINT32_MAX, UINT64_MAX};
   for (const auto& rail : rails_) {
     limits.max_sge = std::min(limits.max_sge, std::max<std::uint32_t>(1, rail->caps.max_sge));
     if (rail->caps.max_message_size != 0)
       limits.max_message = std::min(limits.max_message, rail->caps.max_message_size);
   }
-  auto planned = plan(*items, limits);
-  std::vector<std::uint32_t> pieces(requests.size(), 0);
+  prepared->planned = plan(*items, limits);
+  prepared->pieces.assign(requests.size(), 0);
+  for (const auto& p : prepared->planned) {
+    for (auto r : p.requests) ++prepared->pieces[r];
+    if (p.requests.size() > 1) prepared->coalesced += p.requests.size();
+    auto& mine = prepared->op_regions.emplace_back();
+    for (const auto& piece : p.local) {
+      if (std::ranges::find(mine, piece.region, [](const auto& r) { return r->id; }) != mine.end()) continue;
+      mine.push_back(
+          *std::ranges::find(prepared->regions, piece.region, [](const auto& r) { return r->id; }));
+    }
+  }
+  return prepared;
+}
+
+Result<std::shared_ptr<Batch>> EngineImpl::submit(std::span<const Request> requests, BatchCallback done) {
+  auto prepared = prepare_impl(requests);
+  if (!prepared) return std::unexpected(prepared.error());
+  return submit_prepared(**prepared, std::move(done), true, {});
+}
+
+Result<std::shared_ptr<Batch>> EngineImpl::submit(std::span<const Request> requests,
+                                                  std::span<const std::byte> message, BatchCallback done) {
+  if (message.size() > kMaxNotificationBytes)
+    return fail(Errc::InvalidArgument, "submit: a notification of " + std::to_string(message.size()) +
+                                           " bytes is longer than " + std::to_string(kMaxNotificationBytes));
+  if (requests.empty())
+    return fail(Errc::InvalidArgument, "submit: a notification needs at least one request");
+  auto prepared = prepare_impl(requests);
+  if (!prepared) return std::unexpected(prepared.error());
+  // An empty message still notifies: submit_prepared tells "no notification" by a null data pointer.
+  static constexpr std::byte kNone{};
+  if (message.data() == nullptr) message = std::span<const std::byte>(&kNone, 0);
+  return submit_prepared(**prepared, std::move(done), true, message);
+}
+
+Result<std::shared_ptr<Batch>> EngineImpl::try_submit(std::span<const Request> requests, BatchCallback done) {
+  auto prepared = prepare_impl(requests);
+  if (!prepared) return std::unexpected(prepared.error());
+  return submit_prepared(**prepared, std::move(done), false, {});
+}
+
+Result<std::shared_ptr<const PreparedBatch>> EngineImpl::prepare(std::span<const Request> requests) {
+  auto prepared = prepare_impl(requests);
+  if (!prepared) return std::unexpected(prepared.error());
+  return std::shared_ptr<const PreparedBatch>(std::move(*prepared));
+}
+
+namespace {
+Result<const PreparedImpl*> ours(const PreparedBatch& prepared, const void* engine) {
+  const auto* impl = dynamic_cast<const PreparedImpl*>(&prepared);
+  if (impl == nullptr || impl->engine != engine)
+    return fail(Errc::InvalidArgument, "submit: the request list was prepared by another engine");
+  return impl;
+}
+}  // namespace
+
+Result<std::shared_ptr<Batch>> EngineImpl::submit(const PreparedBatch& prepared, BatchCallback done) {
+  auto impl = ours(prepared, this);
+  if (!impl) return std::unexpected(impl.error());
+  return submit_prepared(**impl, std::move(done), true, {});
+}
+
+Result<std::shared_ptr<Batch>> EngineImpl::try_submit(const PreparedBatch& prepared, BatchCallback done) {
+  auto impl = ours(prepared, this);
+  if (!impl) return std::unexpected(impl.error());
+  return submit_prepared(**impl, std::move(done), false, {});
+}
+
+// Re-validates a prepared list per segment (still there, still long enough) and per local region (still
+// registered, reachable over the segment's transport), then posts. `message.data()` null: no notification.
+Result<std::shared_ptr<Batch>> EngineImpl::submit_prepared(const PreparedImpl& prepared, BatchCallback done,
+                                                           bool blocking,
+                                                           std::span<const std::byte> message) {
+  std::vector<std::shared_ptr<const SegmentEntry>> current(prepared.handles.size());
+  for (std::size_t h = 0; h < prepared.handles.size(); ++h) {
+    current[h] = entry(prepared.handles[h]);
+    const auto& e = current[h];
+    if (!e)
+      return fail(Errc::InvalidArgument, "submit: no segment handle " + std::to_string(prepared.handles[h]));
+    if (e->gone) return fail(Errc::NotFound, "submit: segment '" + e->name + "' is gone");
+    if (prepared.extents[h] > e->record.length)
+      return fail(Errc::InvalidArgument, "submit: segment '" + e->name + "' (" +
+                                             std::to_string(e->record.length) +
+                                             " bytes) is shorter than the request list needs");
+  }
+  {
+    std::shared_lock lock(table_);
+    for (const auto& region : prepared.regions) {
+      if (!locals_by_id_.contains(region->id))
+        return fail(Errc::InvalidArgument, "submit: the request list uses local memory unregistered since");
+    }
+  }
+  auto handle_entry = [&](std::uint32_t handle) -> const std::shared_ptr<const SegmentEntry>& {
+    return current[static_cast<std::size_t>(std::ranges::find(prepared.handles, handle) -
+                                            prepared.handles.begin())];
+  };
+  const bool notify = message.data() != nullptr;
+  if (notify) {
+    for (const auto& e : current) {
+      if (e->peer != current.front()->peer)
+        return fail(Errc::InvalidArgument, "submit: a notified batch goes to one owner; '" + e->name +
+                                               "' is '" + e->record.owner + "''s, '" + current.front()->name +
+                                               "' is '" + current.front()->record.owner + "''s");
+    }
+  }
+  auto batch = std::make_shared<BatchImpl>(prepared.requests, std::move(done));
+  batch->set_self(batch);
+  batch->set_progress([handle = progress_handle_] {
+    std::shared_lock lock(handle->mutex);
+    return handle->engine != nullptr && handle->engine->poll_rails();
+  });
+  if (prepared.requests == 0) return batch;  // an empty batch is done at once
   std::vector<std::unique_ptr<InflightOp>> ops;
-  ops.reserve(planned.size());
-  for (auto& p : planned) {
+  ops.reserve(prepared.planned.size());
+  for (std::size_t k = 0; k < prepared.planned.size(); ++k) {
+    const auto& p = prepared.planned[k];
     auto op = std::make_unique<InflightOp>();
     op->batch = batch;
     op->handle = p.segment;
-    op->entry = entries[p.requests.front()];
-    for (auto r : p.requests) ++pieces[r];
-    if (p.requests.size() > 1) coalesced_.fetch_add(p.requests.size(), std::memory_order_relaxed);
-    for (const auto& piece : p.local) {
-      if (std::ranges::find(op->regions, piece.region, [](const auto& r) { return r->id; }) !=
-          op->regions.end())
-        continue;
-      op->regions.push_back(*std::ranges::find(regions, piece.region, [](const auto& r) { return r->id; }));
+    op->entry = handle_entry(p.segment);
+    op->regions = prepared.op_regions[k];
+    for (const auto& region : op->regions) {
+      if (!region->reaches(op->entry->transport))
+        return fail(Errc::NotSupported,
+                    "submit: segment '" + op->entry->name + "' is reached over " + op->entry->transport +
+                        ", which did not register the local memory (" + region->refusals + ")");
     }
-    op->op = std::move(p);
+    op->op = p;
     ops.push_back(std::move(op));
   }
-  for (std::size_t i = 0; i < pieces.size(); ++i) batch->expect(i, pieces[i]);
-  post_all(std::move(ops), Clock::now() + options_.submit_timeout);
+  std::vector<std::uint32_t> reserved;
+  if (!blocking) {
+    if (auto room = reserve_all(ops, reserved); !room) return std::unexpected(room.error());
+  }
+  for (std::size_t i = 0; i < prepared.requests; ++i) batch->expect(i, prepared.pieces[i]);
+  if (notify) {
+    std::weak_ptr<BatchImpl> weak = batch;
+    auto handle = prepared.first_handle;
+    std::vector<std::byte> copy(message.begin(), message.end());
+    batch->expect_notification([this, weak, handle, copy = std::move(copy)]() mutable {
+      run_task([this, weak, handle, copy = std::move(copy)] {
+        auto b = weak.lock();
+        if (!b) return;
+        if (b->failed() != 0) {
+          return b->notified(fail(Errc::Unavailable, "notification not sent: " + std::to_string(b->failed()) +
+                                                         " of " + std::to_string(b->size()) +
+                                                         " requests failed"));
+        }
+        auto target = entry(handle);
+        b->notified(target->gone ? fail(Errc::NotFound,
+                                        "notification not sent: segment '" + target->name + "' is gone")
+                                 : send_notification(*target, copy));
+      });
+    });
+  }
+  requests_.fetch_add(prepared.requests, std::memory_order_relaxed);
+  coalesced_.fetch_add(prepared.coalesced, std::memory_order_relaxed);
+  post_all(std::move(ops), Clock::now() + options_.submit_timeout, blocking ? nullptr : &reserved);
   return batch;
 }
 
-void EngineImpl::post_all(std::vector<std::unique_ptr<InflightOp>> ops, Clock::time_point deadline) {
+// All or nothing: each peer's credits for all of its ops, and on every rail one of its links uses as many
+// (more than needed when a peer's links span several rails; what is left over goes back after posting).
+Result<void> EngineImpl::reserve_all(const std::vector<std::unique_ptr<InflightOp>>& ops,
+                                     std::vector<std::uint32_t>& rails) {
+  rails.assign(rails_.size(), 0);
+  std::vector<std::pair<Peer*, std::uint32_t>> peers;
+  for (const auto& op : ops) {
+    auto* peer = op->entry->peer.get();
+    auto it = std::ranges::find(peers, peer, &std::pair<Peer*, std::uint32_t>::first);
+    if (it == peers.end())
+      peers.emplace_back(peer, 1);
+    else
+      ++it->second;
+  }
+  std::vector<std::uint32_t> total(rails_.size(), 0);
+  for (auto& [peer, n] : peers) {
+    for (std::size_t i = 0; i < rails_.size(); ++i) {
+      if (std::ranges::any_of(peer->links, [&](const auto& l) { return l->rail->index == i; })) total[i] += n;
+    }
+  }
+  rails = total;
+  for (const auto& [peer, n] : peers) {
+    if (n > peer->credits.total())
+      return fail(Errc::InvalidArgument, "try_submit: " + std::to_string(n) + " work requests to '" +
+                                             peer->owner + "' exceed max_inflight_per_peer " +
+                                             std::to_string(options_.max_inflight_per_peer) +
+                                             " (use submit())");
+  }
+  for (std::size_t i = 0; i < rails.size(); ++i) {
+    if (rails[i] > rails_[i]->credits->total())
+      return fail(Errc::InvalidArgument,
+                  "try_submit: " + std::to_string(rails[i]) + " work requests exceed max_inflight_per_rail " +
+                      std::to_string(options_.max_inflight_per_rail) + " (use submit())");
+  }
+  std::size_t taken_peers = 0, taken_rails = 0;
+  bool ok = true;
+  for (; taken_peers < peers.size() && ok; ++taken_peers)
+    ok = peers[taken_peers].first->credits.try_take_exact(peers[taken_peers].second);
+  if (!ok) --taken_peers;
+  for (; ok && taken_rails < rails.size(); ++taken_rails) {
+    ok = rails[taken_rails] == 0 || rails_[taken_rails]->credits->try_take_exact(rails[taken_rails]);
+    if (!ok) break;
+  }
+  if (ok) return {};
+  for (std::size_t i = 0; i < taken_peers; ++i) peers[i].first->credits.release(peers[i].second);
+  for (std::size_t i = 0; i < taken_rails; ++i) {
+    if (rails[i] != 0) rails_[i]->credits->release(rails[i]);
+  }
+  return fail(Errc::ResourceExhausted, "try_submit: would block: no room for " + std::to_string(ops.size()) +
+                                           " work requests now (max_inflight_per_peer " +
+                                           std::to_string(options_.max_inflight_per_peer) +
+                                           ", max_inflight_per_rail " +
+                                           std::to_string(options_.max_inflight_per_rail) + ")");
+}
+
+void EngineImpl::post_all(std::vector<std::unique_ptr<InflightOp>> ops, Clock::time_point deadline,
+                          std::vector<std::uint32_t>* reserved) {
+  std::vector<std::uint32_t> rail_used(rails_.size(), 0);
   std::ranges::stable_sort(ops, {}, [](const auto& op) { return op->entry->peer.get(); });
   std::size_t next = 0;
   while (next < ops.size()) {
@@ -133,22 +348,33 @@ void EngineImpl::post_all(std::vector<std::unique_ptr<InflightOp>> ops, Clock::t
     std::vector<std::unique_ptr<InflightOp>> group(std::make_move_iterator(ops.begin() + next),
                                                    std::make_move_iterator(ops.begin() + end));
     std::size_t posted = 0;
-    while (posted < group.size()) post_round(*peer, group, posted, deadline);
+    while (posted < group.size()) post_round(*peer, group, posted, deadline, reserved != nullptr, rail_used);
     next = end;
+  }
+  if (reserved == nullptr) return;
+  for (std::size_t i = 0; i < rails_.size(); ++i) {
+    if ((*reserved)[i] > rail_used[i]) rails_[i]->credits->release((*reserved)[i] - rail_used[i]);
   }
 }
 
 // Posts the next few work requests of `ops` (all to `peer`) as one chain on the peer's next link, once the
 // bounds allow; spreading rounds over the links stripes a long request over every connection and device.
 void EngineImpl::post_round(Peer& peer, std::vector<std::unique_ptr<InflightOp>>& ops, std::size_t& next,
-                            Clock::time_point deadline) {
+                            Clock::time_point deadline, bool reserved,
+                            std::vector<std::uint32_t>& rail_used) {
   auto links = static_cast<std::uint32_t>(peer.links.size());
   auto left = static_cast<std::uint32_t>(ops.size() - next);
   auto wanted = std::clamp<std::uint32_t>(left / links, 1, 32);
   auto& link = *peer.links[peer.next_link.fetch_add(1, std::memory_order_relaxed) % links];
-  auto granted = peer.credits.acquire(wanted, deadline);
-  auto rail_granted = granted == 0 ? 0 : link.rail->credits->acquire(granted, deadline);
-  if (rail_granted < granted) peer.credits.release(granted - rail_granted);
+  std::uint32_t granted = 0, rail_granted = 0;
+  if (reserved) {
+    granted = rail_granted = std::min(wanted, left);  // taken by reserve_all
+  } else {
+    granted = peer.credits.acquire(wanted, deadline);
+    rail_granted = granted == 0 ? 0 : link.rail->credits->acquire(granted, deadline);
+    if (rail_granted < granted) peer.credits.release(granted - rail_granted);
+  }
+  rail_used[link.rail->index] += rail_granted;
   if (rail_granted > 0 && link.rail->progress_sleeping.load()) {
     std::lock_guard lock(link.rail->idle_mutex);  // it is in its wait, or sees the credit before it waits
     link.rail->work_posted.notify_one();
@@ -194,7 +420,12 @@ void EngineImpl::post_chain(Link& link, std::vector<std::unique_ptr<InflightOp>>
     auto n = static_cast<std::uint32_t>(chain.size());
     link.rail->credits->release(n);
     chain.front()->entry->peer->credits.release(n);
-    for (auto& op : chain) complete(std::move(op), &first.error(), transient(first.error().code()));
+    for (auto& op : chain) {
+      // Named as a completion's failure is: the first failure of a request is what its error leads with.
+      Error error(first.error().code(), describe_op(*op) + ": post: " + first.error().message(),
+                  first.error().sys_errno(), first.error().status());
+      complete(std::move(op), &error, transient(first.error().code()));
+    }
     return;
   }
   // Completions a reaper (the progress thread or a waiter) took before this chain was known wait in `early`:
@@ -304,11 +535,8 @@ void EngineImpl::finish(Rail& rail, Finished finished, const Completion& complet
   for (auto& op : finished.ok) complete(std::move(op), nullptr, false);
   if (!finished.failed) return;
   auto& op = finished.failed;
-  Error error(Errc::TransportFailure,
-              std::string(op->op.write ? "WRITE" : "READ") + " of " + std::to_string(op->op.length) +
-                  " bytes at " + std::to_string(op->op.offset) + " of segment '" + op->entry->name +
-                  "' (owner '" + op->entry->record.owner + "'): " + std::string(to_string(completion.status)),
-              0, completion.status);
+  Error error(Errc::TransportFailure, describe_op(*op) + ": " + std::string(to_string(completion.status)), 0,
+              completion.status);
   complete(std::move(op), &error, transient(completion.status));
 }
 
@@ -320,6 +548,7 @@ void EngineImpl::complete(std::unique_ptr<InflightOp> op, const Error* error, bo
   if (!retryable || op->attempts >= options_.max_retries || stop_.load(std::memory_order_acquire)) {
     return fail_op(*op, *error);
   }
+  note_error(*op, *error);
   {
     std::lock_guard lock(retry_mutex_);
     retry_queue_.push_back(std::move(op));
@@ -328,20 +557,39 @@ void EngineImpl::complete(std::unique_ptr<InflightOp> op, const Error* error, bo
 }
 
 void EngineImpl::fail_op(InflightOp& op, const Error& error) {
-  for (auto r : op.op.requests) op.batch->piece_done(r, &error);
+  if (!op.first_error) {
+    for (auto r : op.op.requests) op.batch->piece_done(r, &error);
+    return;
+  }
+  // The code is the last attempt's (NotFound: the name is gone now); the message starts with the cause.
+  note_error(op, error);
+  Error told(error.code(), "first failure: " + op.first_error->describe() + "; then " + op.retry_errors,
+             error.sys_errno(),
+             error.code() == Errc::TransportFailure ? error.status() : op.first_error->status());
+  for (auto r : op.op.requests) op.batch->piece_done(r, &told);
 }
 
 void EngineImpl::retry_loop() {
   while (true) {
     std::unique_ptr<InflightOp> op;
+    std::function<void()> task;
     {
       std::unique_lock lock(retry_mutex_);
-      retry_ready_.wait(lock, [&] { return stop_.load() || !retry_queue_.empty(); });
-      if (retry_queue_.empty()) return;
-      op = std::move(retry_queue_.front());
-      retry_queue_.pop_front();
+      retry_ready_.wait(lock, [&] { return stop_.load() || !retry_queue_.empty() || !tasks_.empty(); });
+      if (retry_queue_.empty() && tasks_.empty()) {
+        retry_exited_ = true;  // run_task runs later tasks itself
+        return;
+      }
+      if (!tasks_.empty()) {
+        task = std::move(tasks_.front());
+        tasks_.pop_front();
+      } else {
+        op = std::move(retry_queue_.front());
+        retry_queue_.pop_front();
+      }
     }
-    retry_one(std::move(op));
+    if (task) task();  // a notification's send: it fails at once once the engine is closing
+    if (op) retry_one(std::move(op));
   }
 }
 

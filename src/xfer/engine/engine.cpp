@@ -15,6 +15,7 @@ namespace rdmakit::xfer {
 // file in every build type, not wherever an optimizer happens to keep it (abi/librdmakit.symbols).
 Engine::~Engine() = default;
 Batch::~Batch() = default;
+PreparedBatch::~PreparedBatch() = default;
 
 Result<std::unique_ptr<Engine>> Engine::create(MetadataStore& metadata, const EngineOptions& options) {
   if (options.transports.empty()) return fail(Errc::InvalidArgument, "xfer engine: no transport");
@@ -93,6 +94,7 @@ Result<void> EngineImpl::start() {
     rail->acceptor = std::thread([this, r = rail.get()] { accept_loop(*r); });
   }
   retry_thread_ = std::thread([this] { retry_loop(); });
+  notify_thread_ = std::thread([this] { notify_loop(); });
   progress_handle_->engine = this;
   return {};
 }
@@ -137,7 +139,7 @@ void EngineImpl::accept_loop(Rail& rail) {
     });
     {
       std::lock_guard lock(rail.accepted_mutex);
-      std::erase_if(rail.accepted, [](const auto& c) { return !c->health().has_value(); });
+      std::erase_if(rail.accepted, [](const auto& a) { return !a.connection->health().has_value(); });
     }
     if (!connection) continue;
     if (rail.proving.size() >= kMaxProving) {
@@ -157,10 +159,19 @@ void EngineImpl::start_proof(Rail& rail, std::shared_ptr<Connection> connection)
   auto done = std::make_shared<std::atomic<bool>>(false);
   bootstrap::PeerProofConfig config{secret_, std::string(kPeerProofLabel), options_.connect_timeout};
   auto thread = std::thread([this, &rail, connection, done, config = std::move(config)] {
-    auto proven = bootstrap::prove_accept(*rail.context, *connection, config, options_.name);
+    // The notification receives are posted before the peer learns it was accepted (before_accept), so its
+    // first notification finds one; a peer that did not prove the secret never gets any.
+    std::unique_ptr<rdmakit::detail::MessageChannel> channel;
+    auto proven =
+        bootstrap::prove_accept(*rail.context, *connection, config, options_.name, [&]() -> Result<void> {
+          auto opened = open_owner_channel(*rail.context, connection);
+          if (!opened) return std::unexpected(opened.error());
+          channel = std::move(*opened);
+          return {};
+        });
     if (proven) {
       std::lock_guard lock(rail.accepted_mutex);
-      rail.accepted.push_back(connection);
+      rail.accepted.push_back({connection, *proven, std::move(channel)});
     } else {
       log::info("xfer", "closed a connection on " + rail.listener->address() +
                             " whose peer did not prove the secret: " + proven.error().message());
@@ -193,11 +204,12 @@ EngineImpl::~EngineImpl() {
     rail->work_posted.notify_all();
   }
   if (retry_thread_.joinable()) retry_thread_.join();
+  if (notify_thread_.joinable()) notify_thread_.join();
   for (auto& rail : rails_) {
     if (rail->acceptor.joinable()) rail->acceptor.join();
     if (rail->progress.joinable()) rail->progress.join();
     std::lock_guard lock(rail->accepted_mutex);
-    for (auto& connection : rail->accepted) connection->close();
+    for (auto& accepted : rail->accepted) accepted.connection->close();
   }
   // Work requests whose completions did not come within the drain: their requests fail, so no batch that
   // outlives the engine waits forever.
@@ -380,6 +392,9 @@ EngineStats EngineImpl::stats() const {
   EngineStats s;
   s.requests = requests_.load(), s.work_requests = work_requests_.load(), s.coalesced = coalesced_.load();
   s.retries = retries_.load(), s.resolves = resolves_.load();
+  s.notifications_received = notifications_received_.load();
+  s.notifications_dropped = notifications_dropped_.load();
+  s.notifications_refused = notifications_refused_.load();
   for (const auto& rail : rails_)
     s.rails.push_back({rail->transport, rail->device, rail->work_requests.load()});
   std::shared_lock lock(table_);

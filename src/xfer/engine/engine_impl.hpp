@@ -11,11 +11,13 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <shared_mutex>
 #include <thread>
 #include <unordered_map>
 #include <vector>
 
+#include "core/message_channel.hpp"
 #include "rdmakit/context.hpp"
 #include "rdmakit/xfer/engine.hpp"
 #include "xfer/engine/plan.hpp"
@@ -37,6 +39,12 @@ class Credits {
  private:
   std::uint32_t try_take(std::uint32_t wanted);
 
+ public:
+  // Exactly n credits or none, without waiting.
+  bool try_take_exact(std::uint32_t n);
+  std::uint32_t total() const { return total_; }
+
+ private:
   std::atomic<std::uint32_t> free_;
   std::uint32_t total_;
   std::atomic<std::uint32_t> waiters_{0};
@@ -44,6 +52,10 @@ class Credits {
   std::mutex mutex_;
   std::condition_variable freed_;
 };
+
+// notify.cpp: the channel an owner opens on a connection whose peer proved the secret.
+Result<std::unique_ptr<rdmakit::detail::MessageChannel>> open_owner_channel(
+    Context& context, std::shared_ptr<Connection> connection);
 
 class BatchImpl;
 struct Peer;
@@ -58,6 +70,10 @@ struct InflightOp {
   PlannedOp op;
   std::vector<std::shared_ptr<LocalRegion>> regions;  // the local memory its pieces lie in, kept alive
   std::uint32_t attempts = 0;
+  // The failure that started the retries and what each retry met: the final error names the cause, not
+  // only the last retry's symptom (a dead owner's "connection refused").
+  std::optional<Error> first_error;
+  std::string retry_errors;
 };
 
 // The work requests posted in one call on one link, ids first .. first + ops.size() - 1. Only the last is
@@ -103,8 +119,15 @@ struct Rail {
   // Connections peers made to us (we are a segment owner): kept open until they fail or we close. Only
   // those whose peer proved the secret get here; `proving` holds the others while their proof runs (each
   // on its own thread, so a silent stranger delays nobody), at most kMaxProving at a time.
+  // Each with the identity it proved and the channel its notifications arrive on (receives posted before
+  // the peer learns it was accepted, so its first notification finds one).
+  struct Accepted {
+    std::shared_ptr<Connection> connection;
+    std::string identity;
+    std::unique_ptr<rdmakit::detail::MessageChannel> channel;
+  };
   std::mutex accepted_mutex;
-  std::vector<std::shared_ptr<Connection>> accepted;
+  std::vector<Accepted> accepted;
   struct Proving {
     std::shared_ptr<Connection> connection;
     std::shared_ptr<std::atomic<bool>> done;
@@ -129,6 +152,9 @@ struct Peer {
   std::vector<std::unique_ptr<Link>> links;
   Credits credits;  // max_inflight_per_peer
   std::atomic<std::uint32_t> next_link{0};
+  // Notifications go on a connection of their own (own queues, not a rail's), made on the first one.
+  std::mutex notify_mutex;
+  std::unique_ptr<rdmakit::detail::MessageChannel> notify;
   bool healthy() const;
   void close();
 };
@@ -170,6 +196,12 @@ class BatchImpl final : public Batch {
   Result<void> wait(std::chrono::nanoseconds timeout) override;
   std::optional<Result<void>> status(std::size_t i) const override;
   std::size_t failed() const noexcept override { return failed_.load(std::memory_order_acquire); }
+  std::optional<Result<void>> notification() const override;
+
+  // The batch carries a notification: done() waits for notified() too, and `send` runs (once) when every
+  // request has finished.
+  void expect_notification(std::function<void()> send);
+  void notified(Result<void> outcome);
 
   // Request i is carried by `pieces` work requests.
   void expect(std::size_t i, std::uint32_t pieces) { slots_[i].pending = pieces; }
@@ -188,8 +220,12 @@ class BatchImpl final : public Batch {
     std::optional<Error> error;          // set under mutex_ before state becomes 2
   };
   void finish(std::size_t i);
+  void all_done();
 
   std::vector<Slot> slots_;
+  std::function<void()> send_notification_;
+  std::optional<Result<void>> notification_;  // under mutex_
+  std::atomic<bool> has_notification_{false};
   std::atomic<std::size_t> remaining_;
   std::atomic<std::size_t> failed_{0};
   mutable std::mutex mutex_;
@@ -203,6 +239,22 @@ class BatchImpl final : public Batch {
 struct ProgressHandle {
   std::shared_mutex mutex;
   class EngineImpl* engine = nullptr;
+};
+
+// A request list checked and planned once.
+class PreparedImpl final : public PreparedBatch {
+ public:
+  std::size_t size() const noexcept override { return requests; }
+  std::size_t requests = 0;
+  std::vector<std::uint32_t> pieces;  // work requests per request
+  std::vector<PlannedOp> planned;     // each with its handle (PlannedOp::segment)
+  std::vector<std::vector<std::shared_ptr<LocalRegion>>> op_regions;  // by planned op
+  std::vector<std::uint32_t> handles;  // distinct, with the extent the list needs in each
+  std::vector<std::uint64_t> extents;
+  std::vector<std::shared_ptr<LocalRegion>> regions;
+  std::uint32_t first_handle = 0;  // request 0's: names the notification
+  std::uint64_t coalesced = 0;
+  const void* engine = nullptr;
 };
 
 class EngineImpl final : public Engine {
@@ -223,6 +275,17 @@ class EngineImpl final : public Engine {
   Result<SegmentHandle> open_segment(std::string_view name) override;
   Result<SegmentInfo> segment_info(SegmentHandle segment) const override;
   Result<std::shared_ptr<Batch>> submit(std::span<const Request> requests, BatchCallback done) override;
+  Result<std::span<std::byte>> allocate_unpublished(std::string_view name, std::size_t size,
+                                                    MemoryKind kind) override;
+  Result<void> publish_ready(std::string_view name) override;
+  Result<std::shared_ptr<Batch>> submit(std::span<const Request> requests, std::span<const std::byte> message,
+                                        BatchCallback done) override;
+  std::optional<Notification> poll_notification() override;
+  Result<Notification> wait_notification(std::chrono::nanoseconds timeout) override;
+  Result<std::shared_ptr<const PreparedBatch>> prepare(std::span<const Request> requests) override;
+  Result<std::shared_ptr<Batch>> submit(const PreparedBatch& prepared, BatchCallback done) override;
+  Result<std::shared_ptr<Batch>> try_submit(std::span<const Request> requests, BatchCallback done) override;
+  Result<std::shared_ptr<Batch>> try_submit(const PreparedBatch& prepared, BatchCallback done) override;
   EngineStats stats() const override;
   // Tests: the context of rail i (e.g. to reach a fault context's injector).
   Context& rail_context(std::size_t i) const { return *rails_.at(i)->context; }
@@ -252,14 +315,32 @@ class EngineImpl final : public Engine {
   void install(std::uint32_t handle, std::shared_ptr<const SegmentEntry> entry);
   std::shared_ptr<LocalRegion> find_local(std::uint64_t addr, std::uint64_t length) const;
 
+  // notify.cpp: notifications, both sides.
+  void notify_loop();
+  bool take_notifications(Rail& rail);
+  void accept_notification(const std::string& sender, std::span<const std::byte> payload);
+  Result<void> send_notification(const SegmentEntry& entry, std::span<const std::byte> message);
+  Result<void> open_notify_channel(Peer& peer, const SegmentEntry& entry);
+  void run_task(std::function<void()> task);
+
   // datapath.cpp: posting, completions, retries.
+  Result<std::shared_ptr<PreparedImpl>> prepare_impl(std::span<const Request> requests) const;
+  Result<std::shared_ptr<Batch>> submit_prepared(const PreparedImpl& prepared, BatchCallback done,
+                                                 bool blocking, std::span<const std::byte> message);
+  // try_submit: takes every credit the ops need now (per rail into `rails`), or none and the reason.
+  Result<void> reserve_all(const std::vector<std::unique_ptr<InflightOp>>& ops,
+                           std::vector<std::uint32_t>& rails);
   // `entries`: each request's resolution; `regions`: the local registrations the batch uses (each once).
   Result<std::vector<PlanItem>> check(std::span<const Request> requests,
                                       std::vector<std::shared_ptr<const SegmentEntry>>& entries,
                                       std::vector<std::shared_ptr<LocalRegion>>& regions) const;
-  void post_all(std::vector<std::unique_ptr<InflightOp>> ops, std::chrono::steady_clock::time_point deadline);
+  // `reserved`: the credits were taken already (try_submit): post without waiting, then give back the rail
+  // credits left over.
+  void post_all(std::vector<std::unique_ptr<InflightOp>> ops, std::chrono::steady_clock::time_point deadline,
+                std::vector<std::uint32_t>* reserved = nullptr);
   void post_round(Peer& peer, std::vector<std::unique_ptr<InflightOp>>& ops, std::size_t& next,
-                  std::chrono::steady_clock::time_point deadline);
+                  std::chrono::steady_clock::time_point deadline, bool reserved,
+                  std::vector<std::uint32_t>& rail_used);
   void post_chain(Link& link, std::vector<std::unique_ptr<InflightOp>> chain);
   void progress_loop(Rail& rail);
   // Dequeues and applies what the rail's queue holds, unless another thread is doing so (false then, and
@@ -274,6 +355,7 @@ class EngineImpl final : public Engine {
   void complete(std::unique_ptr<InflightOp> op, const Error* error, bool retryable);
   void retry_loop();
   void retry_one(std::unique_ptr<InflightOp> op);
+  // Fails the op's requests; after retries the error leads with the first failure and lists the retries'.
   void fail_op(InflightOp& op, const Error& error);
 
   MetadataStore& metadata_;
@@ -287,6 +369,15 @@ class EngineImpl final : public Engine {
   std::map<std::string, std::shared_ptr<Peer>> peers_;
   std::map<std::string, std::uint32_t, std::less<>> handles_;
   std::map<std::string, std::shared_ptr<LocalRegion>, std::less<>> published_;
+  std::map<std::string, std::shared_ptr<LocalRegion>, std::less<>> unready_;  // allocate_unpublished()
+
+  std::mutex notifications_mutex_;
+  std::condition_variable notification_arrived_;
+  std::deque<Notification> notifications_;
+  std::set<std::string, std::less<>> ready_names_;  // published_'s names, for the notify thread
+  std::thread notify_thread_;
+  std::deque<std::function<void()>> tasks_;  // notification sends, run by the retry thread
+  bool retry_exited_ = false;                // under retry_mutex_
 
   mutable std::shared_mutex table_;                           // entries_ and locals_, read by every submit
   std::vector<std::shared_ptr<const SegmentEntry>> entries_;  // handle - 1
@@ -303,6 +394,7 @@ class EngineImpl final : public Engine {
   std::shared_ptr<ProgressHandle> progress_handle_ = std::make_shared<ProgressHandle>();
   std::atomic<bool> stop_{false};
   std::atomic<std::uint64_t> requests_{0}, work_requests_{0}, coalesced_{0}, retries_{0}, resolves_{0};
+  std::atomic<std::uint64_t> notifications_received_{0}, notifications_dropped_{0}, notifications_refused_{0};
 };
 
 }  // namespace rdmakit::xfer::detail

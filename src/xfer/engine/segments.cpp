@@ -161,14 +161,67 @@ Result<void> EngineImpl::publish_region(std::string_view name, std::shared_ptr<L
   if (!sealed) return std::unexpected(sealed.error());
   if (auto put = metadata_.publish(segment_key(name), *sealed); !put) return put;
   published_.emplace(std::string(name), std::move(region));
+  unready_.erase(std::string(name));
+  std::lock_guard names(notifications_mutex_);
+  ready_names_.emplace(name);
   return {};
+}
+
+Result<std::span<std::byte>> EngineImpl::allocate_unpublished(std::string_view name, std::size_t size,
+                                                              MemoryKind kind) {
+  if (name.empty()) return fail(Errc::InvalidArgument, "allocate_unpublished: empty segment name");
+  if (size == 0)
+    return fail(Errc::InvalidArgument, "allocate_unpublished '" + std::string(name) + "': size 0");
+  {
+    std::lock_guard lock(control_);
+    if (published_.contains(name) || unready_.contains(name))
+      return fail(Errc::InvalidArgument,
+                  "allocate_unpublished: segment '" + std::string(name) + "' is already ours");
+  }
+  std::size_t rail = 0;
+  auto first = kind == MemoryKind::Cuda ? allocate_device(size, rail)
+                                        : rails_.front()->context->allocate(size, kSegmentAccess);
+  if (!first) return std::unexpected(first.error());
+  auto region = register_everywhere((*first)->data(), size, (*first)->kind(), *first, rail);
+  if (!region) return std::unexpected(region.error());
+  std::lock_guard lock(control_);
+  if (!unready_.emplace(std::string(name), *region).second) {
+    (void)unregister_local((*first)->data());
+    return fail(Errc::InvalidArgument,
+                "allocate_unpublished: segment '" + std::string(name) + "' is already ours");
+  }
+  return std::span<std::byte>(static_cast<std::byte*>((*first)->data()), size);
+}
+
+// Nothing of the segment was in the metadata before: a reader that looked it up got NotFound, never memory
+// the owner had not filled yet.
+Result<void> EngineImpl::publish_ready(std::string_view name) {
+  std::shared_ptr<LocalRegion> region;
+  {
+    std::lock_guard lock(control_);
+    auto it = unready_.find(name);
+    if (it == unready_.end()) {
+      return fail(
+          published_.contains(name) ? Errc::InvalidArgument : Errc::NotFound,
+          "publish_ready: '" + std::string(name) +
+              (published_.contains(name) ? "' is published already" : "' was not allocated unpublished"));
+    }
+    region = it->second;
+  }
+  return publish_region(name, std::move(region));
 }
 
 Result<void> EngineImpl::unpublish(std::string_view name) {
   std::lock_guard lock(control_);
+  if (unready_.erase(std::string(name)) != 0)
+    return {};  // never visible: nothing to remove from the metadata
   auto it = published_.find(name);
   if (it == published_.end())
     return fail(Errc::NotFound, "unpublish: '" + std::string(name) + "' is not ours");
+  {
+    std::lock_guard names(notifications_mutex_);
+    ready_names_.erase(std::string(name));
+  }
   auto removed = metadata_.unpublish(segment_key(name));
   published_.erase(it);
   return removed;
