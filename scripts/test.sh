@@ -32,6 +32,9 @@ export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktra
 # The key-guessing case makes a connection per guess (48000 in build/, 5 s; ~40 s per transport under ASan):
 # the sanitizer builds look for memory errors, and a tenth of the guesses is plenty for that.
 export RDMAKIT_CONFORMANCE_KEY_GUESSES=100,1000
+# Likewise the repeated tests (crash rounds, world sizes 1-8): a quarter of the rounds, every crash point
+# still reached (tests/support/test_support.hpp, scaled_repeats).
+export RDMAKIT_TEST_REPEAT_SCALE=0.25
 # The fault cases assert detection within the timeout + max(1 s, timeout / 2); the sanitizers run several
 # times slower, so they get this much more (tests/reliability/fault_ops.hpp, tests/xfer/failure_test.cpp).
 export RDMAKIT_TEST_FAULT_SLACK_MS=10000

@@ -97,7 +97,8 @@ int main(int argc, char** argv) {
       for (int i = 0; i < iters; ++i)
         if (auto e = rt.memcpy(kind.to, kind.from, size, cuda::kDefault); e != cuda::kSuccess)
           return die(rt, "cudaMemcpy", e);
-      if (auto e = rt.stream_synchronize(nullptr); e != cuda::kSuccess) return die(rt, "cudaStreamSynchronize", e);
+      if (auto e = rt.stream_synchronize(nullptr); e != cuda::kSuccess)
+        return die(rt, "cudaStreamSynchronize", e);
       double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       std::printf("%s %zu %.2f\n", kind.name, size, static_cast<double>(size) * iters / seconds / 1e9);
     }

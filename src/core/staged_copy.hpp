@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 #include "rdmakit/error.hpp"
 
@@ -12,5 +13,13 @@ namespace rdmakit::detail {
 // Copies `size` bytes; either side may be device memory. `what` names the operation for the error.
 // Synchronous: it returns when the bytes are there (the caller sends them next, or acknowledges them).
 Result<void> staged_copy(void* destination, const void* source, std::size_t size, const char* what);
+
+// An atomic on an 8-byte word of device memory, done by the CPU through the runtime: read, compute, write
+// back. Atomic with respect to every other rdmakit atomic on device memory in this process, whatever the
+// transport (one process-wide lock, as verbs without GPUDirect atomics would be), not with respect to
+// kernels running on the GPU. `compare_swap`: the word becomes `swap` when it equals `operand`; otherwise
+// `operand` is added. Returns the old value.
+Result<std::uint64_t> device_word_atomic(void* word, bool compare_swap, std::uint64_t operand,
+                                         std::uint64_t swap, const char* what);
 
 }  // namespace rdmakit::detail

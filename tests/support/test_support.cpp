@@ -2,7 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <mutex>
 #include <vector>
 
@@ -57,6 +59,19 @@ void install_log_check() {
     }
     if (!expected) ADD_FAILURE() << "unexpected rdmakit warning: " << text;
   });
+}
+
+double repeat_scale() {
+  const char* text = std::getenv("RDMAKIT_TEST_REPEAT_SCALE");
+  if (!text || !*text) return 1.0;
+  char* end = nullptr;
+  double scale = std::strtod(text, &end);
+  return end && *end == '\0' && scale > 0 && scale <= 1 ? scale : 1.0;
+}
+
+int scaled_repeats(int count, int minimum) {
+  int scaled = static_cast<int>(count * repeat_scale() + 0.5);
+  return std::max(std::min(count, minimum), scaled);
 }
 
 void fill_pattern(void* data, std::size_t size, std::uint32_t seed) {

@@ -19,4 +19,12 @@ void fill_pattern(void* data, std::size_t size, std::uint32_t seed);
 // Index of the first byte that differs from the pattern, or `size` when all match.
 std::size_t find_pattern_mismatch(const void* data, std::size_t size, std::uint32_t seed);
 
+// The number of rounds of a repeated (randomized or exhaustive) test: `count` scaled by
+// $RDMAKIT_TEST_REPEAT_SCALE (0 < scale <= 1, default 1), never below `minimum`. The sanitizer stages of
+// scripts/test.sh set 0.25: they look for memory errors and races in the code the rounds run, which a
+// quarter of the rounds reaches as well as all of them; the normal build runs every round.
+int scaled_repeats(int count, int minimum = 1);
+// The scale itself (1 when unset or invalid).
+double repeat_scale();
+
 }  // namespace rdmakit::testing

@@ -188,13 +188,20 @@ void kill_at_points_and_random_times(int numbered_rounds, int timed_rounds) {
   fs::remove(log);
 }
 
-TEST(CkptCrash, KilledAtEveryCommitPointAndAtRandomTimes) { kill_at_points_and_random_times(40, 50); }
+// Every numbered point is reached at least once however the rounds are scaled (RDMAKIT_TEST_REPEAT_SCALE).
+constexpr int kNumberedPoints = static_cast<int>(detail::CrashPoint::MidRetention);
+
+TEST(CkptCrash, KilledAtEveryCommitPointAndAtRandomTimes) {
+  kill_at_points_and_random_times(rdmakit::testing::scaled_repeats(40, kNumberedPoints),
+                                  rdmakit::testing::scaled_repeats(50, 5));
+}
 
 // The same with incremental checkpoints: references to older checkpoints must survive every crash, and
 // retention must never delete a checkpoint a surviving one references.
 TEST(CkptCrash, IncrementalKilledAtEveryCommitPointAndAtRandomTimes) {
   g_incremental = true;
-  kill_at_points_and_random_times(24, 24);
+  kill_at_points_and_random_times(rdmakit::testing::scaled_repeats(24, kNumberedPoints),
+                                  rdmakit::testing::scaled_repeats(24, 4));
   g_incremental = false;
 }
 

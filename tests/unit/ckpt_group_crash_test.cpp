@@ -19,6 +19,7 @@
 #include "ckpt/persist.hpp"
 #include "ckpt_support.hpp"
 #include "rdmakit/ckpt/store.hpp"
+#include "support/test_support.hpp"
 
 namespace rdmakit::ckpt {
 namespace {
@@ -116,9 +117,12 @@ TEST(CkptGroupCrash, TwoRanksKilledAtEveryCommitPointAndAtRandomTimes) {
   for (int p = 1; p <= static_cast<int>(detail::CrashPoint::AfterDataFsync); ++p) points.emplace_back(1, p);
   // 24 rounds at numbered points, 24 killed at a random moment (0-40 ms, about one commit round) once the
   // writer logged its first commit of that run, so the kill lands while the two ranks persist.
+  // The sanitizer stages run fewer (RDMAKIT_TEST_REPEAT_SCALE), never fewer numbered rounds than points.
   std::mt19937 random(777);
-  std::vector<bool> timed_round(24, false);
-  timed_round.resize(48, true);
+  const int numbered_rounds = rdmakit::testing::scaled_repeats(24, static_cast<int>(points.size()));
+  const int timed_rounds = rdmakit::testing::scaled_repeats(24, 4);
+  std::vector<bool> timed_round(static_cast<std::size_t>(numbered_rounds), false);
+  timed_round.resize(static_cast<std::size_t>(numbered_rounds + timed_rounds), true);
   std::shuffle(timed_round.begin(), timed_round.end(), random);
   int numbered = 0, timed = 0;
   for (std::size_t round = 0; round < timed_round.size(); ++round) {

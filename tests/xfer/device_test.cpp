@@ -195,9 +195,14 @@ TEST_F(XferDevice, DeviceSegmentIsReachedOnlyOverRailsThatRegisteredIt) {
   }
 }
 
+// Every built transport has a path for device memory; gpu_path=direct (RDMAKIT_GPU_PATH) makes tcp refuse
+// its staged one, so a tcp-only engine has no rail that takes the memory.
 TEST_F(XferDevice, NoRailTakesTheMemoryFailsNamingEachRefusal) {
-  if (takes_device_memory("shm")) GTEST_SKIP() << "shm takes device memory: no refusing transport to test";
-  auto engine = make_engine(*metadata_, options("shm-only", {"shm"}));
+  struct DirectOnly {
+    DirectOnly() { ::setenv("RDMAKIT_GPU_PATH", "direct", 1); }
+    ~DirectOnly() { ::unsetenv("RDMAKIT_GPU_PATH"); }
+  } direct_only;
+  auto engine = make_engine(*metadata_, options("tcp-only", {"tcp"}));
   ASSERT_TRUE(engine);
   DeviceBuffer memory(1 << 20);
   auto allocated = engine->allocate_segment("a", 1 << 20, MemoryKind::Cuda);
@@ -209,10 +214,11 @@ TEST_F(XferDevice, NoRailTakesTheMemoryFailsNamingEachRefusal) {
     ASSERT_NE(error, nullptr) << "device memory was taken by a rail that refuses it";
     EXPECT_EQ(error->code(), Errc::NotSupported);
     EXPECT_NE(error->message().find("no rail of this engine takes"), std::string::npos) << error->message();
-    EXPECT_NE(error->message().find("shm: "), std::string::npos) << error->message();
+    EXPECT_NE(error->message().find("tcp: "), std::string::npos) << error->message();
+    EXPECT_NE(error->message().find("gpu_path=direct"), std::string::npos) << error->message();
   }
   // Nothing was published under either name.
-  auto other = make_engine(*metadata_, options("other", {"shm"}));
+  auto other = make_engine(*metadata_, options("other", {"tcp"}));
   ASSERT_TRUE(other);
   EXPECT_EQ(other->open_segment("a").error().code(), Errc::NotFound);
   EXPECT_EQ(other->open_segment("p").error().code(), Errc::NotFound);

@@ -196,15 +196,13 @@ Status move_pieces(const PeerView& peer, const Pieces& local, const Pieces& remo
 
 Status device_atomic(std::uint64_t addr, Opcode opcode, std::uint64_t compare_add, std::uint64_t swap,
                      std::uint64_t* old_value) {
-  static std::mutex device_words;
-  std::lock_guard lock(device_words);
-  auto* word = reinterpret_cast<void*>(addr);
-  std::uint64_t old = 0;
-  if (Status st = runtime_copy(&old, word, 8); st != Status::Success) return st;
-  std::uint64_t next = opcode == Opcode::FetchAdd ? old + compare_add : (old == compare_add ? swap : old);
-  if (next != old)
-    if (Status st = runtime_copy(word, &next, 8); st != Status::Success) return st;
-  *old_value = old;
+  auto old = detail::device_word_atomic(reinterpret_cast<void*>(addr), opcode != Opcode::FetchAdd,
+                                        compare_add, swap, "shm: atomic on device memory");
+  if (!old) {
+    log::error("shm", old.error().message());
+    return Status::RemoteOperation;
+  }
+  *old_value = *old;
   return Status::Success;
 }
 

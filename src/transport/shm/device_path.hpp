@@ -77,9 +77,9 @@ Status resolve_device(const PeerView& peer, const DeviceRef& ref, std::uint32_t 
 // bounced through host memory where the remote host memory is reachable only by cross-memory attach.
 Status move_pieces(const PeerView& peer, const Pieces& local, const Pieces& remote, bool write);
 
-// An 8-byte atomic on a word of device memory in this process: read-modify-write through the runtime under
-// a process-wide mutex. Atomic with respect to every other shm atomic on device memory in this process (the
-// owner serves them all), not with respect to GPU kernels touching the word meanwhile.
+// An 8-byte atomic on a word of device memory in this process: detail::device_word_atomic, the one
+// read-modify-write through the runtime under a process-wide lock that tcp's atomics on device memory take
+// too. Not atomic with respect to GPU kernels touching the word meanwhile.
 Status device_atomic(std::uint64_t addr, Opcode opcode, std::uint64_t compare_add, std::uint64_t swap,
                      std::uint64_t* old_value);
 

@@ -144,20 +144,8 @@ void TcpConnection::execute_read() {
 }
 
 Result<std::uint64_t> TcpConnection::device_atomic(const FrameHeader& h) {
-  // Atomic with respect to every other rdmakit atomic in this process (as on verbs without GPUDirect
-  // atomics, not with respect to kernels running on the GPU).
-  static std::mutex device_words;
-  std::lock_guard lock(device_words);
-  std::uint64_t old = 0;
-  auto* word = reinterpret_cast<void*>(h.addr);
-  if (auto read = detail::staged_copy(&old, word, 8, "tcp: atomic on device memory"); !read)
-    return std::unexpected(read.error());
-  std::uint64_t next =
-      h.type == FrameType::CompareSwap ? (old == h.operand1 ? h.operand2 : old) : old + h.operand1;
-  if (next != old)
-    if (auto written = detail::staged_copy(word, &next, 8, "tcp: atomic on device memory"); !written)
-      return std::unexpected(written.error());
-  return old;
+  return detail::device_word_atomic(reinterpret_cast<void*>(h.addr), h.type == FrameType::CompareSwap,
+                                    h.operand1, h.operand2, "tcp: atomic on device memory");
 }
 
 void TcpConnection::execute_atomic() {
