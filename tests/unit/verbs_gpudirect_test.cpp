@@ -102,13 +102,5 @@ TEST(GpuDirectLoader, RegDmabufMrIsResolvedAtItsVersion) {
   EXPECT_EQ(reinterpret_cast<void*>((*api)->reg_dmabuf_mr), expected);
 }
 
-TEST(GpuDirectSysfsRoot, ComesFromTheEnvironmentForTests) {
-  ::unsetenv("RDMAKIT_VERBS_SYSFS_ROOT");
-  EXPECT_EQ(gpudirect_sysfs_root(), "");
-  ::setenv("RDMAKIT_VERBS_SYSFS_ROOT", "/tmp/elsewhere", 1);
-  EXPECT_EQ(gpudirect_sysfs_root(), "/tmp/elsewhere");
-  ::unsetenv("RDMAKIT_VERBS_SYSFS_ROOT");
-}
-
 }  // namespace
 }  // namespace rdmakit::verbs_impl

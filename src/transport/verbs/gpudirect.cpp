@@ -49,11 +49,6 @@ GpuDirectProbe probe_gpudirect(const GpuDirectInputs& inputs, int device) {
   return probe;
 }
 
-std::string gpudirect_sysfs_root() {
-  const char* root = std::getenv("RDMAKIT_VERBS_SYSFS_ROOT");
-  return root ? root : "";
-}
-
 Error remote_device_memory_refused(const GpuDirectProbe& probe, int device, Access access) {
   return Error(
       Errc::NotSupported,

@@ -37,9 +37,6 @@ struct GpuDirectInputs {
 
 GpuDirectProbe probe_gpudirect(const GpuDirectInputs& inputs, int device);
 
-// The sysfs root the verbs context probes: $RDMAKIT_VERBS_SYSFS_ROOT (tests), else the real one.
-std::string gpudirect_sysfs_root();
-
 // The error for a device region that grants a remote right without GPUDirect: one-sided access to device
 // memory needs the NIC to reach it. NotSupported, naming the missing drivers and what works instead.
 Error remote_device_memory_refused(const GpuDirectProbe& probe, int device, Access access);
