@@ -306,6 +306,8 @@ class EngineImpl final : public Engine {
                                                            std::shared_ptr<MemoryRegion> first,
                                                            std::size_t first_rail = 0);
   Result<std::shared_ptr<MemoryRegion>> allocate_device(std::size_t size, std::size_t& rail);
+  // New memory of `kind` registered on every rail that takes it: allocate_segment and allocate_unpublished.
+  Result<std::shared_ptr<LocalRegion>> allocate_registered(std::size_t size, MemoryKind kind);
   Result<void> publish_region(std::string_view name, std::shared_ptr<LocalRegion> region);
   Result<std::shared_ptr<const SegmentEntry>> resolve(std::string_view name, std::uint64_t generation,
                                                       const SegmentEntry* previous);

@@ -114,17 +114,22 @@ Result<std::span<std::byte>> EngineImpl::allocate_segment(std::string_view name,
 Result<std::span<std::byte>> EngineImpl::allocate_segment(std::string_view name, std::size_t size,
                                                           MemoryKind kind) {
   if (size == 0) return fail(Errc::InvalidArgument, "allocate_segment '" + std::string(name) + "': size 0");
+  auto region = allocate_registered(size, kind);
+  if (!region) return std::unexpected(region.error());
+  void* data = reinterpret_cast<void*>((*region)->addr);
+  if (auto published = publish_region(name, *region); !published) {
+    (void)unregister_local(data);
+    return std::unexpected(published.error());
+  }
+  return std::span<std::byte>(static_cast<std::byte*>(data), size);
+}
+
+Result<std::shared_ptr<LocalRegion>> EngineImpl::allocate_registered(std::size_t size, MemoryKind kind) {
   std::size_t rail = 0;
   auto first = kind == MemoryKind::Cuda ? allocate_device(size, rail)
                                         : rails_.front()->context->allocate(size, kSegmentAccess);
   if (!first) return std::unexpected(first.error());
-  auto region = register_everywhere((*first)->data(), size, (*first)->kind(), *first, rail);
-  if (!region) return std::unexpected(region.error());
-  if (auto published = publish_region(name, *region); !published) {
-    (void)unregister_local((*first)->data());
-    return std::unexpected(published.error());
-  }
-  return std::span<std::byte>(static_cast<std::byte*>((*first)->data()), size);
+  return register_everywhere((*first)->data(), size, (*first)->kind(), *first, rail);
 }
 
 Result<void> EngineImpl::publish(std::string_view name, void* data, std::size_t size) {
@@ -178,19 +183,16 @@ Result<std::span<std::byte>> EngineImpl::allocate_unpublished(std::string_view n
       return fail(Errc::InvalidArgument,
                   "allocate_unpublished: segment '" + std::string(name) + "' is already ours");
   }
-  std::size_t rail = 0;
-  auto first = kind == MemoryKind::Cuda ? allocate_device(size, rail)
-                                        : rails_.front()->context->allocate(size, kSegmentAccess);
-  if (!first) return std::unexpected(first.error());
-  auto region = register_everywhere((*first)->data(), size, (*first)->kind(), *first, rail);
+  auto region = allocate_registered(size, kind);
   if (!region) return std::unexpected(region.error());
+  void* data = reinterpret_cast<void*>((*region)->addr);
   std::lock_guard lock(control_);
   if (!unready_.emplace(std::string(name), *region).second) {
-    (void)unregister_local((*first)->data());
+    (void)unregister_local(data);
     return fail(Errc::InvalidArgument,
                 "allocate_unpublished: segment '" + std::string(name) + "' is already ours");
   }
-  return std::span<std::byte>(static_cast<std::byte*>((*first)->data()), size);
+  return std::span<std::byte>(static_cast<std::byte*>(data), size);
 }
 
 // Nothing of the segment was in the metadata before: a reader that looked it up got NotFound, never memory
