@@ -103,9 +103,9 @@ Result<std::string> prove_initiate(Context& context, Connection& connection, con
   return accept->identity;
 }
 
-Result<std::string> prove_accept(Context& context, Connection& connection, const PeerProofConfig& config,
-                                 std::string_view identity,
-                                 const std::function<Result<void>()>& before_accept) {
+Result<std::string> prove_accept(
+    Context& context, Connection& connection, const PeerProofConfig& config, std::string_view identity,
+    const std::function<Result<void>(std::string_view initiator)>& before_accept) {
   if (auto ok = check_identity(identity); !ok) return std::unexpected(ok.error());
   Deadline deadline(config.timeout);
   auto channel = open_channel(context, connection, config);
@@ -120,7 +120,7 @@ Result<std::string> prove_accept(Context& context, Connection& connection, const
   if (!auth::verify(initiator_mac(config, *nonce, proof->nonce, proof->identity), proof->mac))
     return fail(Errc::ConnectionRefused, "a peer did not prove the secret (refused)");
   if (before_accept)
-    if (auto ok = before_accept(); !ok) return std::unexpected(ok.error());
+    if (auto ok = before_accept(proof->identity); !ok) return std::unexpected(ok.error());
   ProofMessage accept{.type = kAccept, .identity = std::string(identity)};
   accept.mac = acceptor_mac(config, *nonce, proof->nonce, proof->identity, identity);
   if (auto ok = send(*channel, accept, deadline); !ok) return std::unexpected(ok.error());

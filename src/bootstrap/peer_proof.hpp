@@ -55,10 +55,11 @@ Result<std::string> prove_initiate(Context& context, Connection& connection, con
                                    std::string_view identity);
 
 // Acceptor. Returns the initiator's proven identity; closes the connection on any failure.
-// `before_accept` runs after the initiator's proof verified and before the final message is sent: post the
-// receives of the service's own protocol there, so the initiator's first message finds one posted.
-Result<std::string> prove_accept(Context& context, Connection& connection, const PeerProofConfig& config,
-                                 std::string_view identity,
-                                 const std::function<Result<void>()>& before_accept = {});
+// `before_accept` runs after the initiator's proof verified and before the final message is sent, with the
+// initiator's proven identity: post the receives of the service's own protocol there (when that identity
+// says the connection will carry it), so the initiator's first message finds one posted.
+Result<std::string> prove_accept(
+    Context& context, Connection& connection, const PeerProofConfig& config, std::string_view identity,
+    const std::function<Result<void>(std::string_view initiator)>& before_accept = {});
 
 }  // namespace rdmakit::bootstrap

@@ -341,7 +341,7 @@ struct __attribute__((visibility("hidden"))) ReplicaServer::Impl {
     auto config = proof;
     config.timeout = left;
     auto identity = bootstrap::prove_accept(*context, *connection, config, "rdmakit-ckpt serve",
-                                            [&] { return channel->expect(); });
+                                            [&](std::string_view) { return channel->expect(); });
     auto rank = identity ? parse_rank_identity(*identity) : std::nullopt;
     if (!rank) {
       log::info("ckpt", "serve: refused a connection: " +

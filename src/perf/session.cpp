@@ -33,9 +33,9 @@ Result<std::shared_ptr<Connection>> accept_proven(
         std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     auto connection = listener.accept(std::max(left, std::chrono::milliseconds(1)), options);
     if (!connection) return std::unexpected(connection.error());
-    auto proven = bootstrap::prove_accept(context, **connection, proof, "rdmakit-perf server", [&]() {
-      return before_accept ? before_accept(*connection) : Result<void>();
-    });
+    auto proven = bootstrap::prove_accept(
+        context, **connection, proof, "rdmakit-perf server",
+        [&](std::string_view) { return before_accept ? before_accept(*connection) : Result<void>(); });
     if (proven) return connection;
     log::warn("perf",
               "refused a client at " + (*connection)->peer().address + ": " + proven.error().message());

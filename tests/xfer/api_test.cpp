@@ -96,6 +96,31 @@ TEST_P(XferApi, NotificationArrivesOnlyAfterEveryWriteLanded) {
   EXPECT_FALSE((*plain)->notification().has_value());
 }
 
+// The longest name an engine takes still fits its notification connection's proof (which carries the name
+// and a suffix that marks it); the owner names the sender without the suffix. One byte more is refused.
+TEST_P(XferApi, LongestEngineNameStillNotifies) {
+  std::string longest(111, 'n');
+  auto sender = make_engine(*metadata_, EngineOptions{.name = longest, .transports = {GetParam()}});
+  ASSERT_TRUE(sender);
+  ASSERT_TRUE(sender->register_local(local_.get(), kSegment).has_value());
+  auto kv = sender->open_segment("kv");
+  ASSERT_TRUE(kv.has_value()) << kv.error().describe();
+  std::vector<Request> one{Request{Op::Write, local_.get(), *kv, 0, kPiece}};
+  auto batch = sender->submit(one, bytes_of("hi"));
+  ASSERT_TRUE(batch.has_value()) << batch.error().describe();
+  auto got = owner_->wait_notification(10s);
+  ASSERT_TRUE(got.has_value()) << got.error().describe();
+  EXPECT_EQ(got->sender, longest);
+  ASSERT_TRUE((*batch)->wait(10s).has_value());
+  EXPECT_EQ((*batch)->failed(), 0u);
+
+  auto too_long =
+      Engine::create(*metadata_, EngineOptions{.name = longest + "n", .transports = {GetParam()}});
+  ASSERT_FALSE(too_long.has_value());
+  EXPECT_EQ(too_long.error().code(), Errc::InvalidArgument);
+  EXPECT_NE(too_long.error().message().find("111 bytes"), std::string::npos) << too_long.error().message();
+}
+
 TEST_P(XferApi, BadNotificationsAreRefusedAtSubmit) {
   std::vector<std::byte> too_long(kMaxNotificationBytes + 1, std::byte{1});
   auto refused = client_->submit(block_writes(), too_long);

@@ -71,9 +71,9 @@ EngineImpl::EngineImpl(MetadataStore& metadata, EngineOptions options)
 }
 
 Result<void> EngineImpl::start() {
-  if (options_.name.size() > bootstrap::kMaxPeerIdentity)
+  if (options_.name.size() > kMaxEngineName)
     return fail(Errc::InvalidArgument, "xfer engine: name '" + options_.name + "' is longer than " +
-                                           std::to_string(bootstrap::kMaxPeerIdentity) + " bytes");
+                                           std::to_string(kMaxEngineName) + " bytes");
   auto secret = engine_secret(options_.listen_address);
   if (!secret) return std::unexpected(secret.error());
   secret_ = std::move(*secret);
@@ -159,19 +159,23 @@ void EngineImpl::start_proof(Rail& rail, std::shared_ptr<Connection> connection)
   auto done = std::make_shared<std::atomic<bool>>(false);
   bootstrap::PeerProofConfig config{secret_, std::string(kPeerProofLabel), options_.connect_timeout};
   auto thread = std::thread([this, &rail, connection, done, config = std::move(config)] {
-    // The notification receives are posted before the peer learns it was accepted (before_accept), so its
-    // first notification finds one; a peer that did not prove the secret never gets any.
+    // A notification connection's receives are posted before the peer learns it was accepted
+    // (before_accept), so its first notification finds one; a peer that did not prove the secret never
+    // gets any, and a data connection none either.
     std::unique_ptr<rdmakit::detail::MessageChannel> channel;
-    auto proven =
-        bootstrap::prove_accept(*rail.context, *connection, config, options_.name, [&]() -> Result<void> {
-          auto opened = open_owner_channel(*rail.context, connection);
-          if (!opened) return std::unexpected(opened.error());
-          channel = std::move(*opened);
-          return {};
-        });
+    auto proven = bootstrap::prove_accept(*rail.context, *connection, config, options_.name,
+                                          [&](std::string_view initiator) -> Result<void> {
+                                            if (!initiator.ends_with(kNotifyIdentitySuffix)) return {};
+                                            auto opened = open_owner_channel(*rail.context, connection);
+                                            if (!opened) return std::unexpected(opened.error());
+                                            channel = std::move(*opened);
+                                            return {};
+                                          });
     if (proven) {
+      std::string name = std::move(*proven);
+      if (channel) name.resize(name.size() - kNotifyIdentitySuffix.size());
       std::lock_guard lock(rail.accepted_mutex);
-      rail.accepted.push_back({connection, *proven, std::move(channel)});
+      rail.accepted.push_back({connection, std::move(name), std::move(channel)});
     } else {
       log::info("xfer", "closed a connection on " + rail.listener->address() +
                             " whose peer did not prove the secret: " + proven.error().message());

@@ -13,10 +13,12 @@
 #include <mutex>
 #include <set>
 #include <shared_mutex>
+#include <string_view>
 #include <thread>
 #include <unordered_map>
 #include <vector>
 
+#include "bootstrap/peer_proof.hpp"
 #include "core/message_channel.hpp"
 #include "rdmakit/context.hpp"
 #include "rdmakit/xfer/engine.hpp"
@@ -53,7 +55,14 @@ class Credits {
   std::condition_variable freed_;
 };
 
-// notify.cpp: the channel an owner opens on a connection whose peer proved the secret.
+// notify.cpp: what a notification connection's initiator appends to its engine name in the peer proof (the
+// MAC binds it). The owner opens its channel on those connections only: a channel's receive progresses its
+// connection's input on the thread that polls it, and data connections must stay with the transport's own
+// progress (the notify thread polling them moved their WRITEs' placement onto it, a 1 ms poll off the
+// data path).
+inline constexpr std::string_view kNotifyIdentitySuffix = "\x1fnotify";
+// The engine names the proof can carry with the suffix.
+inline constexpr std::size_t kMaxEngineName = bootstrap::kMaxPeerIdentity - kNotifyIdentitySuffix.size();
 Result<std::unique_ptr<rdmakit::detail::MessageChannel>> open_owner_channel(
     Context& context, std::shared_ptr<Connection> connection);
 
@@ -119,8 +128,9 @@ struct Rail {
   // Connections peers made to us (we are a segment owner): kept open until they fail or we close. Only
   // those whose peer proved the secret get here; `proving` holds the others while their proof runs (each
   // on its own thread, so a silent stranger delays nobody), at most kMaxProving at a time.
-  // Each with the identity it proved and the channel its notifications arrive on (receives posted before
-  // the peer learns it was accepted, so its first notification finds one).
+  // Each with the engine name it proved and, for a notification connection, the channel its notifications
+  // arrive on (receives posted before the peer learns it was accepted, so its first notification finds one);
+  // data connections have none.
   struct Accepted {
     std::shared_ptr<Connection> connection;
     std::string identity;

@@ -1,9 +1,11 @@
 // Notifications: a small message an initiator attaches to a batch, delivered to the segment owner once every
 // request of the batch completed (so every WRITE's bytes are in the owner's memory: a WRITE completes at
 // the initiator only when the target placed its bytes, on every transport). It travels as one SEND on a
-// connection of its own to the owner, opened and proven like the data connections; the owner takes it from
-// the channel it opened on every accepted connection once that peer proved the secret, checks that it names
-// a segment the owner publishes, and queues it (at most max_notifications: more are dropped and counted).
+// connection of its own to the owner, opened and proven like the data connections (its proven identity
+// ends in kNotifyIdentitySuffix); the owner takes it from the channel it opened on that connection once the
+// peer proved the secret, checks that it names a segment the owner publishes, and queues it (at most
+// max_notifications: more are dropped and counted).
+#include <algorithm>
 #include <thread>
 
 #include "bootstrap/peer_proof.hpp"
@@ -57,7 +59,7 @@ void EngineImpl::notify_loop() {
     for (auto& rail : rails_) {
       found |= take_notifications(*rail);
       std::lock_guard lock(rail->accepted_mutex);
-      any |= !rail->accepted.empty();
+      any |= std::ranges::any_of(rail->accepted, [](const auto& a) { return a.channel != nullptr; });
     }
     if (!found)
       std::this_thread::sleep_for(any ? std::chrono::milliseconds(1) : std::chrono::milliseconds(10));
@@ -68,6 +70,10 @@ bool EngineImpl::take_notifications(Rail& rail) {
   bool found = false;
   std::lock_guard lock(rail.accepted_mutex);
   for (auto it = rail.accepted.begin(); it != rail.accepted.end();) {
+    if (!it->channel) {  // a data connection
+      ++it;
+      continue;
+    }
     auto frame = it->channel->try_receive();
     if (frame && *frame) {
       found = true;
@@ -136,7 +142,8 @@ Result<void> EngineImpl::open_notify_channel(Peer& peer, const SegmentEntry& ent
   auto connection = rail.context->connect(address, ConnectOptions{});
   if (!connection) return std::unexpected(connection.error());
   bootstrap::PeerProofConfig config{secret_, std::string(kPeerProofLabel), options_.connect_timeout};
-  auto identity = bootstrap::prove_initiate(*rail.context, **connection, config, options_.name);
+  auto identity = bootstrap::prove_initiate(*rail.context, **connection, config,
+                                            options_.name + std::string(kNotifyIdentitySuffix));
   if (!identity) return std::unexpected(identity.error());
   if (*identity != entry.record.owner)
     return fail(Errc::ConnectionRefused, "xfer: the peer at " + address + " proved the secret as '" +
