@@ -4,6 +4,10 @@
 //   xfer_kvcache prefill --metadata URL [--transport ...] [--devices D1,D2] [--blocks 16] [--layout
 //   block|layer]
 //                        [--seed 1]
+//   --gpu (either role): that side's KV memory is CUDA device memory: decode's pool is allocated with
+//     allocate_segment(..., MemoryKind::Cuda), prefill's cache is cudaMalloc'ed and registered as such, and
+//     the engine moves blocks VRAM -> VRAM along the transport's device path (shm: CUDA IPC; tcp: staged;
+//     verbs: GPUDirect, or refused without it). The control segment stays in host memory.
 // --devices: the verbs devices, one rail each (default: the first active device); prefill's rail i pairs
 // with decode's rail i, and large batches are striped over every rail.
 //
@@ -20,13 +24,17 @@
 // The metadata store: --metadata URL (builtin://, redis:// or etcd://host:port, see open_metadata). Without
 // it, decode serves a builtin store itself (serve_builtin_metadata on a free loopback port) for as long as
 // it runs, and prints its URL on its "ready" line for prefill's --metadata.
+#include <dlfcn.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -57,6 +65,39 @@ struct Args {
   std::vector<std::string> devices;
   std::size_t blocks = 16, slots = 64;
   std::uint32_t seed = 1;
+  bool gpu = false;
+};
+
+// The three CUDA runtime calls this example makes itself. A real program links libcudart; this one loads it
+// as rdmakit does ($RDMAKIT_CUDA_RUNTIME, else libcudart.so.13/.12), so it builds without the toolkit and
+// CI runs it against the fake runtime (tests/fake_cudart).
+class Cuda {
+ public:
+  Cuda() {
+    const char* named = std::getenv("RDMAKIT_CUDA_RUNTIME");
+    for (const char* name : {named, "libcudart.so.13", "libcudart.so.12"})
+      if (name && *name && (handle_ = ::dlopen(name, RTLD_NOW | RTLD_LOCAL))) break;
+    if (!handle_) throw std::runtime_error("--gpu: no CUDA runtime loads (set RDMAKIT_CUDA_RUNTIME)");
+    malloc_ = reinterpret_cast<int (*)(void**, std::size_t)>(::dlsym(handle_, "cudaMalloc"));
+    free_ = reinterpret_cast<int (*)(void*)>(::dlsym(handle_, "cudaFree"));
+    memcpy_ = reinterpret_cast<int (*)(void*, const void*, std::size_t, int)>(::dlsym(handle_, "cudaMemcpy"));
+    if (!malloc_ || !free_ || !memcpy_) throw std::runtime_error("--gpu: the CUDA runtime lacks cudaMemcpy");
+  }
+  void* allocate(std::size_t size) {
+    void* p = nullptr;
+    if (malloc_(&p, size) != 0) throw std::runtime_error("--gpu: cudaMalloc failed");
+    return p;
+  }
+  void release(void* p) { free_(p); }
+  void copy(void* to, const void* from, std::size_t size) {  // cudaMemcpyDefault: the pointers say where
+    if (memcpy_(to, from, size, 4) != 0) throw std::runtime_error("--gpu: cudaMemcpy failed");
+  }
+
+ private:
+  void* handle_ = nullptr;
+  int (*malloc_)(void**, std::size_t) = nullptr;
+  int (*free_)(void*) = nullptr;
+  int (*memcpy_)(void*, const void*, std::size_t, int) = nullptr;
 };
 
 std::uint8_t value(std::uint64_t block, std::uint64_t byte) {  // the bytes of logical block `block`
@@ -102,7 +143,9 @@ int decode(const Args& args) {
   }
   auto metadata = open_store(url);
   auto engine = open_engine(*metadata, args, "decode");
-  auto pool = must(engine->allocate_segment("kv-pool", args.slots * kBlock), "allocate kv-pool");
+  auto pool = must(engine->allocate_segment("kv-pool", args.slots * kBlock,
+                                            args.gpu ? rdmakit::MemoryKind::Cuda : rdmakit::MemoryKind::Host),
+                   "allocate kv-pool");
   auto ctl = must(engine->allocate_segment("kv-ctl", kTableOffset + args.slots * sizeof(TableEntry)),
                   "allocate kv-ctl");
   std::cout << "ready " << url << std::endl;
@@ -115,10 +158,17 @@ int decode(const Args& args) {
   }
   auto count = std::atomic_ref(sequence[1]).load(std::memory_order_acquire);
   const auto* table = reinterpret_cast<const TableEntry*>(ctl.data() + kTableOffset);
+  // Device memory is checked in a host copy (the CPU never touches VRAM); host memory in place.
+  std::vector<std::byte> host_pool;
+  if (args.gpu) {
+    host_pool.resize(pool.size());
+    Cuda().copy(host_pool.data(), pool.data(), pool.size());
+  }
+  const std::byte* blocks = args.gpu ? host_pool.data() : pool.data();
   std::size_t bad = 0;
   for (std::size_t i = 0; i < count; ++i) {
     const auto& e = table[i];
-    const auto* block = pool.data() + e.slot * kBlock;
+    const auto* block = blocks + e.slot * kBlock;
     std::size_t wrong = 0;
     for (std::size_t j = 0; j < kBlock; ++j)
       wrong += std::to_integer<std::uint8_t>(block[j]) != value(e.block, j);
@@ -153,7 +203,17 @@ int prefill(const Args& args) {
     for (std::size_t p = 0; p < kPieces; ++p)
       std::memcpy(&cache[source_offset(args, b, p)], &logical[p * kPiece], kPiece);
   }
-  must(engine->register_local(cache.data(), cache.size()), "register the cache");
+  // --gpu: the cache moves from VRAM (filled here from the host copy, as a model's forward pass would).
+  std::optional<Cuda> cuda;
+  std::byte* source = cache.data();
+  if (args.gpu) {
+    cuda.emplace();
+    source = static_cast<std::byte*>(cuda->allocate(cache.size()));
+    cuda->copy(source, cache.data(), cache.size());
+  }
+  must(engine->register_local(source, cache.size(),
+                              args.gpu ? rdmakit::MemoryKind::Cuda : rdmakit::MemoryKind::Host),
+       "register the cache");
   auto deadline = std::chrono::steady_clock::now() + 30s;
   rdmakit::Result<SegmentHandle> pool = rdmakit::fail(rdmakit::Errc::NotFound, "");
   while (!(pool = engine->open_segment("kv-pool")) && std::chrono::steady_clock::now() < deadline)
@@ -171,12 +231,12 @@ int prefill(const Args& args) {
   for (std::size_t b = 0; b < args.blocks; ++b) {
     if (args.layout == "block") {
       requests.push_back(
-          {Op::Write, &cache[source_offset(args, b, 0)], pool_handle, slot[b] * kBlock, kBlock});
+          {Op::Write, source + source_offset(args, b, 0), pool_handle, slot[b] * kBlock, kBlock});
       continue;
     }
     for (std::size_t p = 0; p < kPieces; ++p) {
-      requests.push_back(
-          {Op::Write, &cache[source_offset(args, b, p)], pool_handle, slot[b] * kBlock + p * kPiece, kPiece});
+      requests.push_back({Op::Write, source + source_offset(args, b, p), pool_handle,
+                          slot[b] * kBlock + p * kPiece, kPiece});
     }
   }
   auto start = std::chrono::steady_clock::now();
@@ -210,8 +270,9 @@ int prefill(const Args& args) {
     return std::fprintf(stderr, "prefill: the table did not land\n"), 1;
   auto stats = engine->stats();
   std::printf(
-      "prefill: %zu blocks (%s layout, %zu requests -> %llu work requests) over %s in %.1f ms: %.2f GB/s\n",
-      args.blocks, args.layout.c_str(), requests.size(), (unsigned long long)stats.work_requests,
+      "prefill: %zu blocks%s (%s layout, %zu requests -> %llu work requests) over %s in %.1f ms: %.2f GB/s\n",
+      args.blocks, args.gpu ? " from VRAM" : "", args.layout.c_str(), requests.size(),
+      (unsigned long long)stats.work_requests,
       must(engine->segment_info(pool_handle), "info").transport.c_str(), seconds * 1e3,
       args.blocks * kBlock / seconds / 1e9);
   // Per rail: striped over two devices, both carry a share (tests/softroce/xfer-guest.sh checks it).
@@ -219,6 +280,10 @@ int prefill(const Args& args) {
     const auto& rail = stats.rails[i];
     std::printf("prefill: rail %zu (%s%s%s): %llu work requests\n", i, rail.transport.c_str(),
                 rail.device.empty() ? "" : " ", rail.device.c_str(), (unsigned long long)rail.work_requests);
+  }
+  if (cuda) {
+    must(engine->unregister_local(source), "unregister the cache");
+    cuda->release(source);
   }
   return 0;
 }
@@ -238,8 +303,15 @@ Args parse(int argc, char** argv) {
   if (argc < 2)
     throw std::runtime_error("usage: xfer_kvcache decode|prefill [--metadata URL] [--transport T] ...");
   args.role = argv[1];
-  for (int i = 2; i + 1 < argc; i += 2) {
-    std::string flag = argv[i], v = argv[i + 1];
+  for (int i = 2; i < argc; i += 2) {
+    std::string flag = argv[i];
+    if (flag == "--gpu") {
+      args.gpu = true;
+      --i;  // a flag without a value
+      continue;
+    }
+    if (i + 1 >= argc) throw std::runtime_error(flag + " needs a value");
+    std::string v = argv[i + 1];
     if (flag == "--metadata")
       args.metadata = v;
     else if (flag == "--transport")

@@ -13,9 +13,11 @@
 #include <cstring>
 #include <numeric>
 #include <random>
+#include <thread>
 
 #include "fake_cudart/fake_cudart.hpp"
 #include "rdmakit/context.hpp"
+#include "rdmakit/xfer/broadcast.hpp"
 #include "xfer/xfer_test_support.hpp"
 
 namespace rdmakit::xfer::testing {
@@ -192,6 +194,55 @@ TEST_F(XferDevice, DeviceSegmentIsReachedOnlyOverRailsThatRegisteredIt) {
     EXPECT_NE(refused.error().message().find("over shm, which did not register the local memory (shm: "),
               std::string::npos)
         << refused.error().message();
+  }
+}
+
+// Weights broadcast (include/rdmakit/xfer/broadcast.hpp) from device memory into device memory: the owner's
+// region and both receivers' are cudaMalloc'ed, each hop WRITEs along its transport's device path (tcp:
+// staged; shm: CUDA IPC), and every receiver ends with the owner's bytes.
+TEST_F(XferDevice, BroadcastFromDeviceMemoryReachesEveryReceiversDeviceMemory) {
+  for (const char* transport : {"tcp", "shm"}) {
+    SCOPED_TRACE(transport);
+    constexpr std::size_t kSize = (3 << 20) + 4096;  // chunks of 1 MiB and a short last one
+    const BroadcastOptions broadcast{.session = std::string("device-") + transport,
+                                     .receivers = 2,
+                                     .size = kSize,
+                                     .chunk_bytes = 1 << 20,
+                                     .window = 2,
+                                     .timeout = 20s};
+    std::vector<std::shared_ptr<Context>> contexts;
+    std::vector<std::shared_ptr<MemoryRegion>> regions;
+    for (int rank = 0; rank <= 2; ++rank) {
+      auto context = Context::open(Options{.transport = transport, .name = "bcast-" + std::to_string(rank)});
+      ASSERT_TRUE(context) << context.error().describe();
+      auto region = (*context)->allocate(kSize, Access::LocalWrite | Access::RemoteWrite, MemoryKind::Cuda);
+      ASSERT_TRUE(region) << region.error().describe();
+      ASSERT_EQ((*region)->kind(), MemoryKind::Cuda);
+      auto* view = static_cast<std::byte*>(fake().view((*region)->data()));
+      if (rank == 0)
+        fill(view, kSize, 7);
+      else
+        std::memset(view, 0, kSize);
+      contexts.push_back(*context);
+      regions.push_back(*region);
+    }
+    std::vector<Result<BroadcastResult>> results(3, fail(Errc::Unavailable, "not run"));
+    std::vector<std::thread> ranks;
+    for (std::uint32_t rank = 0; rank <= 2; ++rank)
+      ranks.emplace_back([&, rank] {
+        results[rank] = rank == 0
+                            ? broadcast_send(*contexts[0], *metadata_, *regions[0], broadcast)
+                            : broadcast_receive(*contexts[rank], *metadata_, *regions[rank], rank, broadcast);
+      });
+    for (auto& t : ranks) t.join();
+    for (std::uint32_t rank = 0; rank <= 2; ++rank)
+      ASSERT_TRUE(results[rank]) << "rank " << rank << ": " << results[rank].error().describe();
+    const auto* sent = static_cast<const std::byte*>(fake().view(regions[0]->data()));
+    for (int rank = 1; rank <= 2; ++rank) {
+      const auto* got = static_cast<const std::byte*>(fake().view(regions[rank]->data()));
+      EXPECT_EQ(std::memcmp(sent, got, kSize), 0)
+          << "receiver " << rank << " does not hold the owner's bytes";
+    }
   }
 }
 
