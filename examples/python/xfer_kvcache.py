@@ -9,11 +9,19 @@ on arrival. It then WRITEs a block back, which the prefill process checks in its
 
     python3 examples/python/xfer_kvcache.py --transport shm --blocks 32
     python3 examples/python/xfer_kvcache.py --transport tcp --blocks 8 --block-kib 256
+    python3 examples/python/xfer_kvcache.py --transport shm --gpu    # both pools in CUDA device memory
+
+--gpu: both pools are CUDA device memory (cudaMalloc through the CUDA runtime, exposed zero-copy by
+__cuda_array_interface__ as a CUDA tensor or CuPy array would be), so blocks move VRAM -> VRAM along the
+transport's device path (shm: CUDA IPC; tcp: staged; verbs: GPUDirect). RDMAKIT_CUDA_RUNTIME names the
+runtime (default libcudart.so.13, then .12); tests point it at the fake runtime.
 
 The metadata lives in a builtin server run by the decode process (--metadata redis://... or etcd://... instead).
 """
 
 import argparse
+import ctypes
+import os
 import subprocess
 import sys
 import time
@@ -29,21 +37,92 @@ def block_content(block, size):
     return words.view(np.uint8)
 
 
+class DeviceBytes:
+    """CUDA device memory from the runtime alone (cudaMalloc), exposed as __cuda_array_interface__ objects: what
+    a CUDA torch tensor or CuPy array hands rdmakit. The CPU never touches it: bytes go in and out by cudaMemcpy."""
+
+    runtime = None
+
+    @classmethod
+    def load(cls):
+        if cls.runtime is None:
+            for name in (os.environ.get("RDMAKIT_CUDA_RUNTIME"), "libcudart.so.13", "libcudart.so.12"):
+                try:
+                    cls.runtime = ctypes.CDLL(name) if name else None
+                except OSError:
+                    continue
+                if cls.runtime:
+                    break
+            if cls.runtime is None:
+                raise SystemExit("--gpu: no CUDA runtime loads (set RDMAKIT_CUDA_RUNTIME)")
+            cls.runtime.cudaMalloc.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t]
+            cls.runtime.cudaFree.argtypes = [ctypes.c_void_p]
+            cls.runtime.cudaMemcpy.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+        return cls.runtime
+
+    def __init__(self, nbytes):
+        pointer = ctypes.c_void_p()
+        if self.load().cudaMalloc(ctypes.byref(pointer), nbytes) != 0:
+            raise SystemExit(f"--gpu: cudaMalloc of {nbytes} bytes failed")
+        self.ptr, self.nbytes = pointer.value, nbytes
+        self.__cuda_array_interface__ = {"shape": (nbytes,), "typestr": "|u1", "strides": None,
+                                         "data": (self.ptr, False), "version": 3, "stream": None}
+
+    def __getitem__(self, piece):  # bytes [start, stop) as an object of their own, as tensor[start:stop] is
+        start, stop, _ = piece.indices(self.nbytes)
+        return DeviceSlice(self, start, stop)
+
+    def upload(self, offset, host):
+        host = np.ascontiguousarray(host)
+        self.copy(self.ptr + offset, host.ctypes.data, host.nbytes)
+
+    def download(self, offset, nbytes):
+        host = np.empty(nbytes, dtype=np.uint8)
+        self.copy(host.ctypes.data, self.ptr + offset, nbytes)
+        return host
+
+    def copy(self, to, source, nbytes):
+        if self.runtime.cudaMemcpy(to, source, nbytes, 4) != 0:  # cudaMemcpyDefault: the pointers say where
+            raise SystemExit("--gpu: cudaMemcpy failed")
+
+    def __del__(self):
+        if self.runtime is not None:
+            self.runtime.cudaFree(self.ptr)
+
+
+class DeviceSlice:
+    def __init__(self, owner, start, stop):
+        self.owner = owner  # keeps the allocation alive
+        self.__cuda_array_interface__ = {"shape": (stop - start,), "typestr": "|u1", "strides": None,
+                                         "data": (owner.ptr + start, False), "version": 3, "stream": None}
+
+
 def prefill(args):
     store = xfer.open_metadata(args.metadata)
     with xfer.Engine(store, name="prefill", transports=[args.transport]) as engine:
-        pool = engine.allocate_segment("kv-pool", args.blocks * args.block_bytes)
-        for block in range(args.blocks):
-            pool[block * args.block_bytes:(block + 1) * args.block_bytes] = block_content(block, args.block_bytes)
+        size = args.blocks * args.block_bytes
+        if args.gpu:  # filled from the host, as a model's forward pass would fill it on the GPU
+            pool = DeviceBytes(size)
+            for block in range(args.blocks):
+                pool.upload(block * args.block_bytes, block_content(block, args.block_bytes))
+            engine.publish("kv-pool", pool)
+            read = pool.download
+        else:
+            pool = engine.allocate_segment("kv-pool", size)
+            for block in range(args.blocks):
+                pool[block * args.block_bytes:(block + 1) * args.block_bytes] = block_content(block, args.block_bytes)
+            read = lambda start, nbytes: pool[start:start + nbytes]  # noqa: E731
         print("ready", flush=True)
         for line in sys.stdin:  # "check <block> <slot>": the decode process wrote its slot <slot> into <block>
             _, block, slot = line.split()
             start = int(block) * args.block_bytes
-            ok = np.array_equal(pool[start:start + args.block_bytes], block_content(1000 + int(slot), args.block_bytes))
+            ok = np.array_equal(read(start, args.block_bytes), block_content(1000 + int(slot), args.block_bytes))
             print("write ok" if ok else "write WRONG", flush=True)
 
 
 def local_pool(size, kind):
+    if kind == "gpu":
+        return DeviceBytes(size), "CUDA device buffer"
     if kind == "numpy":
         return np.zeros(size, dtype=np.uint8), "numpy array"
     try:
@@ -64,12 +143,13 @@ def decode(args):
         args.metadata = server.url
     command = [sys.executable, __file__, "--role", "prefill", "--metadata", args.metadata, "--transport",
                args.transport, "--blocks", str(args.blocks), "--block-kib", str(args.block_bytes >> 10)]
+    command += ["--gpu"] if args.gpu else []
     owner = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert owner.stdout.readline().strip() == "ready", "the prefill process did not start"
         with xfer.Engine(xfer.open_metadata(args.metadata), name="decode", transports=[args.transport]) as engine:
             table = np.random.default_rng(args.seed).permutation(args.blocks)[:args.table]  # slot -> block
-            pool, kind = local_pool(len(table) * args.block_bytes, args.local)
+            pool, kind = local_pool(len(table) * args.block_bytes, "gpu" if args.gpu else args.local)
             engine.register_local(pool)
             segment = engine.open_segment("kv-pool")
             slots = [pool[s * args.block_bytes:(s + 1) * args.block_bytes] for s in range(len(table))]
@@ -79,13 +159,17 @@ def decode(args):
             batch.wait(timeout=120)
             seconds = time.perf_counter() - started
             for s, b in enumerate(table):
-                if not np.array_equal(as_numpy(slots[s]), block_content(int(b), args.block_bytes)):
+                got = pool.download(s * args.block_bytes, args.block_bytes) if args.gpu else as_numpy(slots[s])
+                if not np.array_equal(got, block_content(int(b), args.block_bytes)):
                     raise SystemExit(f"block {b} (slot {s}) arrived wrong")
             moved = len(table) * args.block_bytes
             print(f"{len(table)} blocks of {args.block_bytes >> 10} KiB into a {kind} over {segment.transport}: "
                   f"{moved / seconds / 1e9:.2f} GB/s, every block checked")
             # And back: decode's slot 0, rewritten, into the prefill pool's block table[0].
-            as_numpy(slots[0])[:] = block_content(1000, args.block_bytes)
+            if args.gpu:
+                pool.upload(0, block_content(1000, args.block_bytes))
+            else:
+                as_numpy(slots[0])[:] = block_content(1000, args.block_bytes)
             engine.submit([(xfer.WRITE, slots[0], segment, int(table[0]) * args.block_bytes)]).wait(timeout=120)
             owner.stdin.write(f"check {table[0]} 0\n")
             owner.stdin.flush()
@@ -110,6 +194,8 @@ def main():
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--local", choices=["torch", "numpy"], default="torch",
                         help="the decode pool: a torch tensor (when torch imports) or a numpy array")
+    parser.add_argument("--gpu", action="store_true",
+                        help="both pools in CUDA device memory (VRAM -> VRAM; RDMAKIT_CUDA_RUNTIME names the runtime)")
     args = parser.parse_args()
     args.block_bytes = args.block_kib << 10
     args.table = min(args.table, args.blocks)

@@ -28,6 +28,24 @@ def test_xfer_kvcache_example():
     assert "OK: every block checked on arrival, and the write back landed" in result.stdout
 
 
+@pytest.mark.parametrize("transport", ["shm", "tcp"])
+def test_xfer_kvcache_example_gpu(transport):
+    """--gpu: both pools in (fake) CUDA device memory, blocks VRAM -> VRAM (shm: CUDA IPC, tcp: staged)."""
+    fake = os.environ.get("RDMAKIT_TEST_FAKE_CUDART", "")
+    if not fake:
+        build = os.environ.get("RDMAKIT_TEST_PYTEST_BUILD_DIR", "")
+        fake = os.path.join(build, "tests", "libfake_cudart.so") if build else ""
+    if not os.path.exists(fake):
+        pytest.skip("the fake CUDA runtime (tests/fake_cudart) is not built: " + (fake or "no build dir given"))
+    env = dict(os.environ, RDMAKIT_CUDA_RUNTIME=fake, RDMAKIT_CUDA_DRIVER=fake)
+    result = subprocess.run([sys.executable, str(EXAMPLES / "xfer_kvcache.py"), "--transport", transport, "--gpu",
+                             "--blocks", "8", "--table", "6", "--block-kib", "256"],
+                            capture_output=True, text=True, timeout=120, env=env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"6 blocks of 256 KiB into a CUDA device buffer over {transport}" in result.stdout
+    assert "OK: every block checked on arrival, and the write back landed" in result.stdout
+
+
 def test_ckpt_resume_example_survives_kill(tmp_path):
     script = str(EXAMPLES / "ckpt_resume.py")
     common = ["--steps", "60", "--every", "7", "--features", "512", "--print-hash"]
