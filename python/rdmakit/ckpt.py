@@ -22,6 +22,16 @@ the engine is made again over the new arrays before the save or restore.
 Arrays are registered in place, so update them in place between saves (as optimizers do). Leaves that are
 not arrays (an optimizer's ``param_groups``, plain numbers) are not checkpointed: they are listed in
 :attr:`Checkpointer.skipped` (keep them in your own configuration).
+
+Part of the state, as ``torch.distributed.checkpoint`` loads some keys: ``restore_latest(only=["model"])``
+loads the arrays named (a name stands for itself and everything under it: ``"model"`` is every
+``"model/..."``) and leaves every other array untouched. The checkpoint is still verified whole.
+
+Per-step completion: ``Checkpointer(..., on_persisted=fn)`` calls ``fn(step, outcome)`` once per save, from
+the engine's background thread, when the save is committed (``outcome``: the report dict of :meth:`wait`)
+or has failed (``outcome``: the :class:`rdmakit.Error`, which the next call raises as well). An exception
+``fn`` raises goes to ``sys.unraisablehook`` (printed) and checkpointing carries on. ``fn`` must not call
+the Checkpointer, and should be quick: the next save waits for it. Not called once the interpreter exits.
 """
 
 import functools
@@ -127,15 +137,17 @@ class Checkpointer:
     """Non-blocking checkpoints of a dict of arrays, state_dicts, models and optimizers into ``directory``.
 
     ``keep``: checkpoints kept; ``lazy``: save() returns at once and copies in the background (call
-    :meth:`wait_snapshot` before the state changes); ``incremental``: unchanged chunks are not rewritten.
+    :meth:`wait_snapshot` before the state changes); ``incremental``: unchanged chunks are not rewritten;
+    ``on_persisted``: ``fn(step, outcome)`` called once per save when it is committed or has failed (see
+    the module's documentation).
     """
 
     def __init__(self, directory, state, keep=3, lazy=False, incremental=False, direct_io=True,
-                 chunk_bytes=4 << 20, io_depth=4):
+                 chunk_bytes=4 << 20, io_depth=4, on_persisted=None):
         self._directory = str(directory)
         self._state = state
         self._options = dict(keep=keep, chunk_bytes=chunk_bytes, io_depth=io_depth, lazy=lazy,
-                             incremental=incremental, direct_io=direct_io)
+                             incremental=incremental, direct_io=direct_io, on_persisted=on_persisted)
         self._engine = None
         self._layout = None
         stateless = _stateless_optimizer_dicts(state)
@@ -174,31 +186,46 @@ class Checkpointer:
         """Waits until the last save() is committed on disk; a dict report (step, path, bytes, seconds, ...)."""
         return self._engine.wait_persisted()
 
-    def restore_latest(self, strict=True):
+    def _select(self, only):
+        """The engine's names for ``only``: each name itself, or every array under it (``name/...``). A
+        name that matches nothing is passed on as it is, for the engine to refuse naming it."""
+        if only is None:
+            return None
+        if isinstance(only, str):
+            only = [only]
+        names = []
+        for wanted in only:
+            matched = [n for n in self.names if n == wanted or n.startswith(f"{wanted}/")]
+            names += matched or [wanted]
+        return list(dict.fromkeys(names))
+
+    def restore_latest(self, strict=True, only=None):
         """Loads the newest good checkpoint into the state in place; its step, or None when there is none.
 
         ``strict`` (the default): when checkpoints exist but none has the state's names, dtypes and shapes,
         raises :class:`rdmakit.InvalidArgumentError` naming the difference (as torch's
         ``load_state_dict``); ``strict=False`` returns None then (a fresh start). A torch optimizer without
         state yet (before its first step) is given its state first, so that the checkpoint's can be loaded.
+        ``only``: names (as in :attr:`names`, or a prefix such as ``"model"``) of the arrays to load; every
+        other array is left untouched (the checkpoint must still match the whole state, and is verified
+        whole). An unknown name raises :class:`rdmakit.InvalidArgumentError` and nothing is loaded.
         """
-        if self._engine.newest_step is not None:
-            for optimizer in _optimizers(self._state):
-                if not optimizer.state:
-                    _create_optimizer_state(optimizer)
-        self._refresh()
-        return self._engine.restore_latest(strict=strict)
+        self._prepare_restore()
+        return self._engine.restore_latest(strict=strict, only=self._select(only))
 
-    def restore(self, step):
+    def restore(self, step, only=None):
         """Loads checkpoint ``step`` into the state in place and returns it (not the newest one: an older
         step that is still kept). Raises :class:`rdmakit.NotFoundError` when that step is not in the
-        directory or does not verify; never loads another step."""
+        directory or does not verify; never loads another step. ``only``: as in :meth:`restore_latest`."""
+        self._prepare_restore()
+        return self._engine.restore(step, only=self._select(only))
+
+    def _prepare_restore(self):
         if self._engine.newest_step is not None:
             for optimizer in _optimizers(self._state):
                 if not optimizer.state:
                     _create_optimizer_state(optimizer)
         self._refresh()
-        return self._engine.restore(step)
 
     @property
     def state_bytes(self):

@@ -2,7 +2,9 @@
 // The Python class rdmakit.ckpt.Checkpointer flattens dicts and state_dicts into the named list this takes.
 #include <pybind11/stl.h>
 
+#include <condition_variable>
 #include <map>
+#include <mutex>
 
 #include "array.hpp"
 #include "common.hpp"
@@ -32,9 +34,80 @@ struct Layout {
   std::vector<std::uint64_t> shape;
 };
 
+// Python callbacks from the engine's persist thread, and the interpreter's exit. Once the interpreter
+// finalizes, a thread that takes the GIL is ended inside PyEval_AcquireThread (a forced unwind through the
+// engine's C++ frames) or blocks for ever; so an atexit hook, which runs before finalization starts, closes
+// the gate: it waits (GIL released) for the callbacks in progress, and none starts after it.
+class CallbackGate {
+ public:
+  static CallbackGate& get() {
+    static auto* gate = new CallbackGate;  // never destroyed: persist threads may outlive static destructors
+    return *gate;
+  }
+  bool enter() {
+    std::lock_guard lock(mutex_);
+    if (closed_) return false;
+    ++running_;
+    return true;
+  }
+  void leave() {
+    std::lock_guard lock(mutex_);
+    if (--running_ == 0) idle_.notify_all();
+  }
+  void close() {  // the atexit hook, GIL held: released while the running callbacks finish
+    py::gil_scoped_release released;
+    std::unique_lock lock(mutex_);
+    closed_ = true;
+    idle_.wait(lock, [&] { return running_ == 0; });
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable idle_;
+  int running_ = 0;
+  bool closed_ = false;
+};
+
+py::dict report_dict(const ckpt::PersistReport& report);
+
+// EngineOptions::on_persisted for a Python callable: fn(step, report dict) once committed, fn(step,
+// rdmakit.Error instance) once failed. Called on the persist thread (or, for a multi-rank outcome settled
+// later, on the thread of the engine call, which released the GIL). An exception the callable raises is
+// reported through sys.unraisablehook (printed by default) and the engine carries on; the next snapshot
+// waits for the callable to return. Owned by PyEngine, which holds the GIL when it drops it.
+class PersistCallback {
+ public:
+  explicit PersistCallback(py::object fn) : fn_(std::move(fn)) {}
+
+  void operator()(std::uint64_t step, const Result<ckpt::PersistReport>& outcome) const {
+    auto& gate = CallbackGate::get();
+    if (!gate.enter()) return;  // the interpreter is exiting: Python can no longer be called
+    {
+      py::gil_scoped_acquire gil;
+      call(step, outcome);
+    }
+    gate.leave();
+  }
+
+ private:
+  void call(std::uint64_t step, const Result<ckpt::PersistReport>& outcome) const {
+    try {
+      fn_(step, outcome ? py::object(report_dict(*outcome)) : exception_for(outcome.error()));
+    } catch (py::error_already_set& error) {
+      error.discard_as_unraisable("rdmakit.ckpt on_persisted callback");
+    } catch (const std::exception& error) {  // a C++ exception out of pybind11 (a failed conversion)
+      PyErr_SetString(PyExc_RuntimeError, error.what());
+      PyErr_WriteUnraisable(fn_.ptr());
+    }
+  }
+
+  py::object fn_;
+};
+
 struct PyEngine {
   std::vector<ArrayRef> arrays;  // declared first: destroyed after the engine that reads them
-  std::vector<Layout> layout;    // one per array, same order
+  std::unique_ptr<PersistCallback> on_persisted;  // before `engine`: outlives it, dropped with the GIL held
+  std::vector<Layout> layout;                     // one per array, same order
   std::string directory;
   std::optional<std::uint64_t> newest;  // the newest step saved here or committed in the directory
   std::unique_ptr<ckpt::Engine> engine;
@@ -141,10 +214,28 @@ void snapshot(PyEngine& e, py::handle step_arg) {
   e.newest = step;
 }
 
-std::optional<std::uint64_t> restore_latest(PyEngine& e, bool strict) {
+// `only`: None (every buffer) or an iterable of buffer names (a subset restore).
+std::vector<std::string> names_arg(py::handle only) {
+  std::vector<std::string> names;
+  if (only.is_none()) return names;
+  if (py::isinstance<py::str>(only))  // a lone name would otherwise be taken letter by letter
+    raise(Errc::InvalidArgument, "ckpt: `only` must be a list of buffer names, not a string");
+  for (auto name : only) {
+    if (!py::isinstance<py::str>(name))
+      raise(Errc::InvalidArgument,
+            "ckpt: `only` must hold buffer names (str), not " + py::repr(name).cast<std::string>());
+    names.push_back(name.cast<std::string>());
+  }
+  if (names.empty())  // an empty selection would load everything: surely not what an empty list meant
+    raise(Errc::InvalidArgument, "ckpt: `only` is empty (None restores every buffer)");
+  return names;
+}
+
+std::optional<std::uint64_t> restore_latest(PyEngine& e, bool strict, py::handle only_arg) {
+  const auto only = names_arg(only_arg);
   e.get();
   check_unchanged(e);
-  auto step = e.unlocked([](auto& x) { return x.restore_latest(); });
+  auto step = e.unlocked([&](auto& x) { return x.restore_latest(only); });
   if (!step && step.error().code() == Errc::NotFound) {
     if (strict) refuse_mismatch(e);
     return std::nullopt;
@@ -153,11 +244,12 @@ std::optional<std::uint64_t> restore_latest(PyEngine& e, bool strict) {
 }
 
 // A chosen step (Engine::restore): that step or an error, never another one.
-std::uint64_t restore_step(PyEngine& e, py::handle step_arg) {
+std::uint64_t restore_step(PyEngine& e, py::handle step_arg, py::handle only_arg) {
   const auto step = int_arg<std::uint64_t>(step_arg, "step");
+  const auto only = names_arg(only_arg);
   e.get();
   check_unchanged(e);
-  return unwrap(e.unlocked([&](auto& x) { return x.restore(step); }));
+  return unwrap(e.unlocked([&](auto& x) { return x.restore(step, only); }));
 }
 
 py::dict report_dict(const ckpt::PersistReport& report) {
@@ -172,7 +264,10 @@ py::dict report_dict(const ckpt::PersistReport& report) {
 std::unique_ptr<PyEngine> make_engine(const std::string& directory,
                                       const std::vector<std::pair<std::string, py::object>>& named,
                                       py::handle keep, py::handle chunk_bytes, py::handle io_depth, bool lazy,
-                                      bool incremental, bool direct_io) {
+                                      bool incremental, bool direct_io, py::object on_persisted) {
+  if (!on_persisted.is_none() && !PyCallable_Check(on_persisted.ptr()))
+    raise(Errc::InvalidArgument, "ckpt: on_persisted must be callable (step, outcome), not " +
+                                     py::repr(on_persisted).cast<std::string>());
   auto result = std::make_unique<PyEngine>();
   result->directory = directory;
   std::vector<ckpt::Buffer> buffers;
@@ -193,6 +288,13 @@ std::unique_ptr<PyEngine> make_engine(const std::string& directory,
                               .direct_io = direct_io,
                               .lazy = lazy,
                               .incremental = incremental};
+  if (!on_persisted.is_none()) {
+    result->on_persisted = std::make_unique<PersistCallback>(std::move(on_persisted));
+    options.on_persisted = [callback = result->on_persisted.get()](
+                               std::uint64_t step, const Result<ckpt::PersistReport>& outcome) {
+      (*callback)(step, outcome);
+    };
+  }
   auto engine = [&] {
     py::gil_scoped_release released;
     return ckpt::Engine::create(options, std::move(buffers));
@@ -205,11 +307,14 @@ std::unique_ptr<PyEngine> make_engine(const std::string& directory,
 }  // namespace
 
 void bind_ckpt(py::module_& m) {
+  // Registered at import, so it runs before finalization (and after the atexit hooks registered later).
+  py::module_::import("atexit").attr("register")(
+      py::cpp_function([] { CallbackGate::get().close(); }, py::name("_rdmakit_ckpt_close_callbacks")));
   py::class_<PyEngine>(m, "_CkptEngine",
                        "The C++ checkpoint engine over named arrays (use rdmakit.ckpt.Checkpointer).")
       .def(py::init(&make_engine), py::arg("directory"), py::arg("buffers"), py::arg("keep") = 3,
            py::arg("chunk_bytes") = 4u << 20, py::arg("io_depth") = 4, py::arg("lazy") = false,
-           py::arg("incremental") = false, py::arg("direct_io") = true)
+           py::arg("incremental") = false, py::arg("direct_io") = true, py::arg("on_persisted") = py::none())
       .def("snapshot", &snapshot, py::arg("step"),
            "Copies the state into staging and persists it in the background; refuses a step older than the "
            "newest checkpoint and a tensor that changed since the engine was made.")
@@ -222,13 +327,14 @@ void bind_ckpt(py::module_& m) {
             return report_dict(unwrap(e.unlocked([](auto& x) { return x.wait_persisted(); })));
           },
           "Waits until the last snapshot is committed; its report.")
-      .def("restore_latest", &restore_latest, py::arg("strict") = true,
+      .def("restore_latest", &restore_latest, py::arg("strict") = true, py::arg("only") = py::none(),
            "Loads the newest good checkpoint into the arrays; its step, or None when there is none. With "
            "`strict`, checkpoints that exist but whose names, dtypes or shapes differ from the arrays are "
-           "InvalidArgumentError instead of None.")
-      .def("restore", &restore_step, py::arg("step"),
-           "Loads checkpoint `step` into the arrays and returns it; NotFoundError when it is not there or "
-           "does not verify (never another step).")
+           "InvalidArgumentError instead of None. `only`: the names of the arrays to load (the others are "
+           "left untouched; the whole checkpoint is still verified), None for all.")
+      .def("restore", &restore_step, py::arg("step"), py::arg("only") = py::none(),
+           "Loads checkpoint `step` into the arrays (those named in `only`, if given) and returns it; "
+           "NotFoundError when it is not there or does not verify (never another step).")
       .def_property_readonly(
           "newest_step", [](const PyEngine& e) { return e.newest; },
           "The newest step saved by this engine or committed in the directory when it was made, or None.")

@@ -185,3 +185,128 @@ def test_functions_in_the_state_are_read_at_each_save(tmp_path):
         ckpt.wait()
         current["w"][:] = 0
         assert ckpt.restore_latest() == 2 and (current["w"] == 2).all()
+
+
+def _untouched(array):
+    return (array.view(np.uint8) == 0xA5).all()
+
+
+def test_restore_a_subset_of_the_state(tmp_path):
+    """only=[...] loads the arrays named (a name also stands for what is under it) and no byte of the others;
+    an unknown name is refused, naming it, before anything is loaded."""
+    w, b = np.arange(70_000, dtype=np.float32), np.arange(33, dtype=np.int64)
+    m = np.linspace(0, 1, 40_000, dtype=np.float64)
+    state = {"model": {"w": w, "b": b}, "optim": {"m": m}}
+    saved = {"w": w.copy(), "b": b.copy(), "m": m.copy()}
+
+    def sentinel():
+        for array in (w, b, m):
+            array.view(np.uint8)[:] = 0xA5
+
+    with Checkpointer(tmp_path, state, chunk_bytes=64 << 10, direct_io=False) as ckpt:
+        ckpt.save(4)
+        ckpt.wait()
+        sentinel()
+        assert ckpt.restore_latest(only=["model"]) == 4
+        assert np.array_equal(w, saved["w"]) and np.array_equal(b, saved["b"]) and _untouched(m)
+        sentinel()
+        assert ckpt.restore(4, only="optim/m") == 4
+        assert np.array_equal(m, saved["m"]) and _untouched(w) and _untouched(b)
+        sentinel()
+        with pytest.raises(rdmakit.InvalidArgumentError, match="'model/x'"):
+            ckpt.restore_latest(only=["model/b", "model/x"])
+        with pytest.raises(rdmakit.InvalidArgumentError, match="empty"):
+            ckpt.restore(4, only=[])
+        assert _untouched(w) and _untouched(b) and _untouched(m)
+        with pytest.raises(rdmakit.NotFoundError):
+            ckpt.restore(5, only=["model"])
+
+
+def test_on_persisted_is_called_once_per_step_with_its_outcome(tmp_path):
+    """fn(step, report) once per committed save, fn(step, error) for a failed one (which the next call raises
+    too); close() right after a save waits for the callback, not deadlocking on the GIL."""
+    import os
+    import time
+
+    weights = np.zeros(20_000, dtype=np.float32)
+    seen = []
+
+    def on_persisted(step, outcome):
+        time.sleep(0.01)  # the persist thread holds the GIL a while: close() must not wait for it holding it too
+        seen.append((step, outcome))
+
+    directory = tmp_path / "run"
+    ckpt = Checkpointer(directory, {"w": weights}, direct_io=False, on_persisted=on_persisted)
+    for step in (1, 2, 3):
+        weights[:] = step
+        ckpt.save(step)
+    assert ckpt.wait()["step"] == 3
+    assert [step for step, _ in seen] == [1, 2, 3]
+    assert all(isinstance(report, dict) and report["step"] == step for step, report in seen)
+
+    os.rename(directory, tmp_path / "moved")  # a file where the directory was: the next save fails
+    (tmp_path / "run").write_text("not a directory")
+    ckpt.save(4)
+    with pytest.raises(rdmakit.Error):
+        ckpt.wait()
+    assert seen[-1][0] == 4 and isinstance(seen[-1][1], rdmakit.Error) and "Not a directory" in str(seen[-1][1])
+    (tmp_path / "run").unlink()
+    os.rename(tmp_path / "moved", directory)
+    ckpt.save(5)
+    ckpt.close()
+    assert [step for step, _ in seen] == [1, 2, 3, 4, 5] and seen[-1][1]["step"] == 5
+    with pytest.raises(rdmakit.InvalidArgumentError):
+        Checkpointer(tmp_path / "other", {"w": weights}, on_persisted="not callable")
+
+
+def test_an_exception_in_on_persisted_is_reported_and_saves_go_on(tmp_path):
+    import sys
+
+    weights = np.zeros(20_000, dtype=np.float32)
+    seen, reported = [], []
+
+    def on_persisted(step, outcome):
+        seen.append(step)
+        if step == 1:
+            raise RuntimeError("callback failed on purpose")
+
+    hook = sys.unraisablehook
+    sys.unraisablehook = reported.append
+    try:
+        with Checkpointer(tmp_path, {"w": weights}, direct_io=False, on_persisted=on_persisted) as ckpt:
+            ckpt.save(1)
+            assert ckpt.wait()["step"] == 1
+            weights[:] = 2
+            ckpt.save(2)
+            assert ckpt.wait()["step"] == 2
+            weights[:] = 0
+            assert ckpt.restore_latest() == 2 and (weights == 2).all()
+    finally:
+        sys.unraisablehook = hook
+    assert seen == [1, 2]
+    assert len(reported) == 1 and "on purpose" in str(reported[0].exc_value)
+
+
+def test_on_persisted_at_interpreter_exit(tmp_path):
+    """The interpreter exits while a save is persisting and its callback may be running: the exit waits for
+    a running callback, starts none after, and the process ends cleanly (no crash, no hang)."""
+    import subprocess
+    import sys
+
+    script = f"""
+import time
+import numpy as np
+from rdmakit.ckpt import Checkpointer
+
+def on_persisted(step, outcome):
+    print("persisted", step, flush=True)
+    time.sleep(0.2)
+
+state = {{"w": np.ones(1 << 20, dtype=np.float32)}}
+ckpt = Checkpointer({str(tmp_path)!r}, state, direct_io=False, on_persisted=on_persisted)
+ckpt.save(1)
+ckpt.save(2)  # waits for step 1's callback; the interpreter exits while step 2 persists
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "persisted 1" in done.stdout

@@ -1,5 +1,6 @@
 #include "rdmakit/ckpt/engine.hpp"
 
+#include <algorithm>
 #include <condition_variable>
 #include <mutex>
 #include <optional>
@@ -125,7 +126,7 @@ struct __attribute__((visibility("hidden"))) Engine::Impl {
   // Host-only states restore in place: each chunk is copied into the application's buffers as soon as its
   // checksum matched, overlapped with the reads of the next chunks (the copy after the whole read cost
   // ~40 % of restore time). CUDA states load from staging after the whole checkpoint verified.
-  std::vector<detail::Span> host_spans;
+  detail::KindSpans host_spans;
   bool in_place = false;
   bool touched =
       false;  // this restore wrote into the application's buffers (from a checkpoint that failed later)
@@ -156,11 +157,12 @@ struct __attribute__((visibility("hidden"))) Engine::Impl {
   std::jthread persist_thread;       // last: stopped and joined first
 
   // Every kind's copy started (the CUDA one runs on its DMA engines meanwhile), then every one finished.
-  Result<void> copy(bool to_staging) {
+  // Back into the application's buffers, only those `only` selects (a subset restore).
+  Result<void> copy(bool to_staging, const detail::Selection& only = {}) {
     Result<void> result;
     std::size_t started = 0;
     for (; started < movers.size() && result; ++started)
-      result = movers[started]->start(staging.data(), bytes, to_staging);
+      result = movers[started]->start(staging.data(), bytes, to_staging, only);
     if (!result) --started;  // a start that failed has cleaned up after itself
     for (std::size_t i = 0; i < started; ++i)
       if (auto ok = movers[i]->finish(); !ok && result) result = ok;
@@ -197,6 +199,7 @@ struct __attribute__((visibility("hidden"))) Engine::Impl {
       auto& kind = where == MemoryKind::Cuda ? device : host;
       kind.spans.push_back({static_cast<unsigned char*>(buffers[i].data), layout[i].offset, buffers[i].size});
       kind.names.push_back(buffers[i].name);
+      kind.indices.push_back(i);
     }
     if (!device.spans.empty()) {
       auto cuda =
@@ -205,7 +208,7 @@ struct __attribute__((visibility("hidden"))) Engine::Impl {
       movers.push_back(std::move(*cuda));
     }
     in_place = movers.empty();
-    host_spans = host.spans;
+    host_spans = host;
     movers.push_back(detail::make_host_mover(std::move(host), *pool));
     return {};
   }
@@ -258,9 +261,56 @@ struct __attribute__((visibility("hidden"))) Engine::Impl {
     return take_error();
   }
 
+  // What one restore writes: the buffers `only` names (every one when it is empty), and of those the host
+  // ones an in-place restore copies into. An unknown name is refused before anything is read.
+  struct Target {
+    detail::Selection only;
+    std::vector<detail::Span> in_place;
+  };
+  Result<Target> target(const std::vector<std::string>& only) const {
+    Target t;
+    if (!only.empty()) {
+      t.only.assign(buffers.size(), false);
+      for (const auto& name : only) {
+        auto found =
+            std::find_if(buffers.begin(), buffers.end(), [&](const Buffer& b) { return b.name == name; });
+        if (found == buffers.end())
+          return fail(Errc::InvalidArgument,
+                      "ckpt: restore of buffer '" + name +
+                          "': the engine has no buffer of that name (nothing was loaded)");
+        t.only[static_cast<std::size_t>(found - buffers.begin())] = true;
+      }
+    }
+    if (in_place) t.in_place = detail::selected_spans(host_spans, t.only);
+    return t;
+  }
+
+  // A restore starts: the background work settled, its target known, and with a communicator every rank's
+  // arguments accepted before any rank reads (a rank that refused its own must not leave the others
+  // loading alone, nor waiting for it in the vote of restore_group).
+  Result<Target> begin_restore(const std::vector<std::string>& only) {
+    {
+      std::unique_lock lock(mutex);
+      if (auto ok = settle(lock); !ok) return std::unexpected(ok.error());
+    }
+    auto mine = target(only);
+    if (!options.communicator) return mine;
+    std::int32_t accepted = mine ? 1 : 0;
+    if (auto ok = options.communicator->allreduce(&accepted, &accepted, 1, coll::DataType::I32,
+                                                  coll::ReduceOp::Min);
+        !ok)
+      return fail(ok.error().code(), "ckpt: ranks could not begin a restore: " + ok.error().message());
+    if (mine && !accepted)
+      return fail(Errc::InvalidArgument,
+                  "ckpt: another rank refused its restore's arguments (its error names them); nothing was "
+                  "loaded");
+    return mine;
+  }
+
   // Reads one candidate checkpoint into staging: true when every check passed, false when it is damaged or
-  // not this engine's (logged, skipped), an error when it must be refused (another world size).
-  Result<bool> try_checkpoint(const CheckpointInfo& info) {
+  // not this engine's (logged, skipped), an error when it must be refused (another world size). The whole
+  // shard is read and verified whatever the target; in place, only the target's buffers are written.
+  Result<bool> try_checkpoint(const CheckpointInfo& info, const Target& target) {
     auto skip = [&](const std::string& why) {
       log::warn("ckpt", "skipping " + info.path + ": " + why);
       return false;
@@ -282,16 +332,17 @@ struct __attribute__((visibility("hidden"))) Engine::Impl {
     detail::Verified load_chunk;
     if (in_place)
       load_chunk = [&](std::uint64_t offset, std::uint64_t size) {
-        touched = true;
-        detail::copy_range(host_spans, staging.data(), offset, offset + size, false);
+        for (const auto& span : target.in_place)  // `touched`: only when a target's bytes were written
+          if (span.offset < offset + size && offset < span.offset + span.size) touched = true;
+        detail::copy_range(target.in_place, staging.data(), offset, offset + size, false);
       };
     if (auto ok = detail::read_verified(info.path, manifest, staging.data(), {}, load_chunk); !ok)
       return skip(ok.error().message());
     return true;
   }
 
-  // After try_checkpoint() verified one: the buffers get it (in place: they already have it).
-  Result<void> load() { return in_place ? Result<void>{} : copy(false); }
+  // After try_checkpoint() verified one: the target's buffers get it (in place: they already have it).
+  Result<void> load(const Target& target) { return in_place ? Result<void>{} : copy(false, target.only); }
 
   // No checkpoint could be restored: NotFound with the buffers untouched, or, when a damaged one was
   // partly loaded in place, an error that says so (never mistaken for a fresh start).
@@ -304,12 +355,12 @@ struct __attribute__((visibility("hidden"))) Engine::Impl {
 
   // Every rank restores the same step: candidates are tried in order, newest first, and one is taken only
   // when every rank verified its shard of it (an allreduce of each rank's verdict and step).
-  Result<std::uint64_t> restore_group(const std::vector<CheckpointInfo>& found) {
+  Result<std::uint64_t> restore_group(const std::vector<CheckpointInfo>& found, const Target& target) {
     for (std::size_t i = 0;; ++i) {
       bool has = i < found.size();
       bool verified = false;
       if (has) {
-        auto tried = try_checkpoint(found[i]);
+        auto tried = try_checkpoint(found[i], target);
         if (!tried) return std::unexpected(tried.error());
         verified = *tried;
       }
@@ -323,7 +374,7 @@ struct __attribute__((visibility("hidden"))) Engine::Impl {
       if (votes[3] == 0)
         return nothing_restored("ckpt: no checkpoint complete on every rank in " + options.directory);
       if (votes[0] == 1 && votes[1] == -votes[2]) {
-        if (auto ok = load(); !ok) return std::unexpected(ok.error());
+        if (auto ok = load(target); !ok) return std::unexpected(ok.error());
         return static_cast<std::uint64_t>(step);
       }
       if (verified) log::warn("ckpt", "skipping " + found[i].path + ": another rank could not restore it");
@@ -346,7 +397,8 @@ struct __attribute__((visibility("hidden"))) Engine::Impl {
 
   // The replica's newest, when it is at least as new as the newest checkpoint on disk: read into staging
   // and verified. Any failure falls back to the disk (logged).
-  std::optional<std::uint64_t> restore_from_replica(const std::vector<CheckpointInfo>& found) {
+  std::optional<std::uint64_t> restore_from_replica(const std::vector<CheckpointInfo>& found,
+                                                    const Target& target) {
     auto step = replica->newest_step();
     if (!step) {
       if (step.error().code() != Errc::NotFound) log::warn("ckpt", "replica: " + step.error().message());
@@ -362,7 +414,7 @@ struct __attribute__((visibility("hidden"))) Engine::Impl {
       log::warn("ckpt", "replica of another state, restoring from disk: " + ok.error().message());
       return std::nullopt;
     }
-    if (auto ok = copy(false); !ok) {
+    if (auto ok = copy(false, target.only); !ok) {
       log::warn("ckpt", "replica could not be loaded, restoring from disk: " + ok.error().message());
       return std::nullopt;
     }
@@ -520,48 +572,48 @@ Result<PersistReport> Engine::wait_persisted() {
   return *impl_->last_report;
 }
 
-Result<std::uint64_t> Engine::restore_latest() {
+Result<std::uint64_t> Engine::restore_latest() { return restore_latest({}); }
+
+Result<std::uint64_t> Engine::restore_latest(const std::vector<std::string>& only) {
   auto& s = *impl_;
-  {
-    std::unique_lock lock(s.mutex);
-    if (auto ok = s.settle(lock); !ok) return std::unexpected(ok.error());
-  }
+  auto target = s.begin_restore(only);
+  if (!target) return std::unexpected(target.error());
   auto found = list_checkpoints(s.options.directory);
   if (!found) return std::unexpected(found.error());
   s.touched = false;
-  if (s.options.communicator) return s.restore_group(*found);
+  if (s.options.communicator) return s.restore_group(*found, *target);
   if (s.replica)
-    if (auto step = s.restore_from_replica(*found)) return *step;
+    if (auto step = s.restore_from_replica(*found, *target)) return *step;
   for (const auto& info : *found) {
-    auto verified = s.try_checkpoint(info);
+    auto verified = s.try_checkpoint(info, *target);
     if (!verified) return std::unexpected(verified.error());
     if (!*verified) continue;
-    if (auto ok = s.load(); !ok) return std::unexpected(ok.error());
+    if (auto ok = s.load(*target); !ok) return std::unexpected(ok.error());
     s.previous = info.manifest;
     return info.step;
   }
   return s.nothing_restored("ckpt: no complete checkpoint in " + s.options.directory);
 }
 
-Result<std::uint64_t> Engine::restore(std::uint64_t step) {
+Result<std::uint64_t> Engine::restore(std::uint64_t step) { return restore(step, {}); }
+
+Result<std::uint64_t> Engine::restore(std::uint64_t step, const std::vector<std::string>& only) {
   auto& s = *impl_;
-  {
-    std::unique_lock lock(s.mutex);
-    if (auto ok = s.settle(lock); !ok) return std::unexpected(ok.error());
-  }
+  auto target = s.begin_restore(only);
+  if (!target) return std::unexpected(target.error());
   auto found = list_checkpoints(s.options.directory);
   if (!found) return std::unexpected(found.error());
   std::vector<CheckpointInfo> chosen;
   for (auto& info : *found)
     if (info.step == step) chosen.push_back(std::move(info));
   s.touched = false;
-  if (s.options.communicator) return s.restore_group(chosen);  // one candidate: that step, or nothing
+  if (s.options.communicator) return s.restore_group(chosen, *target);  // one candidate: that step, or none
   std::string what = "ckpt: checkpoint of step " + std::to_string(step) + " in " + s.options.directory;
   if (chosen.empty()) return fail(Errc::NotFound, what + ": none");
-  auto verified = s.try_checkpoint(chosen.front());
+  auto verified = s.try_checkpoint(chosen.front(), *target);
   if (!verified) return std::unexpected(verified.error());
   if (!*verified) return s.nothing_restored(what + " does not verify (the warning says why)");
-  if (auto ok = s.load(); !ok) return std::unexpected(ok.error());
+  if (auto ok = s.load(*target); !ok) return std::unexpected(ok.error());
   s.previous = chosen.front().manifest;
   return step;
 }

@@ -13,11 +13,15 @@ class HostMover final : public Mover {
  public:
   HostMover(KindSpans spans, CopyPool& pool) : spans_(std::move(spans)), pool_(pool) {}
 
-  Result<void> start(unsigned char* staging, std::uint64_t total, bool to_staging) override {
-    if (spans_.spans.empty()) return {};
+  Result<void> start(unsigned char* staging, std::uint64_t total, bool to_staging,
+                     const Selection& only) override {
+    // A subset restore copies a filtered list (an allocation, once per restore); snapshots copy them all.
+    std::vector<Span> subset;
+    if (!to_staging && !only.empty()) subset = selected_spans(spans_, only);
+    const auto& spans = !to_staging && !only.empty() ? subset : spans_.spans;
+    if (spans.empty()) return {};
     std::size_t parts = total < (1u << 20) ? 1 : pool_.threads();
-    pool_.run(parts,
-              [&](std::size_t part) { copy_part(spans_.spans, staging, total, part, parts, to_staging); });
+    pool_.run(parts, [&](std::size_t part) { copy_part(spans, staging, total, part, parts, to_staging); });
     return {};
   }
   Result<void> finish() override { return {}; }
@@ -76,8 +80,9 @@ class CudaMover final : public Mover {
     return {};
   }
 
-  Result<void> start(unsigned char* staging, std::uint64_t, bool to_staging) override {
+  Result<void> start(unsigned char* staging, std::uint64_t, bool to_staging, const Selection& only) override {
     for (std::size_t i = 0; i < spans_.spans.size(); ++i) {
+      if (!to_staging && !selected(only, spans_.indices[i])) continue;  // a subset restore leaves it be
       const auto& s = spans_.spans[i];
       unsigned char* host = staging + s.offset;
       auto e = to_staging ? rt_.memcpy_async(host, s.app, s.size, cuda::kDeviceToHost, streams_[devices_[i]])
@@ -128,6 +133,13 @@ class CudaMover final : public Mover {
 };
 
 }  // namespace
+
+std::vector<Span> selected_spans(const KindSpans& kind, const Selection& only) {
+  std::vector<Span> out;
+  for (std::size_t i = 0; i < kind.spans.size(); ++i)
+    if (selected(only, kind.indices[i])) out.push_back(kind.spans[i]);
+  return out;
+}
 
 std::unique_ptr<Mover> make_host_mover(KindSpans spans, CopyPool& pool) {
   return std::make_unique<HostMover>(std::move(spans), pool);

@@ -18,14 +18,24 @@ namespace rdmakit::ckpt::detail {
 // The application's buffers of one kind, placed in staging (Span::offset).
 struct KindSpans {
   std::vector<Span> spans;
-  std::vector<std::string> names;  // the buffers' names, for errors
+  std::vector<std::string> names;    // the buffers' names, for errors
+  std::vector<std::size_t> indices;  // each span's buffer, by its index in the engine's buffers
 };
+
+// Which buffers a copy back into the application's buffers writes (a subset restore), by buffer index:
+// empty = every one. Copies into staging (snapshots) always take every buffer.
+using Selection = std::vector<bool>;
+inline bool selected(const Selection& only, std::size_t index) { return only.empty() || only[index]; }
+// The spans of `kind` that `only` selects (all of them when it is empty).
+std::vector<Span> selected_spans(const KindSpans& kind, const Selection& only);
 
 class Mover {
  public:
   virtual ~Mover() = default;
-  // Starts copying every span into staging (to_staging) or back into the application's buffers.
-  virtual Result<void> start(unsigned char* staging, std::uint64_t total, bool to_staging) = 0;
+  // Starts copying every span into staging (to_staging) or back into the application's buffers: then only
+  // those `only` selects, the others' bytes are not written at all.
+  virtual Result<void> start(unsigned char* staging, std::uint64_t total, bool to_staging,
+                             const Selection& only) = 0;
   // Returns when the started copy is complete, or why it failed.
   virtual Result<void> finish() = 0;
 };

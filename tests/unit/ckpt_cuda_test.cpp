@@ -6,6 +6,7 @@
 #include <dlfcn.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -157,6 +158,48 @@ TEST_F(CkptCuda, DeviceBuffersRoundTripThroughPinnedStagingOnTheEnginesStreams) 
   EXPECT_EQ(s.streams_alive, 0);
   EXPECT_EQ(s.registered_ranges, 0) << "staging must be unpinned before it is unmapped";
   EXPECT_EQ(s.copies_dropped, 0);
+}
+
+// Subset restore of a mixed state: a named device buffer is copied back alone (one cudaMemcpyAsync), a
+// named host buffer by the host mover alone (no device copy); the others keep every byte of their sentinel.
+TEST_F(CkptCuda, SubsetRestoreCopiesOnlyTheNamedBuffers) {
+  auto engine = Engine::create(options(), buffers());
+  ASSERT_TRUE(engine) << engine.error().describe();
+  fill(5);
+  ASSERT_TRUE((*engine)->snapshot(5));
+  ASSERT_TRUE((*engine)->wait_persisted());
+  auto sentinel = [&] {
+    std::memset(gpu0.view(), 0xA5, gpu0.size());
+    std::memset(host.data(), 0xA5, host.size());
+    std::memset(gpu1.view(), 0xA5, gpu1.size());
+  };
+  auto untouched = [](const unsigned char* p, std::size_t size) {
+    return std::all_of(p, p + size, [](unsigned char b) { return b == 0xA5; });
+  };
+
+  sentinel();
+  auto copies = fake.now().copies;
+  ASSERT_EQ((*engine)->restore_latest({"gpu1.adam"}).value_or(0), 5u);
+  EXPECT_EQ(fake.now().copies, copies + 1) << "only the named device buffer is copied to the GPU";
+  EXPECT_EQ(seeded_mismatch(gpu1.view(), gpu1.size(), 5 * 3 + 2), gpu1.size());
+  EXPECT_TRUE(untouched(gpu0.view(), gpu0.size()));
+  EXPECT_TRUE(untouched(host.data(), host.size()));
+
+  sentinel();
+  copies = fake.now().copies;
+  ASSERT_EQ((*engine)->restore(5, {"host.step"}).value_or(0), 5u);
+  EXPECT_EQ(fake.now().copies, copies) << "no device buffer was named";
+  EXPECT_EQ(seeded_mismatch(host.data(), host.size(), 5 * 3 + 1), host.size());
+  EXPECT_TRUE(untouched(gpu0.view(), gpu0.size()));
+  EXPECT_TRUE(untouched(gpu1.view(), gpu1.size()));
+
+  sentinel();
+  auto refused = (*engine)->restore_latest({"gpu0.weight", "gpu2.weight"});
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().code(), Errc::InvalidArgument);
+  EXPECT_NE(refused.error().message().find("'gpu2.weight'"), std::string::npos) << refused.error().message();
+  EXPECT_TRUE(untouched(gpu0.view(), gpu0.size()));
+  EXPECT_EQ(fake.now().copies_dropped, 0);
 }
 
 TEST_F(CkptCuda, LazyModeCopiesDeviceBuffersInTheBackground) {

@@ -161,6 +161,59 @@ TEST(CkptEngine, RestoreAChosenStep) {
   EXPECT_TRUE(state.matches(2));
 }
 
+// Every byte of `data` still holds `value`.
+bool all_bytes(const void* data, std::size_t size, unsigned char value) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  return std::all_of(p, p + size, [&](unsigned char b) { return b == value; });
+}
+
+// Subset restore: only the named buffers are written, in place as the chunks verify; the others keep every
+// byte of their sentinel, also where they share a chunk with a loaded one ("step bytes" sits inside the
+// 64 KiB chunks of its neighbours). An unknown name is refused naming it, before anything is written.
+TEST(CkptEngine, SubsetRestoreWritesOnlyTheNamedBuffers) {
+  TempDir dir;
+  State state;
+  auto engine = Engine::create(small_options(dir.path()), state.buffers());
+  ASSERT_TRUE(engine);
+  state.fill(3);
+  ASSERT_TRUE((*engine)->snapshot(3));
+  ASSERT_TRUE((*engine)->wait_persisted());
+  auto sentinel = [&] {
+    std::memset(state.weights.data(), 0xA5, state.weights.size() * 4);
+    std::memset(state.bytes.data(), 0xA5, state.bytes.size());
+    std::memset(state.moments.data(), 0xA5, state.moments.size() * 8);
+  };
+
+  sentinel();
+  auto outer = (*engine)->restore(3, {"layer0.weight", "adam/m"});
+  ASSERT_TRUE(outer) << outer.error().describe();
+  EXPECT_EQ(*outer, 3u);
+  EXPECT_EQ(ckpt::testing::seeded_mismatch(state.weights.data(), state.weights.size() * 4, 3),
+            state.weights.size() * 4);
+  EXPECT_EQ(ckpt::testing::seeded_mismatch(state.moments.data(), state.moments.size() * 8, 5),
+            state.moments.size() * 8);
+  EXPECT_TRUE(all_bytes(state.bytes.data(), state.bytes.size(), 0xA5)) << "a buffer not named was written";
+
+  sentinel();
+  ASSERT_EQ((*engine)->restore_latest({"step bytes"}).value_or(0), 3u);
+  EXPECT_EQ(ckpt::testing::seeded_mismatch(state.bytes.data(), state.bytes.size(), 4), state.bytes.size());
+  EXPECT_TRUE(all_bytes(state.weights.data(), state.weights.size() * 4, 0xA5));
+  EXPECT_TRUE(all_bytes(state.moments.data(), state.moments.size() * 8, 0xA5));
+
+  sentinel();
+  for (auto restored : {(*engine)->restore_latest({"adam/m", "adam/v"}), (*engine)->restore(3, {"adam/v"})}) {
+    ASSERT_FALSE(restored);
+    EXPECT_EQ(restored.error().code(), Errc::InvalidArgument);
+    EXPECT_NE(restored.error().message().find("'adam/v'"), std::string::npos) << restored.error().message();
+  }
+  EXPECT_TRUE(all_bytes(state.moments.data(), state.moments.size() * 8, 0xA5)) << "refused, yet written";
+  auto missing = (*engine)->restore(9, {"adam/m"});
+  ASSERT_FALSE(missing);
+  EXPECT_EQ(missing.error().code(), Errc::NotFound);
+  ASSERT_EQ((*engine)->restore_latest({}).value_or(0), 3u);  // an empty list: every buffer
+  EXPECT_TRUE(state.matches(3));
+}
+
 // on_persisted: one call per snapshot, with its step and report, before the next snapshot can start.
 TEST(CkptEngine, PerCommitCompletion) {
   TempDir dir;

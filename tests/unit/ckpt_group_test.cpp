@@ -3,6 +3,7 @@
 // world size is refused; a rank whose shard fails fails the checkpoint everywhere.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
@@ -169,6 +170,47 @@ TEST(CkptGroup, DamagedShardMakesEveryRankStepBack) {
     ASSERT_TRUE(step) << step.error().describe();
     EXPECT_EQ(*step, 1u) << "rank " << comm.rank();
     EXPECT_TRUE(state.matches(seed(1, comm.rank())));
+  });
+}
+
+// Subset restore under a communicator: each rank names its own buffers and only those are written; a
+// rank naming an unknown buffer makes every rank refuse before any reads (rank 0, whose list was good,
+// leaves its buffers untouched and does not wait for a vote rank 1 never casts), and the group goes on.
+TEST(CkptGroup, SubsetRestoreIsCollectiveAndOneRanksBadListStopsEveryRank) {
+  TempDir dir;
+  commit_steps(dir.path(), 2, 1, 1);
+  run_ranks(2, [&](coll::Communicator& comm) {
+    PatternState state;
+    auto engine = Engine::create(group_options(dir.path(), comm), state.buffers());
+    ASSERT_TRUE(engine);
+    auto sentinel = [&] {
+      for (auto* v : {&state.a, &state.b, &state.c}) std::fill(v->begin(), v->end(), 0xA5);
+    };
+    auto untouched = [](const std::vector<unsigned char>& v) {
+      return std::all_of(v.begin(), v.end(), [](unsigned char x) { return x == 0xA5; });
+    };
+    const auto rank = comm.rank();
+    sentinel();
+    auto mine = rank == 0 ? std::vector<std::string>{"b"} : std::vector<std::string>{"a", "c"};
+    ASSERT_EQ((*engine)->restore_latest(mine).value_or(0), 1u) << "rank " << rank;
+    EXPECT_EQ(untouched(state.a), rank == 0);
+    EXPECT_EQ(untouched(state.b), rank == 1);
+    EXPECT_EQ(untouched(state.c), rank == 0);
+    if (rank == 0)
+      EXPECT_EQ(testing::seeded_mismatch(state.b.data(), state.b.size(), seed(1, 0) * 3 + 1), state.b.size());
+    else
+      EXPECT_EQ(testing::seeded_mismatch(state.a.data(), state.a.size(), seed(1, 1) * 3), state.a.size());
+
+    sentinel();
+    auto refused = (*engine)->restore(
+        1, rank == 0 ? std::vector<std::string>{"a"} : std::vector<std::string>{"no such"});
+    ASSERT_FALSE(refused) << "rank " << rank;
+    EXPECT_EQ(refused.error().code(), Errc::InvalidArgument);
+    EXPECT_NE(refused.error().message().find(rank == 0 ? "another rank" : "'no such'"), std::string::npos)
+        << refused.error().message();
+    EXPECT_TRUE(untouched(state.a) && untouched(state.b) && untouched(state.c)) << "rank " << rank;
+    ASSERT_EQ((*engine)->restore(1, {}).value_or(0), 1u);
+    EXPECT_TRUE(state.matches(seed(1, rank)));
   });
 }
 

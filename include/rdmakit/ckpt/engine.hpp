@@ -124,6 +124,16 @@ class RDMAKIT_API Engine {
   // and the buffers are untouched (ProtocolError when a damaged one overwrote part of them). Never another
   // step, and never the replica. With a communicator: collective, every rank loads that step or none does.
   Result<std::uint64_t> restore(std::uint64_t step);
+  // Subset restore, as torch.distributed.checkpoint loads some keys: as restore_latest() / restore(step),
+  // but only the buffers named in `only` are written (empty: every one); every other buffer is left byte
+  // for byte as it was (nothing is copied into it, in place or from staging). A name that is not one of
+  // this engine's buffers is InvalidArgument naming it, before anything is read. The checkpoint must still
+  // be this engine's whole state, and it is verified as a whole: every chunk of this rank's shard is read
+  // and checked, those of the buffers not loaded included, so a subset restore costs the reads of a full
+  // one. With a communicator: collective as the others, each rank naming its own buffers; when one rank
+  // refuses its list, every rank returns InvalidArgument and none reads.
+  Result<std::uint64_t> restore_latest(const std::vector<std::string>& only);
+  Result<std::uint64_t> restore(std::uint64_t step, const std::vector<std::string>& only);
 
   const EngineOptions& options() const noexcept;
   std::size_t state_bytes() const noexcept;    // sum of the buffers' sizes
