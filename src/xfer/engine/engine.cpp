@@ -63,6 +63,7 @@ bool Peer::healthy() const {
 
 void Peer::close() {
   for (auto& link : links) link->connection->close();
+  close_file_link(*this);
 }
 
 EngineImpl::EngineImpl(MetadataStore& metadata, EngineOptions options)
@@ -162,16 +163,29 @@ void EngineImpl::start_proof(Rail& rail, std::shared_ptr<Connection> connection)
     // A notification connection's receives are posted before the peer learns it was accepted
     // (before_accept), so its first notification finds one; a peer that did not prove the secret never
     // gets any, and a data connection none either.
-    std::unique_ptr<rdmakit::detail::MessageChannel> channel;
-    auto proven = bootstrap::prove_accept(*rail.context, *connection, config, options_.name,
-                                          [&](std::string_view initiator) -> Result<void> {
-                                            if (!initiator.ends_with(kNotifyIdentitySuffix)) return {};
-                                            auto opened = open_owner_channel(*rail.context, connection);
-                                            if (!opened) return std::unexpected(opened.error());
-                                            channel = std::move(*opened);
-                                            return {};
-                                          });
-    if (proven) {
+    // A file connection's channel likewise, and only while this engine serves files.
+    std::unique_ptr<rdmakit::detail::MessageChannel> channel, file_channel;
+    auto proven = bootstrap::prove_accept(
+        *rail.context, *connection, config, options_.name, [&](std::string_view initiator) -> Result<void> {
+          if (initiator.ends_with(kFileIdentitySuffix)) {
+            if (!file_server())
+              return fail(Errc::NotFound, "xfer: '" + options_.name + "' publishes no file segment");
+            auto opened = open_file_server_channel(*rail.context, connection, options_.peer_timeout);
+            if (!opened) return std::unexpected(opened.error());
+            file_channel = std::move(*opened);
+            return {};
+          }
+          if (!initiator.ends_with(kNotifyIdentitySuffix)) return {};
+          auto opened = open_owner_channel(*rail.context, connection);
+          if (!opened) return std::unexpected(opened.error());
+          channel = std::move(*opened);
+          return {};
+        });
+    if (proven && file_channel) {
+      std::string name = std::move(*proven);
+      name.resize(name.size() - kFileIdentitySuffix.size());
+      adopt_file_connection(rail, connection, std::move(name), std::move(file_channel));
+    } else if (proven) {
       std::string name = std::move(*proven);
       if (channel) name.resize(name.size() - kNotifyIdentitySuffix.size());
       std::lock_guard lock(rail.accepted_mutex);
@@ -193,6 +207,7 @@ EngineImpl::~EngineImpl() {
   {
     std::lock_guard lock(control_);
     for (auto& [name, region] : published_) (void)metadata_.unpublish(segment_key(name));
+    for (const auto& name : published_files_) (void)metadata_.unpublish(segment_key(name));
     for (auto& [key, peer] : peers_) peer->close();
   }
   {
@@ -214,6 +229,12 @@ EngineImpl::~EngineImpl() {
     if (rail->progress.joinable()) rail->progress.join();
     std::lock_guard lock(rail->accepted_mutex);
     for (auto& accepted : rail->accepted) accepted.connection->close();
+  }
+  {
+    // No proof adopts a file connection any more (the acceptors are joined): the server stops, closing its
+    // connections, before the rails its ring is registered in go.
+    std::lock_guard lock(files_mutex_);
+    file_server_.reset();
   }
   // Work requests whose completions did not come within the drain: their requests fail, so no batch that
   // outlives the engine waits forever.
@@ -369,7 +390,8 @@ Result<SegmentInfo> EngineImpl::segment_info(SegmentHandle segment) const {
   if (!current)
     return fail(Errc::InvalidArgument, "segment_info: no segment handle " + std::to_string(segment.value));
   if (current->gone) return fail(Errc::NotFound, "segment '" + current->name + "' is gone");
-  return SegmentInfo{current->name, current->record.owner, current->record.length, current->transport};
+  return SegmentInfo{current->name,      current->record.owner, current->record.length,
+                     current->transport, current->record.file,  current->record.writable};
 }
 
 std::shared_ptr<const SegmentEntry> EngineImpl::entry(std::uint32_t handle) const {
