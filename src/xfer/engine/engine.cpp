@@ -61,9 +61,10 @@ bool Peer::healthy() const {
   return std::ranges::all_of(links, [](const auto& link) { return link->connection->health().has_value(); });
 }
 
+// The file link stays: it has a connection of its own and connects again when it needs to, so entries that
+// still hold this peer after its data connections failed keep reaching the owner's files.
 void Peer::close() {
   for (auto& link : links) link->connection->close();
-  close_file_link(*this);
 }
 
 EngineImpl::EngineImpl(MetadataStore& metadata, EngineOptions options)
@@ -208,12 +209,18 @@ EngineImpl::~EngineImpl() {
     std::lock_guard lock(control_);
     for (auto& [name, region] : published_) (void)metadata_.unpublish(segment_key(name));
     for (const auto& name : published_files_) (void)metadata_.unpublish(segment_key(name));
-    for (auto& [key, peer] : peers_) peer->close();
+    for (auto& [key, peer] : peers_) {
+      peer->close();
+      close_file_link(*peer);
+    }
   }
   {
     std::shared_lock lock(table_);
     for (const auto& entry : entries_) {
-      if (entry && entry->peer) entry->peer->close();
+      if (entry && entry->peer) {
+        entry->peer->close();
+        close_file_link(*entry->peer);
+      }
     }
   }
   stop_.store(true, std::memory_order_release);
@@ -402,7 +409,11 @@ std::shared_ptr<const SegmentEntry> EngineImpl::entry(std::uint32_t handle) cons
 
 void EngineImpl::install(std::uint32_t handle, std::shared_ptr<const SegmentEntry> fresh) {
   std::unique_lock lock(table_);
-  entries_[handle - 1] = std::move(fresh);
+  std::swap(entries_[handle - 1], fresh);
+  lock.unlock();
+  // The old entry goes outside the lock: when it held the last reference to its peer, the peer joins its
+  // file link's thread, which may be running a batch callback that submits (and so reads the table).
+  fresh.reset();
 }
 
 std::shared_ptr<LocalRegion> EngineImpl::find_local(std::uint64_t addr, std::uint64_t length) const {

@@ -167,7 +167,8 @@ struct Peer {
   std::mutex notify_mutex;
   std::unique_ptr<rdmakit::detail::MessageChannel> notify;
   // Requests to the owner's file segments: a connection and a thread of their own (files_client.cpp), made
-  // with the first one. Stopped by close(), which fails what is still queued or unanswered.
+  // with the first one. Stopped by close_file_link() (the engine's end) or the destructor, which fail what
+  // is still queued or unanswered.
   std::mutex file_mutex;
   std::unique_ptr<FileLink> file;
   ~Peer();
@@ -204,7 +205,7 @@ struct LocalRegion {
   }
 };
 
-// Stops the peer's file link (Peer::close): what it still holds fails, later ops fail at once.
+// Stops the peer's file link (the engine's end): what it still holds fails, later ops fail at once.
 void close_file_link(Peer& peer);
 
 // The file requests of one submit to one owner.

@@ -112,15 +112,25 @@ Peer::~Peer() {
   if (file) stop_link(*file);
 }
 
-// Called by close(): what the link still holds fails ("closed"), and later ops fail at once.
+// The engine is closing: what the link still holds fails, and later ops fail at once (a link that was never
+// made is made stopped, with no thread).
 void close_file_link(Peer& peer) {
-  std::lock_guard lock(peer.file_mutex);
-  if (peer.file) stop_link(*peer.file);
+  FileLink* link = nullptr;
+  {
+    std::lock_guard lock(peer.file_mutex);
+    if (!peer.file) {
+      peer.file = std::make_unique<FileLink>();
+      peer.file->stop = true;
+    }
+    link = peer.file.get();  // never replaced once made
+  }
+  // Joined outside file_mutex: the thread may be running a batch callback that submits to this peer.
+  stop_link(*link);
 }
 
 void EngineImpl::queue_file_ops(Peer& peer, const SegmentEntry& entry, std::vector<FileOp> ops) {
   if (ops.empty()) return;
-  std::lock_guard lock(peer.file_mutex);
+  std::unique_lock made(peer.file_mutex);
   if (!peer.file) {
     // The owner's file server listens where its data connections do: the peer's first link's rail.
     auto& link = *peer.links.front();
@@ -132,11 +142,12 @@ void EngineImpl::queue_file_ops(Peer& peer, const SegmentEntry& entry, std::vect
           file_link_loop(peer, *file, *rail, std::move(address), std::move(owner));
         });
   }
-  auto& link = *peer.file;
+  auto& link = *peer.file;  // never replaced once made
+  made.unlock();            // ops failed below may run a callback that submits to this peer again
   std::unique_lock queue(link.mutex);
   if (link.stop) {
     queue.unlock();
-    Error closed(Errc::ConnectionBroken, "the connection to the owner was closed (the engine is closing)");
+    Error closed(Errc::ConnectionBroken, "the engine is closing");
     for (auto& op : ops) finish_op(peer, op, &closed);
     return;
   }
