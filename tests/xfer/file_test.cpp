@@ -173,6 +173,19 @@ TEST_P(XferFile, BadRangesAndBadFilesAreRefused) {
   }
   EXPECT_EQ(memory.get()[0], kUntouched);
 
+  // try_submit: file requests take in-flight credits as work requests do, so a batch of more messages than
+  // max_inflight_per_peer (128) is refused (submit() would wait), and a small one goes at once.
+  std::vector<Request> many(200, Request{Op::Read, memory.get(), segment_, 0, 100});
+  auto too_many = client_->try_submit(many);
+  ASSERT_FALSE(too_many.has_value());
+  EXPECT_EQ(too_many.error().code(), Errc::InvalidArgument) << text(too_many.error());
+  many.resize(3);
+  auto few = client_->try_submit(many);
+  ASSERT_TRUE(few.has_value()) << text(few.error());
+  ASSERT_TRUE((*few)->wait(20s).has_value());
+  EXPECT_EQ((*few)->failed(), 0u);
+  EXPECT_EQ(std::memcmp(memory.get(), contents_.data(), 100), 0);
+
   write_file(dir_.path() / "empty", {});
   std::filesystem::create_directory(dir_.path() / "dir");
   EXPECT_EQ(owner_->publish_file("e", (dir_.path() / "empty").string()).error().code(),
