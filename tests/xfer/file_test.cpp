@@ -287,6 +287,28 @@ std::vector<std::string> transports() { return {"tcp", "shm"}; }
 INSTANTIATE_TEST_SUITE_P(Transports, XferFile, ::testing::ValuesIn(transports()),
                          [](const auto& info) { return info.param; });
 
+// A file segment's record round-trips (file, read-only, its size), refuses every truncation and unknown
+// flags, and is not mistaken for a memory record.
+TEST(XferFileRecord, FileRecordRoundTripsAndRefusesEveryCut) {
+  detail::SegmentRecord record{"owner", "host", kFileSize, {}, true, false};
+  RemoteRegion region{};
+  region.owner_epoch = 9;
+  record.rails.push_back({"tcp", "127.0.0.1:1", region});
+  auto bytes = detail::encode(record);
+  auto decoded = detail::decode(bytes);
+  ASSERT_TRUE(decoded.has_value()) << text(decoded.error());
+  EXPECT_EQ(*decoded, record);
+  EXPECT_TRUE(decoded->file);
+  EXPECT_FALSE(decoded->writable);
+  for (std::size_t cut = 0; cut < bytes.size(); ++cut)
+    ASSERT_FALSE(detail::decode(std::span(bytes).first(cut)).has_value()) << "cut at " << cut;
+  auto flags = bytes;
+  flags.back() = std::byte{0x80};  // the flags word's high byte: an unknown flag
+  EXPECT_FALSE(detail::decode(flags).has_value());
+  record.file = false;  // the same rails as a memory record: its descriptor is shorter than the segment
+  EXPECT_FALSE(detail::decode(detail::encode(record)).has_value());
+}
+
 // A stranger (another secret) cannot open the sealed record; and one that connects to the owner's listener
 // and sends well-formed file requests naming a registered buffer of its own (at once, inside the proof
 // window, or after a proof that failed) gets no byte: the owner opens its file channel only once the peer
