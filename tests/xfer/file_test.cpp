@@ -309,6 +309,42 @@ TEST(XferFileRecord, FileRecordRoundTripsAndRefusesEveryCut) {
   EXPECT_FALSE(detail::decode(detail::encode(record)).has_value());
 }
 
+// The file channel's messages come from peers: a header cut short, an empty or oversized name, an answer
+// with a code that is no Errc, the wrong type: all refused; random payloads never decode past their bounds.
+TEST(XferFileRecord, FileMessagesFromPeersAreCheckedBeforeUse) {
+  using rdmakit::detail::Frame;
+  detail::FileRequestMessage request{.id = 7, .offset = 1, .length = 2, .name = "shard"};
+  auto payload = detail::encode_request(request);
+  ASSERT_TRUE(payload.has_value());
+  auto decoded = detail::decode_request(Frame{detail::kFileRead, *payload});
+  ASSERT_TRUE(decoded.has_value());
+  EXPECT_EQ(decoded->name, "shard");
+  EXPECT_EQ(decoded->length, 2u);
+  for (std::size_t cut = 0; cut <= 44; ++cut)  // the fixed fields, and no name at all
+    EXPECT_FALSE(
+        detail::decode_request(Frame{detail::kFileRead, std::span(*payload).first(cut)}).has_value());
+  EXPECT_FALSE(detail::decode_request(Frame{detail::kFileDone, *payload}).has_value());
+  EXPECT_FALSE(
+      detail::encode_request({.name = std::string(detail::kMaxFileSegmentName + 1, 'n')}).has_value());
+  auto reply = detail::encode_reply({.id = 7, .code = 0, .message = {}});
+  ASSERT_TRUE(reply.has_value());
+  (*reply)[8] = std::byte{200};  // no Errc
+  EXPECT_FALSE(detail::decode_reply(Frame{detail::kFileDone, *reply}).has_value());
+  EXPECT_FALSE(detail::decode_reply(Frame{detail::kFileRead, *reply}).has_value());
+  std::mt19937 random(5);
+  for (int i = 0; i < 5000; ++i) {
+    auto bytes = random_bytes(random() % 1200, static_cast<std::uint32_t>(i));
+    auto type = static_cast<std::uint8_t>(1 + random() % 3);
+    if (auto r = detail::decode_request(Frame{type, bytes}); r) {
+      ASSERT_TRUE(!r->name.empty() && r->name.size() <= detail::kMaxFileSegmentName);
+    }
+    if (auto a = detail::decode_reply(Frame{type, bytes}); a) {
+      ASSERT_TRUE(a->code <= static_cast<std::uint8_t>(Errc::TransportFailure) &&
+                  a->message.size() <= detail::kMaxFileReplyText);
+    }
+  }
+}
+
 // A stranger (another secret) cannot open the sealed record; and one that connects to the owner's listener
 // and sends well-formed file requests naming a registered buffer of its own (at once, inside the proof
 // window, or after a proof that failed) gets no byte: the owner opens its file channel only once the peer
