@@ -171,7 +171,7 @@ void EngineImpl::start_proof(Rail& rail, std::shared_ptr<Connection> connection)
           if (initiator.ends_with(kFileIdentitySuffix)) {
             if (!file_server())
               return fail(Errc::NotFound, "xfer: '" + options_.name + "' publishes no file segment");
-            auto opened = open_file_server_channel(*rail.context, connection, options_.peer_timeout);
+            auto opened = open_file_server_channel(*rail.context, connection);
             if (!opened) return std::unexpected(opened.error());
             file_channel = std::move(*opened);
             return {};

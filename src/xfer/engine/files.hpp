@@ -111,6 +111,6 @@ void unpublish_file(FileServer& server, std::string_view name);
 // A file connection's channel, opened inside the proof once the peer's proof verified (so its first request
 // finds a receive posted).
 Result<std::unique_ptr<rdmakit::detail::MessageChannel>> open_file_server_channel(
-    Context& context, std::shared_ptr<Connection> connection, std::chrono::milliseconds send_timeout);
+    Context& context, std::shared_ptr<Connection> connection);
 
 }  // namespace rdmakit::xfer::detail

@@ -24,12 +24,13 @@ namespace rdmakit::xfer::detail {
 
 using rdmakit::detail::MessageChannel;
 
+// Its send_timeout is 0: a post finds the previous send still in flight with Timeout at once, and the
+// server keeps the answer for later (FileServer::flush) instead of waiting.
 Result<std::unique_ptr<MessageChannel>> open_file_server_channel(Context& context,
-                                                                 std::shared_ptr<Connection> connection,
-                                                                 std::chrono::milliseconds send_timeout) {
-  auto channel =
-      MessageChannel::open(context, std::move(connection), kFileSpec,
-                           {.receives = kFileWindow, .keep_posted = true, .send_timeout = send_timeout});
+                                                                 std::shared_ptr<Connection> connection) {
+  auto channel = MessageChannel::open(
+      context, std::move(connection), kFileSpec,
+      {.receives = kFileWindow, .keep_posted = true, .send_timeout = std::chrono::milliseconds::zero()});
   if (!channel) return std::unexpected(channel.error());
   if (auto posted = channel->expect(kFileWindow); !posted) return std::unexpected(posted.error());
   return std::make_unique<MessageChannel>(std::move(*channel));
@@ -65,8 +66,9 @@ struct PublishedFile {
 
 class FileServer {
  public:
-  FileServer(std::vector<Rail*> rails, std::uint64_t chunk_bytes, std::uint32_t chunks)
-      : rails_(std::move(rails)), chunk_bytes_(chunk_bytes), slots_(chunks) {}
+  FileServer(std::vector<Rail*> rails, std::uint64_t chunk_bytes, std::uint32_t chunks,
+             std::chrono::milliseconds peer_timeout)
+      : rails_(std::move(rails)), chunk_bytes_(chunk_bytes), peer_timeout_(peer_timeout), slots_(chunks) {}
   ~FileServer() {
     stop_.store(true, std::memory_order_release);
     if (thread_.joinable()) thread_.join();
@@ -114,6 +116,8 @@ class FileServer {
     std::string identity;  // the engine name the peer proved
     std::unique_ptr<MessageChannel> channel;
     bool broken = false;
+    std::deque<std::vector<std::byte>> outbox;  // answers not sent yet
+    std::optional<Clock::time_point> stuck_since;
   };
   // One request: answered once each of its chunks was delivered (or one failed).
   struct Job {
@@ -159,6 +163,9 @@ class FileServer {
       busy |= start_reads();
       busy |= reap_reads();
       busy |= reap_writes();
+      for (auto& served : served_) {
+        if (!served->outbox.empty()) busy |= flush(*served);
+      }
       std::erase_if(served_, [](const auto& s) { return s->broken; });
       // Nothing happened: yield while chunks are in flight, then nap (longer with no connection at all).
       if (busy) {
@@ -389,6 +396,9 @@ class FileServer {
 
   // Bytes delivered before the answer: every WRITE of the request completed, so they are in the
   // requester's memory when it reads the answer.
+  // The answer waits in the connection's outbox (at most kFileWindow: one per request it may have here)
+  // until the previous one's send completed: the thread never waits on one requester's sends, so a
+  // requester that stops taking its answers stalls nobody else, and is closed after peer_timeout.
   void answer(Served& served, std::uint64_t id, const std::optional<Error>& error) {
     if (served.broken) return;
     FileReplyMessage reply{id, 0, {}};
@@ -397,17 +407,41 @@ class FileServer {
       reply.message = error->message();
     }
     auto payload = encode_reply(reply);
-    auto sent =
-        payload ? served.channel->post(kFileDone, *payload) : Result<void>(std::unexpected(payload.error()));
-    if (!sent) {
-      log::info("xfer",
-                "closed the file connection from '" + served.identity + "': " + sent.error().describe());
-      close(served);
+    if (!payload) return close(served, payload.error());
+    served.outbox.push_back(std::move(*payload));
+    flush(served);
+  }
+
+  // Sends what the outbox holds while the previous send has completed (the channel's send_timeout is 0).
+  bool flush(Served& served) {
+    bool sent_any = false;
+    while (!served.broken && !served.outbox.empty()) {
+      auto sent = served.channel->post(kFileDone, served.outbox.front());
+      if (!sent && sent.error().code() == Errc::Timeout) {
+        if (!served.stuck_since) served.stuck_since = Clock::now();
+        if (Clock::now() - *served.stuck_since > peer_timeout_)
+          close(served, Error(Errc::Timeout, "it took no answer within peer_timeout"));
+        return sent_any;
+      }
+      if (!sent) {
+        close(served, sent.error());
+        return sent_any;
+      }
+      served.stuck_since.reset();
+      served.outbox.pop_front();
+      sent_any = true;
     }
+    return sent_any;
+  }
+
+  void close(Served& served, const Error& why) {
+    log::info("xfer", "closed the file connection from '" + served.identity + "': " + why.describe());
+    close(served);
   }
 
   std::vector<Rail*> rails_;
   std::uint64_t chunk_bytes_;
+  std::chrono::milliseconds peer_timeout_;
   ckpt::detail::AlignedBuffer memory_;
   std::vector<std::shared_ptr<MemoryRegion>> registrations_;  // by rail index
   std::optional<ckpt::detail::Ring> uring_;
@@ -471,8 +505,8 @@ Result<void> EngineImpl::publish_file(std::string_view name, const std::string& 
   if (!server) {
     std::vector<Rail*> rails;
     for (auto& rail : rails_) rails.push_back(rail.get());
-    auto made =
-        std::make_shared<FileServer>(std::move(rails), options_.file_chunk_bytes, options_.file_ring_chunks);
+    auto made = std::make_shared<FileServer>(std::move(rails), options_.file_chunk_bytes,
+                                             options_.file_ring_chunks, options_.peer_timeout);
     if (auto started = made->start(); !started)
       return std::unexpected(Error(started.error().code(),
                                    "publish_file: the file server: " + started.error().message(),
