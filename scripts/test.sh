@@ -49,7 +49,7 @@ tsan_tests=(unit_fault unit_completion_queue unit_tcp_hostile unit_tcp_limits un
 cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRDMAKIT_TSAN=ON > /dev/null
 # The transfer engine (progress, retry and waiting threads over shared batches) is built here too.
 cmake --build build-tsan -j "$jobs" --target conformance conformance_peer "${tsan_tests[@]}" unit_ckpt_lazy \
-  xfer_engine_test xfer_peer
+  xfer_engine_test xfer_file_test xfer_peer
 # intercept_send=0: a socket send releases before the kernel reads the payload (src/core/tsan.hpp).
 export TSAN_OPTIONS="suppressions=$PWD/tests/tsan.supp intercept_send=0 halt_on_error=1 exitcode=66"
 (cd build-tsan/tests && ./conformance --gtest_filter='*/tcp:*/shm:*/fault_tcp')
@@ -57,6 +57,8 @@ for test in "${tsan_tests[@]}"; do (cd build-tsan/tests && "./$test"); done
 # Lazy mode's background copy; its 64 MiB timing case measures speed, not races (~45 s under TSan): left out.
 (cd build-tsan/tests && ./unit_ckpt_lazy --gtest_filter=-CkptLazy.SnapshotReturnsBeforeTheCopy)
 (cd build-tsan/tests/xfer && ./xfer_engine_test)
+# File segments: the owner's serving thread, the requester's link threads, submitters (a few seconds).
+(cd build-tsan/tests/xfer && ./xfer_file_test)
 unset TSAN_OPTIONS
 
 echo "== [$(date -u +%T)] build-fuzz/ (libFuzzer: every decoder of outside bytes, 10^5 runs each)"

@@ -89,6 +89,34 @@ Result<Ring::Done> Ring::wait() {
   return done;
 }
 
+Result<std::optional<Ring::Done>> Ring::poll() {
+  int rc = io_uring_submit(ring_.get());
+  if (rc < 0) return fail_errno("ckpt: io_uring_submit", -rc);
+  io_uring_cqe* cqe = nullptr;
+  rc = io_uring_peek_cqe(ring_.get(), &cqe);
+  if (rc == -EAGAIN || cqe == nullptr) return std::optional<Done>{};
+  if (rc < 0) return fail_errno("ckpt: io_uring_peek_cqe", -rc);
+  Done done{io_uring_cqe_get_data64(cqe), cqe->res};
+  io_uring_cqe_seen(ring_.get(), cqe);
+  return std::optional<Done>(done);
+}
+
+Result<void> Ring::register_buffer(void* data, std::size_t size) {
+  iovec vector{data, size};
+  int rc = io_uring_register_buffers(ring_.get(), &vector, 1);
+  if (rc < 0) return fail_errno("ckpt: io_uring_register_buffers", -rc);
+  return {};
+}
+
+Result<void> Ring::queue_read_fixed(int fd, void* buffer, std::uint32_t length, std::uint64_t offset,
+                                    std::uint64_t tag) {
+  io_uring_sqe* sqe = io_uring_get_sqe(ring_.get());
+  if (!sqe) return fail(Errc::ResourceExhausted, "ckpt: io_uring submission queue full");
+  io_uring_prep_read_fixed(sqe, fd, buffer, length, offset, 0);
+  io_uring_sqe_set_data64(sqe, tag);
+  return {};
+}
+
 // ---- The pipeline -------------------------------------------------------------------------------------
 namespace {
 

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -54,6 +55,15 @@ class Ring {
   };
   Result<Done> wait();
   unsigned depth() const noexcept { return depth_; }
+  // Submits what is queued and returns a completion when one is there, without waiting (nullopt: none
+  // yet): for a thread that serves the network beside its reads (the transfer engine's file segments).
+  Result<std::optional<Done>> poll();
+  // Registers [data, data + size) as the ring's fixed buffer 0 (io_uring_register_buffers: its pages are
+  // pinned once instead of per read); queue_read_fixed() reads into it. It may fail (RLIMIT_MEMLOCK on
+  // older kernels): the caller then reads with queue().
+  Result<void> register_buffer(void* data, std::size_t size);
+  Result<void> queue_read_fixed(int fd, void* buffer, std::uint32_t length, std::uint64_t offset,
+                                std::uint64_t tag);
 
  private:
   Ring(std::unique_ptr<io_uring> ring, unsigned depth) : ring_(std::move(ring)), depth_(depth) {}

@@ -67,6 +67,7 @@ int main() {
   RDMAKIT_ROW(xfer::BroadcastResult);
   RDMAKIT_ROW(xfer::EngineOptions);
   RDMAKIT_ROW(xfer::EngineStats);
+  RDMAKIT_ROW(xfer::FileSegmentOptions);
   RDMAKIT_ROW(xfer::MetadataOptions);
   RDMAKIT_ROW(xfer::Notification);
   RDMAKIT_ROW(xfer::Request);

@@ -9,6 +9,7 @@
 #include <dlfcn.h>
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <numeric>
@@ -273,6 +274,34 @@ TEST_F(XferDevice, NoRailTakesTheMemoryFailsNamingEachRefusal) {
   ASSERT_TRUE(other);
   EXPECT_EQ(other->open_segment("a").error().code(), Errc::NotFound);
   EXPECT_EQ(other->open_segment("p").error().code(), Errc::NotFound);
+}
+
+// File segments deliver into host memory only in this version: a READ of a file segment into device memory
+// (tcp takes it, staged) is refused at submit, naming why, and nothing is sent to the owner.
+TEST_F(XferDevice, FileSegmentReadIntoDeviceMemoryIsRefusedAtSubmit) {
+  auto owner = make_engine(*metadata_, options("owner", {"tcp"}));
+  auto client = make_engine(*metadata_, options("client", {"tcp"}));
+  ASSERT_TRUE(owner && client);
+  auto path = dir_.path() / "file.bin";
+  {
+    std::FILE* out = std::fopen(path.c_str(), "wb");
+    ASSERT_NE(out, nullptr);
+    std::vector<char> bytes(8192, 'x');
+    std::fwrite(bytes.data(), 1, bytes.size(), out);
+    std::fclose(out);
+  }
+  ASSERT_TRUE(owner->publish_file("file", path.string()));
+  DeviceBuffer sink(8192);
+  std::memset(sink.bytes(), 0xee, 8192);
+  ASSERT_TRUE(client->register_local(sink.data(), 8192, MemoryKind::Cuda));
+  auto handle = client->open_segment("file");
+  ASSERT_TRUE(handle) << handle.error().describe();
+  auto refused = client->submit(std::vector{Request{Op::Read, sink.data(), *handle, 0, 4096}});
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().code(), Errc::NotSupported) << refused.error().describe();
+  EXPECT_NE(refused.error().message().find("host memory only"), std::string::npos)
+      << refused.error().describe();
+  EXPECT_EQ(sink.bytes()[0], std::byte{0xee});
 }
 
 }  // namespace

@@ -14,6 +14,10 @@ namespace rdmakit::xfer::testing {
 class PeerProcess {
  public:
   PeerProcess(const std::filesystem::path& dir, const std::string& segment, std::size_t size,
+              const std::string& transport)
+      : PeerProcess(dir, segment, std::to_string(size), transport) {}
+  // `what`: the segment's size in bytes, or "file:<path>" to publish that file as a file segment.
+  PeerProcess(const std::filesystem::path& dir, const std::string& segment, const std::string& what,
               const std::string& transport) {
     int to_child[2], from_child[2];
     if (::pipe(to_child) != 0 || ::pipe(from_child) != 0) return;
@@ -23,8 +27,7 @@ class PeerProcess {
       ::dup2(from_child[1], 1);
       ::close(to_child[1]);
       ::close(from_child[0]);
-      auto bytes = std::to_string(size);
-      ::execl(RDMAKIT_XFER_PEER, RDMAKIT_XFER_PEER, dir.c_str(), segment.c_str(), bytes.c_str(),
+      ::execl(RDMAKIT_XFER_PEER, RDMAKIT_XFER_PEER, dir.c_str(), segment.c_str(), what.c_str(),
               transport.c_str(), nullptr);
       ::_exit(127);
     }

@@ -1,7 +1,8 @@
 // A segment owner in a process of its own, for the tests that kill one:
 //   xfer_peer <metadata dir> <segment name> <bytes> <transport>
 // ("default": the engine's default transports, to let the client choose)
-// publishes a zeroed segment, prints "ready" and serves until stdin closes (or it is killed). Over verbs, on
+// publishes a zeroed segment (or, when <bytes> is "file:<path>", that file as a file segment), prints
+// "ready" and serves until stdin closes (or it is killed). Over verbs, on
 // the owner's devices of RDMAKIT_TEST_XFER_VERBS_DEVICES (verbs_devices.hpp).
 #include <cstdio>
 #include <cstdlib>
@@ -27,10 +28,19 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "xfer_peer: %s\n", engine.error().describe().c_str());
     return 1;
   }
-  auto segment = (*engine)->allocate_segment(argv[2], std::strtoull(argv[3], nullptr, 10));
-  if (!segment) {
-    std::fprintf(stderr, "xfer_peer: %s\n", segment.error().describe().c_str());
-    return 1;
+  const std::string bytes = argv[3];
+  if (bytes.starts_with("file:")) {
+    auto published = (*engine)->publish_file(argv[2], bytes.substr(5));
+    if (!published) {
+      std::fprintf(stderr, "xfer_peer: %s\n", published.error().describe().c_str());
+      return 1;
+    }
+  } else {
+    auto segment = (*engine)->allocate_segment(argv[2], std::strtoull(argv[3], nullptr, 10));
+    if (!segment) {
+      std::fprintf(stderr, "xfer_peer: %s\n", segment.error().describe().c_str());
+      return 1;
+    }
   }
   std::cout << "ready" << std::endl;
   std::string line;

@@ -60,6 +60,16 @@ struct EngineOptions {
   // Notifications (submit() with a message) queued for poll_notification() at most: beyond that they are
   // dropped and counted (EngineStats::notifications_dropped), so a flooding peer costs a bounded queue.
   std::uint32_t max_notifications = 1024;
+  // File segments (publish_file): the owner reads with io_uring into a ring of `file_ring_chunks` chunks of
+  // `file_chunk_bytes` (a multiple of 4096), allocated and registered once, at the first publish_file. The
+  // ring bounds the owner's memory for serving files, whatever its peers ask.
+  std::uint64_t file_chunk_bytes = 4 << 20;
+  std::uint32_t file_ring_chunks = 4;
+};
+
+// How publish_file() publishes a file. Read-only by default: the owner refuses every WRITE.
+struct FileSegmentOptions {
+  bool writable = false;  // true is refused (NotSupported) in this version: writable file segments come later
 };
 
 enum class Op : std::uint8_t { Read, Write };
@@ -151,6 +161,8 @@ struct SegmentInfo {
   std::string owner{};  // the owner engine's name
   std::uint64_t length = 0;
   std::string transport{};  // chosen for this peer
+  bool file = false;        // a file segment (publish_file): READs only, into host memory
+  bool writable = true;     // false: the owner refuses WRITEs (a read-only file segment)
 };
 
 class RDMAKIT_API Engine {
@@ -228,6 +240,18 @@ class RDMAKIT_API Engine {
                                                     BatchCallback done = {}) = 0;
   virtual Result<std::shared_ptr<Batch>> try_submit(const PreparedBatch& prepared,
                                                     BatchCallback done = {}) = 0;
+
+  // File segments (docs/xfer.md, "File segments"). Publishes the regular file at `path` as the segment
+  // `name`, `length` its size now. Peers open_segment() it as any segment and submit READs of byte ranges
+  // into their registered host memory: the owner reads them with io_uring (O_DIRECT where the file system
+  // takes it) into its chunk ring and WRITEs the asked bytes into the requester's memory. Requests travel on
+  // a connection of their own on which the peer proved the secret. The owner serves only the files it
+  // published, only within the published size, and refuses WRITEs to a read-only segment (per request).
+  // A file that shrank or a read error fails the request, naming the file and the range. Errors here:
+  // InvalidArgument (empty name, already published, not a regular file, empty), the open's error,
+  // NotSupported (writable, or a build without io_uring).
+  virtual Result<void> publish_file(std::string_view name, const std::string& path,
+                                    const FileSegmentOptions& options = {}) = 0;
 };
 
 }  // namespace rdmakit::xfer

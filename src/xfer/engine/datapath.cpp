@@ -87,6 +87,11 @@ Result<std::vector<PlanItem>> EngineImpl::check(std::span<const Request> request
                                           last->transport + ", which did not register the local memory (" +
                                           local->refusals + ")");
     }
+    if (last->record.file && local->kind != MemoryKind::Host) {
+      return fail(Errc::NotSupported, request_name(i) + ": segment '" + last->name +
+                                          "' is a file segment, and file segments deliver into host memory "
+                                          "only in this version (the local memory is device memory)");
+    }
     entries[i] = last;
     items.push_back(PlanItem{static_cast<std::uint32_t>(i), r.segment.value, r.op == Op::Write, local->id,
                              reinterpret_cast<std::uint64_t>(r.local), r.offset, r.length});
@@ -113,6 +118,19 @@ Result<std::shared_ptr<PreparedImpl>> EngineImpl::prepare_impl(std::span<const R
     auto& extent = prepared->extents[static_cast<std::size_t>(it - prepared->handles.begin())];
     extent = std::max(extent, r.offset + r.length);
   }
+  // File segments' requests are not planned: the owner reads and delivers each (files.hpp).
+  auto is_file = [&](const PlanItem& item) { return entries[item.request]->record.file; };
+  for (const auto& item : *items) {
+    if (!is_file(item)) continue;
+    prepared->file_items.push_back(item);
+    prepared->file_regions.push_back(
+        *std::ranges::find(prepared->regions, item.region, [](const auto& r) { return r->id; }));
+  }
+  std::erase_if(*items, is_file);
+  for (auto handle : prepared->handles) {
+    auto it = std::ranges::find(requests, handle, [](const Request& r) { return r.segment.value; });
+    prepared->handle_is_file.push_back(entries[static_cast<std::size_t>(it - requests.begin())]->record.file);
+  }
   PlanLimits limits{options_.stripe_bytes, options_.coalesce_bytes, UINT32_MAX, UINT64_MAX};
   for (const auto& rail : rails_) {
     limits.max_sge = std::min(limits.max_sge, std::max<std::uint32_t>(1, rail->caps.max_sge));
@@ -121,6 +139,9 @@ Result<std::shared_ptr<PreparedImpl>> EngineImpl::prepare_impl(std::span<const R
   }
   prepared->planned = plan(*items, limits);
   prepared->pieces.assign(requests.size(), 0);
+  for (const auto& item : prepared->file_items)
+    prepared->pieces[item.request] +=
+        static_cast<std::uint32_t>((item.length + kFileMessageBytes - 1) / kFileMessageBytes);
   for (const auto& p : prepared->planned) {
     for (auto r : p.requests) ++prepared->pieces[r];
     if (p.requests.size() > 1) prepared->coalesced += p.requests.size();
@@ -200,6 +221,10 @@ Result<std::shared_ptr<Batch>> EngineImpl::submit_prepared(const PreparedImpl& p
     if (!e)
       return fail(Errc::InvalidArgument, "submit: no segment handle " + std::to_string(prepared.handles[h]));
     if (e->gone) return fail(Errc::NotFound, "submit: segment '" + e->name + "' is gone");
+    if (e->record.file != prepared.handle_is_file[h])
+      return fail(Errc::InvalidArgument, "submit: segment '" + e->name + "' was republished as " +
+                                             (e->record.file ? "a file" : "a memory") +
+                                             " segment since the request list was prepared");
     if (prepared.extents[h] > e->record.length)
       return fail(Errc::InvalidArgument, "submit: segment '" + e->name + "' (" +
                                              std::to_string(e->record.length) +
@@ -250,9 +275,15 @@ Result<std::shared_ptr<Batch>> EngineImpl::submit_prepared(const PreparedImpl& p
     op->op = p;
     ops.push_back(std::move(op));
   }
+  auto files = file_groups(prepared, batch, handle_entry);
   std::vector<std::uint32_t> reserved;
   if (!blocking) {
-    if (auto room = reserve_all(ops, reserved); !room) return std::unexpected(room.error());
+    if (auto room = reserve_file_groups(files); !room) return std::unexpected(room.error());
+    if (auto room = reserve_all(ops, reserved); !room) {
+      for (const auto& group : files)
+        group.peer->credits.release(static_cast<std::uint32_t>(group.ops.size()));
+      return std::unexpected(room.error());
+    }
   }
   for (std::size_t i = 0; i < prepared.requests; ++i) batch->expect(i, prepared.pieces[i]);
   if (notify) {
@@ -277,7 +308,9 @@ Result<std::shared_ptr<Batch>> EngineImpl::submit_prepared(const PreparedImpl& p
   }
   requests_.fetch_add(prepared.requests, std::memory_order_relaxed);
   coalesced_.fetch_add(prepared.coalesced, std::memory_order_relaxed);
-  post_all(std::move(ops), Clock::now() + options_.submit_timeout, blocking ? nullptr : &reserved);
+  auto deadline = Clock::now() + options_.submit_timeout;
+  queue_file_groups(std::move(files), !blocking, deadline);
+  if (!ops.empty()) post_all(std::move(ops), deadline, blocking ? nullptr : &reserved);
   return batch;
 }
 

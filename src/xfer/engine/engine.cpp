@@ -61,6 +61,8 @@ bool Peer::healthy() const {
   return std::ranges::all_of(links, [](const auto& link) { return link->connection->health().has_value(); });
 }
 
+// The file link stays: it has a connection of its own and connects again when it needs to, so entries that
+// still hold this peer after its data connections failed keep reaching the owner's files.
 void Peer::close() {
   for (auto& link : links) link->connection->close();
 }
@@ -162,16 +164,29 @@ void EngineImpl::start_proof(Rail& rail, std::shared_ptr<Connection> connection)
     // A notification connection's receives are posted before the peer learns it was accepted
     // (before_accept), so its first notification finds one; a peer that did not prove the secret never
     // gets any, and a data connection none either.
-    std::unique_ptr<rdmakit::detail::MessageChannel> channel;
-    auto proven = bootstrap::prove_accept(*rail.context, *connection, config, options_.name,
-                                          [&](std::string_view initiator) -> Result<void> {
-                                            if (!initiator.ends_with(kNotifyIdentitySuffix)) return {};
-                                            auto opened = open_owner_channel(*rail.context, connection);
-                                            if (!opened) return std::unexpected(opened.error());
-                                            channel = std::move(*opened);
-                                            return {};
-                                          });
-    if (proven) {
+    // A file connection's channel likewise, and only while this engine serves files.
+    std::unique_ptr<rdmakit::detail::MessageChannel> channel, file_channel;
+    auto proven = bootstrap::prove_accept(
+        *rail.context, *connection, config, options_.name, [&](std::string_view initiator) -> Result<void> {
+          if (initiator.ends_with(kFileIdentitySuffix)) {
+            if (!file_server())
+              return fail(Errc::NotFound, "xfer: '" + options_.name + "' publishes no file segment");
+            auto opened = open_file_server_channel(*rail.context, connection);
+            if (!opened) return std::unexpected(opened.error());
+            file_channel = std::move(*opened);
+            return {};
+          }
+          if (!initiator.ends_with(kNotifyIdentitySuffix)) return {};
+          auto opened = open_owner_channel(*rail.context, connection);
+          if (!opened) return std::unexpected(opened.error());
+          channel = std::move(*opened);
+          return {};
+        });
+    if (proven && file_channel) {
+      std::string name = std::move(*proven);
+      name.resize(name.size() - kFileIdentitySuffix.size());
+      adopt_file_connection(rail, connection, std::move(name), std::move(file_channel));
+    } else if (proven) {
       std::string name = std::move(*proven);
       if (channel) name.resize(name.size() - kNotifyIdentitySuffix.size());
       std::lock_guard lock(rail.accepted_mutex);
@@ -193,12 +208,19 @@ EngineImpl::~EngineImpl() {
   {
     std::lock_guard lock(control_);
     for (auto& [name, region] : published_) (void)metadata_.unpublish(segment_key(name));
-    for (auto& [key, peer] : peers_) peer->close();
+    for (const auto& name : published_files_) (void)metadata_.unpublish(segment_key(name));
+    for (auto& [key, peer] : peers_) {
+      peer->close();
+      close_file_link(*peer);
+    }
   }
   {
     std::shared_lock lock(table_);
     for (const auto& entry : entries_) {
-      if (entry && entry->peer) entry->peer->close();
+      if (entry && entry->peer) {
+        entry->peer->close();
+        close_file_link(*entry->peer);
+      }
     }
   }
   stop_.store(true, std::memory_order_release);
@@ -214,6 +236,12 @@ EngineImpl::~EngineImpl() {
     if (rail->progress.joinable()) rail->progress.join();
     std::lock_guard lock(rail->accepted_mutex);
     for (auto& accepted : rail->accepted) accepted.connection->close();
+  }
+  {
+    // No proof adopts a file connection any more (the acceptors are joined): the server stops, closing its
+    // connections, before the rails its ring is registered in go.
+    std::lock_guard lock(files_mutex_);
+    file_server_.reset();
   }
   // Work requests whose completions did not come within the drain: their requests fail, so no batch that
   // outlives the engine waits forever.
@@ -369,7 +397,8 @@ Result<SegmentInfo> EngineImpl::segment_info(SegmentHandle segment) const {
   if (!current)
     return fail(Errc::InvalidArgument, "segment_info: no segment handle " + std::to_string(segment.value));
   if (current->gone) return fail(Errc::NotFound, "segment '" + current->name + "' is gone");
-  return SegmentInfo{current->name, current->record.owner, current->record.length, current->transport};
+  return SegmentInfo{current->name,      current->record.owner, current->record.length,
+                     current->transport, current->record.file,  current->record.writable};
 }
 
 std::shared_ptr<const SegmentEntry> EngineImpl::entry(std::uint32_t handle) const {
@@ -380,7 +409,11 @@ std::shared_ptr<const SegmentEntry> EngineImpl::entry(std::uint32_t handle) cons
 
 void EngineImpl::install(std::uint32_t handle, std::shared_ptr<const SegmentEntry> fresh) {
   std::unique_lock lock(table_);
-  entries_[handle - 1] = std::move(fresh);
+  std::swap(entries_[handle - 1], fresh);
+  lock.unlock();
+  // The old entry goes outside the lock: when it held the last reference to its peer, the peer joins its
+  // file link's thread, which may be running a batch callback that submits (and so reads the table).
+  fresh.reset();
 }
 
 std::shared_ptr<LocalRegion> EngineImpl::find_local(std::uint64_t addr, std::uint64_t length) const {

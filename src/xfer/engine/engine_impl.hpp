@@ -22,6 +22,7 @@
 #include "core/message_channel.hpp"
 #include "rdmakit/context.hpp"
 #include "rdmakit/xfer/engine.hpp"
+#include "xfer/engine/files.hpp"
 #include "xfer/engine/plan.hpp"
 #include "xfer/engine/record.hpp"
 
@@ -165,6 +166,12 @@ struct Peer {
   // Notifications go on a connection of their own (own queues, not a rail's), made on the first one.
   std::mutex notify_mutex;
   std::unique_ptr<rdmakit::detail::MessageChannel> notify;
+  // Requests to the owner's file segments: a connection and a thread of their own (files_client.cpp), made
+  // with the first one. Stopped by close_file_link() (the engine's end) or the destructor, which fail what
+  // is still queued or unanswered.
+  std::mutex file_mutex;
+  std::unique_ptr<FileLink> file;
+  ~Peer();
   bool healthy() const;
   void close();
 };
@@ -196,6 +203,16 @@ struct LocalRegion {
   bool reaches(std::string_view transport) const {
     return std::ranges::find(transports, transport) != transports.end();
   }
+};
+
+// Stops the peer's file link (the engine's end): what it still holds fails, later ops fail at once.
+void close_file_link(Peer& peer);
+
+// The file requests of one submit to one owner.
+struct FileGroup {
+  Peer* peer = nullptr;
+  std::shared_ptr<const SegmentEntry> entry;  // one of its segments: where the owner listens
+  std::vector<FileOp> ops;
 };
 
 class BatchImpl final : public Batch {
@@ -259,7 +276,11 @@ class PreparedImpl final : public PreparedBatch {
   std::vector<std::uint32_t> pieces;  // work requests per request
   std::vector<PlannedOp> planned;     // each with its handle (PlannedOp::segment)
   std::vector<std::vector<std::shared_ptr<LocalRegion>>> op_regions;  // by planned op
-  std::vector<std::uint32_t> handles;  // distinct, with the extent the list needs in each
+  // Requests to file segments: not planned (the owner reads and delivers them), sent as messages.
+  std::vector<PlanItem> file_items;
+  std::vector<std::shared_ptr<LocalRegion>> file_regions;  // by file item
+  std::vector<bool> handle_is_file;                        // by handles: a file segment when prepared
+  std::vector<std::uint32_t> handles;                      // distinct, with the extent the list needs in each
   std::vector<std::uint64_t> extents;
   std::vector<std::shared_ptr<LocalRegion>> regions;
   std::uint32_t first_handle = 0;  // request 0's: names the notification
@@ -296,6 +317,8 @@ class EngineImpl final : public Engine {
   Result<std::shared_ptr<Batch>> submit(const PreparedBatch& prepared, BatchCallback done) override;
   Result<std::shared_ptr<Batch>> try_submit(std::span<const Request> requests, BatchCallback done) override;
   Result<std::shared_ptr<Batch>> try_submit(const PreparedBatch& prepared, BatchCallback done) override;
+  Result<void> publish_file(std::string_view name, const std::string& path,
+                            const FileSegmentOptions& options) override;
   EngineStats stats() const override;
   // Tests: the context of rail i (e.g. to reach a fault context's injector).
   Context& rail_context(std::size_t i) const { return *rails_.at(i)->context; }
@@ -334,6 +357,29 @@ class EngineImpl final : public Engine {
   Result<void> send_notification(const SegmentEntry& entry, std::span<const std::byte> message);
   Result<void> open_notify_channel(Peer& peer, const SegmentEntry& entry);
   void run_task(std::function<void()> task);
+
+  // files_server.cpp: the owner's side of file segments. A proven connection whose initiator asked for
+  // file requests goes to the file server (null when this engine publishes no file: then refused).
+  std::shared_ptr<FileServer> file_server() const;
+  void adopt_file_connection(Rail& rail, std::shared_ptr<Connection> connection, std::string identity,
+                             std::unique_ptr<rdmakit::detail::MessageChannel> channel);
+  // files_client.cpp: the requester's side. `ops` go to `peer`'s file link (made on the first ones); their
+  // credits were taken.
+  void queue_file_ops(Peer& peer, const SegmentEntry& entry, std::vector<FileOp> ops);
+  void file_link_loop(Peer& peer, FileLink& link, Rail& rail, std::string address, std::string owner);
+  Result<std::unique_ptr<rdmakit::detail::MessageChannel>> open_file_channel(Rail& rail,
+                                                                             const std::string& address,
+                                                                             const std::string& owner);
+  // submit_prepared's part for file items: the messages, by peer (entry_of: a handle's current entry).
+  std::vector<FileGroup> file_groups(
+      const PreparedImpl& prepared, const std::shared_ptr<BatchImpl>& batch,
+      const std::function<const std::shared_ptr<const SegmentEntry>&(std::uint32_t)>& entry_of) const;
+  // try_submit: every group's credits now, or none and the reason.
+  Result<void> reserve_file_groups(const std::vector<FileGroup>& groups);
+  // Queues the messages on their links; unless `reserved`, each takes a peer credit first, waiting until
+  // `deadline` (then it fails with ResourceExhausted, as a work request does).
+  void queue_file_groups(std::vector<FileGroup> groups, bool reserved,
+                         std::chrono::steady_clock::time_point deadline);
 
   // datapath.cpp: posting, completions, retries.
   Result<std::shared_ptr<PreparedImpl>> prepare_impl(std::span<const Request> requests) const;
@@ -382,6 +428,9 @@ class EngineImpl final : public Engine {
   std::map<std::string, std::uint32_t, std::less<>> handles_;
   std::map<std::string, std::shared_ptr<LocalRegion>, std::less<>> published_;
   std::map<std::string, std::shared_ptr<LocalRegion>, std::less<>> unready_;  // allocate_unpublished()
+  std::set<std::string, std::less<>> published_files_;                        // publish_file()
+  mutable std::mutex files_mutex_;           // file_server_ (the acceptor's proofs read it)
+  std::shared_ptr<FileServer> file_server_;  // made by the first publish_file
 
   std::mutex notifications_mutex_;
   std::condition_variable notification_arrived_;

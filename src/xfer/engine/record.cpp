@@ -16,6 +16,10 @@ namespace rdmakit::xfer::detail {
 namespace {
 
 constexpr std::uint32_t kMagic = 0x31535852;  // "RXS1"
+// A file segment's body: the same fields, then u32 flags. Its own magic, so an engine from before file
+// segments refuses the record ("bad magic") instead of taking the file for memory at the descriptor.
+constexpr std::uint32_t kFileMagic = 0x33535852;  // "RXS3"
+constexpr std::uint32_t kFlagWritable = 1;
 constexpr std::size_t kMaxString = 4096;
 constexpr std::size_t kMaxRails = 64;
 
@@ -165,7 +169,7 @@ std::string segment_key(std::string_view name) { return "xfer/segment/" + std::s
 
 std::vector<std::byte> encode(const SegmentRecord& record) {
   Writer w;
-  w.u32(kMagic);
+  w.u32(record.file ? kFileMagic : kMagic);
   w.str(record.owner);
   w.str(record.host);
   w.u64(record.length);
@@ -176,6 +180,7 @@ std::vector<std::byte> encode(const SegmentRecord& record) {
     auto bytes = rail.region.serialize();
     w.raw(bytes.data(), bytes.size());
   }
+  if (record.file) w.u32(record.writable ? kFlagWritable : 0);
   return std::move(w.out);
 }
 
@@ -183,7 +188,9 @@ Result<SegmentRecord> decode(std::span<const std::byte> bytes) {
   Reader r(bytes);
   std::uint32_t magic = 0, rails = 0;
   SegmentRecord record;
-  if (!r.u32(magic) || magic != kMagic) return fail(Errc::ProtocolError, "segment record: bad magic");
+  if (!r.u32(magic) || (magic != kMagic && magic != kFileMagic))
+    return fail(Errc::ProtocolError, "segment record: bad magic");
+  record.file = magic == kFileMagic;
   if (!r.str(record.owner) || !r.str(record.host) || !r.u64(record.length) || !r.u32(rails)) {
     return fail(Errc::ProtocolError, "segment record: truncated header");
   }
@@ -193,10 +200,18 @@ Result<SegmentRecord> decode(std::span<const std::byte> bytes) {
   for (std::uint32_t i = 0; i < rails; ++i) {
     auto rail = decode_rail(r);
     if (!rail) return std::unexpected(rail.error());
-    if (rail->region.length < record.length) {
+    // A file segment's descriptor names no memory (the file is served by messages), so it has no length.
+    if (!record.file && rail->region.length < record.length) {
       return fail(Errc::ProtocolError, "segment record: a descriptor shorter than the segment");
     }
     record.rails.push_back(std::move(*rail));
+  }
+  if (record.file) {
+    std::uint32_t flags = 0;
+    if (!r.u32(flags)) return fail(Errc::ProtocolError, "segment record: truncated flags");
+    if ((flags & ~kFlagWritable) != 0)
+      return fail(Errc::ProtocolError, "segment record: unknown flags " + std::to_string(flags));
+    record.writable = (flags & kFlagWritable) != 0;
   }
   if (!r.at_end()) return fail(Errc::ProtocolError, "segment record: trailing bytes");
   return record;

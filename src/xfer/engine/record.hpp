@@ -30,6 +30,10 @@ struct SegmentRecord {
   std::string host;   // host_id() of the owner: equal means shm can reach it
   std::uint64_t length = 0;
   std::vector<RailEntry> rails;
+  // A file segment (Engine::publish_file): its rails' descriptors carry only the owner's epoch (no memory
+  // of the owner is reachable through them); the requests go to the owner's file server.
+  bool file = false;
+  bool writable = true;  // file segments: false refuses WRITEs (the owner enforces it)
 
   bool operator==(const SegmentRecord&) const = default;
 };

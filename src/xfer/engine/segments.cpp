@@ -153,7 +153,7 @@ Result<void> EngineImpl::publish(std::string_view name, void* data, std::size_t 
 Result<void> EngineImpl::publish_region(std::string_view name, std::shared_ptr<LocalRegion> region) {
   if (name.empty()) return fail(Errc::InvalidArgument, "publish: empty segment name");
   std::lock_guard lock(control_);
-  if (published_.contains(name)) {
+  if (published_.contains(name) || published_files_.contains(name)) {
     return fail(Errc::InvalidArgument, "publish: segment '" + std::string(name) + "' is already published");
   }
   SegmentRecord record{options_.name, host_, region->size, {}};
@@ -217,6 +217,18 @@ Result<void> EngineImpl::unpublish(std::string_view name) {
   std::lock_guard lock(control_);
   if (unready_.erase(std::string(name)) != 0)
     return {};  // never visible: nothing to remove from the metadata
+  if (auto file = published_files_.find(name); file != published_files_.end()) {
+    published_files_.erase(file);
+    {
+      std::lock_guard names(notifications_mutex_);
+      ready_names_.erase(std::string(name));
+    }
+    // Metadata first: a peer that resolves the name now finds nothing; one that still has it cached gets
+    // "not published" from the server for its next request.
+    auto removed = metadata_.unpublish(segment_key(name));
+    if (auto server = file_server()) unpublish_file(*server, name);
+    return removed;
+  }
   auto it = published_.find(name);
   if (it == published_.end())
     return fail(Errc::NotFound, "unpublish: '" + std::string(name) + "' is not ours");

@@ -1,0 +1,509 @@
+// File segments (docs/xfer.md, "File segments"): an owner publishes a file, a peer READs byte ranges of it
+// into its registered memory with the batch API. Every byte is checked against the file (and the bytes
+// around each destination, which must stay untouched: only the asked bytes are delivered); the owner
+// refuses ranges beyond the published size, WRITEs to a read-only segment, names it does not publish, and
+// everything from a peer that did not prove the secret; a file that shrank fails naming the file and the
+// range; an owner killed mid-batch fails the batch within peer_timeout. Over tcp and shm.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <thread>
+
+#include "bootstrap/peer_proof.hpp"
+#include "rdmakit/context.hpp"
+#include "xfer/engine/files.hpp"
+#include "xfer/engine/record.hpp"
+#include "xfer/peer_process.hpp"
+#include "xfer/xfer_test_support.hpp"
+
+namespace rdmakit::xfer::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+// Not a multiple of 4096, longer than one message (kFileMessageBytes, 4 MiB) and than many chunks.
+constexpr std::size_t kFileSize = (5 << 20) + 777;
+constexpr std::uint64_t kChunk = 64 << 10;  // the owner's ring: 4 chunks of 64 KiB
+constexpr std::byte kUntouched{0xEE};
+constexpr const char* kJob = "the job's secret, 16+ characters";
+constexpr const char* kStranger = "a stranger's secret, 16+ chars";
+
+std::chrono::milliseconds sanitizer_slack() {
+  const char* env = std::getenv("RDMAKIT_TEST_FAULT_SLACK_MS");
+  return std::chrono::milliseconds(env && *env ? std::strtol(env, nullptr, 10) : 0);
+}
+
+std::vector<std::byte> random_bytes(std::size_t size, std::uint32_t seed) {
+  std::mt19937 random(seed);
+  std::vector<std::byte> bytes(size);
+  for (auto& b : bytes) b = static_cast<std::byte>(random());
+  return bytes;
+}
+
+void write_file(const std::filesystem::path& path, std::span<const std::byte> bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+}
+
+std::string text(const Error& error) { return error.describe(); }
+
+class XferFile : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    ::setenv("RDMAKIT_JOB_SECRET", kJob, 1);
+    metadata_ = std::make_unique<FileMetadataStore>(dir_.path());
+    owner_ = make_engine(*metadata_, options("owner"));
+    client_ = make_engine(*metadata_, options("client"));
+    ::unsetenv("RDMAKIT_JOB_SECRET");
+    ASSERT_TRUE(owner_ && client_);
+    path_ = dir_.path() / "shard-0.bin";
+    contents_ = random_bytes(kFileSize, 7);
+    write_file(path_, contents_);
+    auto published = owner_->publish_file("shard-0", path_.string());
+    ASSERT_TRUE(published.has_value()) << text(published.error());
+    auto handle = client_->open_segment("shard-0");
+    ASSERT_TRUE(handle.has_value()) << text(handle.error());
+    segment_ = *handle;
+  }
+  EngineOptions options(const std::string& name) {
+    return EngineOptions{.name = name + "-" + GetParam(),
+                         .transports = {GetParam()},
+                         .connect_timeout = 500ms,
+                         .file_chunk_bytes = kChunk,
+                         .file_ring_chunks = 4};
+  }
+  // Local memory registered with the client, filled with kUntouched.
+  Buffer local(std::size_t size) {
+    auto buffer = make_buffer(size);
+    std::memset(buffer.get(), static_cast<int>(kUntouched), size);
+    EXPECT_TRUE(client_->register_local(buffer.get(), size).has_value());
+    return buffer;
+  }
+
+  TempDir dir_;
+  std::unique_ptr<MetadataStore> metadata_;
+  std::unique_ptr<Engine> owner_, client_;
+  std::filesystem::path path_;
+  std::vector<std::byte> contents_;
+  SegmentHandle segment_;
+};
+
+// 300 READs in one batch, 64 bytes apart in local memory: aligned and unaligned, a byte to several chunks,
+// the file's last bytes, the whole file (two messages). Every byte equals the file's, and the bytes between
+// destinations are untouched. The same list prepared once and submitted again reads the same.
+TEST_P(XferFile, RandomRangesReadEveryByteOfTheFile) {
+  auto info = client_->segment_info(segment_);
+  ASSERT_TRUE(info.has_value());
+  EXPECT_TRUE(info->file);
+  EXPECT_FALSE(info->writable);
+  EXPECT_EQ(info->length, kFileSize);
+
+  std::mt19937_64 random(11);
+  struct Range {
+    std::uint64_t offset, length;
+  };
+  std::vector<Range> ranges{{0, kFileSize}, {kFileSize - 1, 1}, {kFileSize - 5000, 5000},
+                            {0, 4096},      {4095, 2},          {kChunk - 1, kChunk + 2}};
+  while (ranges.size() < 300) {
+    auto pick = random() % 8;
+    std::uint64_t length = pick < 3   ? 4096 * (1 + random() % 4)        // aligned
+                           : pick < 6 ? 1 + random() % 5000              // small, unaligned
+                           : pick < 7 ? 1 + random() % (kChunk * 3)      // up to several chunks
+                                      : kChunk * 4 + random() % kChunk;  // past the whole ring
+    std::uint64_t offset = random() % (kFileSize - length + 1);
+    if (pick < 3) offset = offset / 4096 * 4096;
+    ranges.push_back({offset, length});
+  }
+  constexpr std::uint64_t kGap = 64;
+  std::uint64_t total = kGap;
+  for (const auto& r : ranges) total += r.length + kGap;
+  auto memory = local(total);
+  std::vector<Request> requests;
+  std::vector<std::uint64_t> at;
+  std::uint64_t next = kGap;
+  for (const auto& r : ranges) {
+    requests.push_back(Request{Op::Read, memory.get() + next, segment_, r.offset, r.length});
+    at.push_back(next);
+    next += r.length + kGap;
+  }
+  auto check = [&](Batch& batch, const char* round) {
+    ASSERT_TRUE(batch.wait(60s).has_value()) << round;
+    ASSERT_EQ(batch.failed(), 0u) << round << ": " << text(batch.status(0)->error());
+    for (std::size_t i = 0; i < ranges.size(); ++i) {
+      ASSERT_TRUE(batch.status(i)->has_value()) << round << " request " << i;
+      ASSERT_EQ(std::memcmp(memory.get() + at[i], contents_.data() + ranges[i].offset, ranges[i].length), 0)
+          << round << ": request " << i << " [" << ranges[i].offset << ", +" << ranges[i].length
+          << ") differs from the file";
+      for (std::uint64_t g = 1; g <= kGap; ++g)
+        ASSERT_EQ(memory.get()[at[i] - g], kUntouched)
+            << round << ": a byte before request " << i << " was written";
+    }
+    ASSERT_EQ(memory.get()[total - 1], kUntouched);
+  };
+  auto batch = client_->submit(requests);
+  ASSERT_TRUE(batch.has_value()) << text(batch.error());
+  check(**batch, "submit");
+
+  for (std::size_t i = 0; i < ranges.size(); ++i) std::memset(memory.get() + at[i], 0, ranges[i].length);
+  auto prepared = client_->prepare(requests);
+  ASSERT_TRUE(prepared.has_value()) << text(prepared.error());
+  auto again = client_->submit(**prepared);
+  ASSERT_TRUE(again.has_value()) << text(again.error());
+  check(**again, "prepared");
+}
+
+// Ranges beyond the published size are refused at submit (the whole batch, naming the request), and an
+// empty file, a directory, a missing file, a writable segment and a name already taken are refused at
+// publish_file.
+TEST_P(XferFile, BadRangesAndBadFilesAreRefused) {
+  auto memory = local(8192);
+  for (auto [offset, length] :
+       {std::pair<std::uint64_t, std::uint64_t>{kFileSize - 10, 11}, {kFileSize, 1}, {UINT64_MAX - 1, 4}}) {
+    std::vector<Request> one{Request{Op::Read, memory.get(), segment_, offset, length}};
+    auto refused = client_->submit(one);
+    ASSERT_FALSE(refused.has_value()) << offset;
+    EXPECT_EQ(refused.error().code(), Errc::InvalidArgument) << text(refused.error());
+    EXPECT_NE(refused.error().message().find("outside segment 'shard-0'"), std::string::npos)
+        << text(refused.error());
+  }
+  EXPECT_EQ(memory.get()[0], kUntouched);
+
+  // try_submit: file requests take in-flight credits as work requests do, so a batch of more messages than
+  // max_inflight_per_peer (128) is refused (submit() would wait), and a small one goes at once.
+  std::vector<Request> many(200, Request{Op::Read, memory.get(), segment_, 0, 100});
+  auto too_many = client_->try_submit(many);
+  ASSERT_FALSE(too_many.has_value());
+  EXPECT_EQ(too_many.error().code(), Errc::InvalidArgument) << text(too_many.error());
+  many.resize(3);
+  auto few = client_->try_submit(many);
+  ASSERT_TRUE(few.has_value()) << text(few.error());
+  ASSERT_TRUE((*few)->wait(20s).has_value());
+  EXPECT_EQ((*few)->failed(), 0u);
+  EXPECT_EQ(std::memcmp(memory.get(), contents_.data(), 100), 0);
+
+  write_file(dir_.path() / "empty", {});
+  std::filesystem::create_directory(dir_.path() / "dir");
+  EXPECT_EQ(owner_->publish_file("e", (dir_.path() / "empty").string()).error().code(),
+            Errc::InvalidArgument);
+  EXPECT_EQ(owner_->publish_file("d", (dir_.path() / "dir").string()).error().code(), Errc::InvalidArgument);
+  EXPECT_EQ(owner_->publish_file("m", (dir_.path() / "missing").string()).error().code(), Errc::SystemError);
+  EXPECT_EQ(owner_->publish_file("w", path_.string(), {.writable = true}).error().code(), Errc::NotSupported);
+  EXPECT_EQ(owner_->publish_file("shard-0", path_.string()).error().code(), Errc::InvalidArgument);
+  EXPECT_EQ(owner_->publish_file("", path_.string()).error().code(), Errc::InvalidArgument);
+  EXPECT_EQ(client_->open_segment("d").error().code(), Errc::NotFound);
+}
+
+// A WRITE to the read-only segment fails on its own (the READs of the same batch succeed), refused by the
+// owner: the client sends it, the owner answers "read-only", and the file is unchanged.
+TEST_P(XferFile, WriteToAReadOnlySegmentFailsAtTheOwner) {
+  auto memory = local(3 * 4096);
+  std::memset(memory.get() + 4096, 0x55, 4096);
+  std::vector<Request> requests{Request{Op::Read, memory.get(), segment_, 100, 4096},
+                                Request{Op::Write, memory.get() + 4096, segment_, 0, 4096},
+                                Request{Op::Read, memory.get() + 8192, segment_, 8192, 4096}};
+  auto batch = client_->submit(requests);
+  ASSERT_TRUE(batch.has_value()) << text(batch.error());
+  ASSERT_TRUE((*batch)->wait(20s).has_value());
+  EXPECT_EQ((*batch)->failed(), 1u);
+  EXPECT_TRUE((*batch)->status(0)->has_value());
+  EXPECT_TRUE((*batch)->status(2)->has_value());
+  auto write = *(*batch)->status(1);
+  ASSERT_FALSE(write.has_value());
+  EXPECT_EQ(write.error().code(), Errc::InvalidArgument) << text(write.error());
+  EXPECT_NE(write.error().message().find("the owner refused: WRITE refused"), std::string::npos)
+      << text(write.error());
+  EXPECT_NE(write.error().message().find("read-only"), std::string::npos) << text(write.error());
+  EXPECT_EQ(std::memcmp(memory.get(), contents_.data() + 100, 4096), 0);
+  EXPECT_EQ(std::memcmp(memory.get() + 8192, contents_.data() + 8192, 4096), 0);
+  std::ifstream in(path_, std::ios::binary);
+  std::vector<char> head(4096);
+  in.read(head.data(), 4096);
+  EXPECT_EQ(std::memcmp(head.data(), contents_.data(), 4096), 0) << "the read-only file was written";
+}
+
+// The file shrank after it was published: a READ of bytes no longer there fails naming the file and the
+// range; one of bytes still there succeeds. After unpublish the owner serves the name no more.
+TEST_P(XferFile, ShrunkFileAndUnpublishedNameFailPerRequest) {
+  ASSERT_EQ(::truncate(path_.c_str(), 1 << 20), 0);
+  auto memory = local(2 * 8192);
+  std::vector<Request> requests{Request{Op::Read, memory.get(), segment_, 3 << 20, 5000},
+                                Request{Op::Read, memory.get() + 8192, segment_, (1 << 20) - 4000, 4000}};
+  auto batch = client_->submit(requests);
+  ASSERT_TRUE(batch.has_value()) << text(batch.error());
+  ASSERT_TRUE((*batch)->wait(20s).has_value());
+  auto shrunk = *(*batch)->status(0);
+  ASSERT_FALSE(shrunk.has_value());
+  EXPECT_NE(shrunk.error().message().find(path_.string()), std::string::npos) << text(shrunk.error());
+  EXPECT_NE(shrunk.error().message().find("[3145728, 3150728)"), std::string::npos) << text(shrunk.error());
+  EXPECT_NE(shrunk.error().message().find("shrank"), std::string::npos) << text(shrunk.error());
+  ASSERT_TRUE((*batch)->status(1)->has_value()) << text((*batch)->status(1)->error());
+  EXPECT_EQ(std::memcmp(memory.get() + 8192, contents_.data() + (1 << 20) - 4000, 4000), 0);
+
+  ASSERT_TRUE(owner_->unpublish("shard-0").has_value());
+  std::vector<Request> one{Request{Op::Read, memory.get(), segment_, 0, 100}};
+  auto late = client_->submit(one);  // the handle is still cached: the owner answers
+  ASSERT_TRUE(late.has_value()) << text(late.error());
+  ASSERT_TRUE((*late)->wait(20s).has_value());
+  auto gone = *(*late)->status(0);
+  ASSERT_FALSE(gone.has_value());
+  EXPECT_EQ(gone.error().code(), Errc::NotFound) << text(gone.error());
+}
+
+// Four threads submit batches to the same file at once: the owner's one serving thread and the bounded ring
+// serve them all, every byte right.
+TEST_P(XferFile, OwnerThreadKeepsServingManyBatchesAtOnce) {
+  auto memory = local(16 * 65536);
+  std::vector<std::thread> threads;
+  std::atomic<int> failures{0};
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int round = 0; round < 4; ++round) {
+        std::vector<Request> requests;
+        for (int k = 0; k < 4; ++k) {
+          auto slot = static_cast<std::uint64_t>(t * 4 + k);
+          requests.push_back(
+              Request{Op::Read, memory.get() + slot * 65536, segment_, slot * 300001 + round, 65536});
+        }
+        auto batch = client_->submit(requests);
+        if (!batch || !(*batch)->wait(30s) || (*batch)->failed() != 0) ++failures;
+        for (int k = 0; k < 4; ++k) {
+          auto slot = static_cast<std::uint64_t>(t * 4 + k);
+          if (std::memcmp(memory.get() + slot * 65536, contents_.data() + slot * 300001 + round, 65536) != 0)
+            ++failures;
+        }
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  EXPECT_EQ(failures.load(), 0);
+}
+
+std::vector<std::string> transports() { return {"tcp", "shm"}; }
+INSTANTIATE_TEST_SUITE_P(Transports, XferFile, ::testing::ValuesIn(transports()),
+                         [](const auto& info) { return info.param; });
+
+// A file segment's record round-trips (file, read-only, its size), refuses every truncation and unknown
+// flags, and is not mistaken for a memory record.
+TEST(XferFileRecord, FileRecordRoundTripsAndRefusesEveryCut) {
+  detail::SegmentRecord record{"owner", "host", kFileSize, {}, true, false};
+  RemoteRegion region{};
+  region.owner_epoch = 9;
+  record.rails.push_back({"tcp", "127.0.0.1:1", region});
+  auto bytes = detail::encode(record);
+  auto decoded = detail::decode(bytes);
+  ASSERT_TRUE(decoded.has_value()) << text(decoded.error());
+  EXPECT_EQ(*decoded, record);
+  EXPECT_TRUE(decoded->file);
+  EXPECT_FALSE(decoded->writable);
+  for (std::size_t cut = 0; cut < bytes.size(); ++cut)
+    ASSERT_FALSE(detail::decode(std::span(bytes).first(cut)).has_value()) << "cut at " << cut;
+  auto flags = bytes;
+  flags.back() = std::byte{0x80};  // the flags word's high byte: an unknown flag
+  EXPECT_FALSE(detail::decode(flags).has_value());
+  record.file = false;  // the same rails as a memory record: its descriptor is shorter than the segment
+  EXPECT_FALSE(detail::decode(detail::encode(record)).has_value());
+}
+
+// The file channel's messages come from peers: a header cut short, an empty or oversized name, an answer
+// with a code that is no Errc, the wrong type: all refused; random payloads never decode past their bounds.
+TEST(XferFileRecord, FileMessagesFromPeersAreCheckedBeforeUse) {
+  using rdmakit::detail::Frame;
+  detail::FileRequestMessage request{.id = 7, .offset = 1, .length = 2, .name = "shard"};
+  auto payload = detail::encode_request(request);
+  ASSERT_TRUE(payload.has_value());
+  auto decoded = detail::decode_request(Frame{detail::kFileRead, *payload});
+  ASSERT_TRUE(decoded.has_value());
+  EXPECT_EQ(decoded->name, "shard");
+  EXPECT_EQ(decoded->length, 2u);
+  for (std::size_t cut = 0; cut <= 44; ++cut)  // the fixed fields, and no name at all
+    EXPECT_FALSE(
+        detail::decode_request(Frame{detail::kFileRead, std::span(*payload).first(cut)}).has_value());
+  EXPECT_FALSE(detail::decode_request(Frame{detail::kFileDone, *payload}).has_value());
+  EXPECT_FALSE(
+      detail::encode_request({.name = std::string(detail::kMaxFileSegmentName + 1, 'n')}).has_value());
+  auto reply = detail::encode_reply({.id = 7, .code = 0, .message = {}});
+  ASSERT_TRUE(reply.has_value());
+  (*reply)[8] = std::byte{200};  // no Errc
+  EXPECT_FALSE(detail::decode_reply(Frame{detail::kFileDone, *reply}).has_value());
+  EXPECT_FALSE(detail::decode_reply(Frame{detail::kFileRead, *reply}).has_value());
+  std::mt19937 random(5);
+  for (int i = 0; i < 5000; ++i) {
+    auto bytes = random_bytes(random() % 1200, static_cast<std::uint32_t>(i));
+    auto type = static_cast<std::uint8_t>(1 + random() % 3);
+    if (auto r = detail::decode_request(Frame{type, bytes}); r) {
+      ASSERT_TRUE(!r->name.empty() && r->name.size() <= detail::kMaxFileSegmentName);
+    }
+    if (auto a = detail::decode_reply(Frame{type, bytes}); a) {
+      ASSERT_TRUE(a->code <= static_cast<std::uint8_t>(Errc::TransportFailure) &&
+                  a->message.size() <= detail::kMaxFileReplyText);
+    }
+  }
+}
+
+// A stranger (another secret) cannot open the sealed record; and one that connects to the owner's listener
+// and sends well-formed file requests naming a registered buffer of its own (at once, inside the proof
+// window, or after a proof that failed) gets no byte: the owner opens its file channel only once the peer
+// proved the secret. A job member asking the wire directly is held to the published range, to reads, and
+// to published names (a path is no name).
+TEST(XferFileTrust, OnlyPeersThatProvedTheSecretAreServedAndOnlyWhatWasPublished) {
+  TempDir dir;
+  FileMetadataStore owner_store(dir.path()), stranger_store(dir.path());
+  ::setenv("RDMAKIT_JOB_SECRET", kJob, 1);
+  auto owner = make_engine(owner_store,
+                           EngineOptions{.name = "owner", .transports = {"tcp"}, .connect_timeout = 300ms});
+  ::setenv("RDMAKIT_JOB_SECRET", kStranger, 1);
+  auto stranger = make_engine(stranger_store, EngineOptions{.name = "stranger", .transports = {"tcp"}});
+  ::unsetenv("RDMAKIT_JOB_SECRET");
+  ASSERT_TRUE(owner && stranger);
+  auto path = dir.path() / "secret.bin";
+  auto contents = random_bytes(1 << 20, 3);
+  write_file(path, contents);
+  ASSERT_TRUE(owner->publish_file("secret", path.string()).has_value());
+  auto opened = stranger->open_segment("secret");
+  ASSERT_FALSE(opened.has_value());
+  EXPECT_EQ(opened.error().code(), Errc::ConnectionRefused) << text(opened.error());
+
+  auto record = detail::open_sealed(**owner_store.lookup(detail::segment_key("secret")), "secret", kJob);
+  ASSERT_TRUE(record.has_value());
+  EXPECT_TRUE(record->file);
+  EXPECT_EQ(record->rails.front().region.rkey, 0u) << "a file segment's record names no memory";
+  const auto& address = record->rails.front().address;
+
+  auto context = Context::open(Options{.transport = "tcp"});
+  ASSERT_TRUE(context.has_value()) << text(context.error());
+  auto buffer = (*context)->allocate(1 << 20, Access::LocalWrite | Access::RemoteWrite);
+  ASSERT_TRUE(buffer.has_value());
+  std::memset((*buffer)->data(), 0, 1 << 20);
+  auto request = [&](std::uint8_t type, std::uint64_t offset, std::uint64_t length, std::string name) {
+    auto payload = detail::encode_request({.type = type,
+                                           .id = 1,
+                                           .offset = offset,
+                                           .length = length,
+                                           .dest_addr = reinterpret_cast<std::uint64_t>((*buffer)->data()),
+                                           .dest_rkey = (*buffer)->descriptor().rkey,
+                                           .dest_epoch = (*buffer)->descriptor().owner_epoch,
+                                           .name = std::move(name)});
+    EXPECT_TRUE(payload.has_value());
+    return *payload;
+  };
+  auto read_all = request(detail::kFileRead, 0, 1 << 20, "secret");
+  auto send_raw = [&](Connection& connection) {
+    auto out = (*context)->allocate(4096, Access::LocalWrite);
+    ASSERT_TRUE(out.has_value());
+    auto size = rdmakit::detail::encode_frame(detail::kFileSpec, detail::kFileRead, read_all,
+                                              std::span(static_cast<std::byte*>((*out)->data()), 4096));
+    ASSERT_TRUE(size.has_value());
+    for (int i = 0; i < 4; ++i) (void)connection.send((*out)->slice(0, static_cast<std::uint32_t>(*size)));
+    std::this_thread::sleep_for(50ms);
+  };
+  auto eager = (*context)->connect(address);
+  ASSERT_TRUE(eager.has_value());
+  send_raw(**eager);
+  auto refused = (*context)->connect(address);
+  ASSERT_TRUE(refused.has_value());
+  bootstrap::PeerProofConfig wrong{kStranger, std::string(detail::kPeerProofLabel), 5000ms};
+  ASSERT_FALSE(bootstrap::prove_initiate(**context, **refused, wrong,
+                                         std::string("stranger") + std::string(detail::kFileIdentitySuffix))
+                   .has_value());
+  send_raw(**refused);
+  std::this_thread::sleep_for(500ms);  // past the owner's connect_timeout: both connections are dropped
+  auto* got = static_cast<const std::byte*>((*buffer)->data());
+  EXPECT_EQ(std::count(got, got + (1 << 20), std::byte{0}), 1 << 20) << "a stranger got bytes of the file";
+
+  // A job member on the wire: only reads, of the published range, of published names.
+  auto member = (*context)->connect(address);
+  ASSERT_TRUE(member.has_value());
+  bootstrap::PeerProofConfig right{kJob, std::string(detail::kPeerProofLabel), 5000ms};
+  auto proven = bootstrap::prove_initiate(**context, **member, right,
+                                          std::string("member") + std::string(detail::kFileIdentitySuffix));
+  ASSERT_TRUE(proven.has_value()) << text(proven.error());
+  auto channel =
+      rdmakit::detail::MessageChannel::open(**context, **member, detail::kFileSpec, {.receives = 1});
+  ASSERT_TRUE(channel.has_value());
+  auto ask = [&](std::uint8_t type, std::uint64_t offset, std::uint64_t length, std::string name) {
+    EXPECT_TRUE(channel->expect().has_value());
+    EXPECT_TRUE(channel->send(type, request(type, offset, length, std::move(name))).has_value());
+    auto frame = channel->receive(10s);
+    EXPECT_TRUE(frame.has_value()) << text(frame.error());
+    auto reply = detail::decode_reply(*frame);
+    EXPECT_TRUE(reply.has_value());
+    return *reply;
+  };
+  auto beyond = ask(detail::kFileRead, (1 << 20) - 10, 11, "secret");
+  EXPECT_EQ(beyond.code, static_cast<std::uint8_t>(Errc::InvalidArgument)) << beyond.message;
+  EXPECT_NE(beyond.message.find("outside"), std::string::npos) << beyond.message;
+  auto write = ask(detail::kFileWrite, 0, 4096, "secret");
+  EXPECT_EQ(write.code, static_cast<std::uint8_t>(Errc::InvalidArgument)) << write.message;
+  EXPECT_NE(write.message.find("read-only"), std::string::npos) << write.message;
+  auto by_path = ask(detail::kFileRead, 0, 4096, path.string());
+  EXPECT_EQ(by_path.code, static_cast<std::uint8_t>(Errc::NotFound)) << by_path.message;
+  EXPECT_EQ(std::count(got, got + (1 << 20), std::byte{0}), 1 << 20) << "a refused request delivered bytes";
+  auto fine = ask(detail::kFileRead, 4096, 8192, "secret");
+  EXPECT_EQ(fine.code, 0) << fine.message;
+  EXPECT_EQ(std::memcmp(got, contents.data() + 4096, 8192), 0);
+  EXPECT_EQ(got[8192], std::byte{0});
+}
+
+// The owner runs in a process of its own, is stopped with requests in flight and killed: every request
+// fails within peer_timeout (plus the connect bound and slack), naming the owner; none reports success.
+class XferFileKill : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(XferFileKill, KilledOwnerFailsTheBatchWithinTheBound) {
+  TempDir dir;
+  auto path = dir.path() / "shard.bin";
+  auto contents = random_bytes(8 << 20, 5);
+  write_file(path, contents);
+  PeerProcess owner(dir.path(), "shard", "file:" + path.string(), GetParam());
+  ASSERT_TRUE(owner.ready());
+  FileMetadataStore store(dir.path());
+  auto client = make_engine(
+      store,
+      EngineOptions{
+          .name = "client", .transports = {GetParam()}, .peer_timeout = 1000ms, .connect_timeout = 1000ms});
+  ASSERT_TRUE(client);
+  auto segment = client->open_segment("shard");
+  ASSERT_TRUE(segment.has_value()) << text(segment.error());
+  auto memory = make_buffer(8 << 20);
+  ASSERT_TRUE(client->register_local(memory.get(), 8 << 20).has_value());
+  std::vector<Request> warm{Request{Op::Read, memory.get(), *segment, 0, 1 << 20}};
+  auto first = client->submit(warm);
+  ASSERT_TRUE(first.has_value() && (*first)->wait(20s).has_value());
+  ASSERT_EQ((*first)->failed(), 0u);
+  ASSERT_EQ(std::memcmp(memory.get(), contents.data(), 1 << 20), 0);
+
+  owner.signal(SIGSTOP);
+  std::vector<Request> requests;
+  for (std::uint64_t k = 0; k < 32; ++k)
+    requests.push_back(
+        Request{Op::Read, memory.get() + k * (256 << 10), *segment, k * (256 << 10) + 3, (256 << 10) - 8});
+  auto batch = client->submit(requests);
+  ASSERT_TRUE(batch.has_value()) << text(batch.error());
+  std::this_thread::sleep_for(100ms);
+  EXPECT_FALSE((*batch)->done()) << "the stopped owner answered";
+  owner.signal(SIGKILL);
+  auto killed = std::chrono::steady_clock::now();
+  ASSERT_TRUE((*batch)->wait(30s).has_value()) << "the batch hung";
+  auto took = std::chrono::steady_clock::now() - killed;
+  std::printf("killed file owner (%s): its requests failed %lld ms after the kill\n", GetParam().c_str(),
+              static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(took).count()));
+  EXPECT_LT(took, 1000ms + 1000ms + 1000ms + sanitizer_slack());
+  EXPECT_EQ((*batch)->failed(), requests.size());
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    auto status = *(*batch)->status(i);
+    ASSERT_FALSE(status.has_value()) << "request " << i << " to the killed owner reported success";
+    EXPECT_NE(status.error().message().find("of file segment 'shard'"), std::string::npos)
+        << text(status.error());
+  }
+  owner.reap();
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, XferFileKill, ::testing::ValuesIn(transports()),
+                         [](const auto& info) { return info.param; });
+
+}  // namespace
+}  // namespace rdmakit::xfer::testing
