@@ -44,5 +44,6 @@ int options_defaults() {
       rdmakit::xfer::MetadataOptions{.timeout = milliseconds(1)},
       rdmakit::xfer::BroadcastOptions{.session = "s"},
       rdmakit::xfer::BroadcastOptions{.timeout = milliseconds(1)}, rdmakit::xfer::EngineOptions{.name = "e"},
-      rdmakit::xfer::EngineOptions{.submit_timeout = milliseconds(1)});
+      rdmakit::xfer::EngineOptions{.submit_timeout = milliseconds(1)},
+      rdmakit::xfer::FileSegmentOptions{.writable = false});
 }
