@@ -119,6 +119,10 @@ TEST_P(XferApi, LongestEngineNameStillNotifies) {
   ASSERT_FALSE(too_long.has_value());
   EXPECT_EQ(too_long.error().code(), Errc::InvalidArgument);
   EXPECT_NE(too_long.error().message().find("111 bytes"), std::string::npos) << too_long.error().message();
+  // A name cannot carry the proofs' connection marker (it would pass a data connection off as another kind).
+  auto marked = Engine::create(*metadata_, EngineOptions{.name = "x\x1fnotify", .transports = {GetParam()}});
+  ASSERT_FALSE(marked.has_value());
+  EXPECT_EQ(marked.error().code(), Errc::InvalidArgument);
 }
 
 TEST_P(XferApi, BadNotificationsAreRefusedAtSubmit) {

@@ -76,6 +76,10 @@ Result<void> EngineImpl::start() {
   if (options_.name.size() > kMaxEngineName)
     return fail(Errc::InvalidArgument, "xfer engine: name '" + options_.name + "' is longer than " +
                                            std::to_string(kMaxEngineName) + " bytes");
+  // Control characters are refused: the proofs mark notification and file connections with one (\x1f), and
+  // a name that carried it could pass a data connection off as one of those.
+  if (std::ranges::any_of(options_.name, [](char c) { return static_cast<unsigned char>(c) < 0x20; }))
+    return fail(Errc::InvalidArgument, "xfer engine: a name has no control characters");
   auto secret = engine_secret(options_.listen_address);
   if (!secret) return std::unexpected(secret.error());
   secret_ = std::move(*secret);
