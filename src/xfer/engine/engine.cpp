@@ -204,6 +204,26 @@ void EngineImpl::start_proof(Rail& rail, std::shared_ptr<Connection> connection)
   rail.proving.push_back({std::move(connection), std::move(done), std::move(thread)});
 }
 
+Result<std::shared_ptr<Connection>> EngineImpl::connect_to_owner(Rail& rail, const std::string& address,
+                                                                 const std::string& owner,
+                                                                 std::string_view marker) {
+  auto connection = rail.context->connect(address, ConnectOptions{});
+  if (!connection) return std::unexpected(connection.error());
+  bootstrap::PeerProofConfig config{secret_, std::string(kPeerProofLabel), options_.connect_timeout};
+  auto identity =
+      bootstrap::prove_initiate(*rail.context, **connection, config, options_.name + std::string(marker));
+  if (!identity) {
+    (*connection)->close();
+    return std::unexpected(identity.error());
+  }
+  if (*identity != owner) {
+    (*connection)->close();
+    return fail(Errc::ConnectionRefused, "xfer: the peer at " + address + " proved the secret as '" +
+                                             *identity + "', not as the segment's owner '" + owner + "'");
+  }
+  return *connection;
+}
+
 EngineImpl::~EngineImpl() {
   {
     std::unique_lock lock(progress_handle_->mutex);

@@ -64,6 +64,8 @@ class Credits {
 inline constexpr std::string_view kNotifyIdentitySuffix = "\x1fnotify";
 // The engine names the proof can carry with the suffix.
 inline constexpr std::size_t kMaxEngineName = bootstrap::kMaxPeerIdentity - kNotifyIdentitySuffix.size();
+static_assert(kFileIdentitySuffix.size() <= kNotifyIdentitySuffix.size(),
+              "every engine name fits both proofs");
 Result<std::unique_ptr<rdmakit::detail::MessageChannel>> open_owner_channel(
     Context& context, std::shared_ptr<Connection> connection);
 
@@ -356,6 +358,11 @@ class EngineImpl final : public Engine {
   void accept_notification(const std::string& sender, std::span<const std::byte> payload);
   Result<void> send_notification(const SegmentEntry& entry, std::span<const std::byte> message);
   Result<void> open_notify_channel(Peer& peer, const SegmentEntry& entry);
+  // A connection of its own to the owner at `address` for notifications or file requests: we prove the
+  // secret as our name + `marker` (so the owner knows what it is for), the peer must prove it is `owner`.
+  // Closed on any failure.
+  Result<std::shared_ptr<Connection>> connect_to_owner(Rail& rail, const std::string& address,
+                                                       const std::string& owner, std::string_view marker);
   void run_task(std::function<void()> task);
 
   // files_server.cpp: the owner's side of file segments. A proven connection whose initiator asked for

@@ -161,20 +161,8 @@ void EngineImpl::queue_file_ops(Peer& peer, const SegmentEntry& entry, std::vect
 // alone so that waiting for answers sleeps in it.
 Result<std::unique_ptr<MessageChannel>> EngineImpl::open_file_channel(Rail& rail, const std::string& address,
                                                                       const std::string& owner) {
-  auto connection = rail.context->connect(address, ConnectOptions{});
+  auto connection = connect_to_owner(rail, address, owner, kFileIdentitySuffix);
   if (!connection) return std::unexpected(connection.error());
-  bootstrap::PeerProofConfig config{secret_, std::string(kPeerProofLabel), options_.connect_timeout};
-  auto identity = bootstrap::prove_initiate(*rail.context, **connection, config,
-                                            options_.name + std::string(kFileIdentitySuffix));
-  if (!identity) {
-    (*connection)->close();
-    return std::unexpected(identity.error());
-  }
-  if (*identity != owner) {
-    (*connection)->close();
-    return fail(Errc::ConnectionRefused, "xfer: the peer at " + address + " proved the secret as '" +
-                                             *identity + "', not as the segment's owner '" + owner + "'");
-  }
   auto channel = MessageChannel::open(*rail.context, *connection, kFileSpec,
                                       {.receives = kFileWindow,
                                        .keep_posted = true,

@@ -139,16 +139,8 @@ Result<void> EngineImpl::open_notify_channel(Peer& peer, const SegmentEntry& ent
   auto& rail = *peer.links.front()->rail;
   auto remote = rails_of(entry.record, entry.transport);
   const auto& address = remote.at(peer.links.front()->remote_rail)->address;
-  auto connection = rail.context->connect(address, ConnectOptions{});
+  auto connection = connect_to_owner(rail, address, entry.record.owner, kNotifyIdentitySuffix);
   if (!connection) return std::unexpected(connection.error());
-  bootstrap::PeerProofConfig config{secret_, std::string(kPeerProofLabel), options_.connect_timeout};
-  auto identity = bootstrap::prove_initiate(*rail.context, **connection, config,
-                                            options_.name + std::string(kNotifyIdentitySuffix));
-  if (!identity) return std::unexpected(identity.error());
-  if (*identity != entry.record.owner)
-    return fail(Errc::ConnectionRefused, "xfer: the peer at " + address + " proved the secret as '" +
-                                             *identity + "', not as the segment's owner '" +
-                                             entry.record.owner + "'");
   auto channel = rdmakit::detail::MessageChannel::open(
       *rail.context, *connection, kNotifySpec, {.receives = 1, .send_timeout = options_.peer_timeout});
   if (!channel) return std::unexpected(channel.error());
