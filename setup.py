@@ -37,6 +37,8 @@ class CMakeBuild(build_ext):
             "cmake", "-S", str(ROOT), "-B", str(build), "-DCMAKE_BUILD_TYPE=Release",
             f"-DPython3_EXECUTABLE={sys.executable}", "-DRDMAKIT_PYTHON=ON", "-DRDMAKIT_BUILD_TESTS=OFF",
             "-DRDMAKIT_BUILD_EXAMPLES=OFF", "-DRDMAKIT_BUILD_TOOLS=OFF", "-DRDMAKIT_WERROR=OFF",
+            # a few large translation units instead of ~150: 2.5x less compile time (CMakeLists.txt)
+            "-DRDMAKIT_UNITY_BUILD=ON",
         ] + shlex.split(os.environ.get("RDMAKIT_CMAKE_ARGS", ""))
         subprocess.run(configure, check=True)
         targets = ["rdmakit_python"]

@@ -13,7 +13,7 @@ build=build-fuzz
 cxx=${FUZZ_CXX:-clang++-16}
 
 cmake -S . -B "$build" -DCMAKE_CXX_COMPILER="$cxx" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRDMAKIT_FUZZ=ON \
-  -DRDMAKIT_BUILD_TESTS=OFF -DRDMAKIT_BUILD_EXAMPLES=OFF -DRDMAKIT_BUILD_TOOLS=OFF > /dev/null
+  -DRDMAKIT_BUILD_TESTS=OFF -DRDMAKIT_BUILD_EXAMPLES=OFF -DRDMAKIT_BUILD_TOOLS=OFF -DRDMAKIT_UNITY_BUILD=ON > /dev/null
 cmake --build "$build" -j "$(nproc)" --target fuzz_targets
 
 if [ -n "${FUZZ_TARGETS:-}" ]; then

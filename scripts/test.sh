@@ -38,7 +38,10 @@ export RDMAKIT_TEST_REPEAT_SCALE=0.25
 # The fault cases assert detection within the timeout + max(1 s, timeout / 2); the sanitizers run several
 # times slower, so they get this much more (tests/reliability/fault_ops.hpp, tests/xfer/failure_test.cpp).
 export RDMAKIT_TEST_FAULT_SLACK_MS=10000
-run_suite build-asan -DCMAKE_BUILD_TYPE=Debug -DRDMAKIT_SANITIZE=ON -DRDMAKIT_BUILD_EXAMPLES=ON
+# The sanitizer and fuzz builds unity-build the library (RDMAKIT_UNITY_BUILD, CMakeLists.txt): 2.5x less
+# compile time. The normal build above stays one file per translation unit, so it still proves that every
+# file compiles on its own.
+run_suite build-asan -DCMAKE_BUILD_TYPE=Debug -DRDMAKIT_SANITIZE=ON -DRDMAKIT_BUILD_EXAMPLES=ON -DRDMAKIT_UNITY_BUILD=ON
 RDMAKIT_TRANSPORT=tcp scripts/run-example.sh build-asan
 
 echo "== [$(date -u +%T)] build-tsan/ (ThreadSanitizer: the concurrency code)"
@@ -46,7 +49,7 @@ tsan_tests=(unit_fault unit_completion_queue unit_tcp_hostile unit_tcp_limits un
             unit_xfer_metadata
             # The checkpoint engine: persist thread, copy pool, collectives from its background thread.
             unit_ckpt_engine unit_ckpt_group unit_ckpt_replica)
-cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRDMAKIT_TSAN=ON > /dev/null
+cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRDMAKIT_TSAN=ON -DRDMAKIT_UNITY_BUILD=ON > /dev/null
 # The transfer engine (progress, retry and waiting threads over shared batches) is built here too.
 cmake --build build-tsan -j "$jobs" --target conformance conformance_peer "${tsan_tests[@]}" unit_ckpt_lazy \
   xfer_engine_test xfer_file_test xfer_peer

@@ -7,7 +7,7 @@
 namespace rdmakit::python {
 namespace {
 
-bool is_torch_tensor(py::handle object) {
+bool is_torch_tensor_with_numpy(py::handle object) {
   const auto type = py::type::handle_of(object);
   const auto module = py::str(type.attr("__module__")).cast<std::string>();
   return module.rfind("torch", 0) == 0 && py::hasattr(object, "data_ptr") && py::hasattr(object, "numpy");
@@ -30,7 +30,7 @@ py::object tensor_view(py::handle tensor) {
 
 py::object exporter_of(py::handle object) {
   if (PyObject_CheckBuffer(object.ptr())) return py::reinterpret_borrow<py::object>(object);
-  if (is_torch_tensor(object)) return tensor_view(object);
+  if (is_torch_tensor_with_numpy(object)) return tensor_view(object);
   if (py::hasattr(object, "__array_interface__"))  // wraps the memory; numpy never copies here
     return py::module_::import("numpy").attr("asarray")(object);
   raise(Errc::InvalidArgument, "a " + type_name_of(object) +

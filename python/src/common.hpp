@@ -4,6 +4,7 @@
 
 #include <pybind11/pybind11.h>
 
+#include <algorithm>
 #include <chrono>
 #include <concepts>
 #include <limits>
@@ -24,6 +25,18 @@ struct RaisedError {
 
 [[noreturn]] inline void raise(Error error) { throw RaisedError{std::move(error)}; }
 [[noreturn]] inline void raise(Errc code, std::string message) { raise(Error(code, std::move(message))); }
+
+// The long "None" time-out: waits happen in 100 ms slices, so Ctrl-C still works. (One definition for every
+// binding file, so that the files also build as one translation unit: CMAKE_UNITY_BUILD.)
+inline constexpr std::chrono::nanoseconds kForever = std::chrono::hours(24 * 365);
+
+// Seconds (float) -> milliseconds, at least 1; zero, negative, NaN and over 10^9 s are refused naming `what`.
+inline std::chrono::milliseconds positive_ms(double seconds, const char* what) {
+  using namespace std::chrono;
+  if (!(seconds > 0) || seconds > 1e9)
+    raise(Errc::InvalidArgument, std::string(what) + " must be a positive number of seconds");
+  return std::max(milliseconds(1), duration_cast<milliseconds>(duration<double>(seconds)));
+}
 
 template <typename T>
 T unwrap(Result<T> result) {

@@ -9,7 +9,6 @@ namespace {
 
 using namespace std::chrono;
 
-constexpr nanoseconds kForever = hours(24 * 365);
 // Chains at least this long are posted with the GIL released (building a long chain's requests is the
 // transport's work, and other Python threads can run meanwhile); short ones are not worth the switch.
 constexpr std::size_t kReleaseGilChain = 8;

@@ -15,9 +15,6 @@ namespace {
 
 using namespace std::chrono;
 
-// The long "None" timeout: waits happen in 100 ms slices, so Ctrl-C still works.
-constexpr nanoseconds kForever = hours(24 * 365);
-
 // The text of a Context keyword's value, as RDMAKIT_<NAME> would give it; the option's table parses it (and
 // names the option when it does not). Integers, strings, booleans and WaitMode only: any other type (a
 // float, a list) is refused here, since its text would only half-mean something.

@@ -22,8 +22,6 @@ namespace {
 
 using namespace std::chrono;
 
-constexpr nanoseconds kForever = hours(24 * 365);
-
 // Memory the engine holds for Python: a Python buffer registered for requests, published under names, or
 // both; or memory of allocate_segment(), which the engine itself owns (its registration frees it) and which
 // must outlive every array over it (`arrays`), whatever was unpublished or unregistered meanwhile.
@@ -119,12 +117,6 @@ template <typename Call>
 auto unlocked(Call call) {
   py::gil_scoped_release released;
   return call();
-}
-
-milliseconds positive_ms(double seconds, const char* what) {
-  if (!(seconds > 0) || seconds > 1e9)
-    raise(Errc::InvalidArgument, std::string(what) + " must be a positive number of seconds");
-  return std::max(milliseconds(1), duration_cast<milliseconds>(duration<double>(seconds)));
 }
 
 std::string type_name(py::handle value) {

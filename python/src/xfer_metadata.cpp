@@ -26,13 +26,6 @@ namespace {
 
 using namespace std::chrono;
 
-// Seconds (float) -> milliseconds, at least 1; zero, negative and NaN are refused naming `what`.
-milliseconds positive_ms(double seconds, const char* what) {
-  if (!(seconds > 0) || seconds > 1e9)
-    raise(Errc::InvalidArgument, std::string(what) + " must be a positive number of seconds");
-  return std::max(milliseconds(1), duration_cast<milliseconds>(duration<double>(seconds)));
-}
-
 std::vector<std::byte> to_bytes(const py::bytes& data) {
   const auto view = std::string_view(data);
   const auto* first = reinterpret_cast<const std::byte*>(view.data());

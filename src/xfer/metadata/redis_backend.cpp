@@ -11,8 +11,6 @@
 namespace rdmakit::xfer::metadata {
 namespace {
 
-using resp::Value;
-
 // A SCAN MATCH pattern for "starts with `prefix`": glob characters escaped.
 std::string match_prefix(std::string_view prefix) {
   std::string pattern;
@@ -56,7 +54,7 @@ class RedisBackend final : public Backend {
                    const Owned&, Deadline deadline) override {
     auto reply = ask({put_command(key, value, previous ? *previous : std::string())}, deadline);
     if (!reply) return std::unexpected(reply.error());
-    if (reply->front().kind != Value::Kind::Integer) return unexpected_reply(reply->front());
+    if (reply->front().kind != resp::Value::Kind::Integer) return unexpected_reply(reply->front());
     if (reply->front().integer != 1) return taken(connection_.where(), key);
     return {};
   }
@@ -72,8 +70,8 @@ class RedisBackend final : public Backend {
     std::vector<const std::string*> lost;
     std::size_t i = 0;
     for (const auto& [key, value] : owned) {
-      const Value& reply = (*replies)[i++];
-      if (reply.kind != Value::Kind::Integer) return unexpected_reply(reply);
+      const resp::Value& reply = (*replies)[i++];
+      if (reply.kind != resp::Value::Kind::Integer) return unexpected_reply(reply);
       if (reply.integer == -1) replaced.push_back(key);
       if (reply.integer != 0) continue;
       commands.push_back(put_command(key, value, {}));  // lost (the server restarted): put back if free
@@ -83,8 +81,8 @@ class RedisBackend final : public Backend {
     auto puts = ask(commands, deadline);
     if (!puts) return std::unexpected(puts.error());
     for (std::size_t k = 0; k < puts->size(); ++k) {
-      const Value& reply = (*puts)[k];
-      if (reply.kind != Value::Kind::Integer) return unexpected_reply(reply);
+      const resp::Value& reply = (*puts)[k];
+      if (reply.kind != resp::Value::Kind::Integer) return unexpected_reply(reply);
       if (reply.integer != 1) replaced.push_back(*lost[k]);  // another publisher took it meanwhile
     }
     return {};
@@ -103,9 +101,9 @@ class RedisBackend final : public Backend {
   Result<std::optional<std::string>> get(const std::string& key, Deadline deadline) override {
     auto reply = ask({command({"GET", key})}, deadline);
     if (!reply) return std::unexpected(reply.error());
-    Value& value = reply->front();
-    if (value.kind == Value::Kind::Nil) return std::optional<std::string>();
-    if (value.kind != Value::Kind::Bulk) return unexpected_reply(value);
+    resp::Value& value = reply->front();
+    if (value.kind == resp::Value::Kind::Nil) return std::optional<std::string>();
+    if (value.kind != resp::Value::Kind::Bulk) return unexpected_reply(value);
     return std::optional(std::move(value.text));
   }
 
@@ -117,13 +115,14 @@ class RedisBackend final : public Backend {
     do {
       auto reply = ask({command({"SCAN", cursor, "MATCH", pattern, "COUNT", "1000"})}, deadline);
       if (!reply) return std::unexpected(reply.error());
-      Value& page = reply->front();
-      if (page.kind != Value::Kind::Array || page.elements.size() != 2 ||
-          page.elements[0].kind != Value::Kind::Bulk || page.elements[1].kind != Value::Kind::Array)
+      resp::Value& page = reply->front();
+      if (page.kind != resp::Value::Kind::Array || page.elements.size() != 2 ||
+          page.elements[0].kind != resp::Value::Kind::Bulk ||
+          page.elements[1].kind != resp::Value::Kind::Array)
         return unexpected_reply(page);
       cursor = page.elements[0].text;
       for (auto& key : page.elements[1].elements) {
-        if (key.kind != Value::Kind::Bulk) return unexpected_reply(key);
+        if (key.kind != resp::Value::Kind::Bulk) return unexpected_reply(key);
         found.insert(std::move(key.text));
       }
     } while (cursor != "0");
@@ -142,43 +141,44 @@ class RedisBackend final : public Backend {
     if (password_.empty()) return {};
     count_round_trip();
     auto auth = username_.empty() ? command({"AUTH", password_}) : command({"AUTH", username_, password_});
-    auto reply = connection.exchange<std::vector<Value>>(
+    auto reply = connection.exchange<std::vector<resp::Value>>(
         auth, deadline,
         [](std::string_view in, std::size_t& consumed) { return resp::parse_many(in, 1, consumed); });
     if (!reply) return std::unexpected(reply.error());
-    if (reply->front().kind == Value::Kind::Simple && reply->front().text == "OK") return {};
-    return fail(Errc::ConnectionRefused,
-                connection.where() + ": redis refused AUTH (MetadataOptions::username/password)" +
-                    (reply->front().kind == Value::Kind::Error ? ": " + reply->front().text.substr(0, 200)
-                                                               : std::string()));
+    if (reply->front().kind == resp::Value::Kind::Simple && reply->front().text == "OK") return {};
+    return fail(
+        Errc::ConnectionRefused,
+        connection.where() + ": redis refused AUTH (MetadataOptions::username/password)" +
+            (reply->front().kind == resp::Value::Kind::Error ? ": " + reply->front().text.substr(0, 200)
+                                                             : std::string()));
   }
 
   // Sends the commands in one write and reads their replies: one round trip.
-  Result<std::vector<Value>> ask(const std::vector<std::string>& commands, Deadline deadline) {
+  Result<std::vector<resp::Value>> ask(const std::vector<std::string>& commands, Deadline deadline) {
     std::string requests;
     for (const auto& c : commands) requests += c;
     count_round_trip();
     auto count = commands.size();
-    return connection_.exchange<std::vector<Value>>(requests, deadline,
-                                                    [count](std::string_view in, std::size_t& consumed) {
-                                                      return resp::parse_many(in, count, consumed);
-                                                    });
+    return connection_.exchange<std::vector<resp::Value>>(
+        requests, deadline, [count](std::string_view in, std::size_t& consumed) {
+          return resp::parse_many(in, count, consumed);
+        });
   }
 
-  std::unexpected<Error> unexpected_reply(const Value& reply) const {
-    if (reply.kind == Value::Kind::Error)
+  std::unexpected<Error> unexpected_reply(const resp::Value& reply) const {
+    if (reply.kind == resp::Value::Kind::Error)
       return fail(Errc::ProtocolError, connection_.where() + ": redis refused: " + reply.text.substr(0, 200));
     return fail(Errc::ProtocolError, connection_.where() + ": an unexpected redis reply");
   }
 
-  Result<void> expect_simple(const Value& reply, std::string_view text) const {
-    if (reply.kind == Value::Kind::Simple && reply.text == text) return {};
+  Result<void> expect_simple(const resp::Value& reply, std::string_view text) const {
+    if (reply.kind == resp::Value::Kind::Simple && reply.text == text) return {};
     return unexpected_reply(reply);
   }
 
-  Result<void> integer_reply(Result<std::vector<Value>> replies) const {
+  Result<void> integer_reply(Result<std::vector<resp::Value>> replies) const {
     if (!replies) return std::unexpected(replies.error());
-    if (replies->front().kind != Value::Kind::Integer) return unexpected_reply(replies->front());
+    if (replies->front().kind != resp::Value::Kind::Integer) return unexpected_reply(replies->front());
     return {};
   }
 
