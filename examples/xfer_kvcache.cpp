@@ -21,10 +21,16 @@
 //   --layout layer: prefill holds the cache layer-major (per layer, K/V and 4-head group: 16 KiB pieces of
 //     every block side by side), as many inference engines do; a block is 128 requests of 16 KiB, adjacent
 //     in the destination slot, which the engine coalesces into scatter-gather WRITEs.
+// The third tier (decode, host memory): once every block checked, decode evicts every other block from its
+// pool to a storage node's NVMe, published as a writable file segment ("kv-nvme"), reuses their slots, and
+// on a hit READs them back into the slots and checks them again byte for byte. The storage node's engine
+// runs inside the decode process here (over the same transport; a deployment runs it on the storage node);
+// its file goes in --nvme DIR (default: the temporary directory), --nvme off skips the tier.
 // The metadata store: --metadata URL (builtin://, redis:// or etcd://host:port, see open_metadata). Without
 // it, decode serves a builtin store itself (serve_builtin_metadata on a free loopback port) for as long as
 // it runs, and prints its URL on its "ready" line for prefill's --metadata.
 #include <dlfcn.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -32,6 +38,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <numeric>
 #include <optional>
@@ -61,7 +69,7 @@ struct TableEntry {
 constexpr std::size_t kTableOffset = 64;
 
 struct Args {
-  std::string role, metadata, transport = "shm", layout = "block";
+  std::string role, metadata, transport = "shm", layout = "block", nvme;
   std::vector<std::string> devices;
   std::size_t blocks = 16, slots = 64;
   std::uint32_t seed = 1;
@@ -133,6 +141,66 @@ void must(rdmakit::Result<void> result, const char* what) {
   if (!result) throw std::runtime_error(std::string(what) + ": " + result.error().describe());
 }
 
+// How many of the kBlock bytes at `data` differ from logical block `block`'s.
+std::size_t wrong_bytes(const std::byte* data, std::uint64_t block) {
+  std::size_t wrong = 0;
+  for (std::size_t j = 0; j < kBlock; ++j) wrong += std::to_integer<std::uint8_t>(data[j]) != value(block, j);
+  return wrong;
+}
+
+// The third tier: every other block of the table is evicted (WRITTEN to the storage node's file segment),
+// its slot reused, and on a hit READ back into its slot, then checked byte for byte and by checksum.
+int nvme_tier(const Args& args, MetadataStore& metadata, Engine& engine, std::byte* pool,
+              const TableEntry* table, std::size_t count) {
+  const auto dir = args.nvme.empty() ? std::filesystem::temp_directory_path().string() : args.nvme;
+  const auto path = dir + "/rdmakit-kvcache-nvme-" + std::to_string(::getpid()) + ".bin";
+  std::vector<const TableEntry*> evicted;
+  for (std::size_t i = 0; i < count; i += 2) evicted.push_back(&table[i]);
+  {
+    std::ofstream file(path, std::ios::binary | std::ios::trunc);  // its size: the evicted blocks
+    file.seekp(static_cast<std::streamoff>(evicted.size() * kBlock - 1));
+    file.put('\0');
+    if (!file) throw std::runtime_error("--nvme: cannot create " + path);
+  }
+  struct Remove {
+    std::string path;
+    ~Remove() { std::filesystem::remove(path); }
+  } remove{path};
+  auto storage = open_engine(metadata, args, "storage");
+  must(storage->publish_file("kv-nvme", path, {.writable = true}), "publish the NVMe file segment");
+  auto nvme = must(engine.open_segment("kv-nvme"), "open kv-nvme");
+  std::vector<Request> out, in;
+  for (std::size_t n = 0; n < evicted.size(); ++n) {
+    auto* slot = pool + evicted[n]->slot * kBlock;
+    out.push_back({Op::Write, slot, nvme, n * kBlock, kBlock});
+    in.push_back({Op::Read, slot, nvme, n * kBlock, kBlock});
+  }
+  auto run = [&](const std::vector<Request>& requests, const char* what) {
+    auto batch = must(engine.submit(requests), what);
+    must(batch->wait(60s), what);
+    for (std::size_t i = 0; i < requests.size(); ++i) {
+      if (auto s = batch->status(i); s && !*s)
+        throw std::runtime_error(std::string(what) + ": request " + std::to_string(i) + ": " +
+                                 s->error().describe());
+    }
+  };
+  auto start = std::chrono::steady_clock::now();
+  run(out, "evict to NVMe");
+  for (const auto* e : evicted) std::memset(pool + e->slot * kBlock, 0xA5, kBlock);  // the slot is reused
+  run(in, "read back from NVMe");
+  auto ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  std::size_t bad = 0;
+  for (const auto* e : evicted) {
+    const auto* block = pool + e->slot * kBlock;
+    if (wrong_bytes(block, e->block) != 0 || checksum(block, kBlock) != e->checksum) ++bad;
+  }
+  std::printf(
+      "decode: %zu blocks evicted to NVMe (writable file segment 'kv-nvme' of 'storage', %s) and read "
+      "back on a hit in %.1f ms: %zu bad\n",
+      evicted.size(), path.c_str(), ms, bad);
+  return bad == 0 ? 0 : 1;
+}
+
 int decode(const Args& args) {
   // No store given: this process serves one (declared first, so it outlives the engine and the store).
   std::unique_ptr<MetadataServer> server;
@@ -169,9 +237,7 @@ int decode(const Args& args) {
   for (std::size_t i = 0; i < count; ++i) {
     const auto& e = table[i];
     const auto* block = blocks + e.slot * kBlock;
-    std::size_t wrong = 0;
-    for (std::size_t j = 0; j < kBlock; ++j)
-      wrong += std::to_integer<std::uint8_t>(block[j]) != value(e.block, j);
+    std::size_t wrong = wrong_bytes(block, e.block);
     bool sum_ok = checksum(block, kBlock) == e.checksum;
     if (wrong != 0 || !sum_ok) {
       ++bad;
@@ -180,7 +246,10 @@ int decode(const Args& args) {
     }
   }
   std::printf("decode: %llu blocks checked (pattern + checksum), %zu bad\n", (unsigned long long)count, bad);
-  return bad == 0 && count > 0 ? 0 : 1;
+  if (bad != 0 || count == 0) return 1;
+  // File segments move host memory only: the tier is for a host pool.
+  if (args.gpu || args.nvme == "off") return 0;
+  return nvme_tier(args, *metadata, *engine, pool.data(), table, count);
 }
 
 // Where byte range [piece * 16 KiB, +16 KiB) of block b lies in prefill's memory.
@@ -324,6 +393,8 @@ Args parse(int argc, char** argv) {
       args.blocks = std::stoul(v);
     else if (flag == "--slots")
       args.slots = std::stoul(v);
+    else if (flag == "--nvme")
+      args.nvme = v;
     else if (flag == "--seed")
       args.seed = static_cast<std::uint32_t>(std::stoul(v));
     else

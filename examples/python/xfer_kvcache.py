@@ -5,7 +5,11 @@ The prefill process owns a pool of KV-cache blocks (one block: 16 tokens x 32 la
 128 dims of bf16 = 2 MiB by default) and publishes it as the segment "kv-pool". The decode process opens the
 segment by name and READs the blocks of a random block table into its own pool (a torch tensor when torch is
 there, else a numpy array; registered without copying), one batch for the whole table, and checks every block
-on arrival. It then WRITEs a block back, which the prefill process checks in its own memory.
+on arrival. It then WRITEs a block back, which the prefill process checks in its own memory. Then the third
+tier (host pools): every other fetched block is evicted to a storage node's NVMe, a writable file segment
+("kv-nvme", published by an engine of its own: inside the decode process here, on the storage node in a
+deployment; its file in --nvme DIR, default the temporary directory, --nvme off skips it), its slot reused,
+and read back on a hit, checked byte for byte again.
 
     python3 examples/python/xfer_kvcache.py --transport shm --blocks 32
     python3 examples/python/xfer_kvcache.py --transport tcp --blocks 8 --block-kib 256
@@ -24,6 +28,7 @@ import ctypes
 import os
 import subprocess
 import sys
+import tempfile
 import time
 
 import numpy as np
@@ -136,6 +141,29 @@ def as_numpy(pool):
     return pool.numpy() if hasattr(pool, "numpy") else pool
 
 
+def nvme_tier(args, engine, table, slots):
+    """Evicts every other slot (not slot 0, written back above) to the NVMe file segment, reuses the slots, reads
+    them back on a hit and checks every byte."""
+    evicted = list(range(1, len(table), 2))
+    size = args.block_bytes
+    with tempfile.TemporaryDirectory(dir=args.nvme) as directory:
+        path = os.path.join(directory, "kv-nvme.bin")
+        with open(path, "wb") as file:
+            file.truncate(max(1, len(evicted)) * size)
+        with xfer.Engine(xfer.open_metadata(args.metadata), name="storage", transports=[args.transport]) as storage:
+            storage.publish_file("kv-nvme", path, writable=True)
+            nvme = engine.open_segment("kv-nvme")
+            engine.submit([(xfer.WRITE, slots[s], nvme, n * size) for n, s in enumerate(evicted)]).wait(timeout=120)
+            for s in evicted:
+                as_numpy(slots[s])[:] = 0xA5  # the slot is reused by another sequence
+            engine.submit([(xfer.READ, slots[s], nvme, n * size) for n, s in enumerate(evicted)]).wait(timeout=120)
+            for s in evicted:
+                if not np.array_equal(as_numpy(slots[s]), block_content(int(table[s]), size)):
+                    raise SystemExit(f"block {table[s]} (slot {s}) came back from NVMe wrong")
+    print(f"{len(evicted)} blocks evicted to NVMe (writable file segment 'kv-nvme') and read back on a hit: "
+          "every byte checked")
+
+
 def decode(args):
     server = None
     if args.metadata is None:
@@ -175,6 +203,8 @@ def decode(args):
             owner.stdin.flush()
             if owner.stdout.readline().strip() != "write ok":
                 raise SystemExit("the block written back arrived wrong")
+            if not args.gpu and args.nvme != "off":  # file segments move host memory only
+                nvme_tier(args, engine, table, slots)
             print("OK: every block checked on arrival, and the write back landed")
     finally:
         owner.stdin.close()
@@ -196,6 +226,8 @@ def main():
                         help="the decode pool: a torch tensor (when torch imports) or a numpy array")
     parser.add_argument("--gpu", action="store_true",
                         help="both pools in CUDA device memory (VRAM -> VRAM; RDMAKIT_CUDA_RUNTIME names the runtime)")
+    parser.add_argument("--nvme", help="directory of the NVMe tier's file (default: the temporary directory); off: "
+                        "no NVMe tier")
     args = parser.parse_args()
     args.block_bytes = args.block_kib << 10
     args.table = min(args.table, args.blocks)

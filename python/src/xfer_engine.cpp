@@ -562,6 +562,20 @@ void bind_engine(py::module_& m) {
            "memory exposing __cuda_array_interface__, offered only over the transports that take it) as "
            "`name`, without copying; the engine keeps `obj` alive until unpublish(). Usable as local memory "
            "too.")
+      .def(
+          "publish_file",
+          [](PyXferEngine& self, const std::string& name, py::handle path, bool writable, bool sync_writes) {
+            const auto& core = self.get();
+            // str or os.PathLike (pathlib.Path)
+            const auto text = py::module_::import("os").attr("fspath")(path).cast<std::string>();
+            xfer::FileSegmentOptions options{.writable = writable, .sync_writes = sync_writes};
+            unwrap(unlocked([&] { return core->engine->publish_file(name, text, options); }));
+          },
+          py::arg("name"), py::arg("path"), py::arg("writable") = false, py::arg("sync_writes") = false,
+          "Publishes the regular file at `path` as the file segment `name` (its size now): peers READ byte "
+          "ranges of it into registered host memory, and WRITE ranges when writable=True (never beyond its "
+          "size). sync_writes=True (writable only) completes each WRITE once it is on stable storage "
+          "(O_DSYNC). The owner serves it with io_uring; unpublish(name) stops serving it.")
       .def("unpublish", &unpublish, py::arg("name"), "Removes a segment this engine published.")
       .def("register_local", &register_local, py::arg("obj"),
            "Registers the memory of `obj` (writable buffer, CPU tensor, or __cuda_array_interface__ device "

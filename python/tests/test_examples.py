@@ -26,6 +26,7 @@ def test_xfer_kvcache_example():
     assert result.returncode == 0, result.stdout + result.stderr
     assert "6 blocks of 256 KiB into a numpy array over tcp" in result.stdout
     assert "OK: every block checked on arrival, and the write back landed" in result.stdout
+    assert "3 blocks evicted to NVMe (writable file segment 'kv-nvme') and read back on a hit" in result.stdout
 
 
 @pytest.mark.parametrize("transport", ["shm", "tcp"])

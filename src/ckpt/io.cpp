@@ -117,6 +117,15 @@ Result<void> Ring::queue_read_fixed(int fd, void* buffer, std::uint32_t length, 
   return {};
 }
 
+Result<void> Ring::queue_write_fixed(int fd, const void* buffer, std::uint32_t length, std::uint64_t offset,
+                                     std::uint64_t tag) {
+  io_uring_sqe* sqe = io_uring_get_sqe(ring_.get());
+  if (!sqe) return fail(Errc::ResourceExhausted, "ckpt: io_uring submission queue full");
+  io_uring_prep_write_fixed(sqe, fd, buffer, length, offset, 0);
+  io_uring_sqe_set_data64(sqe, tag);
+  return {};
+}
+
 // ---- The pipeline -------------------------------------------------------------------------------------
 namespace {
 

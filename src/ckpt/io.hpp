@@ -64,6 +64,9 @@ class Ring {
   Result<void> register_buffer(void* data, std::size_t size);
   Result<void> queue_read_fixed(int fd, void* buffer, std::uint32_t length, std::uint64_t offset,
                                 std::uint64_t tag);
+  // The same for a write from the fixed buffer (writable file segments).
+  Result<void> queue_write_fixed(int fd, const void* buffer, std::uint32_t length, std::uint64_t offset,
+                                 std::uint64_t tag);
 
  private:
   Ring(std::unique_ptr<io_uring> ring, unsigned depth) : ring_(std::move(ring)), depth_(depth) {}

@@ -45,5 +45,6 @@ int options_defaults() {
       rdmakit::xfer::BroadcastOptions{.session = "s"},
       rdmakit::xfer::BroadcastOptions{.timeout = milliseconds(1)}, rdmakit::xfer::EngineOptions{.name = "e"},
       rdmakit::xfer::EngineOptions{.submit_timeout = milliseconds(1)},
-      rdmakit::xfer::FileSegmentOptions{.writable = false});
+      rdmakit::xfer::FileSegmentOptions{.writable = false},
+      rdmakit::xfer::FileSegmentOptions{.sync_writes = false});
 }

@@ -3,7 +3,9 @@
 // around each destination, which must stay untouched: only the asked bytes are delivered); the owner
 // refuses ranges beyond the published size, WRITEs to a read-only segment, names it does not publish, and
 // everything from a peer that did not prove the secret; a file that shrank fails naming the file and the
-// range; an owner killed mid-batch fails the batch within peer_timeout. Over tcp and shm.
+// range; an owner killed mid-batch fails the batch within peer_timeout. A writable segment takes random
+// WRITEs (unaligned ones sharing blocks in one batch) and every byte of the file matches a model, it never
+// grows, and sync_writes holds the file O_DSYNC. Over tcp and shm.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -29,6 +31,8 @@ using namespace std::chrono_literals;
 // Not a multiple of 4096, longer than one message (kFileMessageBytes, 4 MiB) and than many chunks.
 constexpr std::size_t kFileSize = (5 << 20) + 777;
 constexpr std::uint64_t kChunk = 64 << 10;  // the owner's ring: 4 chunks of 64 KiB
+// The writable files: 16 chunks and a last block of 777 bytes (smaller than kFileSize: less to write back).
+constexpr std::size_t kWriteFileSize = (1 << 20) + 777;
 constexpr std::byte kUntouched{0xEE};
 constexpr const char* kJob = "the job's secret, 16+ characters";
 constexpr const char* kStranger = "a stranger's secret, 16+ chars";
@@ -71,8 +75,12 @@ class XferFile : public ::testing::TestWithParam<std::string> {
     segment_ = *handle;
   }
   EngineOptions options(const std::string& name) {
+    // peer_timeout 10 s: the owner answers a WRITE once its bytes are in the file, and an O_DIRECT write of
+    // a block the test just wrote through the page cache waits for its writeback, which took up to 7 s on a
+    // disk shared with parallel builds (the requester would take the owner for dead after 2 s).
     return EngineOptions{.name = name + "-" + GetParam(),
                          .transports = {GetParam()},
+                         .peer_timeout = 10000ms,
                          .connect_timeout = 500ms,
                          .file_chunk_bytes = kChunk,
                          .file_ring_chunks = 4};
@@ -157,6 +165,22 @@ TEST_P(XferFile, RandomRangesReadEveryByteOfTheFile) {
   check(**again, "prepared");
 }
 
+// The whole file as it is now, read with plain pread (not through the engine).
+std::vector<std::byte> pread_all(const std::filesystem::path& path) {
+  std::vector<std::byte> bytes(std::filesystem::file_size(path));
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  EXPECT_GE(fd, 0) << path;
+  std::size_t done = 0;
+  while (fd >= 0 && done < bytes.size()) {
+    auto got = ::pread(fd, bytes.data() + done, bytes.size() - done, static_cast<off_t>(done));
+    if (got <= 0) break;
+    done += static_cast<std::size_t>(got);
+  }
+  if (fd >= 0) ::close(fd);
+  EXPECT_EQ(done, bytes.size()) << path;
+  return bytes;
+}
+
 // Ranges beyond the published size are refused at submit (the whole batch, naming the request), and an
 // empty file, a directory, a missing file, a writable segment and a name already taken are refused at
 // publish_file.
@@ -192,7 +216,14 @@ TEST_P(XferFile, BadRangesAndBadFilesAreRefused) {
             Errc::InvalidArgument);
   EXPECT_EQ(owner_->publish_file("d", (dir_.path() / "dir").string()).error().code(), Errc::InvalidArgument);
   EXPECT_EQ(owner_->publish_file("m", (dir_.path() / "missing").string()).error().code(), Errc::SystemError);
-  EXPECT_EQ(owner_->publish_file("w", path_.string(), {.writable = true}).error().code(), Errc::NotSupported);
+  EXPECT_EQ(owner_->publish_file("w", path_.string(), {.sync_writes = true}).error().code(),
+            Errc::InvalidArgument);
+  if (::geteuid() != 0) {  // a writable segment opens the file read-write: a file we may only read is refused
+    ::chmod(path_.c_str(), 0400);
+    auto read_only_file = owner_->publish_file("w", path_.string(), {.writable = true});
+    ASSERT_FALSE(read_only_file.has_value());
+    EXPECT_EQ(read_only_file.error().code(), Errc::SystemError) << text(read_only_file.error());
+  }
   EXPECT_EQ(owner_->publish_file("shard-0", path_.string()).error().code(), Errc::InvalidArgument);
   EXPECT_EQ(owner_->publish_file("", path_.string()).error().code(), Errc::InvalidArgument);
   EXPECT_EQ(client_->open_segment("d").error().code(), Errc::NotFound);
@@ -224,6 +255,181 @@ TEST_P(XferFile, WriteToAReadOnlySegmentFailsAtTheOwner) {
   std::vector<char> head(4096);
   in.read(head.data(), 4096);
   EXPECT_EQ(std::memcmp(head.data(), contents_.data(), 4096), 0) << "the read-only file was written";
+}
+
+struct Range {
+  std::uint64_t offset, length;
+};
+
+// WRITE ranges that share no byte (the order of one batch's requests is not defined), at random: aligned,
+// small unaligned, across chunks and past the whole ring, the file's last (partial) block, and runs of
+// requests that split 4 KiB blocks between them, so each one's read-modify-write must keep its neighbours'
+// bytes.
+std::vector<Range> disjoint_write_ranges(std::mt19937_64& random, std::size_t count) {
+  constexpr std::uint64_t kSize = kWriteFileSize;
+  std::vector<Range> ranges;
+  auto add = [&](Range r) {
+    bool free = std::ranges::none_of(ranges, [&](const Range& o) {
+      return o.offset < r.offset + r.length && r.offset < o.offset + o.length;
+    });
+    if (free) ranges.push_back(r);
+  };
+  for (int k = 0; k < 6; ++k) {
+    const std::uint64_t b = (random() % (kSize / 4096 - 2)) * 4096;
+    for (Range r : {Range{b + 10, 100}, Range{b + 110, 1000}, Range{b + 4000, 200}, Range{b + 4200, 50}})
+      add(r);
+  }
+  const std::uint64_t tail = kSize / 4096 * 4096;  // the last block holds 777 bytes
+  for (Range r : {Range{kSize - 300, 300}, Range{tail - 5, 5}, Range{tail + 100, 100}}) add(r);
+  add({random() % (kSize - 5 * kChunk), kChunk * 4 + 1234});
+  for (int tries = 0; ranges.size() < count && tries < 100000; ++tries) {
+    auto pick = random() % 8;
+    std::uint64_t length = pick < 3   ? 4096 * (1 + random() % 4)  // aligned
+                           : pick < 6 ? 1 + random() % 5000        // small, unaligned
+                                      : 1 + random() % (kChunk * 2);
+    std::uint64_t offset = random() % (kSize - length + 1);
+    if (pick < 3) offset = offset / 4096 * 4096;
+    add({offset, length});
+  }
+  return ranges;
+}
+
+// A writable segment, in a file on the test's file system (O_DIRECT where it takes it) and on tmpfs (the
+// page cache): two batches of 50 random WRITEs (above), then every byte of the file equals the model, read
+// with plain pread and through the engine, and the file kept its size (a WRITE of its last block never grows
+// it).
+TEST_P(XferFile, RandomWritesLandAndKeepEveryOtherByte) {
+  std::vector<std::filesystem::path> dirs{dir_.path()};
+  char shm[] = "/dev/shm/rdmakit-xfer-write-XXXXXX";
+  if (std::filesystem::is_directory("/dev/shm") && ::mkdtemp(shm) != nullptr) dirs.emplace_back(shm);
+  std::mt19937_64 random(GetParam() == "tcp" ? 31 : 32);
+  // Registered once (memory freed while registered could come back at the same address): the ranges of one
+  // batch share no byte of the file, so their sources fit in its size.
+  auto source = local(kWriteFileSize), back = local(kWriteFileSize);
+  for (std::size_t d = 0; d < dirs.size(); ++d) {
+    SCOPED_TRACE(dirs[d].string());
+    const auto path = dirs[d] / "rw.bin";
+    auto model = random_bytes(kWriteFileSize, 21 + static_cast<std::uint32_t>(d));
+    write_file(path, model);
+    const std::string name = "rw-" + std::to_string(d);
+    auto published = owner_->publish_file(name, path.string(), {.writable = true});
+    ASSERT_TRUE(published.has_value()) << text(published.error());
+    auto segment = client_->open_segment(name);
+    ASSERT_TRUE(segment.has_value()) << text(segment.error());
+    auto info = client_->segment_info(*segment);
+    ASSERT_TRUE(info.has_value());
+    EXPECT_TRUE(info->file && info->writable);
+
+    for (int round = 0; round < 2; ++round) {
+      auto ranges = disjoint_write_ranges(random, 50);
+      std::uint64_t total = 0;
+      for (const auto& r : ranges) total += r.length;
+      ASSERT_LE(total, kWriteFileSize);
+      auto bytes = random_bytes(total, static_cast<std::uint32_t>(100 + round + 10 * d));
+      std::memcpy(source.get(), bytes.data(), total);
+      std::vector<Request> requests;
+      std::uint64_t at = 0;
+      for (const auto& r : ranges) {
+        requests.push_back(Request{Op::Write, source.get() + at, *segment, r.offset, r.length});
+        std::memcpy(model.data() + r.offset, bytes.data() + at, r.length);
+        at += r.length;
+      }
+      auto batch = client_->submit(requests);
+      ASSERT_TRUE(batch.has_value()) << text(batch.error());
+      ASSERT_TRUE((*batch)->wait(60s).has_value());
+      for (std::size_t i = 0; i < requests.size(); ++i)
+        ASSERT_TRUE((*batch)->status(i)->has_value())
+            << "request " << i << ": " << text((*batch)->status(i)->error());
+
+      auto on_disk = pread_all(path);
+      ASSERT_EQ(on_disk.size(), kWriteFileSize) << "the file's size changed";
+      for (std::size_t k = 0; k < kWriteFileSize; ++k)
+        ASSERT_EQ(on_disk[k], model[k]) << "round " << round << ": byte " << k << " of the file (pread)";
+      std::vector<Request> read{Request{Op::Read, back.get(), *segment, 0, kWriteFileSize}};
+      auto readback = client_->submit(read);
+      ASSERT_TRUE(readback.has_value() && (*readback)->wait(60s).has_value());
+      ASSERT_EQ((*readback)->failed(), 0u) << text((*readback)->status(0)->error());
+      for (std::size_t k = 0; k < kWriteFileSize; ++k)
+        ASSERT_EQ(back.get()[k], model[k])
+            << "round " << round << ": byte " << k << " read through the engine";
+    }
+    ASSERT_TRUE(owner_->unpublish(name).has_value());
+  }
+  if (dirs.size() > 1) std::filesystem::remove_all(dirs[1]);
+}
+
+// A WRITE beyond the published size is refused at submit (the whole batch, naming the request), and the
+// file is unchanged and keeps its size; a WRITE of local memory the engine does not know is refused too.
+TEST_P(XferFile, WriteBeyondThePublishedSizeIsRefused) {
+  const auto path = dir_.path() / "rw.bin";
+  auto model = random_bytes(kFileSize, 41);
+  write_file(path, model);
+  ASSERT_TRUE(owner_->publish_file("rw", path.string(), {.writable = true}).has_value());
+  auto segment = client_->open_segment("rw");
+  ASSERT_TRUE(segment.has_value());
+  auto memory = local(8192);
+  for (auto [offset, length] :
+       {std::pair<std::uint64_t, std::uint64_t>{kFileSize - 10, 11}, {kFileSize, 1}, {UINT64_MAX - 1, 4}}) {
+    std::vector<Request> one{Request{Op::Write, memory.get(), *segment, offset, length}};
+    auto refused = client_->submit(one);
+    ASSERT_FALSE(refused.has_value()) << offset;
+    EXPECT_EQ(refused.error().code(), Errc::InvalidArgument) << text(refused.error());
+    EXPECT_NE(refused.error().message().find("outside segment 'rw'"), std::string::npos)
+        << text(refused.error());
+  }
+  std::vector<std::byte> stray(100);
+  std::vector<Request> unknown{Request{Op::Write, stray.data(), *segment, 0, 100}};
+  EXPECT_EQ(client_->submit(unknown).error().code(), Errc::InvalidArgument);
+  EXPECT_TRUE(pread_all(path) == model) << "the file changed";
+}
+
+// The flags of every descriptor this process holds on `path` (from /proc/self/fdinfo).
+std::vector<long> open_flags(const std::filesystem::path& path) {
+  std::vector<long> flags;
+  const auto target = std::filesystem::canonical(path);
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) {
+    std::error_code error;
+    if (std::filesystem::read_symlink(entry.path(), error) != target || error) continue;
+    std::ifstream info("/proc/self/fdinfo/" + entry.path().filename().string());
+    std::string key, value;
+    while (info >> key >> value) {
+      if (key == "flags:") flags.push_back(std::stol(value, nullptr, 8));
+    }
+  }
+  return flags;
+}
+
+// sync_writes: the owner holds the file O_DSYNC only (every descriptor it has on it, where a plain writable
+// segment's have no O_DSYNC), so each WRITE is on stable storage before it completes; its WRITEs land as any.
+TEST_P(XferFile, SyncWritesOpenTheFileDsyncAndLand) {
+  const auto sync_path = dir_.path() / "sync.bin", plain_path = dir_.path() / "plain.bin";
+  auto model = random_bytes(kWriteFileSize, 51);
+  write_file(sync_path, model);
+  write_file(plain_path, model);
+  ASSERT_TRUE(owner_->publish_file("sync", sync_path.string(), {.writable = true, .sync_writes = true}));
+  ASSERT_TRUE(owner_->publish_file("plain", plain_path.string(), {.writable = true}));
+  auto sync_flags = open_flags(sync_path), plain_flags = open_flags(plain_path);
+  ASSERT_FALSE(sync_flags.empty());
+  ASSERT_FALSE(plain_flags.empty());
+  for (long f : sync_flags) EXPECT_EQ(f & O_DSYNC, O_DSYNC) << std::oct << f;
+  for (long f : plain_flags) EXPECT_EQ(f & O_DSYNC, 0) << std::oct << f;
+
+  auto segment = client_->open_segment("sync");
+  ASSERT_TRUE(segment.has_value());
+  auto memory = local(3 * 8192);
+  auto bytes = random_bytes(3 * 8192, 52);
+  std::memcpy(memory.get(), bytes.data(), bytes.size());
+  std::vector<Request> requests{
+      Request{Op::Write, memory.get(), *segment, 0, 8192},
+      Request{Op::Write, memory.get() + 8192, *segment, 12345, 8000},
+      Request{Op::Write, memory.get() + 16384, *segment, kWriteFileSize - 4000, 4000}};
+  auto batch = client_->submit(requests);
+  ASSERT_TRUE(batch.has_value() && (*batch)->wait(30s).has_value());
+  ASSERT_EQ((*batch)->failed(), 0u) << text((*batch)->status(0)->error());
+  std::memcpy(model.data(), bytes.data(), 8192);
+  std::memcpy(model.data() + 12345, bytes.data() + 8192, 8000);
+  std::memcpy(model.data() + kWriteFileSize - 4000, bytes.data() + 16384, 4000);
+  EXPECT_TRUE(pread_all(sync_path) == model) << "the file differs from the model";
 }
 
 // The file shrank after it was published: a READ of bytes no longer there fails naming the file and the
@@ -440,6 +646,14 @@ TEST(XferFileTrust, OnlyPeersThatProvedTheSecretAreServedAndOnlyWhatWasPublished
   auto write = ask(detail::kFileWrite, 0, 4096, "secret");
   EXPECT_EQ(write.code, static_cast<std::uint8_t>(Errc::InvalidArgument)) << write.message;
   EXPECT_NE(write.message.find("read-only"), std::string::npos) << write.message;
+  // A writable segment holds a member to its size too, at the owner (submit() checks it on the client).
+  const auto open_path = dir.path() / "open.bin";
+  write_file(open_path, contents);
+  ASSERT_TRUE(owner->publish_file("open", open_path.string(), {.writable = true}).has_value());
+  auto write_beyond = ask(detail::kFileWrite, (1 << 20) - 10, 11, "open");
+  EXPECT_EQ(write_beyond.code, static_cast<std::uint8_t>(Errc::InvalidArgument)) << write_beyond.message;
+  EXPECT_NE(write_beyond.message.find("outside"), std::string::npos) << write_beyond.message;
+  EXPECT_EQ(std::filesystem::file_size(open_path), 1u << 20);
   auto by_path = ask(detail::kFileRead, 0, 4096, path.string());
   EXPECT_EQ(by_path.code, static_cast<std::uint8_t>(Errc::NotFound)) << by_path.message;
   EXPECT_EQ(std::count(got, got + (1 << 20), std::byte{0}), 1 << 20) << "a refused request delivered bytes";

@@ -69,7 +69,12 @@ struct EngineOptions {
 
 // How publish_file() publishes a file. Read-only by default: the owner refuses every WRITE.
 struct FileSegmentOptions {
-  bool writable = false;  // true is refused (NotSupported) in this version: writable file segments come later
+  // Peers may WRITE byte ranges within the published size (never beyond: a file segment does not grow).
+  // A WRITE completes once its bytes are in the file (the page cache, or the device with O_DIRECT).
+  bool writable = false;
+  // Writable only: the owner opens the file O_DSYNC, so each WRITE completes only once its bytes (and the
+  // metadata needed to read them back) are on stable storage; slower, survives a crash of the owner's host.
+  bool sync_writes = false;
 };
 
 enum class Op : std::uint8_t { Read, Write };
@@ -161,7 +166,7 @@ struct SegmentInfo {
   std::string owner{};  // the owner engine's name
   std::uint64_t length = 0;
   std::string transport{};  // chosen for this peer
-  bool file = false;        // a file segment (publish_file): READs only, into host memory
+  bool file = false;        // a file segment (publish_file): from and into host memory only
   bool writable = true;     // false: the owner refuses WRITEs (a read-only file segment)
 };
 
@@ -244,12 +249,15 @@ class RDMAKIT_API Engine {
   // File segments (docs/xfer.md, "File segments"). Publishes the regular file at `path` as the segment
   // `name`, `length` its size now. Peers open_segment() it as any segment and submit READs of byte ranges
   // into their registered host memory: the owner reads them with io_uring (O_DIRECT where the file system
-  // takes it) into its chunk ring and WRITEs the asked bytes into the requester's memory. Requests travel on
-  // a connection of their own on which the peer proved the secret. The owner serves only the files it
-  // published, only within the published size, and refuses WRITEs to a read-only segment (per request).
-  // A file that shrank or a read error fails the request, naming the file and the range. Errors here:
-  // InvalidArgument (empty name, already published, not a regular file, empty), the open's error,
-  // NotSupported (writable, or a build without io_uring).
+  // takes it) into its chunk ring and WRITEs the asked bytes into the requester's memory. With
+  // `options.writable` peers also submit WRITEs: the owner READs their bytes into its ring and writes the
+  // file (unaligned ranges read-modify-write their edge blocks; overlapping WRITEs are serialized). Requests
+  // travel on a connection of their own on which the peer proved the secret. The owner serves only the files
+  // it published, only within the published size, and refuses WRITEs to a read-only segment (per request).
+  // A file that shrank or a read or write error fails the request, naming the file and the range. Errors
+  // here: InvalidArgument (empty name, already published, not a regular file, empty, sync_writes without
+  // writable), the open's error (a writable segment opens the file read-write), NotSupported (a build
+  // without io_uring).
   virtual Result<void> publish_file(std::string_view name, const std::string& path,
                                     const FileSegmentOptions& options = {}) = 0;
 };

@@ -9,6 +9,9 @@
 // covering 4 KiB-aligned range with io_uring (O_DIRECT where the file system takes it) into a chunk of its
 // ring, WRITEs the asked bytes into our memory (push), and once every WRITE of the piece completed (the
 // bytes are in our memory) answers with the piece's status.
+// A WRITE to a writable segment runs the other way: the descriptor names our source, the owner READs the
+// bytes from it into a chunk (over the partial edge blocks it read first) and writes the file, and answers
+// once the bytes are in the file (files_server.cpp).
 //
 // Why push and not pull with a lease (the owner answering where the chunk sits, the requester READing it
 // and releasing it): a chunk is reused only after the owner's own WRITE completed, so no requester can ever
@@ -56,8 +59,8 @@ inline constexpr std::size_t kMaxFileSegmentName = 1024;
 inline constexpr std::size_t kMaxFileReplyText = 2048;
 extern const rdmakit::detail::FrameSpec kFileSpec;
 
-// A request piece: read (or write) [offset, offset + length) of segment `name` into the requester's memory
-// at `dest_addr` (rkey, epoch: its descriptor on the connection's rail).
+// A request piece: read [offset, offset + length) of segment `name` into the requester's memory at
+// `dest_addr` (rkey, epoch: its descriptor on the connection's rail), or write it from there.
 struct FileRequestMessage {
   std::uint8_t type = kFileRead;
   std::uint64_t id = 0;
@@ -68,7 +71,8 @@ struct FileRequestMessage {
   std::uint64_t dest_epoch = 0;
   std::string name;
 };
-// The owner's answer for piece `id`: code 0 when every byte is in the requester's memory, else an Errc
+// The owner's answer for piece `id`: code 0 when every byte is in the requester's memory (a WRITE: in the
+// file), else an Errc
 // and the reason (naming the file and the range).
 struct FileReplyMessage {
   std::uint64_t id = 0;

@@ -1,14 +1,25 @@
 // File segments, the owner's side (files.hpp says how the bytes travel and why by push). One thread serves
-// every file connection: it takes a request when its queue of chunk reads is empty (so what it holds is
+// every file connection: it takes a request when its queue of chunk tasks is empty (so what it holds is
 // bounded by the window of each connection, whatever its peers ask), reads the covering 4 KiB-aligned range
 // chunk by chunk into the ring with io_uring, WRITEs each chunk's asked bytes into the requester's memory,
 // and answers once every WRITE of the request completed. It serves only the files publish_file() opened:
 // a request names a segment, never a path, and a range beyond the published size is refused.
+//
+// A WRITE request (writable segments only) runs the other way, chunk by chunk: the chunk's partial edge
+// blocks are read first (read-modify-write: O_DIRECT writes whole 4 KiB blocks, and the bytes around the
+// asked range must stay), then the owner READs the asked bytes from the requester's memory (the request
+// carries its descriptor, as a READ's does for the push) over them, then writes the chunk's blocks to the
+// file with io_uring, clamped to the published size (never growing the file; a last block that ends before
+// 4096 is written through a second, buffered descriptor of the same open file, since O_DIRECT cannot write
+// it). Two WRITE chunks whose blocks overlap never run at once: a chunk starts only when no WRITE chunk in
+// a slot, nor an earlier one still queued, shares a block with it, so one's read-modify-write never reads
+// a block the other has not written yet (which would put the old bytes back over the other's).
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <deque>
 #include <map>
@@ -54,15 +65,44 @@ std::string range_text(std::uint64_t offset, std::uint64_t length) {
 
 }  // namespace
 
-// A file publish_file() opened: the only files the server reads.
+// A file publish_file() opened: the only files the server reads (and writes, when writable).
 struct PublishedFile {
   std::string name;
   std::string path;
   Fd fd;
+  Fd buffered;          // writable and direct: the same file without O_DIRECT, for a last partial block
   bool direct = false;  // opened with O_DIRECT (the file system took it)
   std::uint64_t size = 0;
   bool writable = false;
 };
+
+namespace {
+// Opens what publish_file() names: read-write when writable, O_DSYNC with sync_writes, O_DIRECT where the
+// file system takes it (tmpfs does not: EINVAL, then the page cache).
+Result<void> open_published(PublishedFile& file, bool sync_writes) {
+  const int flags = (file.writable ? O_RDWR : O_RDONLY) | O_CLOEXEC | (sync_writes ? O_DSYNC : 0);
+  file.fd.reset(::open(file.path.c_str(), flags | O_DIRECT));
+  file.direct = static_cast<bool>(file.fd);
+  if (!file.fd && errno == EINVAL) file.fd.reset(::open(file.path.c_str(), flags));
+  if (!file.fd) return fail_errno("publish_file '" + file.name + "': opening " + file.path, errno);
+  struct stat st {};
+  if (::fstat(file.fd.get(), &st) != 0) return fail_errno("publish_file: stat of " + file.path, errno);
+  if (!S_ISREG(st.st_mode))
+    return fail(Errc::InvalidArgument,
+                "publish_file '" + file.name + "': " + file.path + " is not a regular file");
+  if (st.st_size == 0)
+    return fail(Errc::InvalidArgument, "publish_file '" + file.name + "': " + file.path + " is empty");
+  file.size = static_cast<std::uint64_t>(st.st_size);
+  if (file.writable && file.direct) {
+    // The same file (reopened through our descriptor, so a path swapped since is not what we get), without
+    // O_DIRECT: for a last block shorter than 4096, which O_DIRECT cannot write without growing the file.
+    const std::string self = "/proc/self/fd/" + std::to_string(file.fd.get());
+    file.buffered.reset(::open(self.c_str(), flags));
+    if (!file.buffered) return fail_errno("publish_file '" + file.name + "': reopening " + file.path, errno);
+  }
+  return {};
+}
+}  // namespace
 
 class FileServer {
  public:
@@ -85,7 +125,8 @@ class FileServer {
       if (!registered) return std::unexpected(registered.error());
       registrations_.push_back(*registered);
     }
-    auto uring = ckpt::detail::Ring::create(static_cast<unsigned>(slots_.size()));
+    // Two submissions per slot at most: a WRITE chunk's two edge reads.
+    auto uring = ckpt::detail::Ring::create(static_cast<unsigned>(2 * slots_.size()));
     if (!uring) return std::unexpected(uring.error());
     uring_.emplace(std::move(*uring));
     fixed_ = uring_->register_buffer(memory_.data(), memory_.size()).has_value();
@@ -119,17 +160,19 @@ class FileServer {
     std::deque<std::vector<std::byte>> outbox;  // answers not sent yet
     std::optional<Clock::time_point> stuck_since;
   };
-  // One request: answered once each of its chunks was delivered (or one failed).
+  // One request: answered once each of its chunks was delivered or stored (or one failed).
   struct Job {
     std::shared_ptr<Served> served;
     std::uint64_t id = 0;
     std::shared_ptr<PublishedFile> file;
+    bool write = false;  // a WRITE: `dest` is where the bytes come from
     std::uint64_t offset = 0, length = 0;
     RemoteAddress dest{};
     std::uint32_t left = 0;
     std::optional<Error> error;
   };
-  // One chunk of a job: the aligned range read, and the asked bytes within it.
+  // One chunk of a job: the aligned range read (or, for a WRITE, the blocks written), and the asked bytes
+  // within it.
   struct Task {
     std::shared_ptr<Job> job;
     std::uint64_t read_offset = 0;  // aligned
@@ -138,13 +181,26 @@ class FileServer {
     std::uint64_t deliver = 0;      // asked bytes in the chunk
     std::uint64_t dest_offset = 0;  // from the job's destination
   };
-  enum class State : std::uint8_t { Free, Reading, Writing };
+  // READ chunks: Reading, then Writing (the push). WRITE chunks: Filling (edge blocks), Pulling (the
+  // requester's bytes), Storing (into the file).
+  enum class State : std::uint8_t { Free, Reading, Writing, Filling, Pulling, Storing };
+  // One io_uring operation of a slot: `length` bytes at `offset` in the file, at `at` in the chunk.
+  struct Io {
+    std::uint64_t offset = 0, length = 0, at = 0, moved = 0;
+    std::uint64_t needed = 0;  // fewer bytes moved than this when the file ends: it shrank
+  };
   struct Slot {
     State state = State::Free;
     Task task;
-    std::uint64_t moved = 0;  // read so far
-    std::uint64_t wr = 0;     // the WRITE's id while Writing
+    std::uint64_t moved = 0;  // read so far (READ chunks)
+    std::uint64_t wr = 0;     // the WRITE's (or the pull's) id while Writing (Pulling)
+    std::array<Io, 2> edges{};
+    std::uint32_t edges_left = 0;  // edge reads in flight
+    Io store{};
   };
+  // io_uring tags: the slot, and which of its operations completed.
+  enum IoKind : std::uint64_t { kChunkRead = 0, kEdge0 = 1, kEdge1 = 2, kStore = 3 };
+  static std::uint64_t tag(std::size_t slot, IoKind kind) { return slot * 4 + kind; }
 
   std::byte* chunk(std::size_t slot) const {
     return reinterpret_cast<std::byte*>(memory_.data()) + slot * chunk_bytes_;
@@ -160,9 +216,9 @@ class FileServer {
         adopted_.clear();
       }
       if (tasks_.empty()) busy |= take_requests();
-      busy |= start_reads();
-      busy |= reap_reads();
-      busy |= reap_writes();
+      busy |= start_tasks();
+      busy |= reap_io();
+      busy |= reap_transfers();
       for (auto& served : served_) {
         if (!served->outbox.empty()) busy |= flush(*served);
       }
@@ -194,11 +250,10 @@ class FileServer {
       for (auto& served : adopted_) served->connection->close();
     }
     for (auto& slot : slots_) {
-      if (slot.state == State::Writing)
+      if (slot.state == State::Writing || slot.state == State::Pulling)
         (void)slot.task.job->served->connection->wait(slot.wr, std::chrono::seconds(1));
     }
-    auto reading = std::ranges::count(slots_, State::Reading, &Slot::state);
-    while (reading-- > 0) {
+    while (io_in_flight_-- > 0) {
       if (!uring_->wait()) break;
     }
   }
@@ -250,8 +305,6 @@ class FileServer {
     const std::string what = "file segment '" + file->name + "' (" + file->path + ")";
     if (request.type == kFileWrite && !file->writable)
       return refuse(Errc::InvalidArgument, "WRITE refused: " + what + " is read-only");
-    if (request.type == kFileWrite)
-      return refuse(Errc::NotSupported, "WRITE to " + what + ": writable file segments are not built yet");
     if (request.length == 0 || request.length > kFileMessageBytes || request.offset > file->size ||
         request.length > file->size - request.offset)
       return refuse(Errc::InvalidArgument, "range " + range_text(request.offset, request.length) +
@@ -262,6 +315,7 @@ class FileServer {
     job->served = served;
     job->id = request.id;
     job->file = std::move(file);
+    job->write = request.type == kFileWrite;
     job->offset = request.offset;
     job->length = request.length;
     job->dest = RemoteAddress{request.dest_addr, request.dest_rkey, request.dest_epoch};
@@ -279,35 +333,84 @@ class FileServer {
     }
   }
 
-  bool start_reads() {
+  // Chunks into free slots, in queue order. A WRITE chunk is passed over while it shares a block with a
+  // WRITE chunk in a slot or with an earlier one passed over (the header says why); READ chunks never wait.
+  bool start_tasks() {
     bool started = false;
-    for (std::size_t s = 0; s < slots_.size() && !tasks_.empty(); ++s) {
-      if (slots_[s].state != State::Free) continue;
-      slots_[s] = Slot{State::Reading, std::move(tasks_.front()), 0, 0};
-      tasks_.pop_front();
-      if (slots_[s].task.job->error) {
-        chunk_done(s);  // another chunk of its request failed: no need to read this one
+    std::vector<Blocks> passed;
+    std::size_t s = 0;
+    for (auto it = tasks_.begin(); it != tasks_.end();) {
+      while (s < slots_.size() && slots_[s].state != State::Free) ++s;
+      if (s == slots_.size()) break;
+      if (it->job->write && overlaps_a_write(*it, passed)) {
+        passed.push_back(blocks(*it));
+        ++it;
         continue;
       }
-      queue_read(s);
+      slots_[s] = Slot{};
+      slots_[s].state = State::Reading;
+      slots_[s].task = std::move(*it);
+      it = tasks_.erase(it);
       started = true;
+      if (slots_[s].task.job->error) {
+        chunk_done(s);  // another chunk of its request failed: no need to move this one
+        continue;
+      }
+      if (slots_[s].task.job->write)
+        begin_write(s);
+      else
+        queue_read(s);
     }
     return started;
   }
 
-  void queue_read(std::size_t s) {
-    auto& slot = slots_[s];
-    const auto& task = slot.task;
-    auto* buffer = chunk(s) + slot.moved;
-    auto length = static_cast<std::uint32_t>(task.read_length - slot.moved);
-    auto queued = fixed_ ? uring_->queue_read_fixed(task.job->file->fd.get(), buffer, length,
-                                                    task.read_offset + slot.moved, s)
-                         : uring_->queue(false, task.job->file->fd.get(), buffer, length,
-                                         task.read_offset + slot.moved, s);
-    if (!queued) fail_chunk(s, queued.error());
+  struct Blocks {
+    const PublishedFile* file = nullptr;
+    std::uint64_t begin = 0, end = 0;
+  };
+  static Blocks blocks(const Task& task) {
+    return {task.job->file.get(), task.read_offset, task.read_offset + task.read_length};
+  }
+  bool overlaps_a_write(const Task& task, const std::vector<Blocks>& passed) const {
+    const Blocks mine = blocks(task);
+    auto overlap = [&](const Blocks& other) {
+      return other.file == mine.file && other.begin < mine.end && mine.begin < other.end;
+    };
+    if (std::ranges::any_of(passed, overlap)) return true;
+    return std::ranges::any_of(slots_, [&](const Slot& slot) {
+      return slot.state != State::Free && slot.task.job->write && overlap(blocks(slot.task));
+    });
   }
 
-  bool reap_reads() {
+  static std::string where(const Task& task) {
+    const auto& job = *task.job;
+    return "file '" + job.file->path + "' (segment '" + job.file->name + "') range " +
+           range_text(job.offset, job.length);
+  }
+
+  // Queues `io` of slot `s` from where it stopped; a store that is not whole 4 KiB blocks (the file's last
+  // partial block, or the rest of a short write) goes through the buffered descriptor.
+  Result<void> queue_io(std::size_t s, IoKind kind, const Io& io, bool write) {
+    const auto& file = *slots_[s].task.job->file;
+    auto* buffer = chunk(s) + io.at + io.moved;
+    auto length = static_cast<std::uint32_t>(io.length - io.moved);
+    const std::uint64_t offset = io.offset + io.moved;
+    int fd = file.fd.get();
+    if (write && file.direct && (offset % kAlign != 0 || length % kAlign != 0)) fd = file.buffered.get();
+    auto queued = !fixed_ ? uring_->queue(write, fd, buffer, length, offset, tag(s, kind))
+                  : write ? uring_->queue_write_fixed(fd, buffer, length, offset, tag(s, kind))
+                          : uring_->queue_read_fixed(fd, buffer, length, offset, tag(s, kind));
+    if (queued) ++io_in_flight_;
+    return queued;
+  }
+
+  void queue_read(std::size_t s) {
+    auto& slot = slots_[s];
+    const Io io{slot.task.read_offset, slot.task.read_length, 0, slot.moved, 0};
+    if (auto queued = queue_io(s, kChunkRead, io, false); !queued) fail_chunk(s, queued.error());
+  }
+
+  bool reap_io() {
     bool found = false;
     while (true) {
       auto done = uring_->poll();
@@ -317,7 +420,22 @@ class FileServer {
       }
       if (!*done) return found;
       found = true;
-      read_done(static_cast<std::size_t>((*done)->tag), (*done)->result);
+      --io_in_flight_;
+      const auto s = static_cast<std::size_t>((*done)->tag / 4);
+      switch (static_cast<IoKind>((*done)->tag % 4)) {
+        case kChunkRead:
+          read_done(s, (*done)->result);
+          break;
+        case kEdge0:
+          edge_done(s, 0, (*done)->result);
+          break;
+        case kEdge1:
+          edge_done(s, 1, (*done)->result);
+          break;
+        case kStore:
+          store_done(s, (*done)->result);
+          break;
+      }
     }
   }
 
@@ -325,19 +443,14 @@ class FileServer {
     auto& slot = slots_[s];
     const auto& task = slot.task;
     const auto& file = *task.job->file;
-    const std::string where = "file '" + file.path + "' (segment '" + file.name + "') range " +
-                              range_text(task.job->offset, task.job->length);
-    if (result < 0) return fail_chunk(s, fail_errno("reading " + where, -result).error());
+    if (result < 0) return fail_chunk(s, fail_errno("reading " + where(task), -result).error());
     slot.moved += static_cast<std::uint64_t>(result);
     const std::uint64_t needed = task.skip + task.deliver;
     if (slot.moved < needed) {
       // End of file before the asked bytes (a short read at EOF; with O_DIRECT it also leaves the next read
       // unaligned): the file shrank since it was published.
       if (result == 0 || (file.direct && slot.moved % kAlign != 0))
-        return fail_chunk(s, Error(Errc::Unavailable, where + ": the file ends at " +
-                                                          std::to_string(task.read_offset + slot.moved) +
-                                                          ", short of the range (it was published with " +
-                                                          std::to_string(file.size) + " bytes: it shrank)"));
+        return fail_chunk(s, shrank(task, task.read_offset + slot.moved));
       return queue_read(s);  // a short read: continue where it stopped
     }
     if (task.job->error) return chunk_done(s);
@@ -350,35 +463,143 @@ class FileServer {
     remote.addr += task.dest_offset;
     auto wr = served.connection->write(local, remote);
     if (!wr)
-      return fail_chunk(s, Error(wr.error().code(), "delivering " + where + " to '" + served.identity +
+      return fail_chunk(s, Error(wr.error().code(), "delivering " + where(task) + " to '" + served.identity +
                                                         "': " + wr.error().message()));
     slot.state = State::Writing;
     slot.wr = *wr;
   }
 
-  bool reap_writes() {
+  static Error shrank(const Task& task, std::uint64_t ends_at) {
+    return Error(Errc::Unavailable, where(task) + ": the file ends at " + std::to_string(ends_at) +
+                                        ", short of the range (it was published with " +
+                                        std::to_string(task.job->file->size) + " bytes: it shrank)");
+  }
+
+  // A WRITE chunk: the blocks it writes end at the published size (a file segment never grows); a partial
+  // first or last block inside the file is read first (read-modify-write), then the asked bytes are pulled
+  // over them.
+  void begin_write(std::size_t s) {
+    auto& slot = slots_[s];
+    const auto& task = slot.task;
+    const std::uint64_t size = task.job->file->size;
+    const std::uint64_t end = std::min(task.read_offset + task.read_length, size);
+    slot.state = State::Filling;
+    slot.store = Io{task.read_offset, end - task.read_offset, 0, 0, 0};
+    const std::uint64_t first = task.read_offset + task.skip;
+    const std::uint64_t last = first + task.deliver;
+    auto edge = [&](std::uint64_t block) {
+      return Io{block, kAlign, block - task.read_offset, 0, std::min(kAlign, size - block)};
+    };
+    std::uint32_t n = 0;
+    if (first % kAlign != 0) slot.edges[n++] = edge(first / kAlign * kAlign);
+    if (last % kAlign != 0 && last < end && (n == 0 || slot.edges[0].offset != last / kAlign * kAlign))
+      slot.edges[n++] = edge(last / kAlign * kAlign);
+    slot.edges_left = n;
+    if (n == 0) return pull(s);
+    for (std::uint32_t e = 0; e < n; ++e) {
+      if (auto queued = queue_io(s, e == 0 ? kEdge0 : kEdge1, slot.edges[e], false); !queued) {
+        note(*task.job, queued.error());
+        slot.edges_left -= n - e;  // not queued: only those queued complete
+        if (slot.edges_left == 0) chunk_done(s);
+        return;
+      }
+    }
+  }
+
+  void edge_done(std::size_t s, std::uint32_t e, std::int32_t result) {
+    auto& slot = slots_[s];
+    auto& io = slot.edges[e];
+    auto& job = *slot.task.job;
+    if (result < 0) {
+      note(job, fail_errno("reading " + where(slot.task) + " (a block it writes part of)", -result).error());
+    } else {
+      io.moved += static_cast<std::uint64_t>(result);
+      if (io.moved < io.needed) {
+        if (result == 0 || (job.file->direct && io.moved % kAlign != 0)) {
+          note(job, shrank(slot.task, io.offset + io.moved));
+        } else if (auto queued = queue_io(s, e == 0 ? kEdge0 : kEdge1, io, false); queued) {
+          return;  // a short read: continued
+        } else {
+          note(job, queued.error());
+        }
+      }
+    }
+    if (--slot.edges_left != 0) return;
+    if (job.error) return chunk_done(s);
+    pull(s);
+  }
+
+  // The asked bytes from the requester's memory (its descriptor came with the request) into the chunk.
+  void pull(std::size_t s) {
+    auto& slot = slots_[s];
+    const auto& task = slot.task;
+    auto& served = *task.job->served;
+    if (served.broken)
+      return fail_chunk(s, Error(Errc::ConnectionBroken, "the requester's connection closed"));
+    Segment local{reinterpret_cast<std::uint64_t>(chunk(s) + task.skip),
+                  static_cast<std::uint32_t>(task.deliver), registrations_[served.rail->index]->lkey()};
+    RemoteAddress remote = task.job->dest;
+    remote.addr += task.dest_offset;
+    auto wr = served.connection->read(local, remote);
+    if (!wr)
+      return fail_chunk(s, Error(wr.error().code(), "fetching the bytes of " + where(task) + " from '" +
+                                                        served.identity + "': " + wr.error().message()));
+    slot.state = State::Pulling;
+    slot.wr = *wr;
+  }
+
+  void store(std::size_t s) {
+    auto& slot = slots_[s];
+    slot.state = State::Storing;
+    if (auto queued = queue_io(s, kStore, slot.store, true); !queued) fail_chunk(s, queued.error());
+  }
+
+  void store_done(std::size_t s, std::int32_t result) {
+    auto& slot = slots_[s];
+    const auto& task = slot.task;
+    if (result < 0) return fail_chunk(s, fail_errno("writing " + where(task), -result).error());
+    if (result == 0 && slot.store.moved < slot.store.length)
+      return fail_chunk(s,
+                        Error(Errc::SystemError, "writing " + where(task) + ": the file took no byte at " +
+                                                     std::to_string(slot.store.offset + slot.store.moved)));
+    slot.store.moved += static_cast<std::uint64_t>(result);
+    if (slot.store.moved < slot.store.length) return store(s);  // a short write: continue where it stopped
+    chunk_done(s);
+  }
+
+  // A pushed chunk (Writing) or a pulled one (Pulling) finished on the connection.
+  bool reap_transfers() {
     bool found = false;
     for (std::size_t s = 0; s < slots_.size(); ++s) {
       auto& slot = slots_[s];
-      if (slot.state != State::Writing) continue;
+      if (slot.state != State::Writing && slot.state != State::Pulling) continue;
       auto& served = *slot.task.job->served;
       auto done = served.connection->wait(slot.wr, std::chrono::nanoseconds::zero());
       if (!done && done.error().code() == Errc::Timeout) continue;
       found = true;
       if (!done || !done->ok()) {
         std::string why = done ? std::string(to_string(done->status)) : done.error().message();
-        fail_chunk(
-            s, Error(Errc::TransportFailure, "delivering the bytes to '" + served.identity + "': " + why));
+        fail_chunk(s, Error(Errc::TransportFailure,
+                            std::string(slot.state == State::Writing ? "delivering the bytes to '"
+                                                                     : "fetching the bytes from '") +
+                                served.identity + "': " + why));
         continue;
       }
-      chunk_done(s);
+      if (slot.state == State::Pulling)
+        store(s);
+      else
+        chunk_done(s);
     }
     return found;
   }
 
-  void fail_chunk(std::size_t s, Error error) {
-    auto& job = *slots_[s].task.job;
+  static void note(Job& job, Error error) {
     if (!job.error) job.error = std::move(error);
+  }
+
+  // Nothing of the slot is in flight any more.
+  void fail_chunk(std::size_t s, Error error) {
+    note(*slots_[s].task.job, std::move(error));
     chunk_done(s);
   }
 
@@ -445,6 +666,7 @@ class FileServer {
   ckpt::detail::AlignedBuffer memory_;
   std::vector<std::shared_ptr<MemoryRegion>> registrations_;  // by rail index
   std::optional<ckpt::detail::Ring> uring_;
+  std::uint64_t io_in_flight_ = 0;  // io_uring operations queued and not reaped
   bool fixed_ = false;
   std::vector<Slot> slots_;
   std::deque<Task> tasks_;
@@ -472,9 +694,9 @@ Result<void> EngineImpl::publish_file(std::string_view name, const std::string& 
   if (name.size() > kMaxFileSegmentName)
     return fail(Errc::InvalidArgument,
                 "publish_file: a segment name longer than " + std::to_string(kMaxFileSegmentName) + " bytes");
-  if (options.writable)
-    return fail(Errc::NotSupported, "publish_file '" + std::string(name) +
-                                        "': writable file segments are not built yet (read-only only)");
+  if (options.sync_writes && !options.writable)
+    return fail(Errc::InvalidArgument,
+                "publish_file '" + std::string(name) + "': sync_writes is for writable segments only");
   if (options_.file_chunk_bytes == 0 || options_.file_chunk_bytes % kAlign != 0 ||
       options_.file_chunk_bytes > (1u << 30) || options_.file_ring_chunks == 0 ||
       options_.file_ring_chunks > 256)
@@ -484,19 +706,8 @@ Result<void> EngineImpl::publish_file(std::string_view name, const std::string& 
   auto file = std::make_shared<PublishedFile>();
   file->name = std::string(name);
   file->path = path;
-  // O_DIRECT where the file system takes it (tmpfs does not: EINVAL, then the page cache).
-  file->fd.reset(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT));
-  file->direct = static_cast<bool>(file->fd);
-  if (!file->fd && errno == EINVAL) file->fd.reset(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!file->fd) return fail_errno("publish_file '" + file->name + "': opening " + path, errno);
-  struct stat st {};
-  if (::fstat(file->fd.get(), &st) != 0) return fail_errno("publish_file: stat of " + path, errno);
-  if (!S_ISREG(st.st_mode))
-    return fail(Errc::InvalidArgument,
-                "publish_file '" + file->name + "': " + path + " is not a regular file");
-  if (st.st_size == 0)
-    return fail(Errc::InvalidArgument, "publish_file '" + file->name + "': " + path + " is empty");
-  file->size = static_cast<std::uint64_t>(st.st_size);
+  file->writable = options.writable;
+  if (auto opened = open_published(*file, options.sync_writes); !opened) return opened;
 
   std::lock_guard lock(control_);
   if (published_.contains(name) || published_files_.contains(name) || unready_.contains(name))
@@ -516,7 +727,7 @@ Result<void> EngineImpl::publish_file(std::string_view name, const std::string& 
   }
   // Its rails name no memory: only the owner's epoch in that rail's context (which keys the peer), so a
   // reader can reach nothing of ours through them.
-  SegmentRecord record{options_.name, host_, file->size, {}, true, false};
+  SegmentRecord record{options_.name, host_, file->size, {}, true, file->writable};
   for (auto& rail : rails_) {
     RemoteRegion region{};
     region.owner_epoch = rail->context->identity().epoch;
