@@ -468,6 +468,27 @@ void EngineImpl::adopt_file_connection(Rail& rail, std::shared_ptr<Connection> c
 
 Result<void> EngineImpl::publish_file(std::string_view name, const std::string& path,
                                       const FileSegmentOptions& options) {
+  return publish_file_at(AT_FDCWD, path, false, name, path, options);
+}
+
+// O_NONBLOCK: opening a FIFO for reading would wait for a writer (publish_file hung on one); it is refused
+// below as not a regular file. On the file kept it goes again, or io_uring would fail reads with EAGAIN.
+static Fd open_served(int dir, const std::string& entry, bool no_follow, bool& direct) {
+  int flags = O_RDONLY | O_CLOEXEC | O_NONBLOCK | (no_follow ? O_NOFOLLOW : 0);
+  Fd fd(::openat(dir, entry.c_str(), flags | O_DIRECT));
+  direct = static_cast<bool>(fd);
+  if (!fd && errno == EINVAL) fd.reset(::openat(dir, entry.c_str(), flags));
+  if (fd && ::fcntl(fd.get(), F_SETFL, ::fcntl(fd.get(), F_GETFL) & ~O_NONBLOCK) != 0) {
+    int error = errno;
+    fd.reset();
+    errno = error;
+  }
+  return fd;
+}
+
+Result<void> EngineImpl::publish_file_at(int dir, const std::string& entry, bool no_follow,
+                                         std::string_view name, const std::string& path,
+                                         const FileSegmentOptions& options) {
   if (name.empty()) return fail(Errc::InvalidArgument, "publish_file: empty segment name");
   if (name.size() > kMaxFileSegmentName)
     return fail(Errc::InvalidArgument,
@@ -485,9 +506,7 @@ Result<void> EngineImpl::publish_file(std::string_view name, const std::string& 
   file->name = std::string(name);
   file->path = path;
   // O_DIRECT where the file system takes it (tmpfs does not: EINVAL, then the page cache).
-  file->fd.reset(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT));
-  file->direct = static_cast<bool>(file->fd);
-  if (!file->fd && errno == EINVAL) file->fd.reset(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  file->fd = open_served(dir, entry, no_follow, file->direct);
   if (!file->fd) return fail_errno("publish_file '" + file->name + "': opening " + path, errno);
   struct stat st {};
   if (::fstat(file->fd.get(), &st) != 0) return fail_errno("publish_file: stat of " + path, errno);
@@ -548,6 +567,11 @@ void EngineImpl::adopt_file_connection(Rail&, std::shared_ptr<Connection> connec
 Result<void> EngineImpl::publish_file(std::string_view name, const std::string&, const FileSegmentOptions&) {
   return fail(Errc::NotSupported, "publish_file '" + std::string(name) +
                                       "': this rdmakit was built without io_uring (RDMAKIT_WITH_CKPT off)");
+}
+
+Result<void> EngineImpl::publish_file_at(int, const std::string& path, bool, std::string_view name,
+                                         const std::string&, const FileSegmentOptions& options) {
+  return publish_file(name, path, options);
 }
 
 #endif
