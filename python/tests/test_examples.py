@@ -60,6 +60,8 @@ def test_xfer_dataloader_example():
 
 def test_xfer_dataloader_example_torch_shm():
     pytest.importorskip("torch")
+    if "libasan" in os.environ.get("LD_PRELOAD", ""):
+        pytest.skip("importing torch under the preloaded ASan runtime takes ~15 s; the numpy runs cover the loader")
     result = subprocess.run([sys.executable, str(EXAMPLES / "xfer_dataloader.py"), "--transport", "shm", "--torch",
                              "--trainers", "1", "--shards", "2", "--samples", "16", "--sample-kib", "16",
                              "--batches", "5", "--batch", "8"],
