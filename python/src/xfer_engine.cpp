@@ -536,6 +536,17 @@ void bind_engine(py::module_& m) {
             unwrap(unlocked([&] { return core->engine->publish_ready(name); }));
           },
           py::arg("name"), "Publishes a segment allocated with ready=False.")
+      .def(
+          "publish_directory",
+          [](PyXferEngine& self, const std::string& prefix, const std::string& dir, bool writable) {
+            const auto& core = self.get();
+            xfer::FileSegmentOptions options{.writable = writable};
+            return unwrap(unlocked([&] { return core->engine->publish_directory(prefix, dir, options); }));
+          },
+          py::arg("prefix"), py::arg("dir"), py::kw_only(), py::arg("writable") = false,
+          "Publishes every regular, non-empty file directly in `dir` (not recursive; links, devices, "
+          "subdirectories and dot files skipped) as the read-only file segment prefix + '/' + its name, and "
+          "returns the segment names, sorted. All or nothing: on an error nothing of `dir` stays published.")
       .def("prepare", &prepare, py::arg("requests"),
            "Checks and plans requests once; submit() the result any number of times.")
       .def(

@@ -8,6 +8,7 @@
 // grows, and sync_writes holds the file O_DSYNC. Over tcp and shm.
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -487,6 +488,108 @@ TEST_P(XferFile, OwnerThreadKeepsServingManyBatchesAtOnce) {
   }
   for (auto& thread : threads) thread.join();
   EXPECT_EQ(failures.load(), 0);
+}
+
+// publish_directory: every regular, non-empty file directly in the directory becomes `prefix/<name>`, read
+// back byte for byte; a subdirectory (and the file in it), a symbolic link to a file outside, a FIFO, an
+// empty file and a dot file are not published. publish_file of a FIFO is refused at once (it used to wait
+// in open() for a writer: a hang).
+TEST_P(XferFile, PublishDirectoryPublishesEachShardAndSkipsTheRest) {
+  auto shards = dir_.path() / "shards";
+  std::filesystem::create_directories(shards / "sub");
+  std::vector<std::vector<std::byte>> contents{random_bytes(10000, 1), random_bytes(4096, 2),
+                                               random_bytes(77, 3)};
+  const std::vector<std::string> files{"a.bin", "b.bin", "c d.bin"};
+  for (std::size_t i = 0; i < files.size(); ++i) write_file(shards / files[i], contents[i]);
+  write_file(shards / "sub" / "inner.bin", contents[0]);
+  write_file(shards / ".partial", contents[0]);
+  write_file(shards / "empty", {});
+  std::filesystem::create_symlink(path_, shards / "link");  // to shard-0.bin, outside the directory
+  ASSERT_EQ(::mkfifo((shards / "pipe").c_str(), 0600), 0);
+  auto fifo = owner_->publish_file("fifo", (shards / "pipe").string());
+  ASSERT_FALSE(fifo.has_value());
+  EXPECT_EQ(fifo.error().code(), Errc::InvalidArgument) << text(fifo.error());
+
+  auto published = owner_->publish_directory("ds", shards.string());
+  ASSERT_TRUE(published.has_value()) << text(published.error());
+  EXPECT_EQ(*published, (std::vector<std::string>{"ds/a.bin", "ds/b.bin", "ds/c d.bin"}));
+  auto memory = local(3 * 16384);
+  std::vector<Request> requests;
+  for (std::size_t i = 0; i < files.size(); ++i) {
+    auto handle = client_->open_segment("ds/" + files[i]);
+    ASSERT_TRUE(handle.has_value()) << files[i] << ": " << text(handle.error());
+    EXPECT_EQ(client_->segment_info(*handle)->length, contents[i].size());
+    requests.push_back(Request{Op::Read, memory.get() + i * 16384, *handle, 0, contents[i].size()});
+  }
+  auto batch = client_->submit(requests);
+  ASSERT_TRUE(batch.has_value()) << text(batch.error());
+  ASSERT_TRUE((*batch)->wait(20s).has_value());
+  ASSERT_EQ((*batch)->failed(), 0u);
+  for (std::size_t i = 0; i < files.size(); ++i)
+    EXPECT_EQ(std::memcmp(memory.get() + i * 16384, contents[i].data(), contents[i].size()), 0) << files[i];
+  for (const char* skipped : {"ds/sub", "ds/sub/inner.bin", "ds/link", "ds/pipe", "ds/empty", "ds/.partial"})
+    EXPECT_EQ(client_->open_segment(skipped).error().code(), Errc::NotFound) << skipped;
+}
+
+// All or nothing: a shard that fails to publish (its name taken already) unpublishes the ones this call
+// published before it; a file name with a control character, a segment name over the bound, an empty or
+// bad prefix, a directory with nothing to publish and a path that is not a directory are refused, and
+// nothing of the directory is published.
+TEST_P(XferFile, PublishDirectoryIsAllOrNothing) {
+  auto shards = dir_.path() / "shards";
+  std::filesystem::create_directories(shards);
+  write_file(shards / "a.bin", contents_);
+  write_file(shards / "b.bin", contents_);
+  ASSERT_TRUE(owner_->publish_file("ds/b.bin", path_.string()).has_value());
+  auto taken = owner_->publish_directory("ds", shards.string());
+  ASSERT_FALSE(taken.has_value());
+  EXPECT_EQ(taken.error().code(), Errc::InvalidArgument) << text(taken.error());
+  EXPECT_NE(taken.error().message().find("ds/b.bin"), std::string::npos) << text(taken.error());
+  EXPECT_EQ(client_->open_segment("ds/a.bin").error().code(), Errc::NotFound) << "a.bin stayed published";
+  EXPECT_TRUE(client_->open_segment("ds/b.bin").has_value()) << "the earlier publish_file was undone";
+
+  write_file(shards / "bad\x1b[2Jname", contents_);
+  auto control = owner_->publish_directory("ctl", shards.string());
+  ASSERT_FALSE(control.has_value());
+  EXPECT_EQ(control.error().code(), Errc::InvalidArgument) << text(control.error());
+  EXPECT_NE(control.error().message().find("\\x1b"), std::string::npos) << text(control.error());
+  EXPECT_EQ(client_->open_segment("ctl/a.bin").error().code(), Errc::NotFound);
+  std::filesystem::remove(shards / "bad\x1b[2Jname");
+
+  auto too_long =
+      owner_->publish_directory(std::string(detail::kMaxFileSegmentName - 5, 'p'), shards.string());
+  ASSERT_FALSE(too_long.has_value());
+  EXPECT_EQ(too_long.error().code(), Errc::InvalidArgument) << text(too_long.error());
+  // At the bound exactly: in the builtin store (the test double's file names cannot hold such a key).
+  auto server = serve_builtin_metadata("127.0.0.1:0");
+  ASSERT_TRUE(server.has_value()) << text(server.error());
+  auto store = open_metadata((*server)->url());
+  ASSERT_TRUE(store.has_value()) << text(store.error());
+  auto long_owner = make_engine(**store, options("long"));
+  ASSERT_TRUE(long_owner);
+  auto fits =
+      long_owner->publish_directory(std::string(detail::kMaxFileSegmentName - 6, 'p'), shards.string());
+  ASSERT_TRUE(fits.has_value()) << text(fits.error());  // "p...p/a.bin" and "/b.bin": exactly the bound
+  EXPECT_EQ(fits->front().size(), detail::kMaxFileSegmentName);
+
+  std::filesystem::create_directories(dir_.path() / "none");
+  write_file(dir_.path() / "none" / "empty", {});
+  struct Bad {
+    std::string prefix;
+    std::filesystem::path dir;
+    Errc code;
+  };
+  for (const auto& bad : std::vector<Bad>{{"", shards, Errc::InvalidArgument},
+                                          {"x\ny", shards, Errc::InvalidArgument},
+                                          {"n", dir_.path() / "none", Errc::InvalidArgument},
+                                          {"f", path_, Errc::SystemError}}) {
+    auto refused = owner_->publish_directory(bad.prefix, bad.dir.string());
+    ASSERT_FALSE(refused.has_value()) << bad.prefix;
+    EXPECT_EQ(refused.error().code(), bad.code) << text(refused.error());
+  }
+  EXPECT_EQ(client_->open_segment("n/empty").error().code(), Errc::NotFound);
+  EXPECT_EQ(owner_->publish_directory("m", (dir_.path() / "missing").string()).error().code(),
+            Errc::SystemError);
 }
 
 std::vector<std::string> transports() { return {"tcp", "shm"}; }

@@ -260,6 +260,17 @@ class RDMAKIT_API Engine {
   // without io_uring).
   virtual Result<void> publish_file(std::string_view name, const std::string& path,
                                     const FileSegmentOptions& options = {}) = 0;
+
+  // A directory of shard files: publishes every regular, non-empty file directly in `dir` (not recursive)
+  // as the file segment `prefix + "/" + <file name>`, as publish_file() does, in name order, and returns the
+  // segment names. Skipped: subdirectories, symbolic links (never followed: one could lead outside `dir`),
+  // devices, FIFOs, sockets, empty files and names starting with '.' (a writer's temporary files). Refused
+  // (InvalidArgument, nothing published): an empty prefix or one with a control character, a file name with
+  // a control character, a segment name longer than the bound (1024 bytes), a directory without a file to
+  // publish. All or nothing: when a file fails, the segments this call published are unpublished again and
+  // the error names the file.
+  virtual Result<std::vector<std::string>> publish_directory(std::string_view prefix, const std::string& dir,
+                                                             const FileSegmentOptions& options = {}) = 0;
 };
 
 }  // namespace rdmakit::xfer

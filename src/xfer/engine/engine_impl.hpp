@@ -321,6 +321,8 @@ class EngineImpl final : public Engine {
   Result<std::shared_ptr<Batch>> try_submit(const PreparedBatch& prepared, BatchCallback done) override;
   Result<void> publish_file(std::string_view name, const std::string& path,
                             const FileSegmentOptions& options) override;
+  Result<std::vector<std::string>> publish_directory(std::string_view prefix, const std::string& dir,
+                                                     const FileSegmentOptions& options) override;
   EngineStats stats() const override;
   // Tests: the context of rail i (e.g. to reach a fault context's injector).
   Context& rail_context(std::size_t i) const { return *rails_.at(i)->context; }
@@ -328,6 +330,10 @@ class EngineImpl final : public Engine {
   MetadataStore& metadata() const noexcept override { return metadata_; }
 
  private:
+  // files_server.cpp: publish_file() of `entry` opened relative to `dir` (AT_FDCWD: a path), a symbolic
+  // link at the last step refused where `no_follow` (publish_directory); `path` is what messages show.
+  Result<void> publish_file_at(int dir, const std::string& entry, bool no_follow, std::string_view name,
+                               const std::string& path, const FileSegmentOptions& options);
   // engine.cpp: control path.
   Result<void> open_rail(const std::string& transport, const std::string& device);
   void accept_loop(Rail& rail);

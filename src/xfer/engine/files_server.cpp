@@ -79,12 +79,20 @@ struct PublishedFile {
 namespace {
 // Opens what publish_file() names: read-write when writable, O_DSYNC with sync_writes, O_DIRECT where the
 // file system takes it (tmpfs does not: EINVAL, then the page cache).
-Result<void> open_published(PublishedFile& file, bool sync_writes) {
+// `entry` relative to `dir` (AT_FDCWD for publish_file; the directory's descriptor and O_NOFOLLOW for
+// publish_directory). O_DIRECT where the file system takes it (tmpfs does not: EINVAL, then the page cache).
+// O_NONBLOCK: opening a FIFO for reading would wait for a writer (publish_file hung on one); it is refused
+// below as not a regular file. On the file kept it goes again, or io_uring would fail reads with EAGAIN.
+Result<void> open_published(PublishedFile& file, int dir, const std::string& entry, bool no_follow,
+                            bool sync_writes) {
   const int flags = (file.writable ? O_RDWR : O_RDONLY) | O_CLOEXEC | (sync_writes ? O_DSYNC : 0);
-  file.fd.reset(::open(file.path.c_str(), flags | O_DIRECT));
+  const int open_flags = flags | O_NONBLOCK | (no_follow ? O_NOFOLLOW : 0);
+  file.fd.reset(::openat(dir, entry.c_str(), open_flags | O_DIRECT));
   file.direct = static_cast<bool>(file.fd);
-  if (!file.fd && errno == EINVAL) file.fd.reset(::open(file.path.c_str(), flags));
+  if (!file.fd && errno == EINVAL) file.fd.reset(::openat(dir, entry.c_str(), open_flags));
   if (!file.fd) return fail_errno("publish_file '" + file.name + "': opening " + file.path, errno);
+  if (::fcntl(file.fd.get(), F_SETFL, ::fcntl(file.fd.get(), F_GETFL) & ~O_NONBLOCK) != 0)
+    return fail_errno("publish_file '" + file.name + "': fcntl of " + file.path, errno);
   struct stat st {};
   if (::fstat(file.fd.get(), &st) != 0) return fail_errno("publish_file: stat of " + file.path, errno);
   if (!S_ISREG(st.st_mode))
@@ -690,6 +698,12 @@ void EngineImpl::adopt_file_connection(Rail& rail, std::shared_ptr<Connection> c
 
 Result<void> EngineImpl::publish_file(std::string_view name, const std::string& path,
                                       const FileSegmentOptions& options) {
+  return publish_file_at(AT_FDCWD, path, false, name, path, options);
+}
+
+Result<void> EngineImpl::publish_file_at(int dir, const std::string& entry, bool no_follow,
+                                         std::string_view name, const std::string& path,
+                                         const FileSegmentOptions& options) {
   if (name.empty()) return fail(Errc::InvalidArgument, "publish_file: empty segment name");
   if (name.size() > kMaxFileSegmentName)
     return fail(Errc::InvalidArgument,
@@ -707,7 +721,7 @@ Result<void> EngineImpl::publish_file(std::string_view name, const std::string& 
   file->name = std::string(name);
   file->path = path;
   file->writable = options.writable;
-  if (auto opened = open_published(*file, options.sync_writes); !opened) return opened;
+  if (auto opened = open_published(*file, dir, entry, no_follow, options.sync_writes); !opened) return opened;
 
   std::lock_guard lock(control_);
   if (published_.contains(name) || published_files_.contains(name) || unready_.contains(name))
@@ -759,6 +773,11 @@ void EngineImpl::adopt_file_connection(Rail&, std::shared_ptr<Connection> connec
 Result<void> EngineImpl::publish_file(std::string_view name, const std::string&, const FileSegmentOptions&) {
   return fail(Errc::NotSupported, "publish_file '" + std::string(name) +
                                       "': this rdmakit was built without io_uring (RDMAKIT_WITH_CKPT off)");
+}
+
+Result<void> EngineImpl::publish_file_at(int, const std::string& path, bool, std::string_view name,
+                                         const std::string&, const FileSegmentOptions& options) {
+  return publish_file(name, path, options);
 }
 
 #endif
