@@ -462,6 +462,14 @@ class FileServer {
       return queue_read(s);  // a short read: continue where it stopped
     }
     if (task.job->error) return chunk_done(s);
+    move_with_requester(s, Op::Write);
+  }
+
+  // One-sided, between the chunk and the requester's memory (its descriptor came with the request): WRITE
+  // delivers a READ request's bytes, READ pulls a WRITE request's bytes.
+  void move_with_requester(std::size_t s, Op op) {
+    auto& slot = slots_[s];
+    const auto& task = slot.task;
     auto& served = *task.job->served;
     if (served.broken)
       return fail_chunk(s, Error(Errc::ConnectionBroken, "the requester's connection closed"));
@@ -469,11 +477,14 @@ class FileServer {
                   static_cast<std::uint32_t>(task.deliver), registrations_[served.rail->index]->lkey()};
     RemoteAddress remote = task.job->dest;
     remote.addr += task.dest_offset;
-    auto wr = served.connection->write(local, remote);
-    if (!wr)
-      return fail_chunk(s, Error(wr.error().code(), "delivering " + where(task) + " to '" + served.identity +
-                                                        "': " + wr.error().message()));
-    slot.state = State::Writing;
+    auto wr =
+        op == Op::Write ? served.connection->write(local, remote) : served.connection->read(local, remote);
+    if (!wr) {
+      const std::string what = op == Op::Write ? "delivering " + where(task) + " to '"
+                                               : "fetching the bytes of " + where(task) + " from '";
+      return fail_chunk(s, Error(wr.error().code(), what + served.identity + "': " + wr.error().message()));
+    }
+    slot.state = op == Op::Write ? State::Writing : State::Pulling;
     slot.wr = *wr;
   }
 
@@ -538,23 +549,7 @@ class FileServer {
   }
 
   // The asked bytes from the requester's memory (its descriptor came with the request) into the chunk.
-  void pull(std::size_t s) {
-    auto& slot = slots_[s];
-    const auto& task = slot.task;
-    auto& served = *task.job->served;
-    if (served.broken)
-      return fail_chunk(s, Error(Errc::ConnectionBroken, "the requester's connection closed"));
-    Segment local{reinterpret_cast<std::uint64_t>(chunk(s) + task.skip),
-                  static_cast<std::uint32_t>(task.deliver), registrations_[served.rail->index]->lkey()};
-    RemoteAddress remote = task.job->dest;
-    remote.addr += task.dest_offset;
-    auto wr = served.connection->read(local, remote);
-    if (!wr)
-      return fail_chunk(s, Error(wr.error().code(), "fetching the bytes of " + where(task) + " from '" +
-                                                        served.identity + "': " + wr.error().message()));
-    slot.state = State::Pulling;
-    slot.wr = *wr;
-  }
+  void pull(std::size_t s) { move_with_requester(s, Op::Read); }
 
   void store(std::size_t s) {
     auto& slot = slots_[s];
