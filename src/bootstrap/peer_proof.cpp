@@ -69,7 +69,12 @@ Result<ProofMessage> detail::decode_proof(const rdmakit::detail::Frame& frame) {
   if (m.type != kAccept) in.get(m.nonce);
   if (m.type != kChallenge) {
     in.get(m.mac);
-    auto identity = in.rest();  // at most kMaxPeerIdentity: the spec bounds the payload
+    auto identity = in.rest();
+    // The spec's bound fits a proof (nonce, mac, identity); an accept has no nonce, so its tail could be
+    // 32 bytes longer than any identity we send.
+    if (identity.size() > kMaxPeerIdentity)
+      return fail(Errc::ProtocolError, "peer proof: an identity of " + std::to_string(identity.size()) +
+                                           " bytes (at most " + std::to_string(kMaxPeerIdentity) + ")");
     m.identity.assign(reinterpret_cast<const char*>(identity.data()), identity.size());
   }
   if (auto ok = in.finish(); !ok) return std::unexpected(ok.error());

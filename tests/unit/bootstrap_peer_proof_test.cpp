@@ -384,6 +384,20 @@ TEST(PeerProof, AnOversizedProofIsRefusedWithoutBeingRead) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, 4s) << "the acceptor waited out its timeout";
 }
 
+// An accept carries no nonce, so the frame's bound leaves room for an identity 32 bytes past
+// kMaxPeerIdentity: the decoder refuses it (found by tests/fuzz/message_channel_fuzz.cpp).
+TEST(PeerProof, AnAcceptWithAnIdentityPastTheBoundIsAProtocolError) {
+  std::vector<std::byte> payload(sizeof(auth::Mac) + kMaxPeerIdentity + 1, std::byte{'x'});
+  rdmakit::detail::Frame frame{.type = detail::kAccept, .payload = payload};
+  auto decoded = detail::decode_proof(frame);
+  ASSERT_FALSE(decoded);
+  EXPECT_EQ(decoded.error().code(), Errc::ProtocolError) << decoded.error().describe();
+  frame.payload = std::span(payload).first(sizeof(auth::Mac) + kMaxPeerIdentity);
+  auto longest = detail::decode_proof(frame);
+  ASSERT_TRUE(longest) << longest.error().describe();
+  EXPECT_EQ(longest->identity, std::string(kMaxPeerIdentity, 'x'));
+}
+
 TEST(PeerProof, AProcessOfAnotherUidCannotProveTheUserSecretOverLoopback) {
   if (auto why = stranger::unavailable(); !why.empty()) GTEST_SKIP() << why;
   ScopedEnv env({{"RDMAKIT_JOB_SECRET", std::nullopt}});
