@@ -175,7 +175,10 @@ SegmentHandle open_when_published(Engine& engine, const std::string& name) {
   auto deadline = std::chrono::steady_clock::now() + 30s;
   for (;;) {
     auto handle = engine.open_segment(name);
-    if (handle || std::chrono::steady_clock::now() > deadline) return must(std::move(handle), "open " + name);
+    // Only "not published yet" is worth waiting out; a record that does not verify (another job's, or
+    // we lack the secret) or a store we may not use will not change.
+    bool later = !handle && handle.error().code() == rdmakit::Errc::NotFound;
+    if (!later || std::chrono::steady_clock::now() > deadline) return must(std::move(handle), "open " + name);
     std::this_thread::sleep_for(10ms);
   }
 }

@@ -538,15 +538,19 @@ void bind_engine(py::module_& m) {
           py::arg("name"), "Publishes a segment allocated with ready=False.")
       .def(
           "publish_directory",
-          [](PyXferEngine& self, const std::string& prefix, const std::string& dir, bool writable) {
+          [](PyXferEngine& self, const std::string& prefix, const std::string& dir, bool writable,
+             bool allow_other_writers) {
             const auto& core = self.get();
-            xfer::FileSegmentOptions options{.writable = writable};
+            xfer::FileSegmentOptions options{.writable = writable,
+                                             .allow_other_writers = allow_other_writers};
             return unwrap(unlocked([&] { return core->engine->publish_directory(prefix, dir, options); }));
           },
           py::arg("prefix"), py::arg("dir"), py::kw_only(), py::arg("writable") = false,
+          py::arg("allow_other_writers") = false,
           "Publishes every regular, non-empty file directly in `dir` (not recursive; links, devices, "
           "subdirectories and dot files skipped) as the read-only file segment prefix + '/' + its name, and "
-          "returns the segment names, sorted. All or nothing: on an error nothing of `dir` stays published.")
+          "returns the segment names, sorted. All or nothing: on an error nothing of `dir` stays published. "
+          "A file another uid may write is refused unless allow_other_writers=True.")
       .def("prepare", &prepare, py::arg("requests"),
            "Checks and plans requests once; submit() the result any number of times.")
       .def(
@@ -575,18 +579,23 @@ void bind_engine(py::module_& m) {
            "too.")
       .def(
           "publish_file",
-          [](PyXferEngine& self, const std::string& name, py::handle path, bool writable, bool sync_writes) {
+          [](PyXferEngine& self, const std::string& name, py::handle path, bool writable, bool sync_writes,
+             bool allow_other_writers) {
             const auto& core = self.get();
             // str or os.PathLike (pathlib.Path)
             const auto text = py::module_::import("os").attr("fspath")(path).cast<std::string>();
-            xfer::FileSegmentOptions options{.writable = writable, .sync_writes = sync_writes};
+            xfer::FileSegmentOptions options{
+                .writable = writable, .sync_writes = sync_writes, .allow_other_writers = allow_other_writers};
             unwrap(unlocked([&] { return core->engine->publish_file(name, text, options); }));
           },
           py::arg("name"), py::arg("path"), py::arg("writable") = false, py::arg("sync_writes") = false,
+          py::arg("allow_other_writers") = false,
           "Publishes the regular file at `path` as the file segment `name` (its size now): peers READ byte "
           "ranges of it into registered host memory, and WRITE ranges when writable=True (never beyond its "
           "size). sync_writes=True (writable only) completes each WRITE once it is on stable storage "
-          "(O_DSYNC). The owner serves it with io_uring; unpublish(name) stops serving it.")
+          "(O_DSYNC). A file another uid may change (owned by a uid other than ours or root, or writable by "
+          "its group or everyone) is refused unless allow_other_writers=True. The owner serves it with "
+          "io_uring; unpublish(name) stops serving it.")
       .def("unpublish", &unpublish, py::arg("name"), "Removes a segment this engine published.")
       .def("register_local", &register_local, py::arg("obj"),
            "Registers the memory of `obj` (writable buffer, CPU tensor, or __cuda_array_interface__ device "

@@ -46,5 +46,6 @@ int options_defaults() {
       rdmakit::xfer::BroadcastOptions{.timeout = milliseconds(1)}, rdmakit::xfer::EngineOptions{.name = "e"},
       rdmakit::xfer::EngineOptions{.submit_timeout = milliseconds(1)},
       rdmakit::xfer::FileSegmentOptions{.writable = false},
-      rdmakit::xfer::FileSegmentOptions{.sync_writes = false});
+      rdmakit::xfer::FileSegmentOptions{.sync_writes = false},
+      rdmakit::xfer::FileSegmentOptions{.allow_other_writers = false});
 }

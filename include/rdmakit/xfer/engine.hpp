@@ -75,6 +75,10 @@ struct FileSegmentOptions {
   // Writable only: the owner opens the file O_DSYNC, so each WRITE completes only once its bytes (and the
   // metadata needed to read them back) are on stable storage; slower, survives a crash of the owner's host.
   bool sync_writes = false;
+  // The uid rule, as shm's for its peers: a file another uid may change (owned by a uid other than ours or
+  // root, or writable by its group or by everyone) is refused, since every reader would get what that uid
+  // wrote there as our bytes. Set this to publish such a file anyway (a data set another account owns).
+  bool allow_other_writers = false;
 };
 
 enum class Op : std::uint8_t { Read, Write };
@@ -256,8 +260,8 @@ class RDMAKIT_API Engine {
   // it published, only within the published size, and refuses WRITEs to a read-only segment (per request).
   // A file that shrank or a read or write error fails the request, naming the file and the range. Errors
   // here: InvalidArgument (empty name, already published, not a regular file, empty, sync_writes without
-  // writable), the open's error (a writable segment opens the file read-write), NotSupported (a build
-  // without io_uring).
+  // writable, a file another uid may write: FileSegmentOptions::allow_other_writers), the open's error (a
+  // writable segment opens the file read-write), NotSupported (a build without io_uring).
   virtual Result<void> publish_file(std::string_view name, const std::string& path,
                                     const FileSegmentOptions& options = {}) = 0;
 

@@ -26,6 +26,7 @@
 
 #include "core/log.hpp"
 #include "xfer/engine/engine_impl.hpp"
+#include "xfer/engine/files_open.hpp"
 
 #if RDMAKIT_XFER_FILES
 #include "ckpt/io.hpp"
@@ -63,53 +64,6 @@ std::string range_text(std::uint64_t offset, std::uint64_t length) {
   return "[" + std::to_string(offset) + ", " + std::to_string(offset + length) + ")";
 }
 
-}  // namespace
-
-// A file publish_file() opened: the only files the server reads (and writes, when writable).
-struct PublishedFile {
-  std::string name;
-  std::string path;
-  Fd fd;
-  Fd buffered;          // writable and direct: the same file without O_DIRECT, for a last partial block
-  bool direct = false;  // opened with O_DIRECT (the file system took it)
-  std::uint64_t size = 0;
-  bool writable = false;
-};
-
-namespace {
-// Opens what publish_file() names: read-write when writable, O_DSYNC with sync_writes, O_DIRECT where the
-// file system takes it (tmpfs does not: EINVAL, then the page cache).
-// `entry` relative to `dir` (AT_FDCWD for publish_file; the directory's descriptor and O_NOFOLLOW for
-// publish_directory). O_DIRECT where the file system takes it (tmpfs does not: EINVAL, then the page cache).
-// O_NONBLOCK: opening a FIFO for reading would wait for a writer (publish_file hung on one); it is refused
-// below as not a regular file. On the file kept it goes again, or io_uring would fail reads with EAGAIN.
-Result<void> open_published(PublishedFile& file, int dir, const std::string& entry, bool no_follow,
-                            bool sync_writes) {
-  const int flags = (file.writable ? O_RDWR : O_RDONLY) | O_CLOEXEC | (sync_writes ? O_DSYNC : 0);
-  const int open_flags = flags | O_NONBLOCK | (no_follow ? O_NOFOLLOW : 0);
-  file.fd.reset(::openat(dir, entry.c_str(), open_flags | O_DIRECT));
-  file.direct = static_cast<bool>(file.fd);
-  if (!file.fd && errno == EINVAL) file.fd.reset(::openat(dir, entry.c_str(), open_flags));
-  if (!file.fd) return fail_errno("publish_file '" + file.name + "': opening " + file.path, errno);
-  if (::fcntl(file.fd.get(), F_SETFL, ::fcntl(file.fd.get(), F_GETFL) & ~O_NONBLOCK) != 0)
-    return fail_errno("publish_file '" + file.name + "': fcntl of " + file.path, errno);
-  struct stat st {};
-  if (::fstat(file.fd.get(), &st) != 0) return fail_errno("publish_file: stat of " + file.path, errno);
-  if (!S_ISREG(st.st_mode))
-    return fail(Errc::InvalidArgument,
-                "publish_file '" + file.name + "': " + file.path + " is not a regular file");
-  if (st.st_size == 0)
-    return fail(Errc::InvalidArgument, "publish_file '" + file.name + "': " + file.path + " is empty");
-  file.size = static_cast<std::uint64_t>(st.st_size);
-  if (file.writable && file.direct) {
-    // The same file (reopened through our descriptor, so a path swapped since is not what we get), without
-    // O_DIRECT: for a last block shorter than 4096, which O_DIRECT cannot write without growing the file.
-    const std::string self = "/proc/self/fd/" + std::to_string(file.fd.get());
-    file.buffered.reset(::open(self.c_str(), flags));
-    if (!file.buffered) return fail_errno("publish_file '" + file.name + "': reopening " + file.path, errno);
-  }
-  return {};
-}
 }  // namespace
 
 class FileServer {
@@ -716,7 +670,10 @@ Result<void> EngineImpl::publish_file_at(int dir, const std::string& entry, bool
   file->name = std::string(name);
   file->path = path;
   file->writable = options.writable;
-  if (auto opened = open_published(*file, dir, entry, no_follow, options.sync_writes); !opened) return opened;
+  if (auto opened =
+          open_published(*file, dir, entry, no_follow, options.sync_writes, options.allow_other_writers);
+      !opened)
+    return opened;
 
   std::lock_guard lock(control_);
   if (published_.contains(name) || published_files_.contains(name) || unready_.contains(name))

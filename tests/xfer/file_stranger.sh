@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# File segments and a process of another uid (setpriv as nobody), without a job secret: the storage node of
+# the data loader example publishes its shards with its metadata in a real redis-server, which anyone on the
+# host can read (redis has no users). The stranger's trainer finds the records there, but they are sealed
+# with our per-user secret, which it cannot read: it opens no segment and reads no sample, and exits 1
+# naming why. A trainer of our uid then reads every sample, checked, so the stranger failed for its uid
+# alone. With the builtin store the stranger cannot even connect (MetadataServer.AnotherUidCannotUseThe-
+# BuiltinStore); the owner's file connections refuse a peer without the secret (XferFileTrust.*).
+# Needs root and setpriv: exits 77 (skipped) without them, but under CI=1 a missing setpriv is a failure.
+#   tests/xfer/file_stranger.sh <xfer_metadata_server> <xfer_dataloader>
+set -uo pipefail
+server_bin=$1 loader=$2
+fail() { echo "FAIL: $*"; exit 1; }
+if [ "$(id -u)" != 0 ]; then echo "skip: switching to uid 65534 needs root"; exit 77; fi
+if [ ! -x /usr/bin/setpriv ]; then
+  [ "${CI:-}" = 1 ] && fail "setpriv (util-linux) is missing on a CI machine"
+  echo "skip: setpriv is not installed"; exit 77
+fi
+unset RDMAKIT_JOB_SECRET RDMAKIT_INSECURE
+work=$(mktemp -d)
+chmod 755 "$work"
+pids=()
+trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done; wait; rm -rf "$work"' EXIT
+
+coproc SERVER { exec "$server_bin" redis; }
+pids+=("$SERVER_PID")
+read -t 60 -u "${SERVER[0]}" url && [ -n "$url" ] || fail "the redis metadata server did not start"
+
+mkfifo "$work/ready"
+"$loader" storage --dir "$work/shards" --transport tcp --trainers 1 --shards 2 --samples 16 --sample-kib 16 \
+  --metadata "$url" > "$work/ready" 2> "$work/storage.err" &
+pids+=($!)
+exec 3< "$work/ready"
+read -t 30 -u 3 word _ && [ "$word" = ready ] || { cat "$work/storage.err"; fail "the storage node did not start"; }
+
+setpriv --reuid=65534 --regid=65534 --clear-groups env HOME=/nonexistent \
+  "$loader" trainer --metadata "$url" --transport tcp --rank 0 --batches 2 > "$work/stranger.out" 2>&1
+code=$?
+cat "$work/stranger.out"
+[ "$code" = 1 ] || fail "the stranger's trainer exited with $code, expected 1"
+grep -q "samples/s" "$work/stranger.out" && fail "the stranger read samples"
+grep -qi "seal\|secret\|proof" "$work/stranger.out" || fail "the stranger's error does not say it lacks the secret"
+
+"$loader" trainer --metadata "$url" --transport tcp --rank 0 --batches 2 > "$work/mine.out" 2>&1 ||
+  { cat "$work/mine.out" "$work/storage.err"; fail "a trainer of our uid failed"; }
+grep -q "samples/s" "$work/mine.out" || { cat "$work/mine.out"; fail "our trainer read no sample"; }
+echo "OK: a stranger uid opened no file segment and read no sample; our uid read every sample, checked"
