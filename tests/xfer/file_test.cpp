@@ -34,7 +34,9 @@ using namespace std::chrono_literals;
 
 // Not a multiple of 4096, longer than one message (kFileMessageBytes, 4 MiB) and than many chunks.
 constexpr std::size_t kFileSize = (5 << 20) + 777;
-constexpr std::uint64_t kChunk = 64 << 10;  // the owner's ring: 4 chunks of 64 KiB
+// The owner's ring: 4 chunks of 64 KiB, handed out in 16 KiB units (16 slots): requests of a byte, of a
+// unit and of several chunks share it at once, so reads land in the ring at every offset.
+constexpr std::uint64_t kChunk = 64 << 10;
 // The writable files: 16 chunks and a last block of 777 bytes (smaller than kFileSize: less to write back).
 constexpr std::size_t kWriteFileSize = (1 << 20) + 777;
 constexpr std::byte kUntouched{0xEE};

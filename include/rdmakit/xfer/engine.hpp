@@ -62,7 +62,8 @@ struct EngineOptions {
   std::uint32_t max_notifications = 1024;
   // File segments (publish_file): the owner reads with io_uring into a ring of `file_ring_chunks` chunks of
   // `file_chunk_bytes` (a multiple of 4096), allocated and registered once, at the first publish_file. The
-  // ring bounds the owner's memory for serving files, whatever its peers ask.
+  // ring bounds the owner's memory for serving files, whatever its peers ask. A read of less than a chunk
+  // takes only the ring's bytes it needs (in 64 KiB units), so up to 32 small reads are in flight at once.
   std::uint64_t file_chunk_bytes = 4 << 20;
   std::uint32_t file_ring_chunks = 4;
 };

@@ -241,7 +241,8 @@ void EngineImpl::file_link_loop(Peer& peer, FileLink& link, Rail& rail, std::str
       outstanding.emplace(request.id, std::move(op));
     }
     if (outstanding.empty()) continue;
-    auto frame = channel->receive(std::chrono::milliseconds(1));
+    // Briefly: ops queued meanwhile are sent only when this returns (at most the window's worth wait).
+    auto frame = channel->receive(std::chrono::microseconds(100));
     if (!frame && frame.error().code() == Errc::Timeout) {
       if (Clock::now() - last_heard > options_.peer_timeout)
         fail_outstanding(Error(Errc::Timeout, "the owner answered none of " +

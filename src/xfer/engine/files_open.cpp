@@ -28,8 +28,9 @@ Result<void> check_writers(const struct stat& st, uid_t euid, const std::string&
   char mode[8];
   std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
   std::string found = " (owner uid " + std::to_string(st.st_uid) + ", mode " + mode + ")";
-  std::string why = ": peers would read whatever that uid writes there as this engine's bytes; publish a copy "
-                    "of ours, or set FileSegmentOptions::allow_other_writers";
+  std::string why =
+      ": peers would read whatever that uid writes there as this engine's bytes; publish a copy "
+      "of ours, or set FileSegmentOptions::allow_other_writers";
   if (st.st_uid != euid && st.st_uid != 0)
     return fail(Errc::InvalidArgument,
                 what + " belongs to another uid than ours (" + std::to_string(euid) + ")" + found + why);
