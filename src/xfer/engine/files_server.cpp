@@ -153,6 +153,8 @@ class FileServer {
     std::uint64_t offset = 0, length = 0;
     RemoteAddress dest{};
     std::uint32_t left = 0;
+    std::uint32_t unposted = 0;  // READ: chunks whose WRITE to the requester is not posted yet
+    bool answered = false;
     std::optional<Error> error;
   };
   // One chunk of a job: the aligned range read (or, for a WRITE, the blocks written), and the asked bytes
@@ -338,6 +340,7 @@ class FileServer {
       task.dest_offset = first - request.offset;
       tasks_.push_back(std::move(task));
       ++job->left;
+      ++job->unposted;
     }
   }
 
@@ -492,6 +495,17 @@ class FileServer {
     }
     slot.state = op == Op::Write ? State::Writing : State::Pulling;
     slot.wr = *wr;
+    // A READ is answered once its last WRITE is posted, not completed: the answer goes on the same
+    // connection behind the WRITEs, and a SEND is received only after every WRITE posted before it is in
+    // the target's memory (the RC rule every transport keeps: conformance's
+    // OperationsCompleteInPostOrderAndWritesPrecedeLaterSends). A WRITE that fails breaks the connection,
+    // so the answer is never received. Saves the WRITE's acknowledgement round trip per request; the chunk's
+    // slot is still held until the WRITE completed (the transport reads from it until then).
+    auto& job = *task.job;
+    if (op == Op::Write && --job.unposted == 0 && !job.error) {
+      job.answered = true;
+      answer(served, job.id, std::nullopt);
+    }
   }
 
   static Error shrank(const Task& task, std::uint64_t ends_at) {
@@ -618,7 +632,7 @@ class FileServer {
     auto job = std::move(slots_[s].task.job);
     release_units(slots_[s]);
     slots_[s] = Slot{};
-    if (--job->left != 0) return;
+    if (--job->left != 0 || job->answered) return;
     if (job->error)
       answer(*job->served, job->id, *job->error);
     else
