@@ -11,8 +11,10 @@ plain launcher works with ``--redirects 2 --tee 2`` (values it can find); this o
 one that converts the number with ``Std(value)`` (only when the installed torch needs it) and then calls
 ``torch.distributed.run.main``.
 
-A failing rank ends the job: torch's agent stops the other ranks (SIGTERM, SIGKILL 30 s later) as soon as
-it sees one exit non-zero, and this launcher checks every half second (``--monitor_interval``; torch's
+A failing rank ends the job: torch's agent stops the other ranks (SIGTERM, SIGKILL 30 s later) once it
+sees one exit non-zero and the others have had ``FAILURE_GRACE_S`` (3 s) to exit on their own (so the rank
+that failed first reports its own error even when a rank it told exits before it), and this launcher checks
+every half second (``--monitor_interval``; torch's
 default is 5 s) unless told otherwise. Ranks of the rdmakit backend learn of the failure within
 milliseconds anyway and raise naming the rank. It exits 1 and ends with one line per failed rank, the
 cause first (a rank whose error blames no other): ``rdmakit.run: rank 1 failed (exit code 1): ValueError: boom``.
@@ -20,10 +22,16 @@ cause first (a rank whose error blames no other): ``rdmakit.run: rank 1 failed (
 
 import re
 import sys
+import time
 
-__all__ = ["main", "patch_std_parsing", "summarize_failures"]
+__all__ = ["main", "patch_std_parsing", "patch_failure_grace", "summarize_failures"]
 
 MONITOR_INTERVAL = "0.5"
+# How long the agent waits, once it sees a rank fail, for the other ranks to exit on their own before it
+# stops them. The rank that failed first is often not the first to exit: it tells its peers (they raise at
+# once and exit) while it still runs its own exit handlers; stopped by SIGTERM, it leaves no error, and the
+# summary would name only the ranks that blame it.
+FAILURE_GRACE_S = 3.0
 
 
 def patch_std_parsing():
@@ -43,6 +51,29 @@ def patch_std_parsing():
 
     from_str.__doc__ = std.from_str.__doc__
     std.from_str = classmethod(from_str)
+    return True
+
+
+def patch_failure_grace(grace=FAILURE_GRACE_S):
+    """Makes torch's agent, once it sees a rank fail, wait up to ``grace`` seconds for the other ranks to exit
+    on their own (each then reports its own error) before it stops the rest; True when patched."""
+    from torch.distributed.elastic.multiprocessing import api
+
+    context = api.SubprocessContext
+    if getattr(context._poll, "_rdmakit_grace", False):
+        return False
+    original = context._poll
+
+    def _poll(self):
+        running = [self.subprocess_handlers[r].proc for r in self._running_local_ranks]
+        if any(proc.poll() not in (None, 0) for proc in running):
+            deadline = time.monotonic() + grace
+            while time.monotonic() < deadline and any(proc.poll() is None for proc in running):
+                time.sleep(0.05)
+        return original(self)
+
+    _poll._rdmakit_grace = True
+    context._poll = _poll
     return True
 
 
@@ -77,6 +108,7 @@ def main(args=None):
     """Runs ``torch.distributed.run`` with ``args`` (default: the command line) after the fix above; 1 when a rank
     failed, after saying which and why."""
     patch_std_parsing()
+    patch_failure_grace()
     from torch.distributed import run
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 

@@ -131,6 +131,30 @@ def test_a_raising_rank_ends_the_job_with_its_cause_on_every_rank(nproc):
 
 
 @pytest.mark.skipif(shutil.which("mpirun") is None, reason="Open MPI's mpirun is not installed")
+def test_the_rank_that_failed_first_is_named_even_when_it_exits_last(tmp_path):
+    # Rank 1 fails first but exits 1.5 s after rank 0, which blames it (as a survivor's error does): without
+    # the launcher's grace the agent stopped rank 1 with SIGTERM and the summary named rank 0 only.
+    script = tmp_path / "order.py"
+    script.write_text(
+        "import os, sys, time\n"
+        "rank = int(os.environ['RANK'])\n"
+        "if rank == 1:\n"
+        "    time.sleep(1.5)\n"
+        "    sys.exit('ValueError: boom from rank 1')\n"
+        "time.sleep(0.2)\n"
+        "sys.exit('RuntimeError: rank 0: rank 1 aborted: its process is exiting on an error')\n")
+    command = [sys.executable, "-m", "rdmakit.run", "--nproc_per_node=2", "--master_addr=127.0.0.1",
+               f"--master_port={free_port()}", str(script)]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    output = result.stdout + result.stderr
+    assert result.returncode == 1, output
+    # Both exits recorded with their own code (these plain scripts write no error file, so no message: the
+    # order by blame is test_a_raising_rank_ends_the_job_with_its_cause_on_every_rank's), nobody stopped.
+    assert "rdmakit.run: rank 1 failed (exit code 1)" in output, output
+    assert "rdmakit.run: rank 0 failed (exit code 1)" in output, output
+    assert "Sending process" not in output, output
+
+
 def test_mpirun_launch_needs_no_torch_variables():
     # The script is unchanged: rdmakit.distributed fills RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT from
     # Open MPI's variables (a port derived from the job id).
