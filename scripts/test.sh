@@ -56,7 +56,7 @@ echo "== [$(date -u +%T)] build-tsan/ (ThreadSanitizer: the concurrency code)"
 tsan_tests=(unit_fault unit_completion_queue unit_tcp_hostile unit_tcp_limits unit_tcp_ack unit_shm_transport unit_shm_process unit_coll_threads
             unit_xfer_metadata
             # The checkpoint engine: persist thread, copy pool, collectives from its background thread.
-            unit_ckpt_engine unit_ckpt_group unit_ckpt_replica)
+            unit_ckpt_engine unit_ckpt_group unit_ckpt_cluster unit_ckpt_replica)
 cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRDMAKIT_TSAN=ON -DRDMAKIT_UNITY_BUILD=ON > /dev/null
 # The transfer engine (progress, retry and waiting threads over shared batches) is built here too.
 cmake --build build-tsan -j "$jobs" --target conformance conformance_peer "${tsan_tests[@]}" unit_ckpt_lazy \

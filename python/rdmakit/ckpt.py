@@ -232,6 +232,11 @@ class Checkpointer:
         """Bytes of state checkpointed."""
         return self._engine.state_bytes
 
+    @property
+    def restored_from(self):
+        """Where the last restore's data came from: the checkpoint's directory, or 'replica at ADDR'."""
+        return self._engine.restored_from
+
     def close(self):
         """Waits for the checkpoint being persisted and stops the engine."""
         self._engine.close()

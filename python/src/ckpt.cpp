@@ -340,6 +340,10 @@ void bind_ckpt(py::module_& m) {
           "The newest step saved by this engine or committed in the directory when it was made, or None.")
       .def_property_readonly(
           "state_bytes", [](const PyEngine& e) { return e.get().state_bytes(); }, "Bytes of state.")
+      .def_property_readonly(
+          "restored_from", [](const PyEngine& e) { return e.get().restored_from(); },
+          "Where the last restore's data came from: the checkpoint's directory, or 'replica at <address>' "
+          "('' before any restore).")
       .def(
           "close",
           [](PyEngine& e) {

@@ -24,7 +24,9 @@ def test_numpy_state_round_trip(tmp_path):
         weights[:] = -1
         bias[:] = -1
     with Checkpointer(tmp_path, state, direct_io=False) as again:
+        assert again.restored_from == ""
         assert again.restore_latest() == 2
+        assert again.restored_from == f"{tmp_path}/ckpt-{2:020d}"
     assert np.array_equal(weights, np.arange(100_000, dtype=np.float32) + 1) and (bias == 1).all()
 
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <condition_variable>
+#include <limits>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -27,8 +28,6 @@ namespace {
 
 Result<void> check_options(const EngineOptions& o) {
   if (o.directory.empty()) return fail(Errc::InvalidArgument, "ckpt: EngineOptions::directory is empty");
-  if (!o.replica.empty() && o.communicator)
-    return fail(Errc::NotSupported, "ckpt: the peer-memory replica is single-rank only in this build");
   if (o.incremental && o.communicator)
     return fail(Errc::NotSupported, "ckpt: incremental checkpoints are single-rank only in this build");
   if (o.world_size == 0 || o.rank >= o.world_size)
@@ -73,33 +72,21 @@ Result<void> check_compatible(const Manifest& m, const EngineOptions& o,
   return {};
 }
 
-// Rank and world size come from the communicator; with one, rank 0 alone cleans what a crashed job left
-// (the shared temporary directories included), and no rank starts before it is done.
-Result<void> prepare_directory(EngineOptions& o) {
+// Rank and world size come from the communicator; with one, the ranks learn which of them share a
+// directory (one for all, or one per node) and each directory's leader alone cleans what a crashed job left
+// there (the shared temporary directories included), and no rank starts before it is done.
+Result<detail::DirectoryGroup> prepare_directory(EngineOptions& o) {
   if (!o.communicator) {
     if (auto ok =
             detail::make_directory(o.directory, detail::file_modes(o.shared_group.value_or(false)).directory);
         !ok)
-      return ok;
+      return std::unexpected(ok.error());
     detail::clean_leftovers(o.directory, o.rank);
-    return {};
+    return detail::DirectoryGroup{};
   }
   o.rank = static_cast<std::uint32_t>(o.communicator->rank());
   o.world_size = static_cast<std::uint32_t>(o.communicator->size());
-  Result<void> prepared;
-  if (o.rank == 0) {
-    prepared =
-        detail::make_directory(o.directory, detail::file_modes(o.shared_group.value_or(false)).directory);
-    if (prepared) detail::clean_leftovers(o.directory, std::nullopt);
-  }
-  // Every rank learns whether rank 0 succeeded (instead of a barrier that would leave them waiting).
-  std::int32_t ready = prepared ? 1 : 0;
-  if (auto ok = o.communicator->broadcast(&ready, &ready, 1, coll::DataType::I32, 0); !ok)
-    return fail(ok.error().code(), "ckpt: ranks could not meet in Engine::create: " + ok.error().message());
-  if (!prepared) return prepared;
-  if (!ready)
-    return fail(Errc::Unavailable, "ckpt: rank 0 could not prepare " + o.directory + " (see its error)");
-  return {};
+  return detail::meet_in_directories(*o.communicator, o.directory, o.shared_group.value_or(false));
 }
 
 std::int64_t wall_clock_ns() {
@@ -152,6 +139,8 @@ struct __attribute__((visibility("hidden"))) Engine::Impl {
   };
   std::optional<UnknownOutcome> unknown;
   std::optional<detail::ReplicaClient> replica;  // options.replica: the peer's memory
+  detail::DirectoryGroup directories;            // with a communicator: who commits in our directory
+  std::string restored_from;                     // where the last restore's data came from
   std::optional<Manifest> previous;  // incremental: the newest checkpoint this engine committed or restored
   Manifest written;                  // the persist thread's, moved into `previous` on success
   std::jthread persist_thread;       // last: stopped and joined first
@@ -353,32 +342,114 @@ struct __attribute__((visibility("hidden"))) Engine::Impl {
                                          "buffers: re-initialize them before starting afresh");
   }
 
-  // Every rank restores the same step: candidates are tried in order, newest first, and one is taken only
-  // when every rank verified its shard of it (an allreduce of each rank's verdict and step).
-  Result<std::uint64_t> restore_group(const std::vector<CheckpointInfo>& found, const Target& target) {
-    for (std::size_t i = 0;; ++i) {
-      bool has = i < found.size();
-      bool verified = false;
-      if (has) {
-        auto tried = try_checkpoint(found[i], target);
-        if (!tried) return std::unexpected(tried.error());
-        verified = *tried;
-      }
-      auto step = has ? static_cast<std::int64_t>(found[i].step) : 0;
-      std::int64_t votes[4] = {verified ? 1 : 0, step, -step, has ? -1 : 0};  // min over ranks
+  // Every rank restores the same step: the newest that every rank still has, on its disk or in its
+  // replica. Each round every rank proposes its newest candidate not above the bound; the smallest
+  // proposal is tried by all and taken only when every rank verified its shard of it, else the bound drops
+  // below it. So a step committed in some directories only, or pushed to replicas but never committed, or
+  // lost with a node and its replicas, gives way to the newest step that is complete.
+  Result<std::uint64_t> restore_group(const std::vector<CheckpointInfo>& found, const Target& target,
+                                      std::optional<std::uint64_t> exact) {
+    std::vector<std::uint64_t> held;  // the steps our replica server holds for this rank
+    if (replica) {
+      if (auto steps = replica->held_steps())
+        held = std::move(*steps);
+      else
+        log::warn("ckpt", "replica: " + steps.error().message());
+    }
+    auto fits = [&](std::uint64_t step, std::int64_t bound) {
+      return static_cast<std::int64_t>(step) <= bound && (!exact || step == *exact);
+    };
+    std::int64_t bound = exact ? static_cast<std::int64_t>(*exact) : std::numeric_limits<std::int64_t>::max();
+    while (true) {
+      std::int64_t mine = -1;
+      for (const auto& info : found)
+        if (fits(info.step, bound)) mine = std::max(mine, static_cast<std::int64_t>(info.step));
+      for (auto step : held)
+        if (fits(step, bound)) mine = std::max(mine, static_cast<std::int64_t>(step));
+      std::int64_t votes[2] = {mine, -mine};  // min over ranks: the step tried, and (negated) the newest
       if (auto ok =
-              options.communicator->allreduce(votes, votes, 4, coll::DataType::I64, coll::ReduceOp::Min);
+              options.communicator->allreduce(votes, votes, 2, coll::DataType::I64, coll::ReduceOp::Min);
           !ok)
         return fail(ok.error().code(),
                     "ckpt: ranks could not agree on a checkpoint: " + ok.error().message());
-      if (votes[3] == 0)
-        return nothing_restored("ckpt: no checkpoint complete on every rank in " + options.directory);
-      if (votes[0] == 1 && votes[1] == -votes[2]) {
-        if (auto ok = load(target); !ok) return std::unexpected(ok.error());
-        return static_cast<std::uint64_t>(step);
+      if (votes[0] < 0) return no_common_step(mine >= 0, bound, exact);
+      auto step = static_cast<std::uint64_t>(votes[0]);
+      if (-votes[1] > votes[0])
+        log::warn("ckpt", "ranks hold checkpoints up to step " + std::to_string(-votes[1]) +
+                              "; trying step " + std::to_string(step) +
+                              ", the newest that every rank proposes");
+      auto from = try_step(found, held, step, target);
+      if (!from) return std::unexpected(from.error());
+      std::int32_t all = from->where.empty() ? 0 : 1;
+      if (auto ok = options.communicator->allreduce(&all, &all, 1, coll::DataType::I32, coll::ReduceOp::Min);
+          !ok)
+        return fail(ok.error().code(),
+                    "ckpt: ranks could not agree on a checkpoint: " + ok.error().message());
+      if (all) {
+        if (auto ok = from->replica ? copy(false, target.only) : load(target); !ok)
+          return std::unexpected(ok.error());
+        restored_from = from->where;
+        log::info("ckpt", "rank " + std::to_string(options.rank) + ": step " + std::to_string(step) +
+                              " restored from " + from->where);
+        return step;
       }
-      if (verified) log::warn("ckpt", "skipping " + found[i].path + ": another rank could not restore it");
+      if (!from->where.empty())
+        log::warn("ckpt", "skipping step " + std::to_string(step) + ": another rank could not restore it");
+      if (exact)
+        return nothing_restored("ckpt: checkpoint of step " + std::to_string(step) +
+                                " does not verify on every rank (the warnings say why)");
+      bound = votes[0] - 1;
     }
+  }
+
+  // This rank's shard of `step` into staging (in place: into the target buffers as it verifies), from the
+  // disk, else from the replica: where it came from, or empty when neither has it intact.
+  struct Source {
+    std::string where;  // the checkpoint's path, or "replica at <address>"; empty: none
+    bool replica = false;
+  };
+  Result<Source> try_step(const std::vector<CheckpointInfo>& found, const std::vector<std::uint64_t>& held,
+                          std::uint64_t step, const Target& target) {
+    for (const auto& info : found) {
+      if (info.step != step) continue;
+      auto tried = try_checkpoint(info, target);
+      if (!tried) return std::unexpected(tried.error());
+      if (*tried) return Source{info.path};
+    }
+    if (std::find(held.begin(), held.end(), step) == held.end()) return Source{};
+    auto manifest = replica->fetch(step);
+    if (!manifest) {
+      log::warn("ckpt",
+                "replica of step " + std::to_string(step) + " unusable: " + manifest.error().message());
+      return Source{};
+    }
+    if (auto ok = check_compatible(*manifest, options, layout, bytes); !ok) {
+      log::warn("ckpt",
+                "replica of step " + std::to_string(step) + " is of another state: " + ok.error().message());
+      return Source{};
+    }
+    return Source{"replica at " + options.replica, true};
+  }
+
+  // No step that every rank has: which ranks have none (NotFound, or ProtocolError when a damaged
+  // checkpoint was partly loaded in place).
+  Result<std::uint64_t> no_common_step(bool have_some, std::int64_t bound,
+                                       std::optional<std::uint64_t> exact) {
+    std::int32_t has = have_some ? 1 : 0;
+    std::vector<std::int32_t> every(options.world_size, 0);
+    std::string lacking;
+    if (options.communicator->allgather(&has, every.data(), 1, coll::DataType::I32))
+      for (std::size_t r = 0; r < every.size(); ++r)
+        if (!every[r]) lacking += (lacking.empty() ? "" : ", ") + std::to_string(r);
+    std::string what = exact ? "of step " + std::to_string(*exact) : "complete on every rank";
+    std::string above = bound == std::numeric_limits<std::int64_t>::max() || exact
+                            ? ""
+                            : " (newer steps were incomplete or did not verify)";
+    return nothing_restored(
+        "ckpt: no checkpoint " + what + above + ": rank(s) " +
+        (lacking.empty() ? std::string("?") : lacking) +
+        " hold no shard of it, on disk in their directory or in a replica (this rank: " + options.directory +
+        (replica ? ", replica at " + options.replica : std::string()) + ")");
   }
 
   // The committed checkpoint also goes to the peer's memory: every chunk, references resolved (the
@@ -419,6 +490,7 @@ struct __attribute__((visibility("hidden"))) Engine::Impl {
       return std::nullopt;
     }
     previous.reset();  // the next incremental checkpoint is a full one: the disk holds no such base
+    restored_from = "replica at " + options.replica;
     return manifest->step;
   }
 
@@ -449,6 +521,14 @@ struct __attribute__((visibility("hidden"))) Engine::Impl {
                              &warned_buffered,
                              options.incremental && previous ? &*previous : nullptr,
                              &written};
+      // Many ranks: the replica is pushed while the shard is written, before the commit.
+      Result<void> replicated;
+      if (options.communicator) {
+        job.directory_leader = directories.leader;
+        job.directories = directories.directories;
+        job.replica = replica ? &*replica : nullptr;
+        job.replicated = &replicated;
+      }
       lock.unlock();
       bool outcome_unknown = false;
       auto report = options.communicator ? detail::persist_group(*ring, job, outcome_unknown)
@@ -458,7 +538,12 @@ struct __attribute__((visibility("hidden"))) Engine::Impl {
       else if (!report)
         log::error("ckpt", "checkpoint of step " + std::to_string(job.step) +
                                " failed: " + report.error().describe());
-      auto replicated = report && replica ? push_replica(*report) : Result<void>{};
+      if (report && replica && !options.communicator)
+        replicated = push_replica(*report);
+      else if (!replicated && report)
+        log::error("ckpt",
+                   "replica of step " + std::to_string(job.step) + ": " + replicated.error().describe());
+      if (!report) replicated = {};  // the checkpoint's own failure is the one reported
       // Before staging is handed back: the application hears of step N before snapshot(N+1) can start.
       if (options.on_persisted && !outcome_unknown) options.on_persisted(job.step, report);
       lock.lock();
@@ -496,9 +581,11 @@ Result<std::unique_ptr<Engine>> Engine::create(EngineOptions given, std::vector<
   EngineOptions options = std::move(*resolved);
   if (auto ok = check_options(options); !ok) return std::unexpected(ok.error());
   if (auto ok = check_buffers(buffers); !ok) return std::unexpected(ok.error());
-  if (auto ok = prepare_directory(options); !ok) return std::unexpected(ok.error());
+  auto directories = prepare_directory(options);
+  if (!directories) return std::unexpected(directories.error());
 
   auto impl = std::make_unique<Impl>();
+  impl->directories = *directories;
   impl->layout = detail::plan_layout(buffers);
   for (const auto& b : buffers) impl->bytes += b.size;
   auto staging =
@@ -581,7 +668,7 @@ Result<std::uint64_t> Engine::restore_latest(const std::vector<std::string>& onl
   auto found = list_checkpoints(s.options.directory);
   if (!found) return std::unexpected(found.error());
   s.touched = false;
-  if (s.options.communicator) return s.restore_group(*found, *target);
+  if (s.options.communicator) return s.restore_group(*found, *target, std::nullopt);
   if (s.replica)
     if (auto step = s.restore_from_replica(*found, *target)) return *step;
   for (const auto& info : *found) {
@@ -590,6 +677,7 @@ Result<std::uint64_t> Engine::restore_latest(const std::vector<std::string>& onl
     if (!*verified) continue;
     if (auto ok = s.load(*target); !ok) return std::unexpected(ok.error());
     s.previous = info.manifest;
+    s.restored_from = info.path;
     return info.step;
   }
   return s.nothing_restored("ckpt: no complete checkpoint in " + s.options.directory);
@@ -607,7 +695,7 @@ Result<std::uint64_t> Engine::restore(std::uint64_t step, const std::vector<std:
   for (auto& info : *found)
     if (info.step == step) chosen.push_back(std::move(info));
   s.touched = false;
-  if (s.options.communicator) return s.restore_group(chosen, *target);  // one candidate: that step, or none
+  if (s.options.communicator) return s.restore_group(chosen, *target, step);
   std::string what = "ckpt: checkpoint of step " + std::to_string(step) + " in " + s.options.directory;
   if (chosen.empty()) return fail(Errc::NotFound, what + ": none");
   auto verified = s.try_checkpoint(chosen.front(), *target);
@@ -615,10 +703,12 @@ Result<std::uint64_t> Engine::restore(std::uint64_t step, const std::vector<std:
   if (!*verified) return s.nothing_restored(what + " does not verify (the warning says why)");
   if (auto ok = s.load(*target); !ok) return std::unexpected(ok.error());
   s.previous = chosen.front().manifest;
+  s.restored_from = chosen.front().path;
   return step;
 }
 
 const EngineOptions& Engine::options() const noexcept { return impl_->options; }
+std::string Engine::restored_from() const { return impl_->restored_from; }
 std::size_t Engine::state_bytes() const noexcept { return impl_->bytes; }
 std::size_t Engine::staging_bytes() const noexcept { return impl_->staging.size(); }
 

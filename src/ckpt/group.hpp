@@ -1,12 +1,16 @@
 // Many ranks, one consistent checkpoint (docs/ckpt.md, "Multi-rank commit").
 //
-// Every rank writes its shard (rank-<r>.data and its own manifest rank-<r>.manifest, both fsynced) into one
-// shared temporary directory <dir>/.tmp-ckpt-<step>.group; the ranks then report over the communicator
-// (an allgather of one flag each). Only when every shard is durable does rank 0 read the shard manifests,
-// merge them into the global MANIFEST (one data file per rank, file index = rank), fsync it and rename the
-// directory to <dir>/ckpt-<step>: that rename is the commit, so a crash at any point leaves the new complete
-// checkpoint or the previous ones. Rank 0 then broadcasts the outcome, so every rank's wait_persisted()
-// reports the same thing, and no rank starts its next shard before a failed attempt is cleaned up.
+// Each rank's `directory` is one every rank shares, or its node's own (node-local NVMe): at create the
+// ranks learn which of them share a directory, and the lowest rank of each leads it. Every rank writes its
+// shard (rank-<r>.data and rank-<r>.manifest, both fsynced) into <its dir>/.tmp-ckpt-<step>.group, pushing
+// the same bytes to its replica meanwhile if it has one; the ranks then report over the communicator (an
+// allgather of one flag each). Only when every shard is durable do they exchange their shard manifests,
+// and each leader writes the global MANIFEST (one data file per rank, file index = rank) into its
+// directory, fsyncs it and renames the directory to ckpt-<step>. An allreduce of the leaders' outcomes
+// follows: the checkpoint is committed when every directory committed it (a directory that did while
+// another failed takes it back), every rank learns the same outcome, and only then are old checkpoints
+// deleted, so a crash between two directories' renames leaves each directory its previous checkpoints,
+// and restore agrees on the newest step every rank still has (Engine::restore_latest).
 #pragma once
 
 #include <cstdint>
@@ -17,7 +21,22 @@
 #include "ckpt/persist.hpp"
 #include "rdmakit/ckpt/store.hpp"
 
+namespace rdmakit::coll {
+class Communicator;
+}
+
 namespace rdmakit::ckpt::detail {
+
+// Which ranks share this rank's directory: `leader` when this rank is the lowest there (it cleans what a
+// crashed job left and commits the checkpoints written there); `directories`: how many the job writes into.
+struct DirectoryGroup {
+  bool leader = true;
+  std::uint32_t directories = 1;
+};
+// Collective, in Engine::create: every rank creates its directory and leaves a marker naming its rank and
+// a nonce of this meeting; after a barrier each rank reads the markers in its own directory.
+Result<DirectoryGroup> meet_in_directories(coll::Communicator& comm, const std::string& directory,
+                                           bool shared_group);
 
 // Pure: the global manifest from each rank's shard manifest (shards[r] from rank r). Refuses shards that
 // disagree on step, world size or chunk size, claim another rank, or hold other than one data file.

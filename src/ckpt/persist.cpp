@@ -210,14 +210,32 @@ Result<PersistReport> persist_checkpoint(Ring& ring, const PersistJob& job) {
   return report;
 }
 
-Result<std::vector<std::string>> commit_directory(RemoveOnFailure& tmp, const std::string& directory,
-                                                  const std::string& final, const EngineOptions& options) {
-  if (auto ok = publish(tmp.path, final); !ok) return std::unexpected(ok.error());
+Result<void> publish_directory(RemoveOnFailure& tmp, const std::string& directory, const std::string& final,
+                               const EngineOptions& options) {
+  if (auto ok = publish(tmp.path, final); !ok) return ok;
   tmp.armed = false;
   crash_if(options, CrashPoint::AfterRename);
-  if (auto ok = fsync_directory(directory); !ok) return std::unexpected(ok.error());
+  if (auto ok = fsync_directory(directory); !ok) return ok;
   crash_if(options, CrashPoint::AfterCommit);
+  return {};
+}
+
+Result<std::vector<std::string>> commit_directory(RemoveOnFailure& tmp, const std::string& directory,
+                                                  const std::string& final, const EngineOptions& options) {
+  if (auto ok = publish_directory(tmp, directory, final, options); !ok) return std::unexpected(ok.error());
   return apply_retention(directory, options.keep.value(), options.crash_point);
+}
+
+void withdraw_checkpoint(const std::string& directory, std::uint64_t step) {
+  auto name = checkpoint_name(step);
+  std::string doomed = directory + "/" + std::string(kDeletingPrefix) + name;
+  if (::rename((directory + "/" + name).c_str(), doomed.c_str()) == 0) remove_tree(doomed);
+}
+
+std::string member_marker_prefix(std::uint64_t nonce) {
+  char hex[17];
+  std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(nonce));
+  return std::string(kTemporaryPrefix) + "member-" + hex + "-";
 }
 
 std::string temporary_name(std::uint64_t step, const std::string& owner) {

@@ -59,6 +59,8 @@ std::string data_file_name(std::uint32_t rank);  // "rank-00000.data"
 // Staging offsets of each buffer: packed in order; the data file is an image of staging.
 std::vector<TensorEntry> plan_layout(const std::vector<Buffer>& buffers);
 
+class ReplicaClient;
+
 struct PersistJob {
   std::string directory;
   std::uint64_t step = 0;
@@ -70,6 +72,12 @@ struct PersistJob {
   bool* warned_buffered = nullptr;     // set once the O_DIRECT fallback warning was logged
   const Manifest* previous = nullptr;  // incremental: the checkpoint unchanged chunks are taken from
   Manifest* written = nullptr;         // set to the committed manifest on success
+  // Multi-rank only: whether this rank leads its directory (commits there) and how many directories the
+  // job writes into (group.hpp), and the replica this rank pushes to while it writes its shard.
+  bool directory_leader = true;
+  std::uint32_t directories = 1;
+  ReplicaClient* replica = nullptr;
+  Result<void>* replicated = nullptr;  // the push's outcome, with `replica`
 };
 
 // Incremental, pure: marks each chunk of `current` (checksums filled) whose offset, size and checksum
@@ -88,6 +96,15 @@ Result<bool> write_data(Ring& ring, const PersistJob& job, const std::string& tm
 // fsync of `directory`, then keep-last-K. Returns the names deleted.
 Result<std::vector<std::string>> commit_directory(RemoveOnFailure& tmp, const std::string& directory,
                                                   const std::string& final, const EngineOptions& options);
+// commit_directory without the retention: the rename and the fsync of `directory` (a multi-rank commit over
+// several directories deletes old checkpoints only once every directory committed).
+Result<void> publish_directory(RemoveOnFailure& tmp, const std::string& directory, const std::string& final,
+                               const EngineOptions& options);
+// Takes back a checkpoint this directory committed when the job as a whole did not (renamed, then removed).
+void withdraw_checkpoint(const std::string& directory, std::uint64_t step);
+// ".tmp-member-<nonce>-": the marker each rank leaves in its directory at create, so the ranks learn which
+// of them share one (a temporary name: whatever a crash leaves is cleaned with the rest).
+std::string member_marker_prefix(std::uint64_t nonce);
 // ".tmp-ckpt-<step>.<owner>": owner "r<rank>" for one rank's checkpoint, "group" for a multi-rank one.
 std::string temporary_name(std::uint64_t step, const std::string& owner);
 

@@ -20,7 +20,7 @@ constexpr std::size_t kFields = 40;  // rank .. status, before the text
 const rdmakit::detail::FrameSpec kReplicaSpec{.name = "ckpt replica",
                                               .magic = 0x504b4352,  // "RCKP"
                                               .version = 2,
-                                              .max_type = static_cast<std::uint8_t>(MessageType::FetchReply),
+                                              .max_type = static_cast<std::uint8_t>(MessageType::FetchStep),
                                               .max_payload = kFields + kMessageText - 1};
 
 std::span<const std::byte> encode_payload(const Message& m, std::span<std::byte> out) {

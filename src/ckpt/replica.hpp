@@ -15,6 +15,11 @@
 //                                              checksum, and only then makes that slot the newest
 //   Fetch  {}                               -> FetchReply {newest slot, step, manifest_bytes, text: the
 //                                              manifest MAC} (client READs and verifies MAC and checksums)
+//   Steps  {}                               -> StepsReply {text: the steps held, newest first}
+//   FetchStep {step}                        -> FetchReply of that step: the newest, or the replica before it
+//                                              while its slot is intact (a multi-rank restore agrees on a
+//                                              step that may be older than a replica pushed but never
+//                                              committed)
 // Everything a client writes is input: messages are decoded with checks, manifests decoded and checked,
 // data verified before it is called complete. Everything a server returns is input too: the client
 // restores only a manifest whose MAC under the secret binds this rank, world size and step, and data whose
@@ -47,7 +52,17 @@ inline constexpr std::uint64_t kMaxReplicaBytes = 1ull << 40;      // a Hello's 
 inline constexpr std::string_view kProofLabel = "rdmakit-ckpt-replica/v1";
 inline constexpr std::string_view kServiceName = "the replica server";
 
-enum class MessageType : std::uint16_t { Hello = 1, HelloReply, Commit, CommitReply, Fetch, FetchReply };
+enum class MessageType : std::uint16_t {
+  Hello = 1,
+  HelloReply,
+  Commit,
+  CommitReply,
+  Fetch,
+  FetchReply,
+  Steps,  // -> StepsReply: the steps of the intact replicas held, newest first, as decimal text
+  StepsReply,
+  FetchStep,  // {step} -> FetchReply of the replica of that step (the newest or the one before it)
+};
 
 struct Message {
   MessageType type = MessageType::Hello;
@@ -108,9 +123,17 @@ class ReplicaClient {
   // WRITEs staging and `manifest` (one file of `bytes`, no chunk references) into the slot that is not the
   // newest, then commits it; returns once the server verified it.
   Result<void> push(const Manifest& manifest);
+  // push() in two parts, so the data travels while the manifest's checksums are still being computed (a
+  // multi-rank engine pushes while it writes its shard to disk): the data, then the manifest and commit.
+  Result<void> push_data();
+  Result<void> push_manifest(const Manifest& manifest);
   // The server's newest replica: its manifest, the data READ into staging and every chunk verified.
   // NotFound when the server holds none for this rank.
   Result<Manifest> fetch();
+  // The replica of `step` (the newest, or the one before it while intact), read and verified as fetch().
+  Result<Manifest> fetch(std::uint64_t step);
+  // The steps of the replicas the server holds for this rank, newest first (empty when none).
+  Result<std::vector<std::uint64_t>> held_steps();
   // The newest replica's step without reading it (NotFound when none).
   Result<std::uint64_t> newest_step();
 
@@ -118,6 +141,7 @@ class ReplicaClient {
 
  private:
   explicit ReplicaClient(std::unique_ptr<State> state);
+  Result<Manifest> fetch_replica(std::optional<std::uint64_t> step);
   std::unique_ptr<State> state_;
 };
 

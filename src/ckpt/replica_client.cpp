@@ -1,4 +1,5 @@
 // The engine's side of the peer-memory replica (src/ckpt/replica.hpp).
+#include <charconv>
 #include <cstring>
 
 #include "bootstrap/auth.hpp"
@@ -109,16 +110,24 @@ ReplicaClient& ReplicaClient::operator=(ReplicaClient&&) noexcept = default;
 ReplicaClient::~ReplicaClient() = default;
 
 Result<void> ReplicaClient::push(const Manifest& manifest) {
+  if (auto ok = push_data(); !ok) return ok;
+  return push_manifest(manifest);
+}
+
+Result<void> ReplicaClient::push_data() {
   auto& s = *state_;
   std::uint32_t slot = s.newest && *s.newest == 0 ? 1 : 0;  // never the newest complete one
+  return transfer(s.channel->connection(), true, *s.staging, 0, s.remote.at(s.slot_offset(slot)), s.bytes,
+                  s.piece);
+}
+
+Result<void> ReplicaClient::push_manifest(const Manifest& manifest) {
+  auto& s = *state_;
+  std::uint32_t slot = s.newest && *s.newest == 0 ? 1 : 0;  // the slot push_data() wrote
   auto text = encode_manifest(manifest);
   if (text.size() > kReplicaManifestArea)
     return fail(Errc::InvalidArgument, "ckpt replica: manifest too large");
   auto& channel = *s.channel;
-  if (auto ok = transfer(channel.connection(), true, *s.staging, 0, s.remote.at(s.slot_offset(slot)), s.bytes,
-                         s.piece);
-      !ok)
-    return ok;
   std::memcpy(static_cast<char*>(channel.region().data()) + channel.extra_offset(), text.data(), text.size());
   if (auto ok = transfer(channel.connection(), true, channel.region(), channel.extra_offset(),
                          s.remote.at(s.manifest_offset(slot)), text.size(), s.piece);
@@ -136,6 +145,25 @@ Result<void> ReplicaClient::push(const Manifest& manifest) {
   return {};
 }
 
+Result<std::vector<std::uint64_t>> ReplicaClient::held_steps() {
+  auto reply = checked_reply(state_->channel->call(state_->request(MessageType::Steps), kReplyTimeout),
+                             MessageType::StepsReply, "steps");
+  if (!reply) return std::unexpected(reply.error());
+  std::vector<std::uint64_t> steps;
+  std::string_view text = reply->text;
+  while (!text.empty()) {
+    auto end = text.find(' ');
+    auto word = text.substr(0, end);
+    std::uint64_t step = 0;
+    auto [ptr, ec] = std::from_chars(word.data(), word.data() + word.size(), step);
+    if (ec != std::errc{} || ptr != word.data() + word.size() || steps.size() == 2)
+      return fail(Errc::ProtocolError, "ckpt replica: the server's list of steps is malformed");
+    steps.push_back(step);
+    text = end == std::string_view::npos ? std::string_view{} : text.substr(end + 1);
+  }
+  return steps;
+}
+
 Result<std::uint64_t> ReplicaClient::newest_step() {
   auto reply = state_->channel->call(state_->request(MessageType::Fetch), kReplyTimeout);
   if (reply && reply->type == MessageType::FetchReply && reply->status != 0)
@@ -145,12 +173,18 @@ Result<std::uint64_t> ReplicaClient::newest_step() {
   return checked->step;
 }
 
-Result<Manifest> ReplicaClient::fetch() {
+Result<Manifest> ReplicaClient::fetch() { return fetch_replica(std::nullopt); }
+Result<Manifest> ReplicaClient::fetch(std::uint64_t step) { return fetch_replica(step); }
+
+Result<Manifest> ReplicaClient::fetch_replica(std::optional<std::uint64_t> step) {
   auto& s = *state_;
   auto& channel = *s.channel;
-  auto reply = channel.call(s.request(MessageType::Fetch), kReplyTimeout);
+  auto request = s.request(step ? MessageType::FetchStep : MessageType::Fetch);
+  request.step = step.value_or(0);
+  auto reply = channel.call(request, kReplyTimeout);
   if (reply && reply->type == MessageType::FetchReply && reply->status != 0)
-    return fail(Errc::NotFound, "ckpt replica: the server holds no replica of this rank");
+    return fail(Errc::NotFound,
+                "ckpt replica: the server holds no such replica of this rank (" + reply->text + ")");
   auto checked = checked_reply(std::move(reply), MessageType::FetchReply, "fetch");
   if (!checked) return std::unexpected(checked.error());
   if (checked->slot > 1 || checked->bytes != s.bytes || checked->manifest_bytes == 0 ||
@@ -171,7 +205,7 @@ Result<Manifest> ReplicaClient::fetch() {
   auto manifest = decode_manifest(text);
   if (!manifest) return fail(Errc::ProtocolError, "ckpt replica: " + manifest.error().message());
   if (manifest->files.size() != 1 || manifest->files[0].size != s.bytes || manifest->step != checked->step ||
-      manifest->rank != s.rank || manifest->world_size != s.world_size)
+      (step && manifest->step != *step) || manifest->rank != s.rank || manifest->world_size != s.world_size)
     return fail(Errc::ProtocolError, "ckpt replica: the replica's manifest does not fit this engine");
   if (auto ok = transfer(channel.connection(), false, *s.staging, 0,
                          s.remote.at(s.slot_offset(checked->slot)), s.bytes, s.piece);

@@ -48,6 +48,17 @@ struct RankSlots {
   Manifest manifest;
   std::string mac;          // the client's MAC over it (replica.hpp), returned with Fetch
   mutable std::mutex busy;  // newest/step for newest() against the progress thread
+  // The replica before the newest, in the other slot, until a push overwrites it (checked before it is
+  // served, like the newest): a multi-rank restore may agree on the step before a replica pushed for a
+  // checkpoint that was never committed.
+  struct Older {
+    std::uint32_t slot = 0;
+    std::uint64_t step = 0;
+    std::string manifest_text;
+    Manifest manifest;
+    std::string mac;
+  };
+  std::optional<Older> older;
 
   ~RankSlots() {
     region.reset();
@@ -211,6 +222,11 @@ struct __attribute__((visibility("hidden"))) ReplicaServer::Impl {
                             " refused: " + manifest.error().message());
       return reply(MessageType::CommitReply, manifest.error().message());
     }
+    if (slots.newest)
+      slots.older = RankSlots::Older{*slots.newest, slots.step, std::move(slots.manifest_text),
+                                     std::move(slots.manifest), std::move(slots.mac)};
+    else
+      slots.older.reset();
     {
       std::lock_guard lock(slots.busy);
       slots.newest = m.slot;
@@ -246,10 +262,31 @@ struct __attribute__((visibility("hidden"))) ReplicaServer::Impl {
       log::error("ckpt", "serve: persisting rank " + std::to_string(rank) + ": " + done.error().describe());
   }
 
-  // The newest is in memory peers may write: before it is offered again its manifest area and every
-  // chunk are checked against the copy kept here; one that no longer matches is dropped, not served.
-  Message fetch(RankSlots& slots, std::uint32_t rank) {
+  // The newest (or, asked by step, the one before it) is in memory peers may write: before it is offered
+  // again its manifest area and every chunk are checked against the copy kept here; one that no longer
+  // matches is dropped, not served.
+  Message fetch(RankSlots& slots, std::uint32_t rank, std::optional<std::uint64_t> step) {
+    bool want_older =
+        step && slots.older && slots.older->step == *step && !(slots.newest && slots.step == *step);
+    if (want_older) {
+      auto& older = *slots.older;
+      bool intact = slots.manifest_area(older.slot, older.manifest_text.size()) == older.manifest_text &&
+                    verify_slot(slots, older.slot, older.manifest).has_value();
+      if (!intact) {
+        slots.older.reset();
+        return reply(MessageType::FetchReply, "no intact replica of step " + std::to_string(*step));
+      }
+      auto out = reply(MessageType::FetchReply);
+      out.slot = older.slot;
+      out.step = older.step;
+      out.bytes = slots.bytes;
+      out.manifest_bytes = older.manifest_text.size();
+      out.text = older.mac;
+      return out;
+    }
     if (!slots.newest) return reply(MessageType::FetchReply, "no replica");
+    if (step && slots.step != *step)
+      return reply(MessageType::FetchReply, "no replica of step " + std::to_string(*step));
     auto slot = *slots.newest;
     bool intact = slots.manifest_area(slot, slots.manifest_text.size()) == slots.manifest_text &&
                   verify_slot(slots, slot, slots.manifest).has_value();
@@ -269,16 +306,28 @@ struct __attribute__((visibility("hidden"))) ReplicaServer::Impl {
     return out;
   }
 
+  // The steps held, newest first (each still checked when fetched).
+  Message steps(const RankSlots& slots) {
+    auto out = reply(MessageType::StepsReply);
+    if (slots.newest) out.text = std::to_string(slots.step);
+    if (slots.older) out.text += (out.text.empty() ? "" : " ") + std::to_string(slots.older->step);
+    return out;
+  }
+
   Message handle(const Message& m, Session& session) {
     if (m.type == MessageType::Hello) return hello(m, session);
     // A refusal answers in the type the peer waits for.
-    auto type = m.type == MessageType::Fetch ? MessageType::FetchReply : MessageType::CommitReply;
+    auto type = m.type == MessageType::Fetch || m.type == MessageType::FetchStep ? MessageType::FetchReply
+                : m.type == MessageType::Steps                                   ? MessageType::StepsReply
+                                                                                 : MessageType::CommitReply;
     auto owner = owners.find(session.rank);
     if (!session.slots || owner == owners.end() || owner->second != &session)
       return reply(type, "this connection does not own the rank's replicas (no Hello)");
     if (m.rank != session.rank) return reply(type, "not this connection's rank");
     if (m.type == MessageType::Commit) return commit(m, *session.slots, session.rank);
-    if (m.type == MessageType::Fetch) return fetch(*session.slots, session.rank);
+    if (m.type == MessageType::Fetch) return fetch(*session.slots, session.rank, std::nullopt);
+    if (m.type == MessageType::FetchStep) return fetch(*session.slots, session.rank, m.step);
+    if (m.type == MessageType::Steps) return steps(*session.slots);
     return reply(MessageType::CommitReply, "unexpected message");
   }
 

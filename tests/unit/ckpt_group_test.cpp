@@ -116,17 +116,18 @@ TEST(CkptGroup, LazyRanksCommitTheStateAsOfSnapshot) {
 }
 
 // Rank 0 cannot create the directory: every rank's create fails at once, rank 1 naming rank 0.
-TEST(CkptGroup, CreateFailsOnEveryRankWhenRankZeroCannotPrepare) {
+// Rank 1's directory (its node's own) cannot be made: every rank's create fails, rank 1 with its own cause
+// and rank 0 saying another rank could not prepare its directory.
+TEST(CkptGroup, CreateFailsOnEveryRankWhenOneCannotPrepare) {
   TempDir dir;
   { std::ofstream(dir.path() + "/file") << "x"; }
   run_ranks(2, [&](coll::Communicator& comm) {
     PatternState state;
-    auto engine = Engine::create(group_options(dir.path() + "/file/sub", comm), state.buffers());
+    auto where = comm.rank() == 1 ? dir.path() + "/file/sub" : dir.path() + "/node0";
+    auto engine = Engine::create(group_options(where, comm), state.buffers());
     ASSERT_FALSE(engine) << "rank " << comm.rank();
-    if (comm.rank() == 1) {
-      EXPECT_NE(engine.error().message().find("rank 0 could not prepare"), std::string::npos)
-          << engine.error().message();
-    }
+    auto expected = comm.rank() == 1 ? "file/sub" : "another rank could not prepare its directory";
+    EXPECT_NE(engine.error().message().find(expected), std::string::npos) << engine.error().message();
   });
 }
 

@@ -56,17 +56,22 @@ struct EngineOptions {
   bool incremental = false;
   std::uint32_t rank = 0;        // this process's rank and the job's world size, recorded in the
   std::uint32_t world_size = 1;  // manifest; restore refuses a checkpoint of another world size
-  // Many ranks, one checkpoint: with a communicator, rank and world_size are its own, every rank writes its
-  // shard into one shared `directory`, and rank 0 commits the checkpoint only when every rank's shard is
-  // durable (docs/ckpt.md). The engine issues collectives on it from its background thread, so it must be
-  // a communicator the application does not use itself (create one with its own CommOptions::key_prefix),
-  // and its timeout must exceed the slowest rank's persist time. Every rank calls create(), snapshot()
-  // and restore_latest() in the same order. Must outlive the engine.
+  // Many ranks, one checkpoint: with a communicator, rank and world_size are its own, and every rank writes
+  // its shard into its `directory`: one that every rank shares, or its node's own (node-local NVMe; the
+  // ranks learn at create which of them share one). The checkpoint is committed in every directory only
+  // when every rank's shard is durable, and restore takes the newest step every rank still has, on its
+  // disk or in its replica (docs/ckpt.md, "Cluster checkpoints"). The engine issues collectives on it from
+  // its background thread, so it must be a communicator the application does not use itself (create one with
+  // its own CommOptions::key_prefix), and its timeout must exceed the slowest rank's persist time. Every rank
+  // calls create(), snapshot() and restore_latest() in the same order. Must outlive the engine.
   coll::Communicator* communicator = nullptr;
   // Peer-memory replica: the address of an `rdmakit-ckpt serve` (its transport: RDMAKIT_TRANSPORT, tcp by
   // default). Each committed checkpoint is also written into the server's memory (one-sided WRITEs into
   // memory it registered, staging registered here), and restore_latest() takes the server's newest replica
-  // when it is at least as new as the newest checkpoint on disk. Single-rank engines only. Both sides
+  // when it is at least as new as the newest checkpoint on disk. With a communicator, each rank names the
+  // server that holds its replica (on another node: a node lost with its disk is restored from the
+  // others' servers), the push runs while the shard is written to disk, and restore takes a rank's replica
+  // when its disk lacks the step every rank agreed on. Both sides
   // prove the secret first (RDMAKIT_JOB_SECRET; on a loopback server without one, the per-user secret),
   // and a replica is restored only if its manifest's MAC under that secret and every chunk verify.
   std::string replica{};
@@ -136,6 +141,9 @@ class RDMAKIT_API Engine {
   Result<std::uint64_t> restore(std::uint64_t step, const std::vector<std::string>& only);
 
   const EngineOptions& options() const noexcept;
+  // Where the last successful restore's data came from: the checkpoint directory it was read from, or
+  // "replica at <address>" (empty before any). With a communicator, each rank's own shard's source.
+  std::string restored_from() const;
   std::size_t state_bytes() const noexcept;    // sum of the buffers' sizes
   std::size_t staging_bytes() const noexcept;  // memory the engine holds for staging
 
