@@ -2,12 +2,14 @@
 
 #include <algorithm>
 #include <array>
+#include <deque>
 #include <vector>
 
 namespace rdmakit::ckpt::detail {
 namespace {
 
-constexpr std::size_t kWindow = 16;
+constexpr std::size_t kWindow = 16;      // pieces in flight at most
+constexpr std::size_t kSignalEvery = 4;  // one signaled piece per group
 constexpr auto kOperationTimeout = std::chrono::seconds(60);
 
 Result<void> completed(Connection& connection, std::uint64_t id, const std::string& what) {
@@ -67,27 +69,36 @@ Result<Message> Channel::call(const Message& message, std::chrono::milliseconds 
 Result<void> transfer(Connection& connection, bool write, const MemoryRegion& local,
                       std::uint64_t local_offset, RemoteAddress remote, std::uint64_t size,
                       std::uint64_t piece) {
-  std::vector<std::uint64_t> window;
+  // A sliding window: a new piece is posted as soon as the oldest group of kSignalEvery completes, so the
+  // connection never drains between groups (waiting for a whole window before the next one left it idle
+  // a round trip per window: the push ran at ~0.8x rdmakit-perf write_bw on tcp loopback).
+  std::deque<std::uint64_t> signaled;  // ids of the signaled pieces in flight, oldest first
+  std::size_t in_flight = 0;
+  const char* what = write ? "writing the replica" : "reading the replica";
   for (std::uint64_t done = 0; done < size;) {
-    window.clear();
-    std::uint64_t last = 0;
-    for (std::size_t k = 0; k < kWindow && done < size; ++k) {
+    if (in_flight + kSignalEvery > kWindow) {
+      if (auto ok = completed(connection, signaled.front(), what); !ok) return ok;
+      signaled.pop_front();
+      in_flight -= std::min(in_flight, kSignalEvery);
+    }
+    for (std::size_t k = 0; k < kSignalEvery && done < size; ++k) {
       auto length = static_cast<std::uint32_t>(std::min(piece, size - done));
       Segment segment = local.slice(local_offset + done, length);
       RemoteAddress at{remote.addr + done, remote.rkey, remote.owner_epoch};
-      bool signaled = k + 1 == kWindow || done + length == size;
+      bool signal = k + 1 == kSignalEvery || done + length == size;
       WorkRequest request{.opcode = write ? Opcode::Write : Opcode::Read,
                           .local = {&segment, 1},
                           .remote = at,
-                          .signaled = signaled};
+                          .signaled = signal};
       auto id = connection.post({&request, 1});
       if (!id) return std::unexpected(id.error());
-      last = *id;
+      if (signal) signaled.push_back(*id);
       done += length;
     }
-    if (auto ok = completed(connection, last, write ? "writing the replica" : "reading the replica"); !ok)
-      return ok;
+    in_flight += kSignalEvery;
   }
+  for (auto id : signaled)
+    if (auto ok = completed(connection, id, what); !ok) return ok;
   return {};
 }
 
