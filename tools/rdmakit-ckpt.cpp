@@ -7,6 +7,7 @@
 //   rdmakit-ckpt bench DIR [MiB] [rounds]    snapshot stall vs memcpy, persist and restore bandwidth
 //   rdmakit-ckpt bench-lazy DIR [MiB] [rounds] [compute]   lazy mode's stall at wait_snapshot()
 //   rdmakit-ckpt bench-replica DIR ADDR [MiB] [rounds]   the peer-memory replica's push bandwidth
+//   rdmakit-ckpt bench-cluster DIR [MiB] [rounds]   4 ranks on 2 "nodes": stall, replica push, recovery
 //   rdmakit-ckpt serve [--listen ADDR] [--budget MiB] [--persist DIR] [--keep K] [--max-connections N]
 //                      [--max-rank MiB]      hold engines' replicas in memory (EngineOptions::replica);
 //                                            peers prove RDMAKIT_JOB_SECRET (loopback: the per-user secret)
@@ -24,6 +25,7 @@
 #include <thread>
 #include <vector>
 
+#include "ckpt_bench_cluster.hpp"
 #include "rdmakit/ckpt/engine.hpp"
 #include "rdmakit/ckpt/serve.hpp"
 #include "rdmakit/ckpt/store.hpp"
@@ -41,6 +43,7 @@ int usage() {
                "       rdmakit-ckpt bench DIR [MiB=256] [rounds=3]\n"
                "       rdmakit-ckpt bench-lazy DIR [MiB=256] [rounds=3] [compute=1.5 x memcpy]\n"
                "       rdmakit-ckpt bench-replica DIR ADDR [MiB=256] [rounds=3]\n"
+               "       rdmakit-ckpt bench-cluster DIR [MiB=256] [rounds=3]\n"
                "       rdmakit-ckpt serve [--listen ADDR] [--budget MiB=1024] [--persist DIR] [--keep K=2]\n"
                "                          [--max-connections N=64] [--max-rank MiB=budget]\n"
                "         (peers must prove RDMAKIT_JOB_SECRET; without it only loopback, for this user)\n");
@@ -309,6 +312,11 @@ int main(int argc, char** argv) {
     auto mib = number<std::size_t>(at(3, "256"), "MiB");
     auto rounds = number<int>(at(4, "3"), "rounds");
     return mib && rounds ? bench_replica(args[1], args[2], *mib, *rounds) : 2;
+  }
+  if (command == "bench-cluster" && args.size() >= 2 && args.size() <= 4) {
+    auto mib = number<std::size_t>(at(2, "256"), "MiB");
+    auto rounds = number<int>(at(3, "3"), "rounds");
+    return mib && rounds ? bench_cluster(args[1], *mib, *rounds) : 2;
   }
   if (command == "bench-lazy" && args.size() >= 2 && args.size() <= 5) {
     auto mib = number<std::size_t>(at(2, "256"), "MiB");

@@ -17,11 +17,12 @@ constexpr std::size_t kFields = 40;  // rank .. status, before the text
 }  // namespace
 
 // Version 2: the frame of the one message channel (version 1 was a 256-byte block with its own header).
-const rdmakit::detail::FrameSpec kReplicaSpec{.name = "ckpt replica",
-                                              .magic = 0x504b4352,  // "RCKP"
-                                              .version = 2,
-                                              .max_type = static_cast<std::uint8_t>(MessageType::FetchStep),
-                                              .max_payload = kFields + kMessageText - 1};
+const rdmakit::detail::FrameSpec kReplicaSpec{
+    .name = "ckpt replica",
+    .magic = 0x504b4352,  // "RCKP"
+    .version = 2,
+    .max_type = static_cast<std::uint8_t>(MessageType::ProgressReply),
+    .max_payload = kFields + kMessageText - 1};
 
 std::span<const std::byte> encode_payload(const Message& m, std::span<std::byte> out) {
   rdmakit::detail::PayloadWriter writer(out);

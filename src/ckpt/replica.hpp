@@ -15,6 +15,10 @@
 //                                              checksum, and only then makes that slot the newest
 //   Fetch  {}                               -> FetchReply {newest slot, step, manifest_bytes, text: the
 //                                              manifest MAC} (client READs and verifies MAC and checksums)
+//   Progress {slot, bytes, manifest_bytes}  -> ProgressReply at once; then the server checksums the chunks
+//     (of manifest_bytes each) of the first `bytes` of the slot, so a Commit checks those checksums
+//     instead of reading them again: the push's data and the server's verification overlap. The client
+//     sends it as its WRITEs complete (the SEND follows them on the connection, so they are placed).
 //   Steps  {}                               -> StepsReply {text: the steps held, newest first}
 //   FetchStep {step}                        -> FetchReply of that step: the newest, or the replica before it
 //                                              while its slot is intact (a multi-rank restore agrees on a
@@ -61,7 +65,9 @@ enum class MessageType : std::uint16_t {
   FetchReply,
   Steps,  // -> StepsReply: the steps of the intact replicas held, newest first, as decimal text
   StepsReply,
-  FetchStep,  // {step} -> FetchReply of the replica of that step (the newest or the one before it)
+  FetchStep,      // {step} -> FetchReply of the replica of that step (the newest or the one before it)
+  Progress,       // {slot, bytes placed, manifest_bytes: chunk size} -> ProgressReply, then the server
+  ProgressReply,  // checksums the chunks placed so far while the rest arrive (see Commit)
 };
 
 struct Message {
@@ -125,7 +131,7 @@ class ReplicaClient {
   Result<void> push(const Manifest& manifest);
   // push() in two parts, so the data travels while the manifest's checksums are still being computed (a
   // multi-rank engine pushes while it writes its shard to disk): the data, then the manifest and commit.
-  Result<void> push_data();
+  Result<void> push_data(std::uint64_t chunk_bytes);
   Result<void> push_manifest(const Manifest& manifest);
   // The server's newest replica: its manifest, the data READ into staging and every chunk verified.
   // NotFound when the server holds none for this rank.

@@ -68,19 +68,21 @@ Result<Message> Channel::call(const Message& message, std::chrono::milliseconds 
 
 Result<void> transfer(Connection& connection, bool write, const MemoryRegion& local,
                       std::uint64_t local_offset, RemoteAddress remote, std::uint64_t size,
-                      std::uint64_t piece) {
-  // A sliding window: a new piece is posted as soon as the oldest group of kSignalEvery completes, so the
-  // connection never drains between groups (waiting for a whole window before the next one left it idle
-  // a round trip per window: the push ran at ~0.8x rdmakit-perf write_bw on tcp loopback).
-  std::deque<std::uint64_t> signaled;  // ids of the signaled pieces in flight, oldest first
-  std::size_t in_flight = 0;
+                      std::uint64_t piece, const Placed& placed) {
+  // A sliding window: a new group is posted as soon as the oldest completes, so the connection never
+  // drains between groups (waiting for a whole window of 16 before the next left it idle a round trip per
+  // window).
+  std::deque<std::pair<std::uint64_t, std::uint64_t>> signaled;  // (id, bytes done once it completes)
   const char* what = write ? "writing the replica" : "reading the replica";
+  auto oldest_done = [&]() -> Result<void> {
+    if (auto ok = completed(connection, signaled.front().first, what); !ok) return ok;
+    auto bytes = signaled.front().second;
+    signaled.pop_front();
+    return placed ? placed(bytes) : Result<void>{};
+  };
   for (std::uint64_t done = 0; done < size;) {
-    if (in_flight + kSignalEvery > kWindow) {
-      if (auto ok = completed(connection, signaled.front(), what); !ok) return ok;
-      signaled.pop_front();
-      in_flight -= std::min(in_flight, kSignalEvery);
-    }
+    if ((signaled.size() + 1) * kSignalEvery > kWindow)
+      if (auto ok = oldest_done(); !ok) return ok;
     for (std::size_t k = 0; k < kSignalEvery && done < size; ++k) {
       auto length = static_cast<std::uint32_t>(std::min(piece, size - done));
       Segment segment = local.slice(local_offset + done, length);
@@ -92,13 +94,12 @@ Result<void> transfer(Connection& connection, bool write, const MemoryRegion& lo
                           .signaled = signal};
       auto id = connection.post({&request, 1});
       if (!id) return std::unexpected(id.error());
-      if (signal) signaled.push_back(*id);
       done += length;
+      if (signal) signaled.emplace_back(*id, done);
     }
-    in_flight += kSignalEvery;
   }
-  for (auto id : signaled)
-    if (auto ok = completed(connection, id, what); !ok) return ok;
+  while (!signaled.empty())
+    if (auto ok = oldest_done(); !ok) return ok;
   return {};
 }
 

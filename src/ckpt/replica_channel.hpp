@@ -3,6 +3,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <optional>
 
@@ -44,10 +45,12 @@ class Channel {
   rdmakit::detail::MessageChannel channel_;
 };
 
-// Moves [offset, offset + size) between a local region and a remote one in pieces of at most `piece`
-// bytes, a window of them in flight (each window's last one signaled and waited for).
+// Called as the pieces complete, in order, with the bytes from the start that are now placed.
+using Placed = std::function<Result<void>(std::uint64_t bytes)>;
 Result<void> transfer(Connection& connection, bool write, const MemoryRegion& local,
                       std::uint64_t local_offset, RemoteAddress remote, std::uint64_t size,
-                      std::uint64_t piece);
+                      std::uint64_t piece, const Placed& placed = {});
+// (Moves [offset, offset + size) between a local region and a remote one in pieces of at most `piece`
+// bytes, a sliding window of them in flight, every fourth signaled.)
 
 }  // namespace rdmakit::ckpt::detail

@@ -14,6 +14,7 @@ namespace rdmakit::ckpt::detail {
 namespace {
 
 constexpr auto kReplyTimeout = std::chrono::milliseconds(120'000);  // the server verifies (and may persist)
+constexpr std::uint64_t kProgressEvery = 32ull << 20;  // a Progress per this many bytes placed, at most
 
 // A step of the connection that ran out of time says which server did not answer.
 Error timed_out(const Error& error, const std::string& address, std::chrono::milliseconds timeout) {
@@ -110,15 +111,47 @@ ReplicaClient& ReplicaClient::operator=(ReplicaClient&&) noexcept = default;
 ReplicaClient::~ReplicaClient() = default;
 
 Result<void> ReplicaClient::push(const Manifest& manifest) {
-  if (auto ok = push_data(); !ok) return ok;
+  if (auto ok = push_data(manifest.chunk_bytes); !ok) return ok;
   return push_manifest(manifest);
 }
 
-Result<void> ReplicaClient::push_data() {
+Result<void> ReplicaClient::push_data(std::uint64_t chunk_bytes) {
   auto& s = *state_;
   std::uint32_t slot = s.newest && *s.newest == 0 ? 1 : 0;  // never the newest complete one
-  return transfer(s.channel->connection(), true, *s.staging, 0, s.remote.at(s.slot_offset(slot)), s.bytes,
-                  s.piece);
+  // As the pieces land, the server checksums them (Progress), so the Commit finds little left to check.
+  // One Progress at a time, never waited for while pieces are in flight (the server's thread may be
+  // asleep for a while): its reply is picked up at a later piece, or after the last.
+  std::uint64_t told = 0;
+  bool awaiting = false;
+  auto take_reply = [&](Result<Message> reply) -> Result<void> {
+    awaiting = false;
+    auto checked = checked_reply(std::move(reply), MessageType::ProgressReply, "progress");
+    if (!checked) return std::unexpected(checked.error());
+    return {};
+  };
+  auto placed = [&](std::uint64_t bytes) -> Result<void> {
+    if (awaiting) {
+      auto reply = s.channel->try_receive();
+      if (!reply) return {};
+      if (auto ok = take_reply(std::move(*reply)); !ok) return ok;
+    }
+    if (bytes < told + kProgressEvery && bytes != s.bytes) return {};
+    told = bytes;
+    auto progress = s.request(MessageType::Progress);
+    progress.slot = slot;
+    progress.bytes = bytes;
+    progress.manifest_bytes = chunk_bytes;
+    if (auto ok = s.channel->expect(); !ok) return ok;
+    if (auto ok = s.channel->send(progress); !ok) return ok;
+    awaiting = true;
+    return {};
+  };
+  if (auto ok = transfer(s.channel->connection(), true, *s.staging, 0, s.remote.at(s.slot_offset(slot)),
+                         s.bytes, s.piece, placed);
+      !ok)
+    return ok;
+  if (awaiting) return take_reply(s.channel->receive(kReplyTimeout));
+  return {};
 }
 
 Result<void> ReplicaClient::push_manifest(const Manifest& manifest) {

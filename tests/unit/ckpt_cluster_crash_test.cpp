@@ -74,7 +74,8 @@ int run_writer(const Layout& layout, int crash_rank, int crash_point, int steps,
   run_ranks(kRanks, [&](coll::Communicator& comm) {
     int point = comm.rank() == crash_rank ? crash_point : 0;
     // Numbered points: two commits first, so the point is reached with history on every disk and server.
-    if ((crash_point && !write_steps(comm, layout, 0, 2, log)) || !write_steps(comm, layout, point, steps, log))
+    if ((crash_point && !write_steps(comm, layout, 0, 2, log)) ||
+        !write_steps(comm, layout, point, steps, log))
       status = 3;
   });
   return status;
@@ -152,8 +153,10 @@ TEST(CkptClusterCrash, ANodeLostAtRandomMomentsRestoresFromSurvivorsAndReplicas)
   std::string log = cluster.root.path() + "/writer.log";
   // Node 1's leader (rank 2) dies between the directories' commit records, and during its shard.
   const std::vector<int> points = {
-      static_cast<int>(detail::CrashPoint::MidData),      static_cast<int>(detail::CrashPoint::ShardsReported),
-      static_cast<int>(detail::CrashPoint::BeforeRename), static_cast<int>(detail::CrashPoint::AfterRename),
+      static_cast<int>(detail::CrashPoint::MidData),
+      static_cast<int>(detail::CrashPoint::ShardsReported),
+      static_cast<int>(detail::CrashPoint::BeforeRename),
+      static_cast<int>(detail::CrashPoint::AfterRename),
       static_cast<int>(detail::CrashPoint::AfterCommit),
   };
   std::mt19937 random(2718);
@@ -166,8 +169,8 @@ TEST(CkptClusterCrash, ANodeLostAtRandomMomentsRestoresFromSurvivorsAndReplicas)
     auto layout = cluster.layout();
     auto logged_before = testing::log_size(log);
     std::string args = layout.directories[0] + " " + layout.directories[1] + " " + layout.servers[0] + " " +
-                       layout.servers[1] + " 2 " + std::to_string(point) + " " + (point ? "1" : "1000") + " " +
-                       log;
+                       layout.servers[1] + " 2 " + std::to_string(point) + " " + (point ? "1" : "1000") +
+                       " " + log;
     pid_t pid = testing::spawn_self_as_writer("CKPT_CLUSTER_WRITER", args);
     ASSERT_GT(pid, 0);
     if (!at_point) {
@@ -189,9 +192,10 @@ TEST(CkptClusterCrash, ANodeLostAtRandomMomentsRestoresFromSurvivorsAndReplicas)
     check_restore(cluster, lost, testing::last_logged(log), what + " lost node " + std::to_string(lost));
     if (::testing::Test::HasFailure()) break;
   }
-  std::printf("4 ranks on 2 nodes killed %d times at numbered points, %d at random times, a node lost each "
-              "time; newest committed step %llu\n",
-              rounds - timed, timed, static_cast<unsigned long long>(testing::last_logged(log)));
+  std::printf(
+      "4 ranks on 2 nodes killed %d times at numbered points, %d at random times, a node lost each "
+      "time; newest committed step %llu\n",
+      rounds - timed, timed, static_cast<unsigned long long>(testing::last_logged(log)));
 }
 
 }  // namespace
