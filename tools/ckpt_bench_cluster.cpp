@@ -93,8 +93,8 @@ Result<Timings> restore_all(Cluster& cluster, std::uint64_t expected) {
     timings.seconds[comm.rank()] = since(start);
     if (!step) return std::unexpected(step.error());
     if (*step != expected)
-      return fail(Errc::ProtocolError, "restored step " + std::to_string(*step) + ", expected " +
-                                           std::to_string(expected));
+      return fail(Errc::ProtocolError,
+                  "restored step " + std::to_string(*step) + ", expected " + std::to_string(expected));
     timings.sources[comm.rank()] = (*engine)->restored_from();
     return {};
   });
