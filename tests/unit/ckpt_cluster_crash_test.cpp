@@ -175,18 +175,12 @@ TEST(CkptClusterCrash, ANodeLostAtRandomMomentsRestoresFromSurvivorsAndReplicas)
     ASSERT_GT(pid, 0);
     if (!at_point) {
       ++timed;
-      bool committed = testing::wait_for_commit(pid, log, logged_before);
-      if (committed)
-        std::this_thread::sleep_for(
-            std::chrono::microseconds(std::uniform_int_distribution<int>(0, 120'000)(random)));
-      ::kill(pid, SIGKILL);
-      ASSERT_TRUE(committed) << "round " << round << ": the writer logged no commit before it was killed";
+      ASSERT_TRUE(testing::kill_after_a_commit(pid, log, logged_before, random, 120'000))
+          << "round " << round << ": the writer logged no commit before it was killed";
     }
     int status = 0;
-    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
     std::string what = "round " + std::to_string(round) + " point " + std::to_string(point);
-    ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL)
-        << what << ": writer exited with status " << status;
+    ASSERT_TRUE(testing::reaped_killed(pid, status)) << what << ": writer exited with status " << status;
     int lost = round % kNodes;
     cluster.lose_node(lost);
     check_restore(cluster, lost, testing::last_logged(log), what + " lost node " + std::to_string(lost));

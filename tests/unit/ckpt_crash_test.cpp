@@ -166,16 +166,11 @@ void kill_at_points_and_random_times(int numbered_rounds, int timed_rounds) {
     ASSERT_GT(pid, 0);
     if (!point) {
       ++timed;
-      bool committed = ckpt::testing::wait_for_commit(pid, log, logged_before);
-      if (committed)
-        std::this_thread::sleep_for(
-            std::chrono::microseconds(std::uniform_int_distribution<int>(0, 30'000)(random)));
-      ::kill(pid, SIGKILL);
-      ASSERT_TRUE(committed) << "round " << round << ": the writer logged no commit before it was killed";
+      ASSERT_TRUE(ckpt::testing::kill_after_a_commit(pid, log, logged_before, random, 30'000))
+          << "round " << round << ": the writer logged no commit before it was killed";
     }
     int status = 0;
-    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
-    ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL)
+    ASSERT_TRUE(ckpt::testing::reaped_killed(pid, status))
         << "round " << round << " point " << point << ": writer exited with status " << status;
     check_survivor(store, last_logged(log),
                    "round " + std::to_string(round) + " point " + std::to_string(point));

@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -150,6 +151,24 @@ inline bool wait_for_commit(pid_t pid, const std::string& log, std::uintmax_t be
     std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
   return true;
+}
+
+// A writer killed at a random moment while it persists: once it logged a commit after `before`, then
+// 0..max_us later. False when it logged none first (it is killed all the same, for the caller to reap).
+inline bool kill_after_a_commit(pid_t pid, const std::string& log, std::uintmax_t before,
+                                std::mt19937& random, int max_us) {
+  bool committed = wait_for_commit(pid, log, before);
+  if (committed)
+    std::this_thread::sleep_for(
+        std::chrono::microseconds(std::uniform_int_distribution<int>(0, max_us)(random)));
+  ::kill(pid, SIGKILL);
+  return committed;
+}
+
+// Reaps the writer; whether SIGKILL ended it (else `status` says how it ended).
+inline bool reaped_killed(pid_t pid, int& status) {
+  status = 0;
+  return ::waitpid(pid, &status, 0) == pid && WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL;
 }
 
 }  // namespace rdmakit::ckpt::testing
