@@ -24,15 +24,23 @@ Result<std::size_t> take_completions(CompletionQueue& cq, CompletionMode mode, s
 
 // Posts the lane's next `count` operations as one chain. Signalling goes by position, not by chain: the
 // lane's k-th operation is signaled when k is a multiple of cq_mod or the last one (`stop`).
+// A working set gives each operation its own position; `pieces` holds their local segments while the
+// chain is posted.
 Result<void> post_chain(Lane& lane, const BandwidthPlan& plan, std::uint64_t count, std::uint64_t stop,
-                        std::vector<WorkRequest>& chain) {
+                        std::vector<WorkRequest>& chain, std::vector<Segment>& pieces) {
   chain.assign(count, WorkRequest{.opcode = plan.opcode,
                                   .local = std::span(&lane.local, 1),
                                   .remote = lane.remote,
                                   .signaled = false});
+  if (lane.positions > 1) pieces.assign(count, lane.local);
   for (std::uint64_t i = 0; i < count; ++i) {
     const std::uint64_t k = lane.posted + i + 1;
     chain[i].signaled = k % plan.cq_mod == 0 || k == stop;
+    if (lane.positions == 1) continue;
+    const std::uint64_t offset = (k - 1) % lane.positions * lane.stride;
+    pieces[i].addr += offset;
+    chain[i].local = std::span(&pieces[i], 1);
+    chain[i].remote.addr += offset;
   }
   auto first = lane.connection->post(chain);
   if (!first) return std::unexpected(first.error());
@@ -48,12 +56,12 @@ Result<void> post_chain(Lane& lane, const BandwidthPlan& plan, std::uint64_t cou
 // (Chain length matters on Soft-RoCE: in the VM, chains of 100-128 64 KiB WRITEs ran at 0.3-0.5x the
 // rate of single posts, perftest's default; see bench/RESULTS.md, verbs.)
 Result<void> refill(Lane& lane, const BandwidthPlan& plan, std::uint64_t stop,
-                    std::vector<WorkRequest>& chain) {
+                    std::vector<WorkRequest>& chain, std::vector<Segment>& pieces) {
   const std::uint64_t room = plan.depth - (lane.posted - lane.completed);
   std::uint64_t left = std::min(room, stop - lane.posted);
   while (left > 0) {
     const std::uint64_t count = std::min<std::uint64_t>(left, plan.post_list ? plan.post_list : plan.cq_mod);
-    if (auto ok = post_chain(lane, plan, count, stop, chain); !ok) return ok;
+    if (auto ok = post_chain(lane, plan, count, stop, chain, pieces); !ok) return ok;
     left -= count;
   }
   return {};
@@ -82,6 +90,8 @@ Result<std::vector<Mark>> run_bandwidth(std::vector<Lane>& lanes, CompletionQueu
   marks.reserve(plan.ops_per_lane ? plan.ops_per_lane * lanes.size() / plan.cq_mod + 16 : 1 << 16);
   std::vector<WorkRequest> chain;
   chain.reserve(plan.depth);
+  std::vector<Segment> pieces;
+  pieces.reserve(plan.depth);
   std::array<Completion, kPollBatch> batch;
   const auto start = Clock::now();
   auto last_progress = start;
@@ -101,7 +111,7 @@ Result<std::vector<Mark>> run_bandwidth(std::vector<Lane>& lanes, CompletionQueu
     bool all_done = true;
     for (std::size_t i = 0; i < lanes.size(); ++i) {
       Lane& lane = lanes[i];
-      if (auto ok = refill(lane, plan, stops[i], chain); !ok) return std::unexpected(ok.error());
+      if (auto ok = refill(lane, plan, stops[i], chain, pieces); !ok) return std::unexpected(ok.error());
       if (lane.completed < lane.posted || lane.posted < stops[i]) all_done = false;
     }
     if (all_done) break;

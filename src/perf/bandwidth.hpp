@@ -21,6 +21,10 @@ struct Lane {
   Connection* connection = nullptr;
   Segment local;
   RemoteAddress remote;
+  // The k-th operation moves position k % positions: `stride` bytes further into both buffers per position
+  // (--working-set). One position: every operation reuses the same slot, as perftest does.
+  std::uint64_t positions = 1;
+  std::uint64_t stride = 0;
   std::uint64_t posted = 0;
   std::uint64_t completed = 0;
   std::deque<std::pair<std::uint64_t, std::uint64_t>> signaled;  // (id, posted count it covers), in order

@@ -1,4 +1,5 @@
 // The client (driving) side of a run.
+#include <algorithm>
 #include <chrono>
 
 #include "perf/bandwidth.hpp"
@@ -31,15 +32,19 @@ RunInfo describe(const Params& params, const Context& context) {
   info.cq_mod = params.cq_mod;
   info.bidirectional = params.bidirectional;
   info.verify = params.verify;
+  info.working_set = params.working_set;
   return info;
 }
 
-std::vector<Lane> make_lanes(const Session& session, std::uint64_t size) {
+std::vector<Lane> make_lanes(const Session& session, const Params& params, std::uint64_t size) {
   std::vector<Lane> lanes(session.data.size());
   for (std::size_t i = 0; i < lanes.size(); ++i) {
     lanes[i].connection = session.data[i].get();
     lanes[i].local = session.send_segment(i, size);
     lanes[i].remote = session.remote_address(i);
+    // The send area and the peer's receive area are each recv_capacity() >= working_set bytes long.
+    lanes[i].positions = positions_per_lane(params.working_set, size);
+    lanes[i].stride = size;
   }
   return lanes;
 }
@@ -63,7 +68,7 @@ Result<std::uint64_t> measure(const Params& params, Session& session, std::uint6
   const std::uint64_t iterations = params.duration.count() ? 0 : effective_iterations(params);
   const std::uint64_t warmup = effective_warmup(params);
   if (is_bandwidth(params.test)) {
-    auto lanes = make_lanes(session, size);
+    auto lanes = make_lanes(session, params, size);
     BandwidthPlan plan{.opcode = bandwidth_opcode(params.test),
                        .ops_per_lane = warmup,
                        .until = std::nullopt,
@@ -147,7 +152,11 @@ Result<Row> run_size(const Params& params, Session& session, std::uint64_t size)
         size, std::vector<Mark>{{verdict->ops, static_cast<std::int64_t>(verdict->seconds * 1e9)}});
   if (params.verify) {
     if (auto pulled = pull_mirror(session); !pulled) return std::unexpected(pulled.error());
-    std::string problem = verify_size(session, params.test, params.bidirectional, Role::Client, size, *count);
+    // The warm-up and the timed run each walk from the first position.
+    const std::uint64_t per_lane =
+        std::max(effective_warmup(params), params.duration.count() ? 0 : effective_iterations(params));
+    std::string problem =
+        verify_size(session, params.test, params.bidirectional, Role::Client, size, *count, per_lane);
     if (!problem.empty())
       return fail(Errc::ProtocolError, "data check failed at " + std::to_string(size) + " bytes: " + problem);
     row.verified = true;

@@ -94,6 +94,11 @@ Result<void> check_hello(const ControlMessage& hello) {
     return fail(Errc::ProtocolError, "Hello: largest size " + std::to_string(hello.size) + " (at least 8)");
   auto layout = plan_layout(hello.connections, hello.size, true);
   if (!layout) return std::unexpected(layout.error());
+  if (hello.ops != 0 && test != Test::WriteBw && test != Test::ReadBw)
+    return fail(Errc::ProtocolError, "Hello: a working set for " + std::string(to_string(test)));
+  if (hello.ops > hello.size)
+    return fail(Errc::ProtocolError, "Hello: working set " + std::to_string(hello.ops) +
+                                         " is larger than the buffers' " + std::to_string(hello.size));
   return {};
 }
 

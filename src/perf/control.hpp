@@ -34,9 +34,11 @@ struct ControlMessage {
   std::uint8_t bidirectional = 0;
   std::uint32_t connections = 0;
   std::uint32_t tx_depth = 0;
-  std::uint64_t size = 0;        // Hello: the largest size; Begin/End: this size
-  std::uint64_t count = 0;       // End: operations posted per connection, warm-up included
-  std::uint64_t ops = 0;         // Verdict (bidirectional): operations the server timed
+  std::uint64_t size = 0;   // Hello: the largest size; Begin/End: this size
+  std::uint64_t count = 0;  // End: operations posted per connection, warm-up included
+  // Verdict (bidirectional): operations the server timed; Hello: the client's --working-set (0: none);
+  // Begin: warm-up operations per connection
+  std::uint64_t ops = 0;
   double seconds = 0;            // Verdict (bidirectional): the server's timed span
   std::uint8_t region[48] = {};  // Hello/Welcome: RemoteRegion::serialize()
   char text[112] = {};           // Verdict: what failed

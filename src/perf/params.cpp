@@ -66,12 +66,12 @@ Result<void> apply_flag(Params& p, std::string_view name) {
 }
 
 bool takes_value(std::string_view name) {
-  static constexpr std::array<std::string_view, 24> kWithValue{
-      "-s",         "--size",     "-n",          "--iters",   "-D",
-      "--duration", "-w",         "--warmup",    "-q",        "--connections",
-      "-t",         "--tx-depth", "--transport", "-d",        "--ib-dev",
-      "-p",         "--port",     "--mode",      "--cq-mod",  "--listen",
-      "--max-size", "--format",   "--post-list", "--use_cuda"};
+  static constexpr std::array<std::string_view, 25> kWithValue{
+      "-s",         "--size",     "-n",          "--iters",    "-D",
+      "--duration", "-w",         "--warmup",    "-q",         "--connections",
+      "-t",         "--tx-depth", "--transport", "-d",         "--ib-dev",
+      "-p",         "--port",     "--mode",      "--cq-mod",   "--listen",
+      "--max-size", "--format",   "--post-list", "--use_cuda", "--working-set"};
   return std::find(kWithValue.begin(), kWithValue.end(), name) != kWithValue.end();
 }
 
@@ -88,6 +88,10 @@ Result<void> apply_value(Params& p, std::string_view name, std::string_view v) {
     auto size = parse_size(v);
     if (!size) return std::unexpected(size.error());
     p.sizes = {*size};
+  } else if (name == "--working-set") {
+    auto size = parse_size(v);
+    if (!size) return std::unexpected(size.error());
+    p.working_set = *size;
   } else if (name == "--max-size") {
     auto size = parse_size(v);
     if (!size) return std::unexpected(size.error());
@@ -156,6 +160,12 @@ Result<void> check(Params& p) {
                   "-s: latency tests need at least 1 byte (the last byte carries the signal)");
     if (size > (std::uint64_t{1} << 31)) return fail(Errc::InvalidArgument, "-s: at most 2 GiB per message");
   }
+  if (p.working_set != 0 && p.test != Test::WriteBw && p.test != Test::ReadBw)
+    return fail(Errc::InvalidArgument,
+                "--working-set: write_bw and read_bw walk a working set (a send or a latency round trip "
+                "reuses one slot)");
+  if (p.working_set > (std::uint64_t{1} << 31))
+    return fail(Errc::InvalidArgument, "--working-set: at most 2 GiB per connection");
   if (p.bidirectional && p.test != Test::WriteBw && p.test != Test::ReadBw)
     return fail(Errc::InvalidArgument, "-b: bidirectional runs are supported for write_bw and read_bw");
   if (!is_bandwidth(p.test) && p.connections != 1)
@@ -207,7 +217,13 @@ std::uint64_t effective_warmup(const Params& params) noexcept {
 }
 
 std::uint64_t max_size(const Params& params) noexcept {
-  return std::max<std::uint64_t>(8, *std::max_element(params.sizes.begin(), params.sizes.end()));
+  return std::max(
+      {std::uint64_t{8}, *std::max_element(params.sizes.begin(), params.sizes.end()), params.working_set});
+}
+
+std::uint64_t positions_per_lane(std::uint64_t working_set, std::uint64_t size) noexcept {
+  if (working_set == 0 || size == 0) return 1;
+  return std::max<std::uint64_t>(1, working_set / size);
 }
 
 std::vector<std::uint64_t> size_sweep(std::uint64_t from, std::uint64_t to) {
@@ -301,7 +317,9 @@ std::string usage() {
          "      --mode poll|block completion mode (-e = block); write_lat always polls memory\n"
          "      --json, --csv     machine-readable output (--format table|json|csv)\n"
          "      --no-verify       skip the data check after each size\n"
-         "      --use-cuda        this side's buffer in CUDA device memory (--use_cuda=0 also accepted)\n";
+         "      --use-cuda        this side's buffer in CUDA device memory (--use_cuda=0 also accepted)\n"
+         "      --working-set N   write_bw/read_bw: each connection walks N bytes of both buffers, one\n"
+         "                        message after the next (default: one message-sized slot, cache-resident)\n";
 }
 
 }  // namespace rdmakit::perf

@@ -52,16 +52,24 @@ struct Params {
   // This side's buffer: host memory, or CUDA device memory (--use-cuda, perftest's --use_cuda), which the
   // transport moves along its device path (docs/gpu.md). Each side chooses its own, as with perftest.
   MemoryKind memory = MemoryKind::Host;
+  // write_bw / read_bw (--working-set): each connection's operations walk this many bytes of both sides'
+  // buffers, one message-sized position after the next, instead of reusing one message-sized slot. A
+  // working set larger than the last-level cache measures DRAM, which is what moving a KV cache or a
+  // checkpoint sees; 0 keeps perftest's one slot (a cache figure for small messages).
+  std::uint64_t working_set = 0;
 };
 
 // Bandwidth tests default to 5000 operations per size, latency tests to 1000 round trips (perftest's
 // defaults).
 std::uint64_t effective_iterations(const Params& params) noexcept;
 std::uint64_t effective_warmup(const Params& params) noexcept;
-// The largest message of the run: it sizes the registered buffers.
+// The largest message of the run, or the working set when larger: it sizes the registered buffers.
 std::uint64_t max_size(const Params& params) noexcept;
 
 // Powers of two from `from` to `to` inclusive (perftest -a sweeps 2 B .. 8 MiB).
+// How many message-sized positions a connection's operations cycle through: the working set's, else 1.
+std::uint64_t positions_per_lane(std::uint64_t working_set, std::uint64_t size) noexcept;
+
 std::vector<std::uint64_t> size_sweep(std::uint64_t from, std::uint64_t to);
 // "4096", "64K", "1M", "16m" -> bytes.
 Result<std::uint64_t> parse_size(std::string_view text);

@@ -65,8 +65,9 @@ std::string table_header(const RunInfo& info, bool bandwidth) {
       "  connections=" + std::to_string(info.connections) + "  tx_depth=" + std::to_string(info.tx_depth) +
       (bandwidth ? "  cq_mod=" + std::to_string(info.cq_mod) : std::string()) +
       (info.bidirectional ? "  bidirectional" : "") + "  verify=" + (info.verify ? "on" : "off") +
-      (info.memory != "host" ? "  memory=" + info.memory : std::string()) + "\n# threads: " + info.threads +
-      "\n";
+      (info.memory != "host" ? "  memory=" + info.memory : std::string()) +
+      (info.working_set ? "  working_set=" + std::to_string(info.working_set) : std::string()) +
+      "\n# threads: " + info.threads + "\n";
   if (bandwidth)
     return out + pad("#bytes", 10) + pad("#iterations", 13) + pad("BW peak[MB/s]", 15) +
            pad("BW avg[MB/s]", 15) + pad("BW avg[Gb/s]", 14) + pad("MsgRate[Mpps]", 15) + "\n";
@@ -97,7 +98,7 @@ std::string to_json(const Report& report) {
       ", \"tx_depth\": " + std::to_string(i.tx_depth) + ", \"cq_mod\": " + std::to_string(i.cq_mod) +
       ", \"bidirectional\": " + (i.bidirectional ? "true" : "false") +
       ", \"verify\": " + (i.verify ? "true" : "false") + ", \"memory\": " + quoted(i.memory) +
-      ", \"results\": [";
+      ", \"working_set\": " + std::to_string(i.working_set) + ", \"results\": [";
   for (std::size_t r = 0; r < report.rows.size(); ++r)
     out += (r ? ",\n  " : "\n  ") + json_row(report.rows[r]);
   return out + "]}\n";

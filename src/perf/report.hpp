@@ -21,7 +21,8 @@ struct RunInfo {
   std::uint32_t cq_mod = 0;
   bool bidirectional = false;
   bool verify = true;
-  std::string memory = "host";  // this side's buffer: "host", or "cuda (<path>)" with --use-cuda
+  std::string memory = "host";    // this side's buffer: "host", or "cuda (<path>)" with --use-cuda
+  std::uint64_t working_set = 0;  // --working-set bytes per connection; 0: one message-sized slot
 };
 
 struct Row {

@@ -1,5 +1,6 @@
 // The server (following) side of a run: prepares buffers for each size, serves two-sided and ping-pong
 // tests, runs its own direction of a bidirectional test, and checks the data when the client is done.
+#include <algorithm>
 #include <chrono>
 
 #include "perf/bandwidth.hpp"
@@ -57,7 +58,9 @@ Result<BandwidthSummary> own_direction(const Params& params, Session& session, c
   for (std::size_t i = 0; i < lanes.size(); ++i)
     lanes[i] = Lane{.connection = session.data[i].get(),
                     .local = session.send_segment(i, run.size),
-                    .remote = session.remote_address(i)};
+                    .remote = session.remote_address(i),
+                    .positions = positions_per_lane(session.working_set, run.size),
+                    .stride = run.size};
   BandwidthPlan plan{.opcode = run.test == Test::ReadBw ? Opcode::Read : Opcode::Write,
                      .ops_per_lane = run.warmup,
                      .until = std::nullopt,
@@ -159,9 +162,9 @@ Result<void> serve_size(const Params& params, Session& session, const ControlMes
   if (*own) verdict.ops = (*own)->ops, verdict.seconds = (*own)->seconds;
   if (begin.ok) {
     auto pulled = pull_mirror(session);
-    std::string problem =
-        pulled ? verify_size(session, run.test, run.bidirectional, Role::Server, run.size, end->count)
-               : pulled.error().message();
+    std::string problem = pulled ? verify_size(session, run.test, run.bidirectional, Role::Server, run.size,
+                                               end->count, std::max(run.warmup, run.iterations))
+                                 : pulled.error().message();
     if (!problem.empty()) verdict.ok = 0, verdict.set_text(problem);
   }
   if (auto ok = session.control->send(verdict); !ok) return std::unexpected(ok.error());

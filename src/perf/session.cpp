@@ -160,6 +160,8 @@ Result<Session> connect_session(const Params& params, std::shared_ptr<Context> c
   hello.connections = params.connections;
   hello.tx_depth = params.tx_depth;
   hello.size = max_size(params);
+  hello.ops = params.working_set;
+  session.working_set = params.working_set;
   put_region(hello, *session.local);
   if (auto ok = session.control->send(hello); !ok) return std::unexpected(ok.error());
 
@@ -216,6 +218,7 @@ Result<Session> accept_session(const Params& params, std::shared_ptr<Context> co
     return std::unexpected(ok.error());
   }
   session.hello = *hello;
+  session.working_set = hello->ops;
   if (auto ok = take_remote(session, *hello); !ok) return std::unexpected(ok.error());
 
   if (auto ok = make_cqs(session); !ok) return std::unexpected(ok.error());

@@ -29,6 +29,9 @@ struct Session {
   std::uint64_t slot_bytes = 0;
   std::uint64_t send_offset = 0;
   ControlMessage hello;  // what the client asked for (both sides keep it)
+  // write_bw / read_bw: the bytes of each lane's areas that the initiator's operations walk (the Hello's
+  // `ops`); 0: one message-sized slot.
+  std::uint64_t working_set = 0;
   // --use-cuda: the CPU never touches device memory, so it fills and checks this host copy of `local`,
   // moved to and from the device with the CUDA runtime before and after each size (untimed). Empty for
   // host memory, where the areas are `local` itself.

@@ -125,6 +125,18 @@ TEST_F(HostileClient, HelloWhoseLayoutOverflowsIsRefused) {
   EXPECT_FALSE(server_result().has_value());
 }
 
+// A working set beyond the buffers the Hello sized would make the server zero and check memory past them.
+TEST_F(HostileClient, HelloWhoseWorkingSetExceedsItsBuffersIsRefused) {
+  ControlMessage message = hello_for(*memory_, 4096, 1);
+  message.ops = std::uint64_t{1} << 30;  // the working set
+  auto welcome = hello(message);
+  ASSERT_TRUE(welcome.has_value()) << welcome.error().describe();
+  EXPECT_EQ(welcome->kind, MessageKind::Welcome);
+  EXPECT_FALSE(welcome->ok);
+  EXPECT_NE(welcome->get_text().find("working set"), std::string::npos) << welcome->get_text();
+  EXPECT_FALSE(server_result().has_value());
+}
+
 // A client must prove the secret (the job secret, or without one the per-user secret) before the server
 // reads a control message: one that does not gets a nonce and a closed connection, and the server goes on
 // waiting for a client that can.

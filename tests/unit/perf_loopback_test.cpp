@@ -9,6 +9,8 @@
 
 #include "fake_cudart/fake_cudart.hpp"
 #include "perf/params.hpp"
+#include "perf/pattern.hpp"
+#include "perf/roles.hpp"
 #include "perf/run.hpp"
 #include "perf/session.hpp"
 
@@ -102,6 +104,56 @@ TEST_P(PerfLoopback, WindowRefillRunsExactCountsAndTimedStops) {
   EXPECT_GT(timed->rows[0].iterations, 0u);
   EXPECT_EQ(timed->rows[0].iterations % 100, 0u) << "a timed run ends on a signaled operation";
   EXPECT_TRUE(timed->rows[0].verified);
+}
+
+// --working-set: each connection's operations walk the working set, one message after the next, on both
+// sides (-b too); the check covers every position the run reached.
+TEST_P(PerfLoopback, WorkingSetWalksEveryPositionOfBothBuffers) {
+  struct Case {
+    std::vector<std::string_view> args;
+    std::uint64_t working_set;
+  };
+  const std::vector<Case> cases = {
+      {{"write_bw", "x", "-s", "4096", "-n", "40", "-w", "8", "--working-set", "256K"}, 256 << 10},
+      {{"write_bw", "x", "-a", "--max-size", "64K", "-n", "64", "-w", "8", "--working-set", "128K", "-q",
+        "2"},
+       128 << 10},
+      {{"write_bw", "x", "-s", "1000", "-n", "80", "-w", "8", "--working-set", "64K", "-b"}, 64 << 10},
+      {{"read_bw", "x", "-s", "8192", "-n", "40", "-w", "8", "--working-set", "384K", "-q", "2", "-b"},
+       384 << 10},
+      {{"write_bw", "x", "-s", "64K", "-D", "1", "--working-set", "1M"}, 1 << 20},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(std::string(c.args[0]) + " over a working set of " + std::to_string(c.working_set));
+    auto report = run_pair(GetParam(), c.args);
+    ASSERT_TRUE(report) << report.error().describe();
+    EXPECT_EQ(report->info.working_set, c.working_set);
+    for (const Row& row : report->rows) EXPECT_TRUE(row.verified) << row.bytes;
+  }
+}
+
+// The check itself: a position the run reached but that never received the pattern is named; positions
+// beyond the operations made are not judged.
+TEST_P(PerfLoopback, WorkingSetCheckNamesAPositionThatWasNotWritten) {
+  auto params = parse_args(std::vector<std::string_view>{"write_bw", "--transport", GetParam()});
+  ASSERT_TRUE(params) << params.error().describe();
+  auto context = open_context(*params);
+  ASSERT_TRUE(context) << context.error().describe();
+  Session session;
+  session.data.resize(1);  // one lane; its connection is not used by the check
+  session.working_set = 64 << 10;
+  session.slot_bytes = 64 << 10;
+  auto region = (*context)->allocate(session.slot_bytes, Access::LocalWrite);
+  ASSERT_TRUE(region) << region.error().describe();
+  session.local = *region;
+  constexpr std::uint64_t kSize = 4096;  // 16 positions
+  prepare_size(session, perf::Test::WriteBw, false, Role::Server, kSize);
+  auto* area = static_cast<std::uint8_t*>(session.local->data());
+  for (std::uint64_t p = 0; p < 15; ++p) fill_pattern(area + p * kSize, kSize, kSize);  // not position 15
+  auto problem = verify_size(session, perf::Test::WriteBw, false, Role::Server, kSize, 40, 40);
+  EXPECT_NE(problem.find("position 15"), std::string::npos) << problem;
+  EXPECT_EQ(verify_size(session, perf::Test::WriteBw, false, Role::Server, kSize, 15, 15), "")
+      << "15 operations reach positions 0-14 only";
 }
 
 // --use-cuda (perftest's --use_cuda): each side's buffer in device memory of the fake CUDA runtime, which

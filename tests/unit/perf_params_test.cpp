@@ -66,6 +66,19 @@ TEST(PerfParams, UseCudaPlacesThisSidesBufferInDeviceMemory) {
   EXPECT_TRUE(parse({"atomic_lat", "--use-cuda"})) << "the server's counter may be device memory";
 }
 
+// --working-set sizes both sides' buffers (max_size) and gives each size its number of positions.
+TEST(PerfParams, WorkingSetSizesTheBuffersAndCountsPositions) {
+  auto p = parse({"write_bw", "h", "-s", "64K", "--working-set", "1G"});
+  ASSERT_TRUE(p) << p.error().describe();
+  EXPECT_EQ(p->working_set, std::uint64_t{1} << 30);
+  EXPECT_EQ(max_size(*p), std::uint64_t{1} << 30);
+  EXPECT_EQ(positions_per_lane(p->working_set, 65536), 16384u);
+  EXPECT_EQ(positions_per_lane(p->working_set, 3000), (std::uint64_t{1} << 30) / 3000);
+  EXPECT_EQ(positions_per_lane(0, 65536), 1u) << "no working set: one slot";
+  EXPECT_EQ(positions_per_lane(4096, 65536), 1u) << "a message larger than the working set: one slot";
+  EXPECT_EQ(max_size(*parse({"read_bw", "-s", "8M", "--working-set", "1M"})), 8u << 20);
+}
+
 TEST(PerfParams, ErrorsNameTheArgument) {
   auto expect_error = [](std::vector<std::string_view> args, std::string_view fragment) {
     auto p = parse_args(args);
@@ -81,6 +94,9 @@ TEST(PerfParams, ErrorsNameTheArgument) {
   expect_error({"send_bw", "h", "-b"}, "-b");
   expect_error({"write_bw", "--mode", "sometimes"}, "sometimes");
   expect_error({}, "name a test");
+  expect_error({"write_lat", "--working-set", "1M"}, "--working-set");
+  expect_error({"send_bw", "--working-set", "1M"}, "--working-set");
+  expect_error({"write_bw", "--working-set", "3G"}, "2 GiB");
 }
 
 TEST(PerfStats, LatencyPercentiles) {
