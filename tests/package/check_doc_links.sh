@@ -18,6 +18,9 @@ while IFS= read -r file; do
     fi
     resolved=$(realpath -m "$dir/$target")
     if [[ "$resolved" != "$root"/* ]]; then echo "$file: $target leaves the repository"; status=1
+    elif [[ "$target" == *'*'* ]]; then
+      # A pattern such as ../plots/shm-*.png names a family of files: at least one must exist.
+      compgen -G "$resolved" > /dev/null || { echo "$file: nothing matches $target"; status=1; }
     elif [ ! -e "$resolved" ]; then echo "$file: $target does not exist"; status=1; fi
   done
   if grep -nE '(^|[ `(])/(work|home|shared)/' "$file"; then echo "$file: names a directory of one machine"; status=1; fi
