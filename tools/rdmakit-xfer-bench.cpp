@@ -4,6 +4,11 @@
 //                      [--connections 2] [--duration 3] [--segment 256M] [--inflight 256]
 //                      [--devices D1,D2] [--owner-devices D2,D1] [--peer-timeout-ms 2000]
 //   rdmakit-xfer-bench --broadcast 1,2,3 [--transport tcp] [--bcast-size 256M] [--chunk 4M]
+//   rdmakit-xfer-bench --memcpy [--op write|read] [--block 64K] [--batch 16] [--duration 3] [--segment 256M]
+//
+// --memcpy is the bound of a batch: one thread memcpy()s the same pieces (block bytes at the same rotating
+// slots, into and out of buffers of the same footprint as the engine's segment and local memory), in this
+// process, with no engine; its row reads "memcpy" in the transport column.
 //
 // The segment owner runs in a second process (this program with --serve, started and stopped here). Each
 // thread submits batches of `batch` requests of `block` bytes at rotating offsets and waits for each; a
@@ -47,6 +52,7 @@ struct Args {
   std::chrono::milliseconds peer_timeout = EngineOptions{}.peer_timeout;
   double duration = 3;
   bool serve = false;
+  bool memcpy = false;  // the baseline: one thread copying the same pieces, no engine
 };
 
 std::uint64_t parse_size(const std::string& text) {
@@ -73,6 +79,10 @@ Args parse(int argc, char** argv) {
     std::string flag = argv[i];
     if (flag == "--serve") {
       a.serve = true;
+      continue;
+    }
+    if (flag == "--memcpy") {
+      a.memcpy = true;
       continue;
     }
     if (i + 1 >= argc) throw std::runtime_error("missing value of " + flag);
@@ -119,6 +129,8 @@ Args parse(int argc, char** argv) {
   // bytes (the footprint of rdmakit-perf's reused buffer).
   a.segment = std::max(a.segment, a.block);
   if (a.owner_devices.empty()) a.owner_devices = a.devices;
+  if (a.memcpy && (a.serve || !a.broadcast.empty() || a.threads != 1))
+    throw std::runtime_error("--memcpy runs alone, on one thread (no --serve, --broadcast or --threads)");
   return a;
 }
 
@@ -325,6 +337,49 @@ int run(Args a) {
   return ok ? 0 : 1;
 }
 
+// The bound of a batch: one thread copying the pieces the engine's worker would submit, between buffers
+// of the same footprint (the local memory and the segment), timed the same way.
+int run_memcpy(const Args& a) {
+  std::vector<std::byte> local(a.segment), remote(a.segment);
+  std::memset(local.data(), 1, local.size());
+  std::memset(remote.data(), 2, remote.size());
+  const auto slots = a.segment / a.block;
+  const bool write = a.op == "write";
+  std::uint64_t next = 0, bytes = 0;
+  std::vector<double> latencies;
+  auto copy_batch = [&] {
+    for (std::uint32_t i = 0; i < a.batch; ++i) {
+      auto at = (next++ % slots) * a.block;
+      if (write)
+        std::memcpy(remote.data() + at, local.data() + at, a.block);
+      else
+        std::memcpy(local.data() + at, remote.data() + at, a.block);
+    }
+  };
+  for (auto warm = Clock::now() + 500ms; Clock::now() < warm;) copy_batch();
+  auto start = Clock::now();
+  auto end = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(a.duration));
+  while (Clock::now() < end) {
+    auto t = Clock::now();
+    copy_batch();
+    latencies.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t).count());
+    bytes += std::uint64_t{a.batch} * a.block;
+  }
+  auto seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  // The copies must not be optimized away: a byte of the destination is reported.
+  volatile auto sink = (write ? remote : local)[0];
+  (void)sink;
+  std::printf(
+      "| transport | op | block | batch | threads | conns | GB/s | batches/s | p50 us | p99 us | p999 us | "
+      "WR/req | metadata trips (data path) | verified "
+      "|\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+  std::printf("| memcpy | %s | %llu | %u | 1 | 0 | %.3f | %.0f | %.1f | %.1f | %.1f | 0 | 0 | n/a |\n",
+              a.op.c_str(), (unsigned long long)a.block, a.batch, bytes / seconds / 1e9,
+              latencies.size() / seconds, percentile(latencies, 0.5), percentile(latencies, 0.99),
+              percentile(latencies, 0.999));
+  return 0;
+}
+
 // One broadcast to n receivers, every node a thread with its own context; end to end: from the sender's
 // chain being connected to the last receiver done.
 double broadcast_once(const Args& a, std::uint32_t n, int round) {
@@ -406,6 +461,7 @@ int broadcast(const Args& a) {
 int main(int argc, char** argv) {
   try {
     auto a = parse(argc, argv);
+    if (a.memcpy) return run_memcpy(a);
     // No store given: this process serves a builtin one (the --serve child gets its URL).
     std::unique_ptr<MetadataServer> server;
     if (a.metadata.empty()) {
