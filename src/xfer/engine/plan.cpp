@@ -12,67 +12,92 @@ std::uint64_t stripe_size(const PlanLimits& limits) {
                                  std::min({limits.stripe_bytes, limits.max_message, std::uint64_t{1} << 30}));
 }
 
-void add_stripes(const PlanItem& item, std::uint64_t stripe, std::vector<PlannedOp>& out) {
-  for (std::uint64_t done = 0; done < item.length; done += stripe) {
-    auto length = std::min(stripe, item.length - done);
-    out.push_back(PlannedOp{item.segment,
-                            item.write,
-                            item.offset + done,
-                            length,
-                            {LocalPiece{item.region, item.local + done, static_cast<std::uint32_t>(length)}},
-                            {item.request}});
+// While a plan is built an op's pieces and requests are the tails of the flat arrays (only the last op
+// grows); its views are set once every array has its final place.
+struct Building {
+  Plan out;
+  std::vector<std::uint32_t> first_request;  // by op
+
+  void open(const PlanItem& item, std::uint64_t offset, std::uint64_t length, std::uint64_t local) {
+    out.ops.push_back(
+        PlannedOp{item.segment, item.write, offset, length, static_cast<std::uint32_t>(out.pieces.size())});
+    out.pieces.push_back(LocalPiece{item.region, local, static_cast<std::uint32_t>(length)});
+    first_request.push_back(static_cast<std::uint32_t>(out.requests.size()));
+    out.requests.push_back(item.request);
   }
+  std::span<const LocalPiece> pieces_of_last() const {
+    return std::span(out.pieces).subspan(out.ops.back().first_piece);
+  }
+  Plan finish() {
+    for (std::size_t k = 0; k < out.ops.size(); ++k) {
+      auto& op = out.ops[k];
+      auto pieces_end = k + 1 < out.ops.size() ? out.ops[k + 1].first_piece : out.pieces.size();
+      auto requests_end = k + 1 < out.ops.size() ? first_request[k + 1] : out.requests.size();
+      op.local = std::span(out.pieces).subspan(op.first_piece, pieces_end - op.first_piece);
+      op.requests = std::span(out.requests).subspan(first_request[k], requests_end - first_request[k]);
+    }
+    return std::move(out);
+  }
+};
+
+void add_stripes(const PlanItem& item, std::uint64_t stripe, Building& b) {
+  for (std::uint64_t done = 0; done < item.length; done += stripe)
+    b.open(item, item.offset + done, std::min(stripe, item.length - done), item.local + done);
 }
 
-// Whether `item` can join `op` (which ends where `item` starts in the segment).
-bool joins(const PlannedOp& op, const PlanItem& item, const PlanLimits& limits) {
+// Whether `item` can join the last op (which ends where `item` starts in the segment).
+bool joins(const Building& b, const PlanItem& item, const PlanLimits& limits) {
+  const auto& op = b.out.ops.back();
   if (op.segment != item.segment || op.write != item.write) return false;
   if (op.offset + op.length != item.offset) return false;
   if (op.length + item.length > std::min(limits.coalesce_bytes, limits.max_message)) return false;
-  const auto& last = op.local.back();
+  auto pieces = b.pieces_of_last();
+  const auto& last = pieces.back();
   bool extends_local = last.region == item.region && last.addr + last.length == item.local;
-  return extends_local || op.local.size() < limits.max_sge;
+  return extends_local || pieces.size() < limits.max_sge;
 }
 
-void join(PlannedOp& op, const PlanItem& item) {
-  auto& last = op.local.back();
+void join(Building& b, const PlanItem& item) {
+  auto& op = b.out.ops.back();
+  auto& last = b.out.pieces.back();
   if (last.region == item.region && last.addr + last.length == item.local) {
     last.length += static_cast<std::uint32_t>(item.length);
   } else {
-    op.local.push_back(LocalPiece{item.region, item.local, static_cast<std::uint32_t>(item.length)});
+    b.out.pieces.push_back(LocalPiece{item.region, item.local, static_cast<std::uint32_t>(item.length)});
   }
   op.length += item.length;
-  if (op.requests.back() != item.request) op.requests.push_back(item.request);
+  if (b.out.requests.back() != item.request) b.out.requests.push_back(item.request);
 }
 
 }  // namespace
 
-std::vector<PlannedOp> plan(std::span<const PlanItem> items, const PlanLimits& limits) {
+Plan plan(std::span<const PlanItem> items, const PlanLimits& limits) {
   const auto stripe = stripe_size(limits);
-  std::vector<PlannedOp> out;
+  Building b;
+  b.out.ops.reserve(items.size());
+  b.out.pieces.reserve(items.size());
+  b.out.requests.reserve(items.size());
   std::vector<PlanItem> small;
+  small.reserve(items.size());
   for (const auto& item : items) {
     if (item.length <= limits.coalesce_bytes && item.length <= stripe) {
       small.push_back(item);
     } else {
-      add_stripes(item, stripe, out);
+      add_stripes(item, stripe, b);
     }
   }
-  // Adjacent in the segment once sorted: then runs of them merge.
-  std::ranges::sort(small, {}, [](const PlanItem& i) { return std::tuple(i.segment, i.write, i.offset); });
+  // Adjacent in the segment once sorted: then runs of them merge. (Stable: requests to one offset keep
+  // their order, and a sorted list, the common case, is left as it is.)
+  auto key = [](const PlanItem& i) { return std::tuple(i.segment, i.write, i.offset); };
+  if (!std::ranges::is_sorted(small, {}, key)) std::ranges::stable_sort(small, {}, key);
   for (const auto& item : small) {
-    if (!out.empty() && joins(out.back(), item, limits)) {
-      join(out.back(), item);
+    if (!b.out.ops.empty() && joins(b, item, limits)) {
+      join(b, item);
     } else {
-      out.push_back(PlannedOp{item.segment,
-                              item.write,
-                              item.offset,
-                              item.length,
-                              {LocalPiece{item.region, item.local, static_cast<std::uint32_t>(item.length)}},
-                              {item.request}});
+      b.open(item, item.offset, item.length, item.local);
     }
   }
-  return out;
+  return b.finish();
 }
 
 }  // namespace rdmakit::xfer::detail
