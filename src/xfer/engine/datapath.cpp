@@ -176,7 +176,8 @@ Result<std::shared_ptr<PreparedImpl>> EngineImpl::prepare_impl(std::span<const R
     prepared->op_handles.push_back(h);
     for (std::size_t j = 0; j < p.local.size(); ++j) {
       std::pair<std::uint32_t, std::uint32_t> pair{h, prepared->piece_regions[p.first_piece + j]};
-      if (std::ranges::find(prepared->handle_regions, pair) == prepared->handle_regions.end())
+      if ((prepared->handle_regions.empty() || prepared->handle_regions.back() != pair) &&
+          std::ranges::find(prepared->handle_regions, pair) == prepared->handle_regions.end())
         prepared->handle_regions.push_back(pair);
     }
   }

@@ -73,23 +73,29 @@ void join(Building& b, const PlanItem& item) {
 
 Plan plan(std::span<const PlanItem> items, const PlanLimits& limits) {
   const auto stripe = stripe_size(limits);
+  auto is_small = [&](const PlanItem& item) {
+    return item.length <= limits.coalesce_bytes && item.length <= stripe;
+  };
+  auto key = [](const PlanItem& i) { return std::tuple(i.segment, i.write, i.offset); };
   Building b;
   b.out.ops.reserve(items.size());
   b.out.pieces.reserve(items.size());
   b.out.requests.reserve(items.size());
-  std::vector<PlanItem> small;
-  small.reserve(items.size());
-  for (const auto& item : items) {
-    if (item.length <= limits.coalesce_bytes && item.length <= stripe) {
-      small.push_back(item);
-    } else {
-      add_stripes(item, stripe, b);
-    }
-  }
   // Adjacent in the segment once sorted: then runs of them merge. (Stable: requests to one offset keep
-  // their order, and a sorted list, the common case, is left as it is.)
-  auto key = [](const PlanItem& i) { return std::tuple(i.segment, i.write, i.offset); };
-  if (!std::ranges::is_sorted(small, {}, key)) std::ranges::stable_sort(small, {}, key);
+  // their order.) The common list, all small and in order already, is planned where it lies, uncopied.
+  std::vector<PlanItem> copy;
+  std::span<const PlanItem> small = items;
+  if (!std::ranges::all_of(items, is_small) || !std::ranges::is_sorted(items, {}, key)) {
+    copy.reserve(items.size());
+    for (const auto& item : items) {
+      if (is_small(item))
+        copy.push_back(item);
+      else
+        add_stripes(item, stripe, b);
+    }
+    std::ranges::stable_sort(copy, {}, key);
+    small = copy;
+  }
   for (const auto& item : small) {
     if (!b.out.ops.empty() && joins(b, item, limits)) {
       join(b, item);
