@@ -28,6 +28,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <iostream>
 #include <mutex>
 #include <sstream>
@@ -179,6 +180,9 @@ class Owner {
   Owner(const Args& a) {
     int in[2], out[2];
     if (::pipe(in) != 0 || ::pipe(out) != 0) throw std::runtime_error("pipe");
+    // The path /proc/self/exe names, resolved before the fork: under valgrind the link itself leads to
+    // the tool's launcher, while readlink() of it gives this program (the owner then runs natively).
+    auto self = std::filesystem::read_symlink("/proc/self/exe").string();
     pid_ = ::fork();
     if (pid_ == 0) {
       ::dup2(in[0], 0);
@@ -187,9 +191,9 @@ class Owner {
       ::close(out[0]);
       auto segment = std::to_string(a.segment);
       auto timeout = std::to_string(a.peer_timeout.count());
-      ::execl("/proc/self/exe", "rdmakit-xfer-bench", "--serve", "--transport", a.transport.c_str(),
-              "--metadata", a.metadata.c_str(), "--segment", segment.c_str(), "--owner-devices",
-              a.owner_devices.c_str(), "--peer-timeout-ms", timeout.c_str(), nullptr);
+      ::execl(self.c_str(), "rdmakit-xfer-bench", "--serve", "--transport", a.transport.c_str(), "--metadata",
+              a.metadata.c_str(), "--segment", segment.c_str(), "--owner-devices", a.owner_devices.c_str(),
+              "--peer-timeout-ms", timeout.c_str(), nullptr);
       ::_exit(127);
     }
     ::close(in[0]);

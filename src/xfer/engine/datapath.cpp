@@ -46,11 +46,11 @@ void note_error(InflightOp& op, const Error& error) {
 
 }  // namespace
 
-Result<std::vector<PlanItem>> EngineImpl::check(std::span<const Request> requests, std::vector<bool>& file,
+Result<std::vector<PlanItem>> EngineImpl::check(std::span<const Request> requests,
+                                                std::vector<std::uint8_t>& file,
                                                 std::vector<std::shared_ptr<LocalRegion>>& regions) const {
-  std::vector<PlanItem> items;
-  items.reserve(requests.size());
-  file.assign(requests.size(), false);
+  std::vector<PlanItem> items(requests.size());  // one per request, filled by index
+  file.assign(requests.size(), 0);
   std::shared_ptr<const SegmentEntry> last;
   std::uint32_t last_handle = 0;
   const LocalRegion* checked_local = nullptr;  // kept alive by `regions`
@@ -81,8 +81,13 @@ Result<std::vector<PlanItem>> EngineImpl::check(std::span<const Request> request
     // checked against it without a search and without comparing transport names again.
     if (checked_local != nullptr && checked_entry == last.get() && inside(*checked_local)) {
       file[i] = last->record.file;
-      items.push_back(PlanItem{static_cast<std::uint32_t>(i), r.segment.value, r.op == Op::Write,
-                               checked_local->id, address, r.offset, r.length});
+      items[i] = PlanItem{static_cast<std::uint32_t>(i),
+                          r.segment.value,
+                          r.op == Op::Write,
+                          checked_local->id,
+                          address,
+                          r.offset,
+                          r.length};
       continue;
     }
     auto known = std::ranges::find_if(regions, [&](const auto& region) { return inside(*region); });
@@ -103,8 +108,13 @@ Result<std::vector<PlanItem>> EngineImpl::check(std::span<const Request> request
                                           "only in this version (the local memory is device memory)");
     }
     file[i] = last->record.file;
-    items.push_back(PlanItem{static_cast<std::uint32_t>(i), r.segment.value, r.op == Op::Write, local->id,
-                             address, r.offset, r.length});
+    items[i] = PlanItem{static_cast<std::uint32_t>(i),
+                        r.segment.value,
+                        r.op == Op::Write,
+                        local->id,
+                        address,
+                        r.offset,
+                        r.length};
     checked_local = local.get();
     checked_entry = last.get();
   }
@@ -113,7 +123,7 @@ Result<std::vector<PlanItem>> EngineImpl::check(std::span<const Request> request
 
 // Checks and plans once: what submit() does before it posts, kept for submitting again.
 Result<std::shared_ptr<PreparedImpl>> EngineImpl::prepare_impl(std::span<const Request> requests) const {
-  std::vector<bool> file;
+  std::vector<std::uint8_t> file;
   auto prepared = std::make_shared<PreparedImpl>();
   auto items = check(requests, file, prepared->regions);
   if (!items) return std::unexpected(items.error());
@@ -462,8 +472,10 @@ void EngineImpl::post_chain(Link& link, const std::shared_ptr<BatchImpl>& batch,
                             std::uint32_t count) {
   // The work requests and their scatter-gather lists are built in this thread's scratch arrays: post()
   // copies what it keeps, so nothing is allocated per chain once they have grown.
-  thread_local std::vector<Segment> segments;
-  thread_local std::vector<WorkRequest> wrs;
+  thread_local std::vector<Segment> segments_scratch;
+  thread_local std::vector<WorkRequest> wrs_scratch;
+  auto& segments = segments_scratch;  // one TLS lookup each (in a shared library, every use is a call)
+  auto& wrs = wrs_scratch;
   std::size_t sges = 0;
   for (auto k = begin; k < begin + count; ++k) sges += batch->op(k).op->local.size();
   segments.resize(sges);

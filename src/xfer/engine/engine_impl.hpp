@@ -452,7 +452,7 @@ class EngineImpl final : public Engine {
   Result<void> reserve_all(BatchImpl& batch, std::vector<std::uint32_t>& rails);
   // `file`: whether each request goes to a file segment; `regions`: the local registrations the batch uses
   // (each once).
-  Result<std::vector<PlanItem>> check(std::span<const Request> requests, std::vector<bool>& file,
+  Result<std::vector<PlanItem>> check(std::span<const Request> requests, std::vector<std::uint8_t>& file,
                                       std::vector<std::shared_ptr<LocalRegion>>& regions) const;
   // Posts the batch's ops [begin, end) (grouped by peer). `reserved`: the credits were taken already
   // (try_submit): post without waiting, then give back the rail credits left over.

@@ -13,26 +13,39 @@ std::uint64_t stripe_size(const PlanLimits& limits) {
 }
 
 // While a plan is built an op's pieces and requests are the tails of the flat arrays (only the last op
-// grows); its views are set once every array has its final place.
+// grows); its views are set once every array has its final place. The arrays are sized for the most a
+// plan can need (an item adds at most one op, one piece and one request per stripe) and filled by index:
+// no capacity check per element on the per-request path.
 struct Building {
   Plan out;
   std::vector<std::uint32_t> first_request;  // by op
+  std::size_t ops = 0, pieces = 0, requests = 0;
 
+  explicit Building(std::size_t bound) {
+    out.ops.resize(bound);
+    out.pieces.resize(bound);
+    out.requests.resize(bound);
+    first_request.resize(bound);
+  }
+  PlannedOp& last() { return out.ops[ops - 1]; }
+  const PlannedOp& last() const { return out.ops[ops - 1]; }
   void open(const PlanItem& item, std::uint64_t offset, std::uint64_t length, std::uint64_t local) {
-    out.ops.push_back(
-        PlannedOp{item.segment, item.write, offset, length, static_cast<std::uint32_t>(out.pieces.size())});
-    out.pieces.push_back(LocalPiece{item.region, local, static_cast<std::uint32_t>(length)});
-    first_request.push_back(static_cast<std::uint32_t>(out.requests.size()));
-    out.requests.push_back(item.request);
+    first_request[ops] = static_cast<std::uint32_t>(requests);
+    out.ops[ops++] = PlannedOp{item.segment, item.write, offset, length, static_cast<std::uint32_t>(pieces)};
+    out.pieces[pieces++] = LocalPiece{item.region, local, static_cast<std::uint32_t>(length)};
+    out.requests[requests++] = item.request;
   }
   std::span<const LocalPiece> pieces_of_last() const {
-    return std::span(out.pieces).subspan(out.ops.back().first_piece);
+    return std::span(out.pieces.data() + last().first_piece, pieces - last().first_piece);
   }
   Plan finish() {
-    for (std::size_t k = 0; k < out.ops.size(); ++k) {
+    out.ops.resize(ops);  // shrinking keeps every array where it is: the views below stay valid
+    out.pieces.resize(pieces);
+    out.requests.resize(requests);
+    for (std::size_t k = 0; k < ops; ++k) {
       auto& op = out.ops[k];
-      auto pieces_end = k + 1 < out.ops.size() ? out.ops[k + 1].first_piece : out.pieces.size();
-      auto requests_end = k + 1 < out.ops.size() ? first_request[k + 1] : out.requests.size();
+      auto pieces_end = k + 1 < ops ? out.ops[k + 1].first_piece : pieces;
+      auto requests_end = k + 1 < ops ? first_request[k + 1] : requests;
       op.local = std::span(out.pieces).subspan(op.first_piece, pieces_end - op.first_piece);
       op.requests = std::span(out.requests).subspan(first_request[k], requests_end - first_request[k]);
     }
@@ -47,7 +60,7 @@ void add_stripes(const PlanItem& item, std::uint64_t stripe, Building& b) {
 
 // Whether `item` can join the last op (which ends where `item` starts in the segment).
 bool joins(const Building& b, const PlanItem& item, const PlanLimits& limits) {
-  const auto& op = b.out.ops.back();
+  const auto& op = b.last();
   if (op.segment != item.segment || op.write != item.write) return false;
   if (op.offset + op.length != item.offset) return false;
   if (op.length + item.length > std::min(limits.coalesce_bytes, limits.max_message)) return false;
@@ -58,15 +71,15 @@ bool joins(const Building& b, const PlanItem& item, const PlanLimits& limits) {
 }
 
 void join(Building& b, const PlanItem& item) {
-  auto& op = b.out.ops.back();
-  auto& last = b.out.pieces.back();
+  auto& op = b.last();
+  auto& last = b.out.pieces[b.pieces - 1];
   if (last.region == item.region && last.addr + last.length == item.local) {
     last.length += static_cast<std::uint32_t>(item.length);
   } else {
-    b.out.pieces.push_back(LocalPiece{item.region, item.local, static_cast<std::uint32_t>(item.length)});
+    b.out.pieces[b.pieces++] = LocalPiece{item.region, item.local, static_cast<std::uint32_t>(item.length)};
   }
   op.length += item.length;
-  if (b.out.requests.back() != item.request) b.out.requests.push_back(item.request);
+  if (b.out.requests[b.requests - 1] != item.request) b.out.requests[b.requests++] = item.request;
 }
 
 }  // namespace
@@ -77,10 +90,9 @@ Plan plan(std::span<const PlanItem> items, const PlanLimits& limits) {
     return item.length <= limits.coalesce_bytes && item.length <= stripe;
   };
   auto key = [](const PlanItem& i) { return std::tuple(i.segment, i.write, i.offset); };
-  Building b;
-  b.out.ops.reserve(items.size());
-  b.out.pieces.reserve(items.size());
-  b.out.requests.reserve(items.size());
+  std::size_t bound = 0;
+  for (const auto& item : items) bound += is_small(item) ? 1 : (item.length + stripe - 1) / stripe;
+  Building b(bound);
   // Adjacent in the segment once sorted: then runs of them merge. (Stable: requests to one offset keep
   // their order.) The common list, all small and in order already, is planned where it lies, uncopied.
   std::vector<PlanItem> copy;
@@ -97,7 +109,7 @@ Plan plan(std::span<const PlanItem> items, const PlanLimits& limits) {
     small = copy;
   }
   for (const auto& item : small) {
-    if (!b.out.ops.empty() && joins(b, item, limits)) {
+    if (b.ops != 0 && joins(b, item, limits)) {
       join(b, item);
     } else {
       b.open(item, item.offset, item.length, item.local);
