@@ -2,10 +2,11 @@
 //
 //   rdmakit-xfer-bench [--transport shm|tcp|verbs] [--op write|read] [--block 64K] [--batch 16] [--threads 1]
 //                      [--connections 2] [--duration 3] [--segment 256M] [--inflight 256]
-//                      [--devices D1,D2] [--owner-devices D2,D1] [--peer-timeout-ms 2000]
+//                      [--devices D1,D2] [--owner-devices D2,D1] [--peer-timeout-ms 2000] [--prepared]
 //   rdmakit-xfer-bench --broadcast 1,2,3 [--transport tcp] [--bcast-size 256M] [--chunk 4M]
 //   rdmakit-xfer-bench --memcpy [--op write|read] [--block 64K] [--batch 16] [--duration 3] [--segment 256M]
 //
+// --prepared submits the list Engine::prepare() checked and planned once (the same list every batch).
 // --memcpy is the bound of a batch: one thread memcpy()s the same pieces (block bytes at the same rotating
 // slots, into and out of buffers of the same footprint as the engine's segment and local memory), in this
 // process, with no engine; its row reads "memcpy" in the transport column.
@@ -54,7 +55,8 @@ struct Args {
   std::chrono::milliseconds peer_timeout = EngineOptions{}.peer_timeout;
   double duration = 3;
   bool serve = false;
-  bool memcpy = false;  // the baseline: one thread copying the same pieces, no engine
+  bool memcpy = false;    // the baseline: one thread copying the same pieces, no engine
+  bool prepared = false;  // the request list checked and planned once (Engine::prepare), submitted each batch
 };
 
 std::uint64_t parse_size(const std::string& text) {
@@ -85,6 +87,10 @@ Args parse(int argc, char** argv) {
     }
     if (flag == "--memcpy") {
       a.memcpy = true;
+      continue;
+    }
+    if (flag == "--prepared") {
+      a.prepared = true;
       continue;
     }
     if (i + 1 >= argc) throw std::runtime_error("missing value of " + flag);
@@ -131,6 +137,10 @@ Args parse(int argc, char** argv) {
   // bytes (the footprint of rdmakit-perf's reused buffer).
   a.segment = std::max(a.segment, a.block);
   if (a.owner_devices.empty()) a.owner_devices = a.devices;
+  // A prepared list is the same every batch: every slot once per batch (segment = block x batch), or one.
+  if (a.prepared && (a.threads != 1 || (a.segment != a.block && a.segment != a.block * a.batch)))
+    throw std::runtime_error(
+        "--prepared needs one thread and --segment equal to --block or --block x --batch");
   if (a.memcpy && (a.serve || !a.broadcast.empty() || a.threads != 1))
     throw std::runtime_error("--memcpy runs alone, on one thread (no --serve, --broadcast or --threads)");
   return a;
@@ -252,6 +262,7 @@ struct Shared {
 void worker(Engine& engine, SegmentHandle kv, std::byte* local, const Args& a, std::uint32_t t,
             Shared& shared) {
   std::vector<Request> requests(a.batch);
+  std::shared_ptr<const PreparedBatch> prepared;  // --prepared: made from the first list
   std::vector<double> mine;
   auto slots = a.segment / a.block;
   std::uint64_t next = t * a.batch;
@@ -262,8 +273,9 @@ void worker(Engine& engine, SegmentHandle kv, std::byte* local, const Args& a, s
                   a.block};
     }
     next += (a.threads - 1) * a.batch;  // threads take turns over the slots
+    if (a.prepared && !prepared) prepared = must(engine.prepare(requests), "prepare");
     auto start = Clock::now();
-    auto batch = must(engine.submit(requests), "submit");
+    auto batch = must(prepared ? engine.submit(*prepared) : engine.submit(requests), "submit");
     must(batch->wait(60s), "wait");
     auto us = std::chrono::duration<double, std::micro>(Clock::now() - start).count();
     if (batch->failed() != 0) shared.failed += batch->failed();

@@ -5,7 +5,8 @@
 # Each config is "block batch segment": segment = block puts every request on one slot (nothing coalesces;
 # rdmakit-perf's footprint), segment = block x batch gives each request its own, adjacent slot.
 #   PIN="taskset -c 0" BASE=/path/to/old/build BUILD=build bench/xfer/memcpy-compare.sh reps secs "16384 256 16384" ...
-# PIN prefixes every process (the engine's owner is its child and inherits the placement).
+# PIN prefixes every process (the engine's owner is its child and inherits the placement). PREPARED=1 adds
+# the engine submitting the list it prepared once (rdmakit-xfer-bench --prepared) as another column.
 set -u
 build=${BUILD:-build} base=${BASE:-}
 reps=${1:-5} secs=${2:-2}
@@ -31,19 +32,24 @@ xbench() {  # xbench <build> <block> <batch> <segment> [--memcpy] -> GB/s
 echo "uptime: $(uptime)  placement: ${pin:-unpinned}"
 for config in "$@"; do
   set -- $config
-  m=() e=() o=() p=()
+  m=() e=() o=() p=() q=()
   for r in $(seq "$reps"); do
     m+=("$(xbench "$build" "$1" "$2" "$3" --memcpy)")
     e+=("$(xbench "$build" "$1" "$2" "$3")")
     [ -n "$base" ] && o+=("$(xbench "$base" "$1" "$2" "$3")")
+    [ -n "${PREPARED:-}" ] && q+=("$(xbench "$build" "$1" "$2" "$3" --prepared)")
     p+=("$(perf "$1")")
   done
   mm=$(printf '%s\n' "${m[@]}" | median) em=$(printf '%s\n' "${e[@]}" | median) pm=$(printf '%s\n' "${p[@]}" | median)
   line="block $1 batch $2 segment $3: memcpy $mm (${m[*]}) | engine $em (${e[*]})"
   [ -n "$base" ] && line+=" | base $(printf '%s\n' "${o[@]}" | median) (${o[*]})"
+  [ -n "${PREPARED:-}" ] && line+=" | prepared $(printf '%s\n' "${q[@]}" | median) (${q[*]})"
   line+=" | perf $pm (${p[*]})"
   line+=" | engine/memcpy $(awk -v a="$em" -v b="$mm" 'BEGIN {printf "%.2f", a / b}')"
   line+=" engine/perf $(awk -v a="$em" -v b="$pm" 'BEGIN {printf "%.2f", a / b}')"
+  [ -n "${PREPARED:-}" ] &&
+    line+=" prepared/memcpy $(printf '%s\n' "${q[@]}" | median | awk -v b="$mm" '{printf "%.2f", $1 / b}')" &&
+    line+=" prepared/perf $(printf '%s\n' "${q[@]}" | median | awk -v b="$pm" '{printf "%.2f", $1 / b}')"
   [ -n "$base" ] && line+=" base/memcpy $(printf '%s\n' "${o[@]}" | median | awk -v b="$mm" '{printf "%.2f", $1 / b}')"
   echo "$line"
 done
