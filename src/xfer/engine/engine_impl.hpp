@@ -38,9 +38,6 @@ class Credits {
   void release(std::uint32_t n);
   std::uint32_t in_use() const { return total_ - free_.load(); }
   std::uint32_t peak() const { return peak_.load(std::memory_order_relaxed); }
-
- private:
- public:
   // Between 1 and `wanted` credits if any is free, without waiting; else 0.
   std::uint32_t try_take(std::uint32_t wanted);
   // Exactly n credits or none, without waiting.
@@ -259,8 +256,8 @@ class BatchImpl final : public Batch {
   // request).
   void ops_done(std::uint32_t begin, std::uint32_t n);
   void set_self(std::weak_ptr<BatchImpl> self) { self_ = std::move(self); }
-  // The engine wait() reaps completions with itself, so a waiting thread completes its own batch without a
-  // hand-off from the progress thread.
+  // Through it wait() reaps the engine's completions itself, so a waiting thread completes its own batch
+  // without a hand-off from the progress thread.
   void set_progress(std::shared_ptr<ProgressHandle> progress) { progress_ = std::move(progress); }
 
   // The work requests' records (one per planned op, grouped by peer), and what they point into: the plan
@@ -280,7 +277,7 @@ class BatchImpl final : public Batch {
     std::atomic<bool> has_error{false};  // set after errors_[i]
     bool single = false;                 // carried by one piece: its only piece finishes it, no count
   };
-  // Request i's last piece finished: its state is set (1 is returned to retire).
+  // Request i's last piece finished: its state is set (failed when any of its pieces failed).
   void settle(std::size_t i);
   // n more requests finished.
   void retire(std::size_t n);
