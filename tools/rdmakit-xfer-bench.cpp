@@ -3,6 +3,7 @@
 //   rdmakit-xfer-bench [--transport shm|tcp|verbs] [--op write|read] [--block 64K] [--batch 16] [--threads 1]
 //                      [--connections 2] [--duration 3] [--segment 256M] [--inflight 256]
 //                      [--devices D1,D2] [--owner-devices D2,D1] [--peer-timeout-ms 2000] [--prepared]
+//                      [--owner-cpu N]
 //   rdmakit-xfer-bench --broadcast 1,2,3 [--transport tcp] [--bcast-size 256M] [--chunk 4M]
 //   rdmakit-xfer-bench --memcpy [--op write|read] [--block 64K] [--batch 16] [--duration 3] [--segment 256M]
 //
@@ -20,6 +21,7 @@
 // are --owner-devices (default: the same). Rail i pairs with the owner's rail i, and each batch is striped
 // over every rail: two devices on one host (the Soft-RoCE VM's rxe0 and rxe1 on a veth pair) cross the
 // wire both ways with --devices rxe0,rxe1 --owner-devices rxe1,rxe0.
+#include <sched.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -57,6 +59,7 @@ struct Args {
   bool serve = false;
   bool memcpy = false;    // the baseline: one thread copying the same pieces, no engine
   bool prepared = false;  // the request list checked and planned once (Engine::prepare), submitted each batch
+  int owner_cpu = -1;     // --owner-cpu: the owner process runs on this CPU only (-1: wherever we may)
 };
 
 std::uint64_t parse_size(const std::string& text) {
@@ -121,6 +124,10 @@ Args parse(int argc, char** argv) {
       a.devices = v;
     else if (flag == "--owner-devices")
       a.owner_devices = v;
+    else if (flag == "--owner-cpu")
+      a.owner_cpu = v.find_first_not_of("0123456789") == std::string::npos && !v.empty() && v.size() < 6
+                        ? std::stoi(v)
+                        : throw std::runtime_error("--owner-cpu '" + v + "' is not a CPU number");
     else if (flag == "--peer-timeout-ms")
       a.peer_timeout = std::chrono::milliseconds(std::stoul(v));
     else if (flag == "--bcast-size")
@@ -137,6 +144,8 @@ Args parse(int argc, char** argv) {
   // bytes (the footprint of rdmakit-perf's reused buffer).
   a.segment = std::max(a.segment, a.block);
   if (a.owner_devices.empty()) a.owner_devices = a.devices;
+  if (a.owner_cpu >= CPU_SETSIZE || (a.owner_cpu < 0 && a.owner_cpu != -1))
+    throw std::runtime_error("--owner-cpu is a CPU number (0 to " + std::to_string(CPU_SETSIZE - 1) + ")");
   // A prepared list is the same every batch: every slot once per batch (segment = block x batch), or one.
   if (a.prepared && (a.threads != 1 || (a.segment != a.block && a.segment != a.block * a.batch)))
     throw std::runtime_error(
@@ -193,8 +202,17 @@ class Owner {
     // The path /proc/self/exe names, resolved before the fork: under valgrind the link itself leads to
     // the tool's launcher, while readlink() of it gives this program (the owner then runs natively).
     auto self = std::filesystem::read_symlink("/proc/self/exe").string();
+    cpu_set_t cpus;
+    CPU_ZERO(&cpus);
+    if (a.owner_cpu >= 0) CPU_SET(a.owner_cpu, &cpus);
     pid_ = ::fork();
     if (pid_ == 0) {
+      // The placement "the two processes on separate cores": the owner on its CPU, this one where taskset put
+      // it.
+      if (a.owner_cpu >= 0 && ::sched_setaffinity(0, sizeof cpus, &cpus) != 0) {
+        std::perror("rdmakit-xfer-bench: --owner-cpu");
+        ::_exit(126);
+      }
       ::dup2(in[0], 0);
       ::dup2(out[1], 1);
       ::close(in[1]);  // else stdin never reaches its end

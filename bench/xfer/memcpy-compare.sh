@@ -7,6 +7,8 @@
 #   PIN="taskset -c 0" BASE=/path/to/old/build BUILD=build bench/xfer/memcpy-compare.sh reps secs "16384 256 16384" ...
 # PIN prefixes every process (the engine's owner is its child and inherits the placement). PREPARED=1 adds
 # the engine submitting the list it prepared once (rdmakit-xfer-bench --prepared) as another column.
+# OWNER_CPU=N puts the engine's owner process (--owner-cpu) and rdmakit-perf's server on CPU N (the two
+# processes on separate cores: PIN="taskset -c 0" OWNER_CPU=1).
 set -u
 build=${BUILD:-build} base=${BASE:-}
 reps=${1:-5} secs=${2:-2}
@@ -16,7 +18,9 @@ port=$((19500 + RANDOM % 200))
 median() { sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
 perf() {  # perf <size> -> GB/s
   port=$((port + 1))
-  $pin "$build"/tools/rdmakit-perf write_bw --transport shm -p $port > /dev/null 2>&1 &
+  local server_pin=$pin
+  [ -n "${OWNER_CPU:-}" ] && server_pin="taskset -c $OWNER_CPU"
+  $server_pin "$build"/tools/rdmakit-perf write_bw --transport shm -p $port > /dev/null 2>&1 &
   local server=$!
   sleep 0.3
   $pin "$build"/tools/rdmakit-perf write_bw 127.0.0.1 --transport shm -p $port -s "$1" -D "$secs" --mode poll \
@@ -27,7 +31,7 @@ xbench() {  # xbench <build> <block> <batch> <segment> [--memcpy] -> GB/s
   local b=$1
   shift
   $pin "$b"/tools/rdmakit-xfer-bench --transport shm --block "$1" --batch "$2" --segment "$3" --duration "$secs" \
-    ${4:-} 2>/dev/null | awk -F'|' '$2 ~ /shm|memcpy/ && $8+0 > 0 {print $8+0}'
+    ${4:-} ${OWNER_CPU:+--owner-cpu $OWNER_CPU} 2>/dev/null | awk -F'|' '$2 ~ /shm|memcpy/ && $8+0 > 0 {print $8+0}'
 }
 echo "uptime: $(uptime)  placement: ${pin:-unpinned}"
 for config in "$@"; do
