@@ -2,8 +2,15 @@
 //
 //   rdmakit-xfer-bench [--transport shm|tcp|verbs] [--op write|read] [--block 64K] [--batch 16] [--threads 1]
 //                      [--connections 2] [--duration 3] [--segment 256M] [--inflight 256]
-//                      [--devices D1,D2] [--owner-devices D2,D1] [--peer-timeout-ms 2000]
+//                      [--devices D1,D2] [--owner-devices D2,D1] [--peer-timeout-ms 2000] [--prepared]
+//                      [--owner-cpu N]
 //   rdmakit-xfer-bench --broadcast 1,2,3 [--transport tcp] [--bcast-size 256M] [--chunk 4M]
+//   rdmakit-xfer-bench --memcpy [--op write|read] [--block 64K] [--batch 16] [--duration 3] [--segment 256M]
+//
+// --prepared submits the list Engine::prepare() checked and planned once (the same list every batch).
+// --memcpy is the bound of a batch: one thread memcpy()s the same pieces (block bytes at the same rotating
+// slots, into and out of buffers of the same footprint as the engine's segment and local memory), in this
+// process, with no engine; its row reads "memcpy" in the transport column.
 //
 // The segment owner runs in a second process (this program with --serve, started and stopped here). Each
 // thread submits batches of `batch` requests of `block` bytes at rotating offsets and waits for each; a
@@ -14,6 +21,7 @@
 // are --owner-devices (default: the same). Rail i pairs with the owner's rail i, and each batch is striped
 // over every rail: two devices on one host (the Soft-RoCE VM's rxe0 and rxe1 on a veth pair) cross the
 // wire both ways with --devices rxe0,rxe1 --owner-devices rxe1,rxe0.
+#include <sched.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -21,7 +29,9 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <iostream>
 #include <mutex>
 #include <sstream>
@@ -47,6 +57,9 @@ struct Args {
   std::chrono::milliseconds peer_timeout = EngineOptions{}.peer_timeout;
   double duration = 3;
   bool serve = false;
+  bool memcpy = false;    // the baseline: one thread copying the same pieces, no engine
+  bool prepared = false;  // the request list checked and planned once (Engine::prepare), submitted each batch
+  int owner_cpu = -1;     // --owner-cpu: the owner process runs on this CPU only (-1: wherever we may)
 };
 
 std::uint64_t parse_size(const std::string& text) {
@@ -73,6 +86,14 @@ Args parse(int argc, char** argv) {
     std::string flag = argv[i];
     if (flag == "--serve") {
       a.serve = true;
+      continue;
+    }
+    if (flag == "--memcpy") {
+      a.memcpy = true;
+      continue;
+    }
+    if (flag == "--prepared") {
+      a.prepared = true;
       continue;
     }
     if (i + 1 >= argc) throw std::runtime_error("missing value of " + flag);
@@ -103,6 +124,10 @@ Args parse(int argc, char** argv) {
       a.devices = v;
     else if (flag == "--owner-devices")
       a.owner_devices = v;
+    else if (flag == "--owner-cpu")
+      a.owner_cpu = v.find_first_not_of("0123456789") == std::string::npos && !v.empty() && v.size() < 6
+                        ? std::stoi(v)
+                        : throw std::runtime_error("--owner-cpu '" + v + "' is not a CPU number");
     else if (flag == "--peer-timeout-ms")
       a.peer_timeout = std::chrono::milliseconds(std::stoul(v));
     else if (flag == "--bcast-size")
@@ -119,6 +144,14 @@ Args parse(int argc, char** argv) {
   // bytes (the footprint of rdmakit-perf's reused buffer).
   a.segment = std::max(a.segment, a.block);
   if (a.owner_devices.empty()) a.owner_devices = a.devices;
+  if (a.owner_cpu >= CPU_SETSIZE || (a.owner_cpu < 0 && a.owner_cpu != -1))
+    throw std::runtime_error("--owner-cpu is a CPU number (0 to " + std::to_string(CPU_SETSIZE - 1) + ")");
+  // A prepared list is the same every batch: every slot once per batch (segment = block x batch), or one.
+  if (a.prepared && (a.threads != 1 || (a.segment != a.block && a.segment != a.block * a.batch)))
+    throw std::runtime_error(
+        "--prepared needs one thread and --segment equal to --block or --block x --batch");
+  if (a.memcpy && (a.serve || !a.broadcast.empty() || a.threads != 1))
+    throw std::runtime_error("--memcpy runs alone, on one thread (no --serve, --broadcast or --threads)");
   return a;
 }
 
@@ -166,17 +199,29 @@ class Owner {
   Owner(const Args& a) {
     int in[2], out[2];
     if (::pipe(in) != 0 || ::pipe(out) != 0) throw std::runtime_error("pipe");
+    // The path /proc/self/exe names, resolved before the fork: under valgrind the link itself leads to
+    // the tool's launcher, while readlink() of it gives this program (the owner then runs natively).
+    auto self = std::filesystem::read_symlink("/proc/self/exe").string();
+    cpu_set_t cpus;
+    CPU_ZERO(&cpus);
+    if (a.owner_cpu >= 0) CPU_SET(a.owner_cpu, &cpus);
     pid_ = ::fork();
     if (pid_ == 0) {
+      // The placement "the two processes on separate cores": the owner on its CPU, this one where taskset put
+      // it.
+      if (a.owner_cpu >= 0 && ::sched_setaffinity(0, sizeof cpus, &cpus) != 0) {
+        std::perror("rdmakit-xfer-bench: --owner-cpu");
+        ::_exit(126);
+      }
       ::dup2(in[0], 0);
       ::dup2(out[1], 1);
       ::close(in[1]);  // else stdin never reaches its end
       ::close(out[0]);
       auto segment = std::to_string(a.segment);
       auto timeout = std::to_string(a.peer_timeout.count());
-      ::execl("/proc/self/exe", "rdmakit-xfer-bench", "--serve", "--transport", a.transport.c_str(),
-              "--metadata", a.metadata.c_str(), "--segment", segment.c_str(), "--owner-devices",
-              a.owner_devices.c_str(), "--peer-timeout-ms", timeout.c_str(), nullptr);
+      ::execl(self.c_str(), "rdmakit-xfer-bench", "--serve", "--transport", a.transport.c_str(), "--metadata",
+              a.metadata.c_str(), "--segment", segment.c_str(), "--owner-devices", a.owner_devices.c_str(),
+              "--peer-timeout-ms", timeout.c_str(), nullptr);
       ::_exit(127);
     }
     ::close(in[0]);
@@ -194,6 +239,27 @@ class Owner {
  private:
   pid_t pid_ = -1;
   int stdin_ = -1;
+};
+
+// Page-aligned, zeroed memory: the local buffers of both modes. The segment (allocate_segment) is
+// page-aligned and so is rdmakit-perf's buffer; a buffer from the heap starts 16 bytes into a page, which
+// made every 64-byte load of a copy into the segment straddle two cache lines (the engine measured 20-30%
+// slower than against an aligned buffer, and --memcpy, both sides misaligned alike, did not pay it).
+struct PageBuffer {
+  explicit PageBuffer(std::size_t size)
+      : bytes(static_cast<std::byte*>(std::aligned_alloc(4096, (size + 4095) / 4096 * 4096))), length(size) {
+    if (bytes == nullptr) throw std::runtime_error("out of memory for " + std::to_string(size) + " bytes");
+    std::memset(bytes, 0, length);
+  }
+  ~PageBuffer() { std::free(bytes); }
+  PageBuffer(const PageBuffer&) = delete;
+  PageBuffer& operator=(const PageBuffer&) = delete;
+  std::byte* data() const { return bytes; }
+  std::size_t size() const { return length; }
+  std::byte& operator[](std::size_t i) const { return bytes[i]; }
+
+  std::byte* bytes;
+  std::size_t length;
 };
 
 double percentile(std::vector<double>& v, double p) {
@@ -214,6 +280,7 @@ struct Shared {
 void worker(Engine& engine, SegmentHandle kv, std::byte* local, const Args& a, std::uint32_t t,
             Shared& shared) {
   std::vector<Request> requests(a.batch);
+  std::shared_ptr<const PreparedBatch> prepared;  // --prepared: made from the first list
   std::vector<double> mine;
   auto slots = a.segment / a.block;
   std::uint64_t next = t * a.batch;
@@ -224,8 +291,9 @@ void worker(Engine& engine, SegmentHandle kv, std::byte* local, const Args& a, s
                   a.block};
     }
     next += (a.threads - 1) * a.batch;  // threads take turns over the slots
+    if (a.prepared && !prepared) prepared = must(engine.prepare(requests), "prepare");
     auto start = Clock::now();
-    auto batch = must(engine.submit(requests), "submit");
+    auto batch = must(prepared ? engine.submit(*prepared) : engine.submit(requests), "submit");
     must(batch->wait(60s), "wait");
     auto us = std::chrono::duration<double, std::micro>(Clock::now() - start).count();
     if (batch->failed() != 0) shared.failed += batch->failed();
@@ -266,7 +334,7 @@ int run(Args a) {
                                                 .max_inflight_per_rail = std::max(1024u, a.inflight),
                                                 .peer_timeout = a.peer_timeout}),
                      "engine");
-  std::vector<std::byte> local(a.segment), back(a.segment);
+  PageBuffer local(a.segment), back(a.segment);
   must(engine->register_local(local.data(), local.size()), "register");
   must(engine->register_local(back.data(), back.size()), "register");
 
@@ -323,6 +391,49 @@ int run(Args a) {
       "run: %llu\n",
       first_us, cached_ns, (unsigned long long)trips);
   return ok ? 0 : 1;
+}
+
+// The bound of a batch: one thread copying the pieces the engine's worker would submit, between buffers
+// of the same footprint (the local memory and the segment), timed the same way.
+int run_memcpy(const Args& a) {
+  PageBuffer local(a.segment), remote(a.segment);
+  std::memset(local.data(), 1, local.size());
+  std::memset(remote.data(), 2, remote.size());
+  const auto slots = a.segment / a.block;
+  const bool write = a.op == "write";
+  std::uint64_t next = 0, bytes = 0;
+  std::vector<double> latencies;
+  auto copy_batch = [&] {
+    for (std::uint32_t i = 0; i < a.batch; ++i) {
+      auto at = (next++ % slots) * a.block;
+      if (write)
+        std::memcpy(remote.data() + at, local.data() + at, a.block);
+      else
+        std::memcpy(local.data() + at, remote.data() + at, a.block);
+    }
+  };
+  for (auto warm = Clock::now() + 500ms; Clock::now() < warm;) copy_batch();
+  auto start = Clock::now();
+  auto end = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(a.duration));
+  while (Clock::now() < end) {
+    auto t = Clock::now();
+    copy_batch();
+    latencies.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t).count());
+    bytes += std::uint64_t{a.batch} * a.block;
+  }
+  auto seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  // The copies must not be optimized away: a byte of the destination is reported.
+  volatile auto sink = (write ? remote : local)[0];
+  (void)sink;
+  std::printf(
+      "| transport | op | block | batch | threads | conns | GB/s | batches/s | p50 us | p99 us | p999 us | "
+      "WR/req | metadata trips (data path) | verified "
+      "|\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+  std::printf("| memcpy | %s | %llu | %u | 1 | 0 | %.3f | %.0f | %.1f | %.1f | %.1f | 0 | 0 | n/a |\n",
+              a.op.c_str(), (unsigned long long)a.block, a.batch, bytes / seconds / 1e9,
+              latencies.size() / seconds, percentile(latencies, 0.5), percentile(latencies, 0.99),
+              percentile(latencies, 0.999));
+  return 0;
 }
 
 // One broadcast to n receivers, every node a thread with its own context; end to end: from the sender's
@@ -406,6 +517,7 @@ int broadcast(const Args& a) {
 int main(int argc, char** argv) {
   try {
     auto a = parse(argc, argv);
+    if (a.memcpy) return run_memcpy(a);
     // No store given: this process serves a builtin one (the --serve child gets its URL).
     std::unique_ptr<MetadataServer> server;
     if (a.metadata.empty()) {

@@ -1,5 +1,6 @@
 // Per-request statuses of a batch, and the in-flight bounds.
 #include <algorithm>
+#include <shared_mutex>
 #include <thread>
 
 #include "xfer/engine/engine_impl.hpp"
@@ -55,27 +56,58 @@ void Credits::release(std::uint32_t n) {
   freed_.notify_all();
 }
 
-BatchImpl::BatchImpl(std::size_t size, BatchCallback callback)
-    : slots_(size), remaining_(size), callback_(std::move(callback)) {}
+BatchImpl::BatchImpl(std::span<const std::uint32_t> pieces, BatchCallback callback)
+    : slots_(pieces.size()), remaining_(pieces.size()), callback_(std::move(callback)) {
+  for (std::size_t i = 0; i < pieces.size(); ++i) {  // not shared yet: plain stores
+    slots_[i].pending.store(pieces[i], std::memory_order_relaxed);
+    slots_[i].single = pieces[i] == 1;
+  }
+}
+
+void BatchImpl::attach(std::shared_ptr<const PreparedImpl> prepared,
+                       std::vector<std::shared_ptr<const SegmentEntry>> entries,
+                       std::vector<InflightOp> ops) {
+  prepared_ = std::move(prepared);
+  entries_ = std::move(entries);
+  ops_ = std::move(ops);
+}
 
 // Polls completions itself for a while (the owner's bytes often land within microseconds: shm completes at
-// post), then sleeps in slices, still polling between them.
+// post), as a reaper the progress threads stand aside for; then sleeps in slices, still polling between,
+// and leaves the reaping to the progress threads meanwhile.
 Result<void> BatchImpl::wait(std::chrono::nanoseconds timeout) {
   auto start = std::chrono::steady_clock::now();
   auto deadline = start + timeout;
   constexpr auto kSpin = std::chrono::microseconds(200);
+  bool reaping = false;
+  auto reap = [&](bool as_reaper) {
+    std::shared_lock lock(progress_->mutex);
+    if (progress_->engine == nullptr) return false;
+    if (as_reaper && !reaping) progress_->engine->enter_reaping();
+    reaping = reaping || as_reaper;
+    return progress_->engine->poll_rails();
+  };
+  auto stand_aside = [&] {
+    if (!reaping) return;
+    reaping = false;
+    std::shared_lock lock(progress_->mutex);
+    if (progress_->engine != nullptr) progress_->engine->leave_reaping();
+  };
   while (!done()) {
     auto now = std::chrono::steady_clock::now();
     if (now >= deadline) break;
-    if (progress_ && progress_()) continue;
     if (now - start < kSpin) {
+      if (progress_ && reap(true)) continue;
       std::this_thread::yield();
       continue;
     }
+    stand_aside();
+    if (progress_ && reap(false)) continue;
     std::unique_lock lock(mutex_);
     finished_.wait_for(lock, std::min<std::chrono::nanoseconds>(deadline - now, std::chrono::milliseconds(1)),
                        [&] { return done(); });
   }
+  stand_aside();
   if (done()) return {};
   return fail(Errc::Timeout, "batch: " + std::to_string(remaining_.load()) + " of " +
                                  std::to_string(slots_.size()) + " requests still in flight");
@@ -88,7 +120,7 @@ std::optional<Result<void>> BatchImpl::status(std::size_t i) const {
       return Result<void>{};
     case 2: {
       std::lock_guard lock(mutex_);
-      return Result<void>(std::unexpected(*slots_[i].error));
+      return Result<void>(std::unexpected(errors_.at(i)));
     }
     default:
       return std::nullopt;
@@ -99,11 +131,33 @@ void BatchImpl::piece_done(std::size_t i, const Error* error) {
   auto& slot = slots_[i];
   if (error != nullptr) {
     std::lock_guard lock(mutex_);
-    if (!slot.error) slot.error = *error;
+    errors_.try_emplace(i, *error);  // the first failure of the request is what it reports
     slot.has_error.store(true, std::memory_order_release);
   }
   // The request finishes with its last work request: no byte of it moves after it is reported.
-  if (slot.pending.fetch_sub(1, std::memory_order_acq_rel) == 1) finish(i);
+  if (slot.pending.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+    settle(i);
+    retire(1);
+  }
+}
+
+// A request carried by one work request needs no count: that one's success finishes it (a plain release
+// store). Only requests split over several pieces pay an atomic decrement per piece.
+void BatchImpl::ops_done(std::uint32_t begin, std::uint32_t n) {
+  std::size_t finished = 0;
+  for (std::uint32_t k = begin; k < begin + n; ++k) {
+    for (auto r : ops_[k].op->requests) {
+      auto& slot = slots_[r];
+      if (slot.single) {
+        slot.state.store(1, std::memory_order_release);
+        ++finished;
+      } else if (slot.pending.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+        settle(r);
+        ++finished;
+      }
+    }
+  }
+  retire(finished);
 }
 
 std::optional<Result<void>> BatchImpl::notification() const {
@@ -126,12 +180,16 @@ void BatchImpl::notified(Result<void> outcome) {
   if (remaining_.fetch_sub(1, std::memory_order_acq_rel) == 1) all_done();
 }
 
-void BatchImpl::finish(std::size_t i) {
+void BatchImpl::settle(std::size_t i) {
   auto& slot = slots_[i];
   bool failed = slot.has_error.load(std::memory_order_acquire);
   if (failed) failed_.fetch_add(1, std::memory_order_acq_rel);
   slot.state.store(failed ? 2 : 1, std::memory_order_release);
-  auto left = remaining_.fetch_sub(1, std::memory_order_acq_rel) - 1;
+}
+
+void BatchImpl::retire(std::size_t n) {
+  if (n == 0) return;
+  auto left = remaining_.fetch_sub(n, std::memory_order_acq_rel) - n;
   // The last request finished: the notification goes now (on another thread: this may be a reaper).
   if (left == 1 && has_notification_.load(std::memory_order_acquire) && send_notification_) {
     auto send = std::move(send_notification_);
@@ -143,6 +201,13 @@ void BatchImpl::finish(std::size_t i) {
 }
 
 void BatchImpl::all_done() {
+  // Nothing is in flight any more, and no thread looks at the records again: the plan, the resolutions (and
+  // through them the peers' connections) are not kept alive by a batch its caller holds on to.
+  {
+    auto ops = std::move(ops_);
+    auto entries = std::move(entries_);
+    auto prepared = std::move(prepared_);
+  }
   {
     std::lock_guard lock(mutex_);  // a waiter between its check and its sleep holds it: no lost wake-up
   }

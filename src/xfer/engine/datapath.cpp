@@ -29,31 +29,32 @@ bool transient(Status status) {
 bool transient(Errc code) { return code == Errc::StaleDescriptor || code == Errc::ConnectionBroken; }
 
 std::string describe_op(const InflightOp& op) {
-  return std::string(op.op.write ? "WRITE" : "READ") + " of " + std::to_string(op.op.length) + " bytes at " +
-         std::to_string(op.op.offset) + " of segment '" + op.entry->name + "' (owner '" +
+  return std::string(op.op->write ? "WRITE" : "READ") + " of " + std::to_string(op.op->length) +
+         " bytes at " + std::to_string(op.op->offset) + " of segment '" + op.entry->name + "' (owner '" +
          op.entry->record.owner + "')";
 }
 
 // Remembers the first failure of a work request that will be retried, and each retry's after it.
 void note_error(InflightOp& op, const Error& error) {
-  if (!op.first_error) {
-    op.first_error = error;
+  if (!op.retries) {
+    op.retries = std::make_unique<InflightOp::Retries>(InflightOp::Retries{error, {}});
     return;
   }
-  if (!op.retry_errors.empty()) op.retry_errors += "; ";
-  op.retry_errors += "retry " + std::to_string(op.attempts) + ": " + error.describe();
+  if (!op.retries->later.empty()) op.retries->later += "; ";
+  op.retries->later += "retry " + std::to_string(op.attempts) + ": " + error.describe();
 }
 
 }  // namespace
 
 Result<std::vector<PlanItem>> EngineImpl::check(std::span<const Request> requests,
-                                                std::vector<std::shared_ptr<const SegmentEntry>>& entries,
+                                                std::vector<std::uint8_t>& file,
                                                 std::vector<std::shared_ptr<LocalRegion>>& regions) const {
-  std::vector<PlanItem> items;
-  items.reserve(requests.size());
-  entries.assign(requests.size(), nullptr);
+  std::vector<PlanItem> items(requests.size());  // one per request, filled by index
+  file.assign(requests.size(), 0);
   std::shared_ptr<const SegmentEntry> last;
   std::uint32_t last_handle = 0;
+  const LocalRegion* checked_local = nullptr;  // kept alive by `regions`
+  const SegmentEntry* checked_entry = nullptr;
   for (std::size_t i = 0; i < requests.size(); ++i) {
     const auto& r = requests[i];
     if (!last || r.segment.value != last_handle) {
@@ -72,10 +73,24 @@ Result<std::vector<PlanItem>> EngineImpl::check(std::span<const Request> request
                                              std::to_string(last->record.length) + " bytes)");
     }
     auto address = reinterpret_cast<std::uint64_t>(r.local);
-    auto known = std::ranges::find_if(regions, [&](const auto& region) {
-      return address >= region->addr && r.length <= region->size &&
-             address - region->addr <= region->size - r.length;
-    });
+    auto inside = [&](const LocalRegion& region) {
+      return address >= region.addr && r.length <= region.size &&
+             address - region.addr <= region.size - r.length;
+    };
+    // Requests in a row mostly lie in the registration of the one before, to the same segment: those are
+    // checked against it without a search and without comparing transport names again.
+    if (checked_local != nullptr && checked_entry == last.get() && inside(*checked_local)) {
+      file[i] = last->record.file;
+      items[i] = PlanItem{static_cast<std::uint32_t>(i),
+                          r.segment.value,
+                          r.op == Op::Write,
+                          checked_local->id,
+                          address,
+                          r.offset,
+                          r.length};
+      continue;
+    }
+    auto known = std::ranges::find_if(regions, [&](const auto& region) { return inside(*region); });
     auto local = known != regions.end() ? *known : find_local(address, r.length);
     if (local && known == regions.end()) regions.push_back(local);
     if (!local) {
@@ -92,45 +107,58 @@ Result<std::vector<PlanItem>> EngineImpl::check(std::span<const Request> request
                                           "' is a file segment, and file segments deliver into host memory "
                                           "only in this version (the local memory is device memory)");
     }
-    entries[i] = last;
-    items.push_back(PlanItem{static_cast<std::uint32_t>(i), r.segment.value, r.op == Op::Write, local->id,
-                             reinterpret_cast<std::uint64_t>(r.local), r.offset, r.length});
+    file[i] = last->record.file;
+    items[i] = PlanItem{static_cast<std::uint32_t>(i),
+                        r.segment.value,
+                        r.op == Op::Write,
+                        local->id,
+                        address,
+                        r.offset,
+                        r.length};
+    checked_local = local.get();
+    checked_entry = last.get();
   }
   return items;
 }
 
 // Checks and plans once: what submit() does before it posts, kept for submitting again.
 Result<std::shared_ptr<PreparedImpl>> EngineImpl::prepare_impl(std::span<const Request> requests) const {
-  std::vector<std::shared_ptr<const SegmentEntry>> entries;
+  std::vector<std::uint8_t> file;
   auto prepared = std::make_shared<PreparedImpl>();
-  auto items = check(requests, entries, prepared->regions);
+  auto items = check(requests, file, prepared->regions);
   if (!items) return std::unexpected(items.error());
   prepared->engine = this;
   prepared->requests = requests.size();
   if (!requests.empty()) prepared->first_handle = requests.front().segment.value;
-  for (const auto& r : requests) {
-    auto it = std::ranges::find(prepared->handles, r.segment.value);
-    if (it == prepared->handles.end()) {
+  auto handle_index = [&](std::uint32_t handle) {
+    return static_cast<std::uint32_t>(std::ranges::find(prepared->handles, handle) -
+                                      prepared->handles.begin());
+  };
+  std::uint32_t h = 0;
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    const auto& r = requests[i];
+    if (h == prepared->handles.size() || prepared->handles[h] != r.segment.value)
+      h = handle_index(r.segment.value);
+    if (h == prepared->handles.size()) {
       prepared->handles.push_back(r.segment.value);
       prepared->extents.push_back(0);
-      it = prepared->handles.end() - 1;
+      prepared->handle_is_file.push_back(file[i]);
     }
-    auto& extent = prepared->extents[static_cast<std::size_t>(it - prepared->handles.begin())];
-    extent = std::max(extent, r.offset + r.length);
+    prepared->extents[h] = std::max(prepared->extents[h], r.offset + r.length);
   }
+  auto region_index = [&](std::uint32_t id) {
+    return static_cast<std::uint32_t>(
+        std::ranges::find(prepared->regions, id, [](const auto& r) { return r->id; }) -
+        prepared->regions.begin());
+  };
   // File segments' requests are not planned: the owner reads and delivers each (files.hpp).
-  auto is_file = [&](const PlanItem& item) { return entries[item.request]->record.file; };
+  auto is_file = [&](const PlanItem& item) { return file[item.request]; };
   for (const auto& item : *items) {
     if (!is_file(item)) continue;
     prepared->file_items.push_back(item);
-    prepared->file_regions.push_back(
-        *std::ranges::find(prepared->regions, item.region, [](const auto& r) { return r->id; }));
+    prepared->file_regions.push_back(prepared->regions[region_index(item.region)]);
   }
   std::erase_if(*items, is_file);
-  for (auto handle : prepared->handles) {
-    auto it = std::ranges::find(requests, handle, [](const Request& r) { return r.segment.value; });
-    prepared->handle_is_file.push_back(entries[static_cast<std::size_t>(it - requests.begin())]->record.file);
-  }
   PlanLimits limits{options_.stripe_bytes, options_.coalesce_bytes, UINT32_MAX, UINT64_MAX};
   for (const auto& rail : rails_) {
     limits.max_sge = std::min(limits.max_sge, std::max<std::uint32_t>(1, rail->caps.max_sge));
@@ -142,14 +170,25 @@ Result<std::shared_ptr<PreparedImpl>> EngineImpl::prepare_impl(std::span<const R
   for (const auto& item : prepared->file_items)
     prepared->pieces[item.request] +=
         static_cast<std::uint32_t>((item.length + kFileMessageBytes - 1) / kFileMessageBytes);
+  prepared->piece_regions.reserve(prepared->planned.pieces.size());
+  std::uint32_t last_id = 0, last_index = 0;  // ids start at 1; pieces in a row mostly share one
+  for (const auto& piece : prepared->planned.pieces) {
+    if (piece.region != last_id) last_id = piece.region, last_index = region_index(piece.region);
+    prepared->piece_regions.push_back(last_index);
+  }
+  prepared->op_handles.reserve(prepared->planned.size());
   for (const auto& p : prepared->planned) {
     for (auto r : p.requests) ++prepared->pieces[r];
     if (p.requests.size() > 1) prepared->coalesced += p.requests.size();
-    auto& mine = prepared->op_regions.emplace_back();
-    for (const auto& piece : p.local) {
-      if (std::ranges::find(mine, piece.region, [](const auto& r) { return r->id; }) != mine.end()) continue;
-      mine.push_back(
-          *std::ranges::find(prepared->regions, piece.region, [](const auto& r) { return r->id; }));
+    auto h = prepared->op_handles.empty() || prepared->handles[prepared->op_handles.back()] != p.segment
+                 ? handle_index(p.segment)
+                 : prepared->op_handles.back();
+    prepared->op_handles.push_back(h);
+    for (std::size_t j = 0; j < p.local.size(); ++j) {
+      std::pair<std::uint32_t, std::uint32_t> pair{h, prepared->piece_regions[p.first_piece + j]};
+      if ((prepared->handle_regions.empty() || prepared->handle_regions.back() != pair) &&
+          std::ranges::find(prepared->handle_regions, pair) == prepared->handle_regions.end())
+        prepared->handle_regions.push_back(pair);
     }
   }
   return prepared;
@@ -250,42 +289,41 @@ Result<std::shared_ptr<Batch>> EngineImpl::submit_prepared(const PreparedImpl& p
                                                "' is '" + current.front()->record.owner + "''s");
     }
   }
-  auto batch = std::make_shared<BatchImpl>(prepared.requests, std::move(done));
-  batch->set_self(batch);
-  batch->set_progress([handle = progress_handle_] {
-    std::shared_lock lock(handle->mutex);
-    return handle->engine != nullptr && handle->engine->poll_rails();
-  });
-  if (prepared.requests == 0) return batch;  // an empty batch is done at once
-  std::vector<std::unique_ptr<InflightOp>> ops;
-  ops.reserve(prepared.planned.size());
-  for (std::size_t k = 0; k < prepared.planned.size(); ++k) {
-    const auto& p = prepared.planned[k];
-    auto op = std::make_unique<InflightOp>();
-    op->batch = batch;
-    op->handle = p.segment;
-    op->entry = handle_entry(p.segment);
-    op->regions = prepared.op_regions[k];
-    for (const auto& region : op->regions) {
-      if (!region->reaches(op->entry->transport))
-        return fail(Errc::NotSupported,
-                    "submit: segment '" + op->entry->name + "' is reached over " + op->entry->transport +
-                        ", which did not register the local memory (" + region->refusals + ")");
-    }
-    op->op = p;
-    ops.push_back(std::move(op));
+  // The transport check, once per (segment, local registration) pair the list uses, not per work request.
+  for (auto [h, r] : prepared.handle_regions) {
+    const auto& e = current[h];
+    const auto& region = prepared.regions[r];
+    if (!region->reaches(e->transport))
+      return fail(Errc::NotSupported, "submit: segment '" + e->name + "' is reached over " + e->transport +
+                                          ", which did not register the local memory (" + region->refusals +
+                                          ")");
   }
+  auto batch = std::make_shared<BatchImpl>(prepared.pieces, std::move(done));
+  batch->set_self(batch);
+  batch->set_progress(progress_handle_);
+  if (prepared.requests == 0) return batch;  // an empty batch is done at once
+  // The records of every work request, one allocation for the batch; grouped by peer (stable: a peer's
+  // ops keep the plan's order), so each chain is a run of them.
+  std::vector<InflightOp> ops(prepared.planned.size());
+  for (std::size_t k = 0; k < ops.size(); ++k) {
+    const auto& p = prepared.planned[k];
+    ops[k].op = &p;
+    ops[k].handle = p.segment;
+    ops[k].entry = current[prepared.op_handles[k]].get();
+  }
+  auto by_peer = [](const InflightOp& op) { return op.entry->peer.get(); };
+  if (!std::ranges::is_sorted(ops, {}, by_peer)) std::ranges::stable_sort(ops, {}, by_peer);
+  batch->attach(prepared.shared_from_this(), current, std::move(ops));
   auto files = file_groups(prepared, batch, handle_entry);
   std::vector<std::uint32_t> reserved;
   if (!blocking) {
     if (auto room = reserve_file_groups(files); !room) return std::unexpected(room.error());
-    if (auto room = reserve_all(ops, reserved); !room) {
+    if (auto room = reserve_all(*batch, reserved); !room) {
       for (const auto& group : files)
         group.peer->credits.release(static_cast<std::uint32_t>(group.ops.size()));
       return std::unexpected(room.error());
     }
   }
-  for (std::size_t i = 0; i < prepared.requests; ++i) batch->expect(i, prepared.pieces[i]);
   if (notify) {
     std::weak_ptr<BatchImpl> weak = batch;
     auto handle = prepared.first_handle;
@@ -310,18 +348,24 @@ Result<std::shared_ptr<Batch>> EngineImpl::submit_prepared(const PreparedImpl& p
   coalesced_.fetch_add(prepared.coalesced, std::memory_order_relaxed);
   auto deadline = Clock::now() + options_.submit_timeout;
   queue_file_groups(std::move(files), !blocking, deadline);
-  if (!ops.empty()) post_all(std::move(ops), deadline, blocking ? nullptr : &reserved);
+  if (batch->ops_size() != 0) {
+    // The poster reaps what its posts completed (shm completes within post) before it lets the progress
+    // threads take over: a batch that is done by now costs them no wake-up.
+    enter_reaping();
+    post_all(batch, 0, batch->ops_size(), deadline, blocking ? nullptr : &reserved);
+    poll_rails();
+    leave_reaping();
+  }
   return batch;
 }
 
 // All or nothing: each peer's credits for all of its ops, and on every rail one of its links uses as many
 // (more than needed when a peer's links span several rails; what is left over goes back after posting).
-Result<void> EngineImpl::reserve_all(const std::vector<std::unique_ptr<InflightOp>>& ops,
-                                     std::vector<std::uint32_t>& rails) {
+Result<void> EngineImpl::reserve_all(BatchImpl& batch, std::vector<std::uint32_t>& rails) {
   rails.assign(rails_.size(), 0);
   std::vector<std::pair<Peer*, std::uint32_t>> peers;
-  for (const auto& op : ops) {
-    auto* peer = op->entry->peer.get();
+  for (std::uint32_t k = 0; k < batch.ops_size(); ++k) {
+    auto* peer = batch.op(k).entry->peer.get();
     auto it = std::ranges::find(peers, peer, &std::pair<Peer*, std::uint32_t>::first);
     if (it == peers.end())
       peers.emplace_back(peer, 1);
@@ -362,27 +406,23 @@ Result<void> EngineImpl::reserve_all(const std::vector<std::unique_ptr<InflightO
   for (std::size_t i = 0; i < taken_rails; ++i) {
     if (rails[i] != 0) rails_[i]->credits->release(rails[i]);
   }
-  return fail(Errc::ResourceExhausted, "try_submit: would block: no room for " + std::to_string(ops.size()) +
-                                           " work requests now (max_inflight_per_peer " +
-                                           std::to_string(options_.max_inflight_per_peer) +
-                                           ", max_inflight_per_rail " +
-                                           std::to_string(options_.max_inflight_per_rail) + ")");
+  return fail(Errc::ResourceExhausted,
+              "try_submit: would block: no room for " + std::to_string(batch.ops_size()) +
+                  " work requests now (max_inflight_per_peer " +
+                  std::to_string(options_.max_inflight_per_peer) + ", max_inflight_per_rail " +
+                  std::to_string(options_.max_inflight_per_rail) + ")");
 }
 
-void EngineImpl::post_all(std::vector<std::unique_ptr<InflightOp>> ops, Clock::time_point deadline,
-                          std::vector<std::uint32_t>* reserved) {
+void EngineImpl::post_all(const std::shared_ptr<BatchImpl>& batch, std::uint32_t begin, std::uint32_t end,
+                          Clock::time_point deadline, std::vector<std::uint32_t>* reserved) {
   std::vector<std::uint32_t> rail_used(rails_.size(), 0);
-  std::ranges::stable_sort(ops, {}, [](const auto& op) { return op->entry->peer.get(); });
-  std::size_t next = 0;
-  while (next < ops.size()) {
-    auto* peer = ops[next]->entry->peer.get();
-    auto end = next;
-    while (end < ops.size() && ops[end]->entry->peer.get() == peer) ++end;
-    std::vector<std::unique_ptr<InflightOp>> group(std::make_move_iterator(ops.begin() + next),
-                                                   std::make_move_iterator(ops.begin() + end));
-    std::size_t posted = 0;
-    while (posted < group.size()) post_round(*peer, group, posted, deadline, reserved != nullptr, rail_used);
-    next = end;
+  // The ops are grouped by peer (submit_prepared): each group is posted in rounds to its peer.
+  for (std::uint32_t next = begin; next < end;) {
+    auto* peer = batch->op(next).entry->peer.get();
+    auto group_end = next;
+    while (group_end < end && batch->op(group_end).entry->peer.get() == peer) ++group_end;
+    while (next < group_end)
+      post_round(*peer, batch, next, group_end, deadline, reserved != nullptr, rail_used);
   }
   if (reserved == nullptr) return;
   for (std::size_t i = 0; i < rails_.size(); ++i) {
@@ -390,28 +430,27 @@ void EngineImpl::post_all(std::vector<std::unique_ptr<InflightOp>> ops, Clock::t
   }
 }
 
-// Posts the next few work requests of `ops` (all to `peer`) as one chain on the peer's next link, once the
-// bounds allow; spreading rounds over the links stripes a long request over every connection and device.
-void EngineImpl::post_round(Peer& peer, std::vector<std::unique_ptr<InflightOp>>& ops, std::size_t& next,
-                            Clock::time_point deadline, bool reserved,
+// Posts the next few of the batch's ops [next, end) (all to `peer`) as one chain on the peer's next link,
+// once the bounds allow; spreading rounds over the links stripes a long request over every connection and
+// device.
+void EngineImpl::post_round(Peer& peer, const std::shared_ptr<BatchImpl>& batch, std::uint32_t& next,
+                            std::uint32_t end, Clock::time_point deadline, bool reserved,
                             std::vector<std::uint32_t>& rail_used) {
   auto links = static_cast<std::uint32_t>(peer.links.size());
-  auto left = static_cast<std::uint32_t>(ops.size() - next);
+  auto left = end - next;
   auto wanted = std::clamp<std::uint32_t>(left / links, 1, 32);
   auto& link = *peer.links[peer.next_link.fetch_add(1, std::memory_order_relaxed) % links];
   std::uint32_t granted = 0, rail_granted = 0;
   if (reserved) {
     granted = rail_granted = std::min(wanted, left);  // taken by reserve_all
   } else {
-    granted = peer.credits.acquire(wanted, deadline);
-    rail_granted = granted == 0 ? 0 : link.rail->credits->acquire(granted, deadline);
+    granted = take_credits(peer.credits, wanted, deadline);
+    rail_granted = granted == 0 ? 0 : take_credits(*link.rail->credits, granted, deadline);
     if (rail_granted < granted) peer.credits.release(granted - rail_granted);
   }
+  // No wake-up of the progress thread here: every poster is a reaper (submit, retry_one), and leaving that
+  // role wakes it when work is still in flight.
   rail_used[link.rail->index] += rail_granted;
-  if (rail_granted > 0 && link.rail->progress_sleeping.load()) {
-    std::lock_guard lock(link.rail->idle_mutex);  // it is in its wait, or sees the credit before it waits
-    link.rail->work_posted.notify_one();
-  }
   if (rail_granted == 0) {
     Error busy(Errc::ResourceExhausted, "busy: " + std::to_string(left) + " work requests to '" + peer.owner +
                                             "' could not be posted within "
@@ -419,58 +458,75 @@ void EngineImpl::post_round(Peer& peer, std::vector<std::unique_ptr<InflightOp>>
                                             std::to_string(options_.max_inflight_per_peer) +
                                             ", max_inflight_per_rail " +
                                             std::to_string(options_.max_inflight_per_rail) + ")");
-    for (; next < ops.size(); ++next) fail_op(*ops[next], busy);
+    // The last fail_op may finish the batch: nothing of it is looked at after the loop.
+    for (auto k = next; k < end; ++k) fail_op(*batch, k, busy);
+    next = end;
     return;
   }
-  std::vector<std::unique_ptr<InflightOp>> chain(std::make_move_iterator(ops.begin() + next),
-                                                 std::make_move_iterator(ops.begin() + next + rail_granted));
+  auto first = next;
   next += rail_granted;
-  post_chain(link, std::move(chain));
+  post_chain(link, batch, first, rail_granted);
 }
 
-void EngineImpl::post_chain(Link& link, std::vector<std::unique_ptr<InflightOp>> chain) {
+void EngineImpl::post_chain(Link& link, const std::shared_ptr<BatchImpl>& batch, std::uint32_t begin,
+                            std::uint32_t count) {
+  // The work requests and their scatter-gather lists are built in this thread's scratch arrays: post()
+  // copies what it keeps, so nothing is allocated per chain once they have grown.
+  thread_local std::vector<Segment> segments_scratch;
+  thread_local std::vector<WorkRequest> wrs_scratch;
+  auto& segments = segments_scratch;  // one TLS lookup each (in a shared library, every use is a call)
+  auto& wrs = wrs_scratch;
   std::size_t sges = 0;
-  for (const auto& op : chain) sges += op->op.local.size();
-  std::vector<Segment> segments;
-  segments.reserve(sges);
-  std::vector<WorkRequest> wrs;
-  wrs.reserve(chain.size());
-  for (auto& op : chain) {
-    auto first = segments.size();
-    for (const auto& piece : op->op.local) {
-      auto region = std::ranges::find(op->regions, piece.region, [](const auto& r) { return r->id; });
-      segments.push_back(Segment{piece.addr, piece.length, (*region)->by_rail[link.rail->index]->lkey()});
+  for (auto k = begin; k < begin + count; ++k) sges += batch->op(k).op->local.size();
+  segments.resize(sges);
+  wrs.clear();
+  wrs.reserve(count);
+  const auto& prepared = *batch->prepared();
+  const auto rail_index = link.rail->index;
+  std::size_t used = 0;
+  auto key_region = UINT32_MAX;  // the registration whose key `lkey` is (pieces in a row share one)
+  decltype(prepared.regions[0]->by_rail[0]->lkey()) lkey{};
+  for (auto k = begin; k < begin + count; ++k) {
+    const auto& op = batch->op(k);
+    const auto& planned = *op.op;
+    auto first = used;
+    for (std::size_t j = 0; j < planned.local.size(); ++j) {
+      const auto& piece = planned.local[j];
+      if (auto r = prepared.piece_regions[planned.first_piece + j]; r != key_region) {
+        key_region = r;
+        lkey = prepared.regions[r]->by_rail[rail_index]->lkey();
+      }
+      segments[used++] = Segment{piece.addr, piece.length, lkey};
     }
-    wrs.push_back(WorkRequest{.opcode = op->op.write ? Opcode::Write : Opcode::Read,
-                              .local = std::span<const Segment>(segments.data() + first, op->op.local.size()),
-                              .remote = op->entry->remote[link.remote_rail].at(op->op.offset),
-                              .signaled = wrs.size() + 1 == chain.size()});
+    wrs.push_back(
+        WorkRequest{.opcode = planned.write ? Opcode::Write : Opcode::Read,
+                    .local = std::span<const Segment>(segments.data() + first, planned.local.size()),
+                    .remote = op.entry->remote[link.remote_rail].at(planned.offset),
+                    .signaled = k + 1 == begin + count});
   }
-  work_requests_.fetch_add(chain.size(), std::memory_order_relaxed);
-  link.rail->work_requests.fetch_add(chain.size(), std::memory_order_relaxed);
+  work_requests_.fetch_add(count, std::memory_order_relaxed);
+  link.rail->work_requests.fetch_add(count, std::memory_order_relaxed);
   auto first = link.connection->post(wrs);
   if (!first) {
-    auto n = static_cast<std::uint32_t>(chain.size());
-    link.rail->credits->release(n);
-    chain.front()->entry->peer->credits.release(n);
-    for (auto& op : chain) {
+    link.rail->credits->release(count);
+    batch->op(begin).entry->peer->credits.release(count);
+    for (auto k = begin; k < begin + count; ++k) {
       // Named as a completion's failure is: the first failure of a request is what its error leads with.
-      Error error(first.error().code(), describe_op(*op) + ": post: " + first.error().message(),
+      Error error(first.error().code(), describe_op(batch->op(k)) + ": post: " + first.error().message(),
                   first.error().sys_errno(), first.error().status());
-      complete(std::move(op), &error, transient(first.error().code()));
+      op_failed(batch, k, error, transient(first.error().code()));
     }
     return;
   }
   // Completions a reaper (the progress thread or a waiter) took before this chain was known wait in `early`:
-  // they are applied
-  // here, in id order (their queue order), in the same critical section that makes the chain known, so no
-  // later completion of the chain can be applied before them.
+  // they are applied here, in id order (their queue order), in the same critical section that makes the
+  // chain known, so no later completion of the chain can be applied before them.
   Rail& rail = *link.rail;
   std::vector<std::pair<Finished, Completion>> ready;
   {
     std::lock_guard lock(rail.ops_mutex);
-    const std::uint64_t last = *first + chain.size() - 1;
-    auto it = rail.chains.emplace(last, InflightChain{*first, 0, std::move(chain)}).first;
+    const std::uint64_t last = *first + count - 1;
+    auto it = rail.chains.emplace(last, InflightChain{*first, 0, begin, count, batch}).first;
     for (auto e = rail.early.lower_bound(*first); e != rail.early.end() && e->first <= last;) {
       auto& [finished, completion] = ready.emplace_back(Finished{}, e->second);
       e = rail.early.erase(e);
@@ -494,13 +550,21 @@ void EngineImpl::progress_loop(Rail& rail) {
       if (drain_deadline == Clock::time_point::max()) drain_deadline = Clock::now() + options_.peer_timeout;
       std::lock_guard lock(rail.ops_mutex);
       if (rail.chains.empty() || Clock::now() > drain_deadline) return;
-    } else if (rail.credits->in_use() == 0 && empty_polls >= kLingerPolls) {
+    } else if (self_reapers_.load() > 0 || (rail.credits->in_use() == 0 && empty_polls >= kLingerPolls)) {
+      // Nothing in flight, or a thread reaps for itself: sleep until work is posted with nobody reaping it
+      // (leave_reaping wakes us), looking again every millisecond while a reaper is there.
       std::unique_lock lock(rail.idle_mutex);
       rail.progress_sleeping.store(true);
-      rail.work_posted.wait_for(lock, std::chrono::milliseconds(20),
-                                [&] { return rail.credits->in_use() > 0 || stop_.load(); });
+      bool reaper = self_reapers_.load() > 0;
+      rail.work_posted.wait_for(
+          lock, reaper ? std::chrono::milliseconds(1) : std::chrono::milliseconds(20),
+          [&] { return (rail.credits->in_use() > 0 && self_reapers_.load() == 0) || stop_.load(); });
       rail.progress_sleeping.store(false);
-      continue;
+      empty_polls = kLingerPolls - 1;  // one look, then back to sleep if there is still nothing
+      if (self_reapers_.load() > 0) {
+        reap(rail);
+        continue;
+      }
     }
     if (reap(rail)) {
       empty_polls = 0;
@@ -510,6 +574,28 @@ void EngineImpl::progress_loop(Rail& rail) {
       std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
   }
+}
+
+void EngineImpl::leave_reaping() {
+  if (self_reapers_.fetch_sub(1) != 1) return;
+  // Both sides sequentially consistent: either we see the sleeper, or it sees no reaper left.
+  for (auto& rail : rails_) {
+    if (rail->progress_sleeping.load() && rail->credits->in_use() > 0) {
+      std::lock_guard lock(rail->idle_mutex);
+      rail->work_posted.notify_one();
+    }
+  }
+}
+
+std::uint32_t EngineImpl::take_credits(Credits& credits, std::uint32_t wanted, Clock::time_point deadline) {
+  while (true) {
+    if (auto granted = credits.try_take(wanted); granted != 0) return granted;
+    if (!poll_rails()) break;  // our own completions free credits without a hand-off
+  }
+  leave_reaping();
+  auto granted = credits.acquire(wanted, deadline);
+  enter_reaping();
+  return granted;
 }
 
 bool EngineImpl::reap(Rail& rail) {
@@ -533,15 +619,17 @@ bool EngineImpl::poll_rails() {
 bool EngineImpl::advance_locked(Rail& rail, std::map<std::uint64_t, InflightChain>::iterator it,
                                 const Completion& completion, Finished& finished) {
   auto& chain = it->second;
-  const auto k = static_cast<std::size_t>(completion.id - chain.first);
+  const auto k = static_cast<std::uint32_t>(completion.id - chain.first);
   if (k < chain.done) return false;  // not expected: a work request completes once
-  for (auto j = chain.done; j < k; ++j) finished.ok.push_back(std::move(chain.ops[j]));
-  if (completion.ok())
-    finished.ok.push_back(std::move(chain.ops[k]));
-  else
-    finished.failed = std::move(chain.ops[k]);
+  finished.begin = chain.begin + chain.done;
+  finished.ok = k - chain.done + (completion.ok() ? 1 : 0);
+  finished.failed = !completion.ok();
   chain.done = k + 1;
-  if (chain.done < chain.ops.size()) return false;
+  if (chain.done < chain.count) {
+    finished.batch = chain.batch;
+    return false;
+  }
+  finished.batch = std::move(chain.batch);
   rail.chains.erase(it);
   return true;
 }
@@ -560,51 +648,60 @@ void EngineImpl::on_completion(Rail& rail, const Completion& completion) {
   finish(rail, std::move(finished), completion);
 }
 
+// One completion: the credits of every work request it finished go back at once, and the requests they
+// carried are retired together (BatchImpl::ops_done).
 void EngineImpl::finish(Rail& rail, Finished finished, const Completion& completion) {
   if (finished.count() == 0) return;
+  auto& batch = *finished.batch;
   auto n = static_cast<std::uint32_t>(finished.count());
   rail.credits->release(n);
-  (finished.failed ? finished.failed : finished.ok.front())->entry->peer->credits.release(n);
-  for (auto& op : finished.ok) complete(std::move(op), nullptr, false);
-  if (!finished.failed) return;
-  auto& op = finished.failed;
-  Error error(Errc::TransportFailure, describe_op(*op) + ": " + std::string(to_string(completion.status)), 0,
-              completion.status);
-  complete(std::move(op), &error, transient(completion.status));
+  batch.op(finished.begin).entry->peer->credits.release(n);
+  const auto failed = finished.begin + finished.ok;
+  std::optional<Error> error;
+  bool retryable = false;
+  if (finished.failed) {  // named before ops_done may finish (and release) the batch's records
+    error.emplace(Errc::TransportFailure,
+                  describe_op(batch.op(failed)) + ": " + std::string(to_string(completion.status)), 0,
+                  completion.status);
+    retryable = transient(completion.status);
+  }
+  if (finished.ok != 0) batch.ops_done(finished.begin, finished.ok);
+  if (error) op_failed(finished.batch, failed, *error, retryable);
 }
 
-void EngineImpl::complete(std::unique_ptr<InflightOp> op, const Error* error, bool retryable) {
-  if (error == nullptr) {
-    for (auto r : op->op.requests) op->batch->piece_done(r, nullptr);
-    return;
+void EngineImpl::op_failed(const std::shared_ptr<BatchImpl>& batch, std::uint32_t k, const Error& error,
+                           bool retryable) {
+  auto& op = batch->op(k);
+  if (!retryable || op.attempts >= options_.max_retries || stop_.load(std::memory_order_acquire)) {
+    return fail_op(*batch, k, error);
   }
-  if (!retryable || op->attempts >= options_.max_retries || stop_.load(std::memory_order_acquire)) {
-    return fail_op(*op, *error);
-  }
-  note_error(*op, *error);
+  note_error(op, error);
   {
     std::lock_guard lock(retry_mutex_);
-    retry_queue_.push_back(std::move(op));
+    retry_queue_.push_back(RetryItem{batch, k});
   }
   retry_ready_.notify_one();
 }
 
-void EngineImpl::fail_op(InflightOp& op, const Error& error) {
-  if (!op.first_error) {
-    for (auto r : op.op.requests) op.batch->piece_done(r, &error);
+void EngineImpl::fail_op(BatchImpl& batch, std::uint32_t k, const Error& error) {
+  auto& op = batch.op(k);
+  // piece_done may finish the batch (and release its records): the requests are read first.
+  auto requests = op.op->requests;
+  if (!op.retries) {
+    for (auto r : requests) batch.piece_done(r, &error);
     return;
   }
   // The code is the last attempt's (NotFound: the name is gone now); the message starts with the cause.
   note_error(op, error);
-  Error told(error.code(), "first failure: " + op.first_error->describe() + "; then " + op.retry_errors,
+  Error told(error.code(), "first failure: " + op.retries->first.describe() + "; then " + op.retries->later,
              error.sys_errno(),
-             error.code() == Errc::TransportFailure ? error.status() : op.first_error->status());
-  for (auto r : op.op.requests) op.batch->piece_done(r, &told);
+             error.code() == Errc::TransportFailure ? error.status() : op.retries->first.status());
+  for (auto r : requests) batch.piece_done(r, &told);
 }
 
 void EngineImpl::retry_loop() {
   while (true) {
-    std::unique_ptr<InflightOp> op;
+    std::optional<RetryItem> item;
     std::function<void()> task;
     {
       std::unique_lock lock(retry_mutex_);
@@ -617,57 +714,64 @@ void EngineImpl::retry_loop() {
         task = std::move(tasks_.front());
         tasks_.pop_front();
       } else {
-        op = std::move(retry_queue_.front());
+        item = std::move(retry_queue_.front());
         retry_queue_.pop_front();
       }
     }
     if (task) task();  // a notification's send: it fails at once once the engine is closing
-    if (op) retry_one(std::move(op));
+    if (item) retry_one(std::move(*item));
   }
 }
 
 // Re-resolves the op's segment unless another op already did since it was posted, then posts it again.
-void EngineImpl::retry_one(std::unique_ptr<InflightOp> op) {
+void EngineImpl::retry_one(RetryItem item) {
+  auto& batch = *item.batch;
+  auto& op = batch.op(item.index);
   if (stop_.load(std::memory_order_acquire)) {
-    return fail_op(*op, Error(Errc::ConnectionBroken, "xfer engine closed before a retry"));
+    return fail_op(batch, item.index, Error(Errc::ConnectionBroken, "xfer engine closed before a retry"));
   }
-  ++op->attempts;
+  ++op.attempts;
   retries_.fetch_add(1, std::memory_order_relaxed);
-  auto current = entry(op->handle);
-  if (current->generation == op->entry->generation) {
+  auto current = entry(op.handle);
+  if (current->generation == op.entry->generation) {
     std::lock_guard lock(control_);
-    current = entry(op->handle);
-    if (current->generation == op->entry->generation) {
+    current = entry(op.handle);
+    if (current->generation == op.entry->generation) {
       auto fresh = resolve(current->name, next_generation_++, current.get());
-      if (!fresh) return fail_op(*op, fresh.error());
-      install(op->handle, *fresh);
+      if (!fresh) return fail_op(batch, item.index, fresh.error());
+      install(op.handle, *fresh);
       current = *fresh;
     }
   }
   if (current->gone) {
-    return fail_op(*op, Error(Errc::NotFound,
-                              "segment '" + current->name +
+    return fail_op(
+        batch, item.index,
+        Error(Errc::NotFound, "segment '" + current->name +
                                   "' is gone from the metadata (unpublished, or its owner's lease ran out: "
                                   "the owner died, is stopped or hung, or lost the metadata server)"));
   }
-  if (op->op.offset + op->op.length > current->record.length) {
-    return fail_op(*op,
+  if (op.op->offset + op.op->length > current->record.length) {
+    return fail_op(batch, item.index,
                    Error(Errc::InvalidArgument, "segment '" + current->name + "' shrank below the request"));
   }
   // A re-resolve may pick another transport (the owner published anew): our memory must be on it too.
-  for (const auto& region : op->regions) {
+  const auto& prepared = *batch.prepared();
+  for (std::size_t j = 0; j < op.op->local.size(); ++j) {
+    const auto& region = prepared.regions[prepared.piece_regions[op.op->first_piece + j]];
     if (!region->reaches(current->transport)) {
-      return fail_op(*op, Error(Errc::NotSupported, "segment '" + current->name + "' is now reached over " +
-                                                        current->transport +
-                                                        ", which did not register the "
-                                                        "local memory (" +
-                                                        region->refusals + ")"));
+      return fail_op(batch, item.index,
+                     Error(Errc::NotSupported, "segment '" + current->name + "' is now reached over " +
+                                                   current->transport +
+                                                   ", which did not register the "
+                                                   "local memory (" +
+                                                   region->refusals + ")"));
     }
   }
-  op->entry = current;
-  std::vector<std::unique_ptr<InflightOp>> again;
-  again.push_back(std::move(op));
-  post_all(std::move(again), Clock::now() + options_.submit_timeout);
+  op.renewed = std::move(current);
+  op.entry = op.renewed.get();
+  enter_reaping();  // post_all's posters are reapers (post_round does not wake the progress thread)
+  post_all(item.batch, item.index, item.index + 1, Clock::now() + options_.submit_timeout);
+  leave_reaping();
 }
 
 }  // namespace rdmakit::xfer::detail

@@ -273,7 +273,7 @@ EngineImpl::~EngineImpl() {
   for (auto& rail : rails_) {
     std::lock_guard lock(rail->ops_mutex);
     for (auto& [last, chain] : rail->chains)
-      for (std::size_t k = chain.done; k < chain.ops.size(); ++k) fail_op(*chain.ops[k], closed);
+      for (auto k = chain.done; k < chain.count; ++k) fail_op(*chain.batch, chain.begin + k, closed);
     rail->chains.clear();
   }
 }

@@ -38,11 +38,8 @@ class Credits {
   void release(std::uint32_t n);
   std::uint32_t in_use() const { return total_ - free_.load(); }
   std::uint32_t peak() const { return peak_.load(std::memory_order_relaxed); }
-
- private:
+  // Between 1 and `wanted` credits if any is free, without waiting; else 0.
   std::uint32_t try_take(std::uint32_t wanted);
-
- public:
   // Exactly n credits or none, without waiting.
   bool try_take_exact(std::uint32_t n);
   std::uint32_t total() const { return total_; }
@@ -74,35 +71,51 @@ struct Peer;
 struct SegmentEntry;
 struct LocalRegion;
 
-// One work request in flight (or waiting to be posted again).
+// One work request of a batch: a record in the batch's pool (BatchImpl::ops), made with the batch and
+// posted, completed and retried in place, so the data path allocates nothing per work request. Its plan
+// lives in the batch's PreparedImpl, its segment's resolution in the batch (or, after a retry's re-resolve,
+// in `renewed`).
 struct InflightOp {
-  std::shared_ptr<BatchImpl> batch;
-  std::shared_ptr<const SegmentEntry> entry;  // the resolution it was posted against
+  const PlannedOp* op = nullptr;
+  const SegmentEntry* entry = nullptr;  // the resolution it was posted against
+  std::shared_ptr<const SegmentEntry> renewed;
   std::uint32_t handle = 0;
-  PlannedOp op;
-  std::vector<std::shared_ptr<LocalRegion>> regions;  // the local memory its pieces lie in, kept alive
   std::uint32_t attempts = 0;
   // The failure that started the retries and what each retry met: the final error names the cause, not
-  // only the last retry's symptom (a dead owner's "connection refused").
-  std::optional<Error> first_error;
-  std::string retry_errors;
+  // only the last retry's symptom (a dead owner's "connection refused"). Made at the first failure.
+  struct Retries {
+    Error first;
+    std::string later;
+  };
+  std::unique_ptr<Retries> retries;
 };
 
-// The work requests posted in one call on one link, ids first .. first + ops.size() - 1. Only the last is
-// signaled: RC completes a connection's sends in order and reports every failure, signaled or not, so the
-// completions the rail's single reaper takes in queue order account for every one of them.
+// The work requests posted in one call on one link, ids first .. first + count - 1: the batch's ops
+// [begin, begin + count). Only the last is signaled: RC completes a connection's sends in order and reports
+// every failure, signaled or not, so the completions the rail's single reaper takes in queue order account
+// for every one of them.
 struct InflightChain {
   std::uint64_t first = 0;
-  std::size_t done = 0;  // ops[0, done) have finished
-  std::vector<std::unique_ptr<InflightOp>> ops;
+  std::uint32_t done = 0;  // ops [begin, begin + done) have finished
+  std::uint32_t begin = 0;
+  std::uint32_t count = 0;
+  std::shared_ptr<BatchImpl> batch;
 };
 
 // What one completion finished: the chain's work requests before it (they succeeded without a completion
-// of their own) and the one it names, which failed unless `failed` is null and it is the last of `ok`.
+// of their own) and the one it names, which failed unless `failed` is false (then it is the last of `ok`).
 struct Finished {
-  std::vector<std::unique_ptr<InflightOp>> ok;
-  std::unique_ptr<InflightOp> failed;
-  std::size_t count() const noexcept { return ok.size() + (failed ? 1 : 0); }
+  std::shared_ptr<BatchImpl> batch;
+  std::uint32_t begin = 0;  // ops [begin, begin + ok) succeeded
+  std::uint32_t ok = 0;
+  bool failed = false;  // op begin + ok failed
+  std::size_t count() const noexcept { return ok + (failed ? 1 : 0); }
+};
+
+// A work request waiting on the retry thread.
+struct RetryItem {
+  std::shared_ptr<BatchImpl> batch;
+  std::uint32_t index = 0;
 };
 
 struct Rail {
@@ -217,9 +230,13 @@ struct FileGroup {
   std::vector<FileOp> ops;
 };
 
+class PreparedImpl;
+struct ProgressHandle;
+
 class BatchImpl final : public Batch {
  public:
-  BatchImpl(std::size_t size, BatchCallback callback);
+  // `pieces`: how many work requests (or file messages) carry each request.
+  BatchImpl(std::span<const std::uint32_t> pieces, BatchCallback callback);
   std::size_t size() const noexcept override { return slots_.size(); }
   bool done() const noexcept override { return remaining_.load(std::memory_order_acquire) == 0; }
   Result<void> wait(std::chrono::nanoseconds timeout) override;
@@ -232,26 +249,42 @@ class BatchImpl final : public Batch {
   void expect_notification(std::function<void()> send);
   void notified(Result<void> outcome);
 
-  // Request i is carried by `pieces` work requests.
-  void expect(std::size_t i, std::uint32_t pieces) { slots_[i].pending = pieces; }
-  // One work request of request i finished (with `error` when it failed).
+  // One work request (or file message) of request i finished (with `error` when it failed).
   void piece_done(std::size_t i, const Error* error);
+  // The work requests ops()[begin, begin + n) succeeded: their requests' pieces are done, and the requests
+  // they finished are retired with one update of the batch's count (a chain's completion, not one per
+  // request).
+  void ops_done(std::uint32_t begin, std::uint32_t n);
   void set_self(std::weak_ptr<BatchImpl> self) { self_ = std::move(self); }
-  // What wait() runs while it waits: reaps completions itself (true when it found some), so a waiting
-  // thread completes its own batch without a hand-off from the progress thread.
-  void set_progress(std::function<bool()> progress) { progress_ = std::move(progress); }
+  // Through it wait() reaps the engine's completions itself, so a waiting thread completes its own batch
+  // without a hand-off from the progress thread.
+  void set_progress(std::shared_ptr<ProgressHandle> progress) { progress_ = std::move(progress); }
+
+  // The work requests' records (one per planned op, grouped by peer), and what they point into: the plan
+  // and each segment's resolution at submit. Released when the batch is done (nothing is in flight then).
+  void attach(std::shared_ptr<const PreparedImpl> prepared,
+              std::vector<std::shared_ptr<const SegmentEntry>> entries, std::vector<InflightOp> ops);
+  InflightOp& op(std::uint32_t k) { return ops_[k]; }
+  const PreparedImpl* prepared() const { return prepared_.get(); }
+  std::uint32_t ops_size() const { return static_cast<std::uint32_t>(ops_.size()); }
 
  private:
+  // 8 bytes a request: the batch's bookkeeping stays out of the way of the bytes it moves (errors, rare,
+  // live apart in `errors_`).
   struct Slot {
     std::atomic<std::uint32_t> pending{0};
     std::atomic<std::uint8_t> state{0};  // 0 in flight, 1 ok, 2 failed
-    std::atomic<bool> has_error{false};  // set after `error`
-    std::optional<Error> error;          // set under mutex_ before state becomes 2
+    std::atomic<bool> has_error{false};  // set after errors_[i]
+    bool single = false;                 // carried by one piece: its only piece finishes it, no count
   };
-  void finish(std::size_t i);
+  // Request i's last piece finished: its state is set (failed when any of its pieces failed).
+  void settle(std::size_t i);
+  // n more requests finished.
+  void retire(std::size_t n);
   void all_done();
 
   std::vector<Slot> slots_;
+  std::map<std::size_t, Error> errors_;  // by request, under mutex_, each set before its state becomes 2
   std::function<void()> send_notification_;
   std::optional<Result<void>> notification_;  // under mutex_
   std::atomic<bool> has_notification_{false};
@@ -261,7 +294,10 @@ class BatchImpl final : public Batch {
   std::condition_variable finished_;
   BatchCallback callback_;
   std::weak_ptr<BatchImpl> self_;
-  std::function<bool()> progress_;
+  std::shared_ptr<ProgressHandle> progress_;
+  std::shared_ptr<const PreparedImpl> prepared_;
+  std::vector<std::shared_ptr<const SegmentEntry>> entries_;  // by PreparedImpl::handles
+  std::vector<InflightOp> ops_;
 };
 
 // Lets a batch that outlives the engine wait without touching it: the engine clears `engine` on its way out.
@@ -271,13 +307,16 @@ struct ProgressHandle {
 };
 
 // A request list checked and planned once.
-class PreparedImpl final : public PreparedBatch {
+class PreparedImpl final : public PreparedBatch, public std::enable_shared_from_this<PreparedImpl> {
  public:
   std::size_t size() const noexcept override { return requests; }
   std::size_t requests = 0;
-  std::vector<std::uint32_t> pieces;  // work requests per request
-  std::vector<PlannedOp> planned;     // each with its handle (PlannedOp::segment)
-  std::vector<std::vector<std::shared_ptr<LocalRegion>>> op_regions;  // by planned op
+  std::vector<std::uint32_t> pieces;         // work requests per request
+  Plan planned;                              // each op with its handle (PlannedOp::segment)
+  std::vector<std::uint32_t> op_handles;     // by planned op: its index in `handles`
+  std::vector<std::uint32_t> piece_regions;  // by Plan::pieces: the index of its registration in `regions`
+  // Each (index in `handles`, index in `regions`) that some op pairs: the transport check at submit.
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> handle_regions;
   // Requests to file segments: not planned (the owner reads and delivers them), sent as messages.
   std::vector<PlanItem> file_items;
   std::vector<std::shared_ptr<LocalRegion>> file_regions;  // by file item
@@ -324,6 +363,14 @@ class EngineImpl final : public Engine {
   Result<std::vector<std::string>> publish_directory(std::string_view prefix, const std::string& dir,
                                                      const FileSegmentOptions& options) override;
   EngineStats stats() const override;
+  // Dequeues and applies what every rail's queue holds (Batch::wait); true when it found something.
+  bool poll_rails();
+  // A thread that reaps completions itself (inside submit, or spinning in Batch::wait) says so: while any
+  // does, the progress threads stand aside (they sleep instead of taking completions from under it, which
+  // cost a cache-line transfer per record and, on one core, the CPU itself). The last to leave wakes the
+  // progress threads of rails with work still in flight.
+  void enter_reaping() { self_reapers_.fetch_add(1); }
+  void leave_reaping();
   // Tests: the context of rail i (e.g. to reach a fault context's injector).
   Context& rail_context(std::size_t i) const { return *rails_.at(i)->context; }
   const EngineOptions& options() const noexcept override { return options_; }
@@ -399,35 +446,41 @@ class EngineImpl final : public Engine {
   Result<std::shared_ptr<Batch>> submit_prepared(const PreparedImpl& prepared, BatchCallback done,
                                                  bool blocking, std::span<const std::byte> message);
   // try_submit: takes every credit the ops need now (per rail into `rails`), or none and the reason.
-  Result<void> reserve_all(const std::vector<std::unique_ptr<InflightOp>>& ops,
-                           std::vector<std::uint32_t>& rails);
-  // `entries`: each request's resolution; `regions`: the local registrations the batch uses (each once).
-  Result<std::vector<PlanItem>> check(std::span<const Request> requests,
-                                      std::vector<std::shared_ptr<const SegmentEntry>>& entries,
+  Result<void> reserve_all(BatchImpl& batch, std::vector<std::uint32_t>& rails);
+  // `file`: whether each request goes to a file segment; `regions`: the local registrations the batch uses
+  // (each once).
+  Result<std::vector<PlanItem>> check(std::span<const Request> requests, std::vector<std::uint8_t>& file,
                                       std::vector<std::shared_ptr<LocalRegion>>& regions) const;
-  // `reserved`: the credits were taken already (try_submit): post without waiting, then give back the rail
-  // credits left over.
-  void post_all(std::vector<std::unique_ptr<InflightOp>> ops, std::chrono::steady_clock::time_point deadline,
+  // Posts the batch's ops [begin, end) (grouped by peer). `reserved`: the credits were taken already
+  // (try_submit): post without waiting, then give back the rail credits left over.
+  void post_all(const std::shared_ptr<BatchImpl>& batch, std::uint32_t begin, std::uint32_t end,
+                std::chrono::steady_clock::time_point deadline,
                 std::vector<std::uint32_t>* reserved = nullptr);
-  void post_round(Peer& peer, std::vector<std::unique_ptr<InflightOp>>& ops, std::size_t& next,
+  void post_round(Peer& peer, const std::shared_ptr<BatchImpl>& batch, std::uint32_t& next, std::uint32_t end,
                   std::chrono::steady_clock::time_point deadline, bool reserved,
                   std::vector<std::uint32_t>& rail_used);
-  void post_chain(Link& link, std::vector<std::unique_ptr<InflightOp>> chain);
+  void post_chain(Link& link, const std::shared_ptr<BatchImpl>& batch, std::uint32_t begin,
+                  std::uint32_t count);
   void progress_loop(Rail& rail);
   // Dequeues and applies what the rail's queue holds, unless another thread is doing so (false then, and
   // when nothing was there).
   bool reap(Rail& rail);
-  bool poll_rails();
+  // `wanted` credits or fewer (at least 1) of `credits`, reaping completions itself while none are free,
+  // then blocking (and standing aside as a reaper meanwhile) until `deadline`; 0 when it passed.
+  std::uint32_t take_credits(Credits& credits, std::uint32_t wanted,
+                             std::chrono::steady_clock::time_point deadline);
   void on_completion(Rail& rail, const Completion& completion);
   // Under ops_mutex: the chain at `it` takes `completion`; true when that finished the chain (erased).
   bool advance_locked(Rail& rail, std::map<std::uint64_t, InflightChain>::iterator it,
                       const Completion& completion, Finished& finished);
   void finish(Rail& rail, Finished finished, const Completion& completion);
-  void complete(std::unique_ptr<InflightOp> op, const Error* error, bool retryable);
+  // The batch's op `k` failed: retried, or its requests fail.
+  void op_failed(const std::shared_ptr<BatchImpl>& batch, std::uint32_t k, const Error& error,
+                 bool retryable);
   void retry_loop();
-  void retry_one(std::unique_ptr<InflightOp> op);
+  void retry_one(RetryItem item);
   // Fails the op's requests; after retries the error leads with the first failure and lists the retries'.
-  void fail_op(InflightOp& op, const Error& error);
+  void fail_op(BatchImpl& batch, std::uint32_t k, const Error& error);
 
   MetadataStore& metadata_;
   EngineOptions options_;
@@ -462,11 +515,12 @@ class EngineImpl final : public Engine {
 
   std::mutex retry_mutex_;
   std::condition_variable retry_ready_;
-  std::deque<std::unique_ptr<InflightOp>> retry_queue_;
+  std::deque<RetryItem> retry_queue_;
   std::thread retry_thread_;
 
   std::shared_ptr<ProgressHandle> progress_handle_ = std::make_shared<ProgressHandle>();
   std::atomic<bool> stop_{false};
+  std::atomic<std::uint32_t> self_reapers_{0};
   std::atomic<std::uint64_t> requests_{0}, work_requests_{0}, coalesced_{0}, retries_{0}, resolves_{0};
   std::atomic<std::uint64_t> notifications_received_{0}, notifications_dropped_{0}, notifications_refused_{0};
 };

@@ -31,17 +31,38 @@ struct LocalPiece {
   std::uint32_t length = 0;
 };
 
-// One work request: a contiguous range of a segment and the local pieces it moves.
+// One work request: a contiguous range of a segment and the local pieces it moves. The pieces and requests
+// are views into the Plan's flat arrays (one allocation each for a whole batch, not two per work request).
 struct PlannedOp {
   std::uint32_t segment = 0;
   bool write = true;
   std::uint64_t offset = 0;
   std::uint64_t length = 0;
-  std::vector<LocalPiece> local;
-  std::vector<std::uint32_t> requests;  // every request whose bytes it carries
+  std::uint32_t first_piece = 0;  // index of local[0] in Plan::pieces
+  std::span<const LocalPiece> local{};
+  std::span<const std::uint32_t> requests{};  // every request whose bytes it carries
+};
+
+// The work requests of a batch. Move-only: the ops' views point into its own arrays (a move keeps them).
+struct Plan {
+  std::vector<PlannedOp> ops;
+  std::vector<LocalPiece> pieces;
+  std::vector<std::uint32_t> requests;
+
+  Plan() = default;
+  Plan(Plan&&) = default;
+  Plan& operator=(Plan&&) = default;
+  Plan(const Plan&) = delete;
+  Plan& operator=(const Plan&) = delete;
+  std::size_t size() const noexcept { return ops.size(); }
+  bool empty() const noexcept { return ops.empty(); }
+  const PlannedOp& operator[](std::size_t k) const { return ops[k]; }
+  const PlannedOp& back() const { return ops.back(); }
+  auto begin() const { return ops.begin(); }
+  auto end() const { return ops.end(); }
 };
 
 // The work requests for `items`. Every byte of every item is in exactly one op.
-std::vector<PlannedOp> plan(std::span<const PlanItem> items, const PlanLimits& limits);
+Plan plan(std::span<const PlanItem> items, const PlanLimits& limits);
 
 }  // namespace rdmakit::xfer::detail
