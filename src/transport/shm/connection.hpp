@@ -104,6 +104,9 @@ class ShmConnection final : public detail::ConnectionProvider {
                      std::uint32_t count, std::uint64_t taken, std::uint64_t length);
   template <typename F>
   Status pinned(std::uint32_t key, std::uint64_t addr, std::uint64_t length, Access needed, F&& access);
+  // Maps the whole region behind the peer's `key` into our page tables the first time this connection
+  // accesses it (see datapath.cpp).
+  void populate_once(std::uint32_t key, bool write);
   void unpin();
   bool receive_ready(bool* closed);
   void produce(const RecvDone& done);
@@ -141,6 +144,9 @@ class ShmConnection final : public detail::ConnectionProvider {
   bool wants_progress_ = false;   // a large operation waits for the progress thread
   bool doorbell_owed_ = false;    // produce() published a receive completion; drain() rings the peer
   std::uint32_t pinned_key_ = 0;  // what out().pin holds for a WRITE/READ/atomic of this drain (0: none)
+  // Per registration slot of the peer, the key whose whole range populate_once() mapped in (0: none yet);
+  // allocated at the first one-sided operation.
+  std::unique_ptr<std::uint32_t[]> populated_;
   std::optional<std::uint64_t> unsignaled_done_;  // the last unsignaled success not yet counted in rc()
   // Lock-free mirrors for has_work(), written under mutex_: pending_ is not empty; reaped_.
   std::atomic<bool> has_pending_{false};

@@ -2,6 +2,7 @@
 // thread of the peer involved. Keys, bounds and rights are checked against the peer's registration table
 // (its control segment, mapped read-only here) under a pin the peer's deregistration respects.
 #include <poll.h>
+#include <sys/mman.h>
 
 #include <cstring>
 
@@ -184,8 +185,38 @@ Status ShmConnection::pinned(std::uint32_t key, std::uint64_t addr, std::uint64_
     pinned_key_ = key;
   }
   Status status = check_remote(peer_->ctl(), key, addr, length, needed);
-  if (status == Status::Success) status = access();
-  return status;
+  if (status != Status::Success) return status;
+  if (!populated_ || populated_[key & (kSlots - 1)] != key) populate_once(key, needed != Access::RemoteRead);
+  return access();
+}
+
+#ifndef MADV_POPULATE_READ  // Linux 5.14; older headers
+#define MADV_POPULATE_READ 22
+#define MADV_POPULATE_WRITE 23
+#endif
+
+// A registered region on an RDMA NIC is pinned and mapped when it is registered: no operation ever waits for
+// a page. Our mapping of the peer's arena starts empty, so without this every first touch of a 4 KiB page
+// of a peer's region took a page fault on the initiator's data path (write_bw of 4 KiB messages walking a
+// 256 MiB working set: 0.85 GB/s, page faults 33 % of the samples, against 15 GB/s for a memcpy of the same
+// pieces). So the first access to a key maps the whole region (MADV_POPULATE_*: the owner's pages exist
+// already, only our page table entries are made). Regions above kPopulateLimit are left to fault in, to
+// bound the first operation's delay and the page tables spent; a failure (an old kernel) leaves faulting
+// as the fallback.
+void ShmConnection::populate_once(std::uint32_t key, bool write) {
+  constexpr std::uint64_t kPopulateLimit = 4ull << 30;
+  if (!populated_) populated_ = std::make_unique<std::uint32_t[]>(kSlots);
+  populated_[key & (kSlots - 1)] = key;
+  const RegistrationSlot& slot = peer_->ctl().slot[key & (kSlots - 1)];
+  const std::uint64_t addr = slot.addr.load(std::memory_order_relaxed);
+  const std::uint64_t length = slot.length.load(std::memory_order_relaxed);
+  if (length == 0 || length > kPopulateLimit) return;
+  std::byte* mine = peer_->translate(addr, length, write);
+  if (!mine) return;  // device memory, or memory reached through the kernel (process_vm_*)
+  const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const auto start = reinterpret_cast<std::uintptr_t>(mine) & ~(page - 1);
+  const auto end = reinterpret_cast<std::uintptr_t>(mine) + length;
+  ::madvise(reinterpret_cast<void*>(start), end - start, write ? MADV_POPULATE_WRITE : MADV_POPULATE_READ);
 }
 
 // Ends the pin: the owner may revoke and reuse the memory from here on. (Streaming copies fenced their
