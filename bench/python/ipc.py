@@ -7,6 +7,11 @@ Each method moves an array of SIZE bytes from a sender process into a receiver p
 the sender starting the transfer to the sender knowing the bytes are in the receiver's memory:
   rdmakit      one-sided WRITEs into the array the receiver registered (chain of 64 MiB WRITEs); the
                last WRITE's completion says every byte is placed (RC ordering). No receiver code runs.
+               The receiver's array is a plain numpy array (private memory: on shm the sender's copy goes
+               through the kernel, process_vm_writev).
+  rdmakit_allocated  the same into memory the receiver got from ctx.allocate() (a shared mapping: on shm the
+               sender maps it and copies directly). rdmakit-perf's buffers are allocated ones, so this is the
+               like-for-like Python / C++ ratio; the plain-array one says what private memory costs.
   pickle       multiprocessing.Pipe.send(array) / recv() in the receiver, which then acks (8 bytes).
   shm+copy     multiprocessing.shared_memory: the sender copies its array into the shared block and
                signals over a Pipe; the receiver acks (it uses the block in place: one copy in total).
@@ -49,10 +54,14 @@ def label(size):
 
 # ---- receivers: each runs in its own process and serves `reps` transfers ---------------------------------
 
-def rdmakit_receiver(pipe, transport, size):
+def rdmakit_receiver(pipe, transport, size, allocated):
     with rdmakit.Context(transport=transport) as ctx:
-        array = np.zeros(size, np.uint8)
-        region = ctx.register(array)
+        if allocated:  # memory rdmakit allocates: on shm the sender maps it and copies directly
+            region = ctx.allocate(size)
+            array = np.frombuffer(region.view(), np.uint8)
+        else:  # a private numpy array: on shm the sender's copy goes through the kernel (process_vm_writev)
+            array = np.zeros(size, np.uint8)
+            region = ctx.register(array)
         listener = ctx.listen()
         pipe.send((listener.address, bytes(region.descriptor)))
         with listener.accept(timeout=60):
@@ -98,8 +107,8 @@ def spawn(target, *args):
     return process, here
 
 
-def run_rdmakit(transport, size, reps, data, pipelined):
-    process, pipe = spawn(rdmakit_receiver, transport, size)
+def run_rdmakit(transport, size, reps, data, pipelined, allocated=False):
+    process, pipe = spawn(rdmakit_receiver, transport, size, allocated)
     address, descriptor = pipe.recv()
     times = []
     with rdmakit.Context(transport=transport) as ctx:
@@ -221,8 +230,10 @@ def main():
         for size in map(parse_size, args.sizes.split(",")):
             reps = max(1, min(20, (256 << 20) // size))
             data = np.ones(size, np.uint8)
-            pipelined = []
+            pipelined, pipelined_allocated = [], []
             methods = {"rdmakit": lambda: run_rdmakit(transport, size, reps, data, pipelined),
+                       "rdmakit_allocated": lambda: run_rdmakit(transport, size, reps, data, pipelined_allocated,
+                                                                allocated=True),
                        "pickle": lambda: run_pickle(size, reps, data),
                        "shm+copy": lambda: run_shm_copy(size, reps, data),
                        "socket": lambda: run_socket(transport, size, reps, data)}
@@ -232,7 +243,8 @@ def main():
                     times[name] += run()
             row = {"transport": transport, "size": size,
                    **{name: size / statistics.median(t) / 1e9 for name, t in times.items()},
-                   "rdmakit_pipelined": size / statistics.median(pipelined) / 1e9, "reps": reps}
+                   "rdmakit_pipelined": size / statistics.median(pipelined) / 1e9,
+                   "rdmakit_allocated_pipelined": size / statistics.median(pipelined_allocated) / 1e9, "reps": reps}
             if args.perf:
                 report, error = run_perf(args.perf, transport, size, reps)
                 row["cpp_write_bw"] = report_gbps(report) if report else None
@@ -253,11 +265,13 @@ def report_gbps(report):
 def print_row(row):
     cpp = row.get("cpp_write_bw")
     cells = [f"{row['transport']:4}", f"{label(row['size']):>8}"]
-    cells += [f"{name} {row[name]:6.2f}" for name in ("rdmakit", "pickle", "shm+copy", "socket")]
+    cells += [f"{name} {row[name]:6.2f}" for name in ("rdmakit", "rdmakit_allocated", "pickle", "shm+copy", "socket")]
     cells.append(f"x pickle {row['rdmakit'] / row['pickle']:5.1f}")
     cells.append(f"rdmakit pipelined {row['rdmakit_pipelined']:6.2f}")
-    if cpp:
-        cells.append(f"C++ write_bw {cpp:6.2f} -> python pipelined/C++ {row['rdmakit_pipelined'] / cpp:4.2f}")
+    cells.append(f"allocated pipelined {row['rdmakit_allocated_pipelined']:6.2f}")
+    if cpp:  # rdmakit-perf's buffers are allocated ones: the allocated column is the like-for-like ratio
+        cells.append(f"C++ write_bw {cpp:6.2f} -> python pipelined/C++ {row['rdmakit_pipelined'] / cpp:4.2f}"
+                     f", allocated/C++ {row['rdmakit_allocated_pipelined'] / cpp:4.2f}")
     elif row.get("cpp_error"):
         cells.append(f"C++ write_bw failed: {row['cpp_error']}")
     print("  ".join(cells) + "   (GB/s)", flush=True)
