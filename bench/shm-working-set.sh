@@ -30,6 +30,6 @@ for placement in "0 1" "0 0"; do
     a=$(run_perf "$1" "$2")
     b=$(run_perf "$1" "$2" --working-set "$ws")
     m=$(taskset -c "$2" "$build/baseline" memcpy "$size" 1)
-    echo "rep $rep  one slot: $a GB/s  working set $ws: $b GB/s  memcpy (one core, $size B pieces rotating over 64 MiB): $(( m / 10000000 ))e-2 GB/s  load $(cut -d' ' -f1 /proc/loadavg)"
+    echo "rep $rep  one slot: $a GB/s  working set $ws: $b GB/s  memcpy (one core, $size B pieces rotating over 64 MiB): $(awk -v m="$m" 'BEGIN {printf "%.2f", m / 1e9}') GB/s  load $(cut -d' ' -f1 /proc/loadavg)"
   done
 done
