@@ -77,17 +77,20 @@ Result<std::vector<PlanItem>> EngineImpl::check(std::span<const Request> request
       return address >= region.addr && r.length <= region.size &&
              address - region.addr <= region.size - r.length;
     };
-    // Requests in a row mostly lie in the registration of the one before, to the same segment: those are
-    // checked against it without a search and without comparing transport names again.
-    if (checked_local != nullptr && checked_entry == last.get() && inside(*checked_local)) {
+    auto plan = [&](const LocalRegion& region) {
       file[i] = last->record.file;
       items[i] = PlanItem{static_cast<std::uint32_t>(i),
                           r.segment.value,
                           r.op == Op::Write,
-                          checked_local->id,
+                          region.id,
                           address,
                           r.offset,
                           r.length};
+    };
+    // Requests in a row mostly lie in the registration of the one before, to the same segment: those are
+    // checked against it without a search and without comparing transport names again.
+    if (checked_local != nullptr && checked_entry == last.get() && inside(*checked_local)) {
+      plan(*checked_local);
       continue;
     }
     auto known = std::ranges::find_if(regions, [&](const auto& region) { return inside(*region); });
@@ -107,14 +110,7 @@ Result<std::vector<PlanItem>> EngineImpl::check(std::span<const Request> request
                                           "' is a file segment, and file segments deliver into host memory "
                                           "only in this version (the local memory is device memory)");
     }
-    file[i] = last->record.file;
-    items[i] = PlanItem{static_cast<std::uint32_t>(i),
-                        r.segment.value,
-                        r.op == Op::Write,
-                        local->id,
-                        address,
-                        r.offset,
-                        r.length};
+    plan(*local);
     checked_local = local.get();
     checked_entry = last.get();
   }
