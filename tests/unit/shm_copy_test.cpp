@@ -4,8 +4,11 @@
 // buffers reach it).
 #include <gtest/gtest.h>
 
+#include <cctype>
 #include <cstring>
+#include <fstream>
 #include <future>
+#include <string>
 #include <vector>
 
 #include "core/copy.hpp"
@@ -121,6 +124,42 @@ TEST_F(StreamingThreshold, ScatterGatherWriteAndSendLand) {
   wait_ok(*p.ab, p.ab->post(std::span(&send, 1)).value());
   wait_ok(*p.ba, receive);
   EXPECT_EQ(std::memcmp(static_cast<std::byte*>(inbox->data()) + 3, landed, 3 * kPiece), 0);
+}
+
+// Resident bytes of this process's mappings of shm arenas (/proc/self/smaps: a mapping's header line starts
+// with its address, its fields with a capitalised name).
+std::uint64_t arena_resident_bytes() {
+  std::ifstream smaps("/proc/self/smaps");
+  std::string line;
+  bool arena = false;
+  std::uint64_t kib = 0;
+  while (std::getline(smaps, line)) {
+    if (line.empty()) continue;
+    if (std::isxdigit(static_cast<unsigned char>(line[0])) &&
+        !std::isupper(static_cast<unsigned char>(line[0])))
+      arena = line.find("rdmakit-shm-arena") != std::string::npos;
+    else if (arena && line.rfind("Rss:", 0) == 0)
+      kib += std::stoull(line.substr(4));
+  }
+  return kib << 10;
+}
+
+// The first access to a peer's region maps all of it into the initiator's page tables, as a NIC's
+// registration does, so later operations take no page fault per page (a 4 KiB write_bw walking 256 MiB
+// spent a third of its time in them): after one 8-byte WRITE to a 4 MiB region, this process's mappings of
+// shm arenas hold at least the region's size more than before (the initiator's mapping of the peer's arena
+// is its own, apart from the owner's).
+TEST(ShmPopulate, TheFirstAccessMapsThePeersWholeRegion) {
+  Pair p = connect_pair();
+  constexpr std::size_t kRegion = std::size_t{4} << 20;
+  auto remote = p.b->allocate(kRegion, Access::All).value();
+  std::memset(remote->data(), 1, kRegion);  // the owner's pages exist
+  auto local = p.a->allocate(4096, Access::All).value();
+  std::memset(local->data(), 2, 4096);
+  const std::uint64_t before = arena_resident_bytes();
+  wait_ok(*p.ab, p.ab->write(local->slice(0, 8), remote->descriptor().at(kRegion / 2)).value());
+  EXPECT_GE(arena_resident_bytes() - before, kRegion);
+  EXPECT_EQ(static_cast<std::byte*>(remote->data())[kRegion / 2], std::byte{2});
 }
 
 }  // namespace
