@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -405,9 +406,17 @@ TEST(CkptReplicaSecurity, IdleConnectionsCostNoThreadNorCpu) {
     idle.push_back(std::move(*c));
   }
   EXPECT_LT(thread_count() - threads, 8u) << "threads per connection";  // was one per connection
-  auto start = cpu_seconds();
-  std::this_thread::sleep_for(1s);
-  EXPECT_LT(cpu_seconds() - start, 0.15) << "idle connections burn CPU";  // 120 used 75% of a core
+  // The quieter of two 1-second windows, after the connects' own work has settled: a spin per connection
+  // shows in both (120 idle connections used 75% of a core), a one-off wake-up of this shared machine or
+  // the sanitizer's background thread (0.16 s once in CI's ASan stage) in one at most.
+  std::this_thread::sleep_for(200ms);
+  double quietest = 1e9;
+  for (int window = 0; window < 2; ++window) {
+    auto start = cpu_seconds();
+    std::this_thread::sleep_for(1s);
+    quietest = std::min(quietest, cpu_seconds() - start);
+  }
+  EXPECT_LT(quietest, kAddressSanitizer ? 0.25 : 0.15) << "idle connections burn CPU";
   idle.clear();
 }
 
