@@ -58,6 +58,26 @@ netem_dropped() {
     echo "$total"
 }
 
+# Runs rdmakit-soak once with the qdiscs already set, then removes them; sets rc, took, dropped, sent.
+run_soak() {
+    echo "===== netem: $transport, ${spec:-no netem} on $RDMAKIT_VM_NETDEV0 and $RDMAKIT_VM_NETDEV1"
+    tx0=$(cat "/sys/class/net/$RDMAKIT_VM_NETDEV0/statistics/tx_packets")
+    start=$(uptime_s)
+    # shellcheck disable=SC2086
+    env $silence timeout "$limit" "$b/tools/rdmakit-soak" --transport "$transport" -n "$ops" -c "$conns" -w 32 \
+        --phases 2 --seed 7 --listen "$RDMAKIT_VM_ADDR1:0" $devices $mix >/tmp/netem.out 2>&1
+    rc=$?
+    took=$(awk -v a="$start" -v b="$(uptime_s)" 'BEGIN { printf "%.1f", b - a }')
+    dropped=$(netem_dropped)
+    sent=$(($(cat "/sys/class/net/$RDMAKIT_VM_NETDEV0/statistics/tx_packets") - tx0))
+    set_netem ""
+}
+
+# Whether the failed run ended on a completion status the device reported (not on a check of the bytes).
+device_status_failure() {
+    grep -q 'rdmakit-soak: FAIL: .* completed ' /tmp/netem.out && ! grep -q 'is wrong\|arrived with\|reported .* bytes' /tmp/netem.out
+}
+
 uptime_s() { cut -d' ' -f1 /proc/uptime; }
 
 for case in $cases; do
@@ -81,17 +101,17 @@ for case in $cases; do
             # network would set them.
             silence="RDMAKIT_TIMEOUT_MS=30000 RDMAKIT_HANDSHAKE_TIMEOUT_MS=30000"
         fi
-        echo "===== netem: $transport, ${spec:-no netem} on $RDMAKIT_VM_NETDEV0 and $RDMAKIT_VM_NETDEV1"
-        tx0=$(cat "/sys/class/net/$RDMAKIT_VM_NETDEV0/statistics/tx_packets")
-        start=$(uptime_s)
-        # shellcheck disable=SC2086
-        env $silence timeout "$limit" "$b/tools/rdmakit-soak" --transport "$transport" -n "$ops" -c "$conns" -w 32 \
-            --phases 2 --seed 7 --listen "$RDMAKIT_VM_ADDR1:0" $devices $mix >/tmp/netem.out 2>&1
-        rc=$?
-        took=$(awk -v a="$start" -v b="$(uptime_s)" 'BEGIN { printf "%.1f", b - a }')
-        dropped=$(netem_dropped)
-        sent=$(($(cat "/sys/class/net/$RDMAKIT_VM_NETDEV0/statistics/tx_packets") - tx0))
-        set_netem ""
+        rerun=""
+        run_soak
+        # One more attempt for one failure shape only: over rxe, a completion the device itself failed
+        # (a status such as "local QP operation error" on a 52-byte SEND's receive, once in CI under 10 %
+        # loss; rdmakit posts the work request and reads the status, docs/reliability.md). A wrong byte, a
+        # lost or duplicated message, or a hang is never retried; both attempts are printed.
+        if [ "$transport" = verbs ] && [ $rc != 0 ] && [ $rc != 124 ] && device_status_failure; then
+            echo "NETEM RERUN: $transport$label $case: rxe failed a completion ($(grep -m1 'FAIL' /tmp/netem.out)); one more attempt"
+            rerun=" (2nd attempt)"
+            set_netem "$spec" && run_soak
+        fi
         grep -E '^ops |FAIL' /tmp/netem.out
         verified=$(sed -n 's/.*bytes verified \([0-9]*\).*/\1/p' /tmp/netem.out)
         what="$transport$label $case (${spec:-none}): $took s, ${verified:-0} bytes verified, netem dropped $dropped, $RDMAKIT_VM_NETDEV0 sent $sent packets"
@@ -107,10 +127,10 @@ for case in $cases; do
             echo "NETEM FAIL: $what: netem dropped nothing (was it active?)"
             fails=$((fails + 1))
         else
-            echo "NETEM PASS: $what"
+            echo "NETEM PASS: $what$rerun"
         fi
         table="$table
-| $case | ${spec:-none} | $transport$label | $([ $rc = 0 ] && echo ok || echo "FAIL ($rc)") | $took | ${verified:-0} | $dropped |"
+| $case | ${spec:-none} | $transport$label | $([ $rc = 0 ] && echo "ok$rerun" || echo "FAIL ($rc)$rerun") | $took | ${verified:-0} | $dropped |"
     done
 done
 echo "===== netem summary ($ops ops, $conns connections per run)"
