@@ -9,13 +9,15 @@
 #     rdmakit-xfer-bench run, on one device and striped over two;
 #   * with two devices, a short netem set (netem-guest.sh: 1 % loss and 5 % duplication on the veth pair,
 #     rdmakit-soak over verbs and tcp, every byte and atomic checked; 10 % loss, delay and reordering over
-#     tcp, and 10 % loss and reordering over verbs without atomics).
+#     tcp, and 10 % loss and reordering over verbs without atomics);
+#   * with one device, the checkpoint engine's peer-memory replica (unit_ckpt_replica's push, restore and
+#     refusal cases over verbs).
 #
 # Usage: tests/softroce/verbs-conformance.sh [--one|--two] [BUILD_DIR] [-- extra gtest args]
 #   BUILD_DIR defaults to build-verbs; it must hold conformance, conformance_peer, unit_verbs_device, fake_cudart, the
 #   examples and the transfer engine's binaries (make conformance conformance_peer unit_verbs_device
 #   write_read_server write_read_client xfer_engine_test xfer_peer xfer_kvcache rdmakit-xfer-bench
-#   rdmakit-soak).
+#   rdmakit-soak unit_ckpt_replica).
 # Exit status: non-zero if any part failed in any configuration.
 set -euo pipefail
 trap 'echo "verbs-conformance.sh: error: command failed (status $?) at line $LINENO" >&2' ERR
@@ -34,7 +36,7 @@ gtest_extra="$*"
 
 bins=(tests/conformance tests/conformance_peer tests/unit_verbs_device examples/write_read_server
       examples/write_read_client tests/xfer/xfer_engine_test tests/xfer/xfer_peer examples/xfer_kvcache
-      tools/rdmakit-xfer-bench tools/rdmakit-soak
+      tools/rdmakit-xfer-bench tools/rdmakit-soak tests/unit_ckpt_replica
       tests/libfake_cudart.so)  # the fake CUDA runtime the conformance suite's device cases load (tests/fake_cudart)
 for bin in "${bins[@]}"; do
     [[ -x "$build/$bin" ]] || { echo "verbs-conformance.sh: error: $build/$bin missing (build it first)" >&2; exit 1; }
@@ -90,6 +92,19 @@ src=$?
 cat /tmp/server.out
 [ $crc = 0 ] && [ $src = 0 ]
 check $? "example over verbs ($RDMAKIT_VM_NDEVS device(s))"
+
+# The checkpoint engine's peer-memory replica over verbs (one device: the engine and the replica server
+# both on rxe0, the pushes real RDMA WRITEs through it): a checkpoint pushed into the server's registered
+# memory, the disk deleted, every byte restored from the replica; a replica that does not verify refused;
+# a lost server surfacing at the next call. The job secret: the server's address is the device's, not
+# loopback, so the per-user secret does not apply (SECURITY.md). Buffered I/O: the guest's /tmp (kernel
+# 6.1 tmpfs) refuses O_DIRECT, and the engine's fallback warning would fail the test.
+if [ "$RDMAKIT_VM_NDEVS" = 1 ]; then
+    step "unit_ckpt_replica over verbs ($RDMAKIT_DEVICE)"
+    RDMAKIT_TRANSPORT=verbs RDMAKIT_JOB_SECRET=softroce-vm-job-secret RDMAKIT_CKPT_DIRECT_IO=no timeout 300 "$b/tests/unit_ckpt_replica" \
+        --gtest_filter='CkptReplica.RestoresFromPeerMemoryAfterTheDiskIsLost:CkptReplica.ServerRefusesAReplicaThatDoesNotVerify:CkptReplica.LostPeerSurfacesAtTheNextCall' "$@"
+    check $? "checkpoint replica over verbs: pushed, restored bit-exact after the disk is lost"
+fi
 
 if [ "$RDMAKIT_VM_NDEVS" = 2 ]; then
     after=$(cat /sys/class/net/$RDMAKIT_VM_NETDEV0/statistics/tx_packets)
