@@ -1,7 +1,8 @@
 // rdmakit-ckpt: look at checkpoints on disk, and measure the engine.
 //
 //   rdmakit-ckpt list DIR                    committed checkpoints, newest first
-//   rdmakit-ckpt verify CKPT|DIR             every chunk checksum (DIR: the newest checkpoint)
+//   rdmakit-ckpt verify CKPT|DIR             every chunk checksum (DIR: the newest checkpoint; in one node's
+//                                            directory of a node-local checkpoint: that node's shards)
 //   rdmakit-ckpt show CKPT|DIR               the manifest
 //   rdmakit-ckpt export CKPT|DIR NAME OUT.npy   one tensor in numpy's format
 //   rdmakit-ckpt bench DIR [MiB] [rounds]    snapshot stall vs memcpy, persist and restore bandwidth
@@ -13,6 +14,7 @@
 //                                            peers prove RDMAKIT_JOB_SECRET (loopback: the per-user secret)
 #include <unistd.h>
 
+#include <algorithm>
 #include <charconv>
 #include <chrono>
 #include <csignal>
@@ -105,11 +107,29 @@ int verify(const std::string& path) {
     std::fprintf(stderr, "\r[%-40.*s] %3d%%", filled, "########################################",
                  static_cast<int>(100 * done / total));
   };
-  auto manifest = ckpt::verify_checkpoint(*target, bar);
+  auto found = ckpt::verify_node_checkpoint(*target, bar);
   if (tty) std::fprintf(stderr, "\n");
-  if (!manifest) return report(manifest.error());
-  std::printf("%s: OK (step %llu, %zu chunks)\n", target->c_str(),
-              static_cast<unsigned long long>(manifest->step), manifest->chunks.size());
+  if (!found) return report(found.error());
+  const auto& m = found->manifest;
+  if (found->elsewhere.empty()) {
+    std::printf("%s: OK (step %llu, %zu chunks)\n", target->c_str(), static_cast<unsigned long long>(m.step),
+                m.chunks.size());
+    return 0;
+  }
+  // One node's directory of a node-local checkpoint: its own ranks' shards checked, the rest named.
+  auto ranks = [](const std::vector<std::uint32_t>& files) {
+    std::string text;
+    for (auto f : files) text += (text.empty() ? "" : ", ") + std::to_string(f);
+    return text;
+  };
+  std::size_t chunks = 0;
+  for (const auto& c : m.chunks)
+    chunks += std::find(found->verified.begin(), found->verified.end(), c.file) != found->verified.end();
+  std::printf(
+      "%s: OK for the shards in this directory (step %llu: rank(s) %s, %zu chunks); rank(s) %s of %u "
+      "are not here (another node's directory: verify them there)\n",
+      target->c_str(), static_cast<unsigned long long>(m.step), ranks(found->verified).c_str(), chunks,
+      ranks(found->elsewhere).c_str(), static_cast<unsigned>(m.files.size()));
   return 0;
 }
 

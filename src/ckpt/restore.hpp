@@ -19,7 +19,9 @@ using Verified = std::function<void(std::uint64_t offset, std::uint64_t size)>;
 // Without, chunks stream through scratch buffers. The error names the file and the chunk. `verified`
 // (with `dest` only) lets the caller use each chunk as soon as it is checked: the engine's restore copies
 // it into the application's buffers then, overlapped with the reads of the next chunks.
+// `only` (without `dest`): the files to read, by index; empty: every file.
 Result<void> read_verified(const std::string& path, const Manifest& manifest, unsigned char* dest,
-                           const Progress& progress, const Verified& verified = {});
+                           const Progress& progress, const Verified& verified = {},
+                           const std::vector<std::uint32_t>& only = {});
 
 }  // namespace rdmakit::ckpt::detail

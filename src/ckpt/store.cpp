@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <string_view>
 
 #include "ckpt/checksum.hpp"
 #include "ckpt/manifest.hpp"
@@ -124,9 +125,13 @@ Result<void> read_file(Ring& ring, const FileRead& r) {
 }  // namespace
 
 Result<void> read_verified(const std::string& path, const Manifest& m, unsigned char* dest,
-                           const Progress& progress, const Verified& verified) {
-  if (dest && m.files.size() != 1)
+                           const Progress& progress, const Verified& verified,
+                           const std::vector<std::uint32_t>& only) {
+  if (dest && (m.files.size() != 1 || !only.empty()))
     return fail(Errc::InvalidArgument, "ckpt: loading needs a one-file checkpoint");
+  std::vector<std::uint32_t> files = only;
+  if (files.empty())
+    for (std::uint32_t file = 0; file < m.files.size(); ++file) files.push_back(file);
   auto ring = Ring::create(kReadDepth);
   if (!ring) return std::unexpected(ring.error());
   std::uint64_t slot_bytes = round_up(m.chunk_bytes, kIoAlignment);
@@ -137,8 +142,8 @@ Result<void> read_verified(const std::string& path, const Manifest& m, unsigned 
     scratch = std::move(*buffer);
   }
   std::uint64_t total = 0, done = 0;
-  for (const auto& f : m.files) total += f.size;
-  for (std::uint32_t file = 0; file < m.files.size(); ++file) {
+  for (auto file : files) total += m.files.at(file).size;
+  for (auto file : files) {
     FileRead r{path, m, file, dest, &scratch, slot_bytes, progress, verified, done, total};
     if (auto ok = read_file(*ring, r); !ok) return ok;
   }
@@ -181,6 +186,37 @@ Result<Manifest> verify_checkpoint(const std::string& checkpoint_path,
   if (auto ok = detail::read_verified(checkpoint_path, *manifest, nullptr, progress); !ok)
     return std::unexpected(ok.error());
   return manifest;
+}
+
+Result<NodeVerification> verify_node_checkpoint(
+    const std::string& checkpoint_path, const std::function<void(std::uint64_t, std::uint64_t)>& progress) {
+  auto manifest = read_manifest(checkpoint_path);
+  if (!manifest) return std::unexpected(manifest.error());
+  NodeVerification found{.manifest = std::move(*manifest)};
+  const auto& files = found.manifest.files;
+  auto here = [&](const std::string& name) {
+    struct stat st {};
+    return ::stat((checkpoint_path + "/" + name).c_str(), &st) == 0;
+  };
+  for (std::uint32_t file = 0; file < files.size(); ++file) {
+    const auto& name = files[file].name;
+    // A multi-rank checkpoint's rank-<r>.data is written beside its shard manifest rank-<r>.manifest
+    // (src/ckpt/group.cpp): both absent means the shard was never in this directory.
+    constexpr std::string_view kData = ".data";
+    bool shard_file = files.size() > 1 && name.ends_with(kData);
+    std::string shard_manifest = shard_file ? name.substr(0, name.size() - kData.size()) + ".manifest" : "";
+    if (shard_file && !here(name) && !here(shard_manifest))
+      found.elsewhere.push_back(file);
+    else
+      found.verified.push_back(file);
+  }
+  if (found.verified.empty())
+    return fail(Errc::NotFound, "ckpt: " + checkpoint_path + " holds none of the checkpoint's " +
+                                    std::to_string(files.size()) + " data files");
+  if (auto ok = detail::read_verified(checkpoint_path, found.manifest, nullptr, progress, {}, found.verified);
+      !ok)
+    return std::unexpected(ok.error());
+  return found;
 }
 
 namespace {

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 #include <mutex>
 
 #include "ckpt/persist.hpp"
@@ -101,6 +102,44 @@ TEST(CkptCluster, NodeLocalDirectoriesEachHoldTheirNodesShardsAndTheCommitRecord
   auto sources = restore_all(cluster, false, 3);
   for (int rank = 0; rank < kRanks; ++rank)
     EXPECT_EQ(sources[rank], cluster.directory(node_of(rank)) + "/" + detail::checkpoint_name(3));
+}
+
+// `rdmakit-ckpt verify` in one node's directory: that node's shards are read and checked, the other
+// node's are named, not reported missing; a shard lost from beside its shard manifest is still an error.
+TEST(CkptCluster, ANodesCopyVerifiesItsOwnShardsAndNamesTheOthers) {
+  Cluster cluster;
+  commit_steps(cluster, false, 1, 1);
+  std::string node1 = cluster.directory(1) + "/" + detail::checkpoint_name(1);
+  auto found = verify_node_checkpoint(node1);
+  ASSERT_TRUE(found) << found.error().describe();
+  EXPECT_EQ(found->verified, (std::vector<std::uint32_t>{2, 3}));
+  EXPECT_EQ(found->elsewhere, (std::vector<std::uint32_t>{0, 1}));
+  EXPECT_FALSE(verify_checkpoint(node1));  // the whole checkpoint is not in one directory
+
+  // A flipped byte in this node's shard is found and named.
+  {
+    std::fstream data(node1 + "/" + detail::data_file_name(3),
+                      std::ios::in | std::ios::out | std::ios::binary);
+    ASSERT_TRUE(data);
+    data.seekg(100);
+    char byte = 0;
+    ASSERT_TRUE(data.get(byte));
+    data.seekp(100);
+    data.put(static_cast<char>(byte ^ 1));
+  }
+  auto flipped = verify_node_checkpoint(node1);
+  ASSERT_FALSE(flipped);
+  EXPECT_NE(flipped.error().message().find("checksum mismatch in " + detail::data_file_name(3)),
+            std::string::npos)
+      << flipped.error().message();
+
+  // A data file gone from beside its shard manifest is missing, not another node's.
+  std::string node0 = cluster.directory(0) + "/" + detail::checkpoint_name(1);
+  fs::remove(node0 + "/" + detail::data_file_name(1));
+  auto missing = verify_node_checkpoint(node0);
+  ASSERT_FALSE(missing);
+  EXPECT_NE(missing.error().message().find(detail::data_file_name(1)), std::string::npos)
+      << missing.error().message();
 }
 
 TEST(CkptCluster, ANodeLostWithItsDiskIsRestoredFromTheSurvivorsDisksAndReplicas) {

@@ -70,6 +70,20 @@ RDMAKIT_API Result<Manifest> read_manifest(const std::string& checkpoint_path);
 RDMAKIT_API Result<Manifest> verify_checkpoint(
     const std::string& checkpoint_path,
     const std::function<void(std::uint64_t done, std::uint64_t total)>& progress = {});
+// One node's copy of a checkpoint, verified. With node-local directories (docs/ckpt.md, "Multi-rank commit
+// and cluster checkpoints") a node's `ckpt-<step>` holds the whole job's manifest but only its own ranks'
+// data files, each beside its shard manifest `rank-<r>.manifest`.
+struct NodeVerification {
+  Manifest manifest{};
+  std::vector<std::uint32_t> verified{};   // files (index = rank) whose every chunk checked here
+  std::vector<std::uint32_t> elsewhere{};  // files with neither data nor shard manifest here: other nodes'
+};
+// verify_checkpoint() for one node's directory: a rank's data file whose data and shard manifest are both
+// absent is another node's (listed in `elsewhere`, not an error); a data file missing beside its shard
+// manifest, or a one-file checkpoint's missing file, is an error naming it; NotFound when none is here.
+RDMAKIT_API Result<NodeVerification> verify_node_checkpoint(
+    const std::string& checkpoint_path,
+    const std::function<void(std::uint64_t done, std::uint64_t total)>& progress = {});
 // The manifest as readable text (what `rdmakit-ckpt show` prints).
 RDMAKIT_API std::string describe_manifest(const Manifest& manifest);
 // Writes one tensor as a numpy .npy file (format 1.0), after verifying the chunks it spans.
