@@ -139,15 +139,18 @@ class Checkpointer:
     ``keep``: checkpoints kept; ``lazy``: save() returns at once and copies in the background (call
     :meth:`wait_snapshot` before the state changes); ``incremental``: unchanged chunks are not rewritten;
     ``on_persisted``: ``fn(step, outcome)`` called once per save when it is committed or has failed (see
-    the module's documentation).
+    the module's documentation); ``replica``: the address of an ``rdmakit-ckpt serve`` whose memory also
+    receives every committed checkpoint (one-sided WRITEs; a restore whose disk copy is gone or damaged
+    reads it from there, and :attr:`restored_from` then says ``replica at <address>``).
     """
 
     def __init__(self, directory, state, keep=3, lazy=False, incremental=False, direct_io=True,
-                 chunk_bytes=4 << 20, io_depth=4, on_persisted=None):
+                 chunk_bytes=4 << 20, io_depth=4, on_persisted=None, replica=None):
         self._directory = str(directory)
         self._state = state
         self._options = dict(keep=keep, chunk_bytes=chunk_bytes, io_depth=io_depth, lazy=lazy,
-                             incremental=incremental, direct_io=direct_io, on_persisted=on_persisted)
+                             incremental=incremental, direct_io=direct_io, on_persisted=on_persisted,
+                             replica="" if replica is None else str(replica))
         self._engine = None
         self._layout = None
         stateless = _stateless_optimizer_dicts(state)

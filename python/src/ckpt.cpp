@@ -264,7 +264,8 @@ py::dict report_dict(const ckpt::PersistReport& report) {
 std::unique_ptr<PyEngine> make_engine(const std::string& directory,
                                       const std::vector<std::pair<std::string, py::object>>& named,
                                       py::handle keep, py::handle chunk_bytes, py::handle io_depth, bool lazy,
-                                      bool incremental, bool direct_io, py::object on_persisted) {
+                                      bool incremental, bool direct_io, py::object on_persisted,
+                                      const std::string& replica) {
   if (!on_persisted.is_none() && !PyCallable_Check(on_persisted.ptr()))
     raise(Errc::InvalidArgument, "ckpt: on_persisted must be callable (step, outcome), not " +
                                      py::repr(on_persisted).cast<std::string>());
@@ -287,7 +288,8 @@ std::unique_ptr<PyEngine> make_engine(const std::string& directory,
                               .io_depth = int_arg<std::uint32_t>(io_depth, "io_depth"),
                               .direct_io = direct_io,
                               .lazy = lazy,
-                              .incremental = incremental};
+                              .incremental = incremental,
+                              .replica = replica};
   if (!on_persisted.is_none()) {
     result->on_persisted = std::make_unique<PersistCallback>(std::move(on_persisted));
     options.on_persisted = [callback = result->on_persisted.get()](
@@ -314,7 +316,8 @@ void bind_ckpt(py::module_& m) {
                        "The C++ checkpoint engine over named arrays (use rdmakit.ckpt.Checkpointer).")
       .def(py::init(&make_engine), py::arg("directory"), py::arg("buffers"), py::arg("keep") = 3,
            py::arg("chunk_bytes") = 4u << 20, py::arg("io_depth") = 4, py::arg("lazy") = false,
-           py::arg("incremental") = false, py::arg("direct_io") = true, py::arg("on_persisted") = py::none())
+           py::arg("incremental") = false, py::arg("direct_io") = true, py::arg("on_persisted") = py::none(),
+           py::arg("replica") = std::string())
       .def("snapshot", &snapshot, py::arg("step"),
            "Copies the state into staging and persists it in the background; refuses a step older than the "
            "newest checkpoint and a tensor that changed since the engine was made.")

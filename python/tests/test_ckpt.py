@@ -1,5 +1,9 @@
 """The checkpoint engine from Python: numpy dicts and torch state_dicts, save/wait/restore."""
 
+import os
+import shutil
+import subprocess
+
 import numpy as np
 import pytest
 
@@ -43,6 +47,42 @@ def test_restore_a_chosen_step(tmp_path):
             ckpt.restore(9)
         assert (weights == 2).all()
         assert ckpt.restore(3) == 3 and (weights == 3).all()
+
+
+def _replica_server():
+    """An `rdmakit-ckpt serve` of this build on a free loopback port: (process, address)."""
+    build = os.environ.get("RDMAKIT_TEST_PYTEST_BUILD_DIR", "")
+    if not build:
+        pytest.skip("no build directory given (RDMAKIT_TEST_PYTEST_BUILD_DIR): rdmakit-ckpt serve unknown")
+    tool = os.path.join(build, "tools", "rdmakit-ckpt")
+    assert os.access(tool, os.X_OK), f"{tool} is not built"
+    server = subprocess.Popen([tool, "serve", "--listen", "127.0.0.1:0", "--budget", "64"],
+                              stdout=subprocess.PIPE, text=True)
+    line = server.stdout.readline()  # "serving on 127.0.0.1:PORT, budget 64 MiB"
+    assert line.startswith("serving on "), line
+    return server, line.split()[2].rstrip(",")
+
+
+def test_replica_restores_after_the_disk_is_lost(tmp_path):
+    server, address = _replica_server()
+    try:
+        weights = np.arange(300_000, dtype=np.float32)
+        directory = tmp_path / "disk"
+        with Checkpointer(directory, {"w": weights}, direct_io=False, replica=address) as ckpt:
+            ckpt.save(1)
+            weights += 1
+            ckpt.save(2)
+            report = ckpt.wait()
+            assert report["step"] == 2 and report["replicated"] is True
+        shutil.rmtree(directory)  # the node's disk is gone; the peer's memory is not
+        weights[:] = -1
+        with Checkpointer(directory, {"w": weights}, direct_io=False, replica=address) as again:
+            assert again.restore_latest() == 2
+            assert again.restored_from == f"replica at {address}"
+        assert np.array_equal(weights, np.arange(300_000, dtype=np.float32) + 1)
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
 
 
 def test_torch_state_dict_round_trip(tmp_path):
