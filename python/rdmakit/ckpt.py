@@ -141,16 +141,23 @@ class Checkpointer:
     ``on_persisted``: ``fn(step, outcome)`` called once per save when it is committed or has failed (see
     the module's documentation); ``replica``: the address of an ``rdmakit-ckpt serve`` whose memory also
     receives every committed checkpoint (one-sided WRITEs; a restore whose disk copy is gone or damaged
-    reads it from there, and :attr:`restored_from` then says ``replica at <address>``).
+    reads it from there, and :attr:`restored_from` then says ``replica at <address>``); ``communicator``: an
+    :class:`rdmakit.Communicator` of every rank, for one checkpoint of the whole job (each rank writes its
+    shard into ``directory``, one the ranks share or its node's own; the commit is collective, so every rank
+    calls ``save`` with the same steps). Give the engine a communicator of its own, not the one the training
+    uses (``Communicator.from_environment(key_prefix="ckpt/")``): it runs collectives from a background thread.
+    When the state's arrays move or change (an optimizer's first step creates its state), the engine is made
+    again, collectively: every rank must see that change at the same ``save`` (as SPMD training does), else
+    the ranks that did not wait for it and fail with the communicator's timeout.
     """
 
     def __init__(self, directory, state, keep=3, lazy=False, incremental=False, direct_io=True,
-                 chunk_bytes=4 << 20, io_depth=4, on_persisted=None, replica=None):
+                 chunk_bytes=4 << 20, io_depth=4, on_persisted=None, replica=None, communicator=None):
         self._directory = str(directory)
         self._state = state
         self._options = dict(keep=keep, chunk_bytes=chunk_bytes, io_depth=io_depth, lazy=lazy,
                              incremental=incremental, direct_io=direct_io, on_persisted=on_persisted,
-                             replica="" if replica is None else str(replica))
+                             replica="" if replica is None else str(replica), communicator=communicator)
         self._engine = None
         self._layout = None
         stateless = _stateless_optimizer_dicts(state)

@@ -7,6 +7,7 @@
 #include <mutex>
 
 #include "array.hpp"
+#include "coll.hpp"
 #include "common.hpp"
 #include "rdmakit/ckpt/engine.hpp"
 #include "rdmakit/ckpt/store.hpp"
@@ -107,7 +108,8 @@ class PersistCallback {
 struct PyEngine {
   std::vector<ArrayRef> arrays;  // declared first: destroyed after the engine that reads them
   std::unique_ptr<PersistCallback> on_persisted;  // before `engine`: outlives it, dropped with the GIL held
-  std::vector<Layout> layout;                     // one per array, same order
+  std::shared_ptr<coll::Communicator> communicator;  // before `engine`: the engine's collectives run on it
+  std::vector<Layout> layout;                        // one per array, same order
   std::string directory;
   std::optional<std::uint64_t> newest;  // the newest step saved here or committed in the directory
   std::unique_ptr<ckpt::Engine> engine;
@@ -265,7 +267,7 @@ std::unique_ptr<PyEngine> make_engine(const std::string& directory,
                                       const std::vector<std::pair<std::string, py::object>>& named,
                                       py::handle keep, py::handle chunk_bytes, py::handle io_depth, bool lazy,
                                       bool incremental, bool direct_io, py::object on_persisted,
-                                      const std::string& replica) {
+                                      const std::string& replica, py::object communicator) {
   if (!on_persisted.is_none() && !PyCallable_Check(on_persisted.ptr()))
     raise(Errc::InvalidArgument, "ckpt: on_persisted must be callable (step, outcome), not " +
                                      py::repr(on_persisted).cast<std::string>());
@@ -290,6 +292,15 @@ std::unique_ptr<PyEngine> make_engine(const std::string& directory,
                               .lazy = lazy,
                               .incremental = incremental,
                               .replica = replica};
+  // A multi-rank checkpoint: every rank of the communicator makes its engine together (create is collective).
+  if (!communicator.is_none()) {
+    if (!py::isinstance<PyCommunicator>(communicator))
+      raise(Errc::InvalidArgument, "ckpt: communicator must be an rdmakit.Communicator, not " +
+                                       py::repr(communicator).cast<std::string>());
+    result->communicator = communicator.cast<PyCommunicator&>().comm;
+    if (!result->communicator) raise(Errc::InvalidArgument, "ckpt: the communicator is closed");
+    options.communicator = result->communicator.get();
+  }
   if (!on_persisted.is_none()) {
     result->on_persisted = std::make_unique<PersistCallback>(std::move(on_persisted));
     options.on_persisted = [callback = result->on_persisted.get()](
@@ -317,7 +328,7 @@ void bind_ckpt(py::module_& m) {
       .def(py::init(&make_engine), py::arg("directory"), py::arg("buffers"), py::arg("keep") = 3,
            py::arg("chunk_bytes") = 4u << 20, py::arg("io_depth") = 4, py::arg("lazy") = false,
            py::arg("incremental") = false, py::arg("direct_io") = true, py::arg("on_persisted") = py::none(),
-           py::arg("replica") = std::string())
+           py::arg("replica") = std::string(), py::arg("communicator") = py::none())
       .def("snapshot", &snapshot, py::arg("step"),
            "Copies the state into staging and persists it in the background; refuses a step older than the "
            "newest checkpoint and a tensor that changed since the engine was made.")

@@ -1,6 +1,8 @@
 // Bindings of the collectives (rdmakit::coll::Communicator) on numpy arrays and CPU torch tensors.
 // Blocking calls release the GIL; _async calls return a Work that holds the arrays until it is waited for
 // (and waits in its destructor if it never was, so no collective writes into freed memory).
+#include "coll.hpp"
+
 #include <pybind11/stl.h>
 
 #include <string>
@@ -41,14 +43,6 @@ ReduceOp reduce_op(py::handle op) {
   }
   return op.cast<ReduceOp>();
 }
-
-struct PyCommunicator {
-  std::shared_ptr<Communicator> comm;
-  Communicator& get() const {
-    if (!comm) raise(Errc::InvalidArgument, "the communicator is closed");
-    return *comm;
-  }
-};
 
 // A collective in flight and everything it uses.
 struct PyWork {

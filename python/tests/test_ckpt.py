@@ -1,8 +1,12 @@
 """The checkpoint engine from Python: numpy dicts and torch state_dicts, save/wait/restore."""
 
 import os
+import pathlib
+import secrets
 import shutil
+import socket
 import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -83,6 +87,23 @@ def test_replica_restores_after_the_disk_is_lost(tmp_path):
     finally:
         server.terminate()
         server.wait(timeout=30)
+
+
+def test_ranks_of_a_communicator_commit_one_checkpoint_into_node_local_directories(tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = dict(os.environ, WORLD_SIZE="2", LOCAL_WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+               RDMAKIT_JOB_SECRET=secrets.token_hex(16), RDMAKIT_COLL_TIMEOUT_MS="30000",
+               RDMAKIT_BOOTSTRAP_TIMEOUT_MS="30000")
+    worker = pathlib.Path(__file__).with_name("ckpt_worker.py")
+    procs = [subprocess.Popen([sys.executable, str(worker), str(tmp_path)], env=dict(env, RANK=str(r), LOCAL_RANK=str(r)),
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for r in range(2)]
+    outputs = [p.communicate(timeout=120)[0] for p in procs]
+    for rank, (proc, output) in enumerate(zip(procs, outputs)):
+        assert proc.returncode == 0, f"rank {rank} failed:\n{output}"
+        assert f"rank {rank} of 2 ok" in output
 
 
 def test_torch_state_dict_round_trip(tmp_path):
