@@ -148,7 +148,7 @@ class Checkpointer:
     uses (``Communicator.from_environment(key_prefix="ckpt/")``): it runs collectives from a background thread.
     When the state's arrays move or change (an optimizer's first step creates its state), the engine is made
     again, collectively: every rank must see that change at the same ``save`` (as SPMD training does), else
-    the ranks that did not wait for it and fail with the communicator's timeout.
+    the ranks wait at mismatched collectives and fail with the communicator's timeout.
     """
 
     def __init__(self, directory, state, keep=3, lazy=False, incremental=False, direct_io=True,
