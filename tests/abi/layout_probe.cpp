@@ -52,6 +52,7 @@ int main() {
   RDMAKIT_ROW(ckpt::EngineOptions);
   RDMAKIT_ROW(ckpt::FileEntry);
   RDMAKIT_ROW(ckpt::Manifest);
+  RDMAKIT_ROW(ckpt::NodeVerification);
   RDMAKIT_ROW(ckpt::PersistReport);
   RDMAKIT_ROW(ckpt::ReplicaInfo);
   RDMAKIT_ROW(ckpt::ServeOptions);
