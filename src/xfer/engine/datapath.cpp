@@ -343,12 +343,15 @@ Result<std::shared_ptr<Batch>> EngineImpl::submit_prepared(const PreparedImpl& p
   requests_.fetch_add(prepared.requests, std::memory_order_relaxed);
   coalesced_.fetch_add(prepared.coalesced, std::memory_order_relaxed);
   auto deadline = Clock::now() + options_.submit_timeout;
+  // Counted before the file requests go: a batch of file requests only can finish on a file link's thread
+  // as soon as they are queued, and all_done() then releases ops_ there (a read after would race).
+  const auto memory_ops = batch->ops_size();
   queue_file_groups(std::move(files), !blocking, deadline);
-  if (batch->ops_size() != 0) {
+  if (memory_ops != 0) {
     // The poster reaps what its posts completed (shm completes within post) before it lets the progress
     // threads take over: a batch that is done by now costs them no wake-up.
     enter_reaping();
-    post_all(batch, 0, batch->ops_size(), deadline, blocking ? nullptr : &reserved);
+    post_all(batch, 0, memory_ops, deadline, blocking ? nullptr : &reserved);
     poll_rails();
     leave_reaping();
   }
