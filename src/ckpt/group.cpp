@@ -20,11 +20,6 @@
 namespace rdmakit::ckpt::detail {
 namespace {
 
-std::string shard_manifest_name(std::uint32_t rank) {
-  auto name = data_file_name(rank);  // rank-00001.data -> rank-00001.manifest
-  return name.substr(0, name.size() - 5) + ".manifest";
-}
-
 // This rank's shard, durable in `pending` when this returns success; `shard` gets its checksums.
 Result<bool> write_shard(Ring& ring, const PersistJob& job, const std::string& pending, Manifest& shard) {
   const auto& options = *job.options;

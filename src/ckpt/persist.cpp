@@ -158,6 +158,11 @@ std::string data_file_name(std::uint32_t rank) {
   return name;
 }
 
+std::string shard_manifest_name(std::uint32_t rank) {
+  auto name = data_file_name(rank);  // rank-00001.data -> rank-00001.manifest
+  return name.substr(0, name.size() - 5) + ".manifest";
+}
+
 Manifest rank_manifest(const PersistJob& job) {
   const auto& options = *job.options;
   return Manifest{.step = job.step,

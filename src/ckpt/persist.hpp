@@ -55,6 +55,8 @@ inline constexpr const char* kManifestName = "MANIFEST";
 std::string checkpoint_name(std::uint64_t step);  // "ckpt-00000000000000000042"
 std::optional<std::uint64_t> parse_checkpoint_name(const std::string& name);
 std::string data_file_name(std::uint32_t rank);  // "rank-00000.data"
+// A multi-rank shard's own manifest, beside its data file: "rank-00000.manifest" (src/ckpt/group.cpp).
+std::string shard_manifest_name(std::uint32_t rank);
 
 // Staging offsets of each buffer: packed in order; the data file is an image of staging.
 std::vector<TensorEntry> plan_layout(const std::vector<Buffer>& buffers);

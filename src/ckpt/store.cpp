@@ -7,7 +7,6 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
-#include <string_view>
 
 #include "ckpt/checksum.hpp"
 #include "ckpt/manifest.hpp"
@@ -199,13 +198,10 @@ Result<NodeVerification> verify_node_checkpoint(
     return ::stat((checkpoint_path + "/" + name).c_str(), &st) == 0;
   };
   for (std::uint32_t file = 0; file < files.size(); ++file) {
-    const auto& name = files[file].name;
-    // A multi-rank checkpoint's rank-<r>.data is written beside its shard manifest rank-<r>.manifest
+    // A multi-rank checkpoint's file `r` is rank r's data file, written beside its shard manifest
     // (src/ckpt/group.cpp): both absent means the shard was never in this directory.
-    constexpr std::string_view kData = ".data";
-    bool shard_file = files.size() > 1 && name.ends_with(kData);
-    std::string shard_manifest = shard_file ? name.substr(0, name.size() - kData.size()) + ".manifest" : "";
-    if (shard_file && !here(name) && !here(shard_manifest))
+    bool shard_file = files.size() > 1 && files[file].name == detail::data_file_name(file);
+    if (shard_file && !here(files[file].name) && !here(detail::shard_manifest_name(file)))
       found.elsewhere.push_back(file);
     else
       found.verified.push_back(file);
