@@ -1,11 +1,15 @@
 // Auto-resume: a training loop that checkpoints every few steps and, restarted after kill -9 at any
 // moment, continues from the last committed step with bit-identical state.
 //
-//   ckpt_resume DIR [STEPS=400] [EVERY=5]                  single process
-//   mpirun -np 2 ckpt_resume DIR [STEPS=400] [EVERY=5]     (or torchrun, srun): one checkpoint of all ranks
-// Prints "resumed at step N" (or "fresh start") and, at the end, "final <hash of the state>" (prefixed with
-// "rank R" when launched): the hash of a run killed and restarted any number of times equals that of an
-// uninterrupted run (tests/ckpt/resume.sh checks this, and tests/ckpt/resume_mpirun.sh with mpirun).
+//   ckpt_resume DIR [STEPS=400] [EVERY=5] [REPLICA]                  single process
+//   mpirun -np 2 ckpt_resume DIR [STEPS=400] [EVERY=5] [REPLICA]     (or torchrun, srun): one checkpoint of
+//                                                                     all ranks
+// DIR may be each node's own directory; REPLICA is the address of an `rdmakit-ckpt serve` (on another node)
+// that also holds each checkpoint in its memory. Prints "resumed at step N from <where each shard came
+// from>" (or "fresh start"), "committed N" for each committed checkpoint and, at the end, "final <hash of the
+// state>" (each prefixed with "rank R" when launched): the hash of a run killed and restarted any number of
+// times equals that of an uninterrupted run (tests/ckpt/resume.sh checks this, tests/ckpt/resume_mpirun.sh
+// with mpirun, tests/ckpt/node_loss_netns.sh with a node lost with its disk).
 //
 // Launched, each rank calls from_environment() twice, as docs/ckpt.md recommends: the application's
 // communicator, then one for the engine alone (its own key prefix, over the same store): the engine commits a
@@ -64,14 +68,25 @@ int main(int argc, char** argv) {
     return 2;
   }
   std::uint64_t steps = argc > 2 ? std::stoull(argv[2]) : 400, every = argc > 3 ? std::stoull(argv[3]) : 5;
+  std::string replica = argc > 4 ? argv[4] : "";
   auto app = launched_communicator("");  // what training's own collectives would run on
   auto comm = launched_communicator("ckpt/");
   std::string who = comm ? "rank " + std::to_string(comm->rank()) + " " : "";
   float start = comm ? 0.5f + 0.125f * static_cast<float>(comm->rank()) : 0.5f;  // ranks differ
   std::vector<float> weights(1 << 18, start), momentum(1 << 18, 0.0f);
   std::uint64_t last_step = 0;  // the step whose update the state includes; part of the state itself
+  auto report_commit = [who](std::uint64_t step, const rdmakit::Result<ckpt::PersistReport>& outcome) {
+    if (!outcome) return;
+    std::printf("%scommitted %llu%s\n", who.c_str(), static_cast<unsigned long long>(step),
+                outcome->replicated ? " (replicated)" : "");
+    std::fflush(stdout);
+  };
   auto engine =
-      ckpt::Engine::create({.directory = argv[1], .keep = 2, .communicator = comm.get()},
+      ckpt::Engine::create({.directory = argv[1],
+                            .keep = 2,
+                            .communicator = comm.get(),
+                            .replica = replica,
+                            .on_persisted = report_commit},
                            {{"weights", weights.data(), weights.size() * 4, ckpt::DType::F32, {512, 512}},
                             {"momentum", momentum.data(), momentum.size() * 4, ckpt::DType::F32, {512, 512}},
                             {"last_step", &last_step, sizeof(last_step), ckpt::DType::U64, {1}}});
@@ -79,7 +94,8 @@ int main(int argc, char** argv) {
 
   auto restored = (*engine)->restore_latest();
   if (restored) {
-    std::printf("%sresumed at step %llu\n", who.c_str(), static_cast<unsigned long long>(last_step + 1));
+    std::printf("%sresumed at step %llu from %s\n", who.c_str(), static_cast<unsigned long long>(last_step + 1),
+                (*engine)->restored_from().c_str());
   } else if (restored.error().code() == rdmakit::Errc::NotFound) {
     std::printf("%sfresh start\n", who.c_str());
   } else {

@@ -11,14 +11,15 @@
 //   Hello  {rank, world_size, bytes}        -> HelloReply {descriptor of the rank's region, newest slot}
 //   (client WRITEs a snapshot into the slot that is not the newest, then its manifest after the data)
 //   Commit {step, slot, manifest_bytes,     -> CommitReply: the server decodes the manifest from its own
-//           text: manifest MAC}                memory, checks it against the Hello, verifies every chunk's
-//                                              checksum, and only then makes that slot the newest
+//           text: manifest MAC}                memory, checks it against the Hello and makes that slot the
+//                                              newest; it verifies every chunk's checksum while no rank
+//                                              pushes (a replica that does not verify is dropped, the one
+//                                              before it is the newest again), or at once with --persist
 //   Fetch  {}                               -> FetchReply {newest slot, step, manifest_bytes, text: the
 //                                              manifest MAC} (client READs and verifies MAC and checksums)
-//   Progress {slot, bytes, manifest_bytes}  -> ProgressReply at once; then the server checksums the chunks
-//     (of manifest_bytes each) of the first `bytes` of the slot, so a Commit checks those checksums
-//     instead of reading them again: the push's data and the server's verification overlap. The client
-//     sends it as its WRITEs complete (the SEND follows them on the connection, so they are placed).
+//   Progress {slot, bytes, manifest_bytes}  -> ProgressReply at once: a push is under way (the client sends
+//     one before its first WRITE and one per 32 MiB placed), so the server polls closely for its next
+//     message and defers its verifications (they would take the CPU the push's transport needs).
 //   Steps  {}                               -> StepsReply {text: the steps held, newest first}
 //   FetchStep {step}                        -> FetchReply of that step: the newest, or the replica before it
 //                                              while its slot is intact (a multi-rank restore agrees on a
@@ -66,8 +67,8 @@ enum class MessageType : std::uint16_t {
   Steps,  // -> StepsReply: the steps of the intact replicas held, newest first, as decimal text
   StepsReply,
   FetchStep,      // {step} -> FetchReply of the replica of that step (the newest or the one before it)
-  Progress,       // {slot, bytes placed, manifest_bytes: chunk size} -> ProgressReply, then the server
-  ProgressReply,  // checksums the chunks placed so far while the rest arrive (see Commit)
+  Progress,       // {slot, bytes placed, manifest_bytes: chunk size} -> ProgressReply: a push is under
+  ProgressReply,  // way (the server defers its verifications until none is)
 };
 
 struct Message {

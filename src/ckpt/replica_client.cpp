@@ -13,7 +13,7 @@
 namespace rdmakit::ckpt::detail {
 namespace {
 
-constexpr auto kReplyTimeout = std::chrono::milliseconds(120'000);  // the server verifies (and may persist)
+constexpr auto kReplyTimeout = std::chrono::milliseconds(120'000);  // a --persist server writes to disk first
 constexpr std::uint64_t kProgressEvery = 32ull << 20;  // a Progress per this many bytes placed, at most
 
 // A step of the connection that ran out of time says which server did not answer.
@@ -118,9 +118,10 @@ Result<void> ReplicaClient::push(const Manifest& manifest) {
 Result<void> ReplicaClient::push_data(std::uint64_t chunk_bytes) {
   auto& s = *state_;
   std::uint32_t slot = s.newest && *s.newest == 0 ? 1 : 0;  // never the newest complete one
-  // As the pieces land, the server checksums them (Progress), so the Commit finds little left to check.
-  // One Progress at a time, never waited for while pieces are in flight (the server's thread may be
-  // asleep for a while): its reply is picked up at a later piece, or after the last.
+  // A Progress before the first piece and then every 32 MiB tells the server a push is under way (it
+  // defers its checksum passes meanwhile). One at a time, never waited for while pieces are in flight
+  // (the server's thread may be asleep for a while): its reply is picked up at a later piece, or after
+  // the last.
   std::uint64_t told = 0;
   bool awaiting = false;
   auto take_reply = [&](Result<Message> reply) -> Result<void> {
@@ -129,13 +130,7 @@ Result<void> ReplicaClient::push_data(std::uint64_t chunk_bytes) {
     if (!checked) return std::unexpected(checked.error());
     return {};
   };
-  auto placed = [&](std::uint64_t bytes) -> Result<void> {
-    if (awaiting) {
-      auto reply = s.channel->try_receive();
-      if (!reply) return {};
-      if (auto ok = take_reply(std::move(*reply)); !ok) return ok;
-    }
-    if (bytes < told + kProgressEvery && bytes != s.bytes) return {};
+  auto tell = [&](std::uint64_t bytes) -> Result<void> {
     told = bytes;
     auto progress = s.request(MessageType::Progress);
     progress.slot = slot;
@@ -146,6 +141,16 @@ Result<void> ReplicaClient::push_data(std::uint64_t chunk_bytes) {
     awaiting = true;
     return {};
   };
+  auto placed = [&](std::uint64_t bytes) -> Result<void> {
+    if (awaiting) {
+      auto reply = s.channel->try_receive();
+      if (!reply) return {};
+      if (auto ok = take_reply(std::move(*reply)); !ok) return ok;
+    }
+    if (bytes < told + kProgressEvery && bytes != s.bytes) return {};
+    return tell(bytes);
+  };
+  if (auto ok = tell(0); !ok) return ok;
   if (auto ok = transfer(s.channel->connection(), true, *s.staging, 0, s.remote.at(s.slot_offset(slot)),
                          s.bytes, s.piece, placed);
       !ok)

@@ -32,6 +32,7 @@ namespace {
 constexpr auto kPoll = std::chrono::milliseconds(100);
 constexpr auto kIdleSleepMax = std::chrono::milliseconds(20);
 constexpr auto kPushPoll = std::chrono::microseconds(100);  // while a rank pushes (Progress seen)
+constexpr std::uint64_t kVerifySlice = 8ull << 20;  // checksummed between two polls of the connections
 constexpr int kProvers = 4;  // proofs in parallel: each silent stranger holds one up to proof_timeout_ms
 
 // One rank's two slots; `newest` is the slot holding its newest verified replica. Its bytes count against
@@ -60,13 +61,13 @@ struct RankSlots {
     std::string mac;
   };
   std::optional<Older> older;
-  // Checksums computed while a push arrives (Progress): chunk k of `slot` is [k * chunk, ...).
-  struct Prechecked {
-    std::uint32_t slot = 0;
-    std::uint64_t chunk = 0;
-    std::vector<std::uint64_t> sums;
-  };
-  std::optional<Prechecked> prechecked;
+  // The newest is accepted at its Commit without reading its bytes (the manifest, under the writer's MAC,
+  // carries every chunk's checksum): the progress thread verifies it while no rank is pushing, from chunk
+  // `verify_next` on, so the check never competes with a push for the CPU. One that does not verify is
+  // dropped and the replica before it takes its place (verified in turn). Fetch verifies in full anyway.
+  bool newest_verified = false;
+  std::size_t verify_next = 0;
+  bool queued = false;  // in Impl::unverified
 
   ~RankSlots() {
     region.reset();
@@ -116,41 +117,14 @@ Result<Manifest> checked_manifest(const RankSlots& slots, std::uint32_t rank, co
   return manifest;
 }
 
-// Every chunk's checksum against the slot's bytes; with `prechecked` (a Commit after Progress), a chunk
-// whose checksum was computed as it arrived is compared with that one instead of being read again.
-Result<void> verify_slot(const RankSlots& slots, std::uint32_t slot, const Manifest& manifest,
-                         const RankSlots::Prechecked* prechecked = nullptr) {
-  if (prechecked && prechecked->slot != slot) prechecked = nullptr;
+// Every chunk's checksum against the slot's bytes.
+Result<void> verify_slot(const RankSlots& slots, std::uint32_t slot, const Manifest& manifest) {
   for (std::size_t i = 0; i < manifest.chunks.size(); ++i) {
     const auto& c = manifest.chunks[i];
-    std::optional<std::uint64_t> sum;
-    if (prechecked && c.offset % prechecked->chunk == 0) {
-      auto k = c.offset / prechecked->chunk;
-      if (k < prechecked->sums.size() && c.size == std::min(prechecked->chunk, slots.bytes - c.offset))
-        sum = prechecked->sums[k];
-    }
-    if (!sum) sum = checksum64(slots.slot_data(slot) + c.offset, c.size);
-    if (*sum != c.checksum)
+    if (checksum64(slots.slot_data(slot) + c.offset, c.size) != c.checksum)
       return fail(Errc::ProtocolError, "checksum mismatch in chunk " + std::to_string(i));
   }
   return {};
-}
-
-// Progress: the chunks of the first `placed` bytes of `slot` not checksummed yet.
-void precheck(RankSlots& slots, std::uint32_t slot, std::uint64_t placed, std::uint64_t chunk) {
-  if (slot > 1 || (slots.newest && *slots.newest == slot) || chunk == 0 || chunk % kIoAlignment != 0 ||
-      placed > slots.bytes)
-    return;  // not a slot a push may write, or nonsense: ignored (the Commit checks everything itself)
-  auto& pre = slots.prechecked;
-  if (!pre || pre->slot != slot || pre->chunk != chunk || placed < pre->sums.size() * chunk)
-    pre = RankSlots::Prechecked{slot, chunk, {}};
-  while (true) {
-    std::uint64_t offset = pre->sums.size() * chunk;
-    if (offset >= slots.bytes) return;
-    std::uint64_t size = std::min(chunk, slots.bytes - offset);
-    if (offset + size > placed) return;
-    pre->sums.push_back(checksum64(slots.slot_data(slot) + offset, size));
-  }
 }
 
 }  // namespace
@@ -184,6 +158,7 @@ struct __attribute__((visibility("hidden"))) ReplicaServer::Impl {
   // The progress thread's own: every proven connection, and which one owns each rank.
   std::list<Session> sessions;
   std::map<std::uint32_t, const Session*> owners;
+  std::deque<std::shared_ptr<RankSlots>> unverified;  // newest replicas accepted, not yet verified
 
   std::vector<std::jthread> provers;
   std::jthread progress;
@@ -228,6 +203,9 @@ struct __attribute__((visibility("hidden"))) ReplicaServer::Impl {
       return fail(Errc::ResourceExhausted, "the server could not allocate the replica");
     }
     fresh->region = std::move(*region);
+    // Now rather than page by page under the first push: faulting a fresh slot in as it landed took a third
+    // of the CPU of four concurrent pushes (perf, bench-cluster). The engine's create waits for this Hello.
+    populate_for_writing(fresh->region->data(), need);
     fresh->world_size = hello.world_size;
     fresh->bytes = hello.bytes;
     ranks[hello.rank] = fresh;
@@ -253,15 +231,15 @@ struct __attribute__((visibility("hidden"))) ReplicaServer::Impl {
     return out;
   }
 
-  Message commit(const Message& m, RankSlots& slots, std::uint32_t rank) {
+  // Accepts a replica whose manifest fits this rank; its bytes are verified later (verify_some), or here with
+  // --persist, which reads them anyway and must never write to disk what does not verify.
+  Message commit(const Message& m, const std::shared_ptr<RankSlots>& held, std::uint32_t rank) {
+    auto& slots = *held;
     if (slots.newest && *slots.newest == m.slot)
       return reply(MessageType::CommitReply, "that slot holds the newest replica");
     auto manifest = checked_manifest(slots, rank, m);
-    if (manifest)
-      if (auto ok = verify_slot(slots, m.slot, *manifest, slots.prechecked ? &*slots.prechecked : nullptr);
-          !ok)
-        manifest = std::unexpected(ok.error());
-    slots.prechecked.reset();
+    if (manifest && ring)
+      if (auto ok = verify_slot(slots, m.slot, *manifest); !ok) manifest = std::unexpected(ok.error());
     if (!manifest) {
       log::warn("ckpt", "serve: rank " + std::to_string(rank) + " step " + std::to_string(m.step) +
                             " refused: " + manifest.error().message());
@@ -280,8 +258,57 @@ struct __attribute__((visibility("hidden"))) ReplicaServer::Impl {
     slots.manifest_text = std::string(slots.manifest_area(m.slot, m.manifest_bytes));
     slots.manifest = std::move(*manifest);
     slots.mac = m.text;
+    slots.newest_verified = ring.has_value();
+    slots.verify_next = 0;
+    if (!slots.newest_verified && !slots.queued) {
+      slots.queued = true;
+      unverified.push_back(held);
+    }
     persist(slots, rank);
     return reply(MessageType::CommitReply);
+  }
+
+  // The newest replica did not verify: the one before it (if any) becomes the newest, to be verified in turn.
+  void drop_newest(RankSlots& slots, const std::string& why) {
+    log::warn("ckpt", "serve: the replica of rank " + std::to_string(slots.manifest.rank) + " step " +
+                          std::to_string(slots.step) + " does not verify (" + why + "); dropped" +
+                          (slots.older ? ", step " + std::to_string(slots.older->step) + " is the newest" : ""));
+    std::lock_guard lock(slots.busy);
+    slots.newest.reset();
+    slots.newest_verified = false;
+    slots.verify_next = 0;
+    if (!slots.older) return;
+    slots.newest = slots.older->slot;
+    slots.step = slots.older->step;
+    slots.manifest_text = std::move(slots.older->manifest_text);
+    slots.manifest = std::move(slots.older->manifest);
+    slots.mac = std::move(slots.older->mac);
+    slots.older.reset();
+  }
+
+  // Verifies up to `budget` bytes of the newest replicas accepted unverified; true while some remain.
+  bool verify_some(std::uint64_t budget) {
+    while (!unverified.empty() && budget > 0) {
+      auto& slots = *unverified.front();
+      const auto& chunks = slots.manifest.chunks;
+      while (slots.newest && !slots.newest_verified && budget > 0) {
+        if (slots.verify_next == chunks.size()) {
+          slots.newest_verified = true;
+          break;
+        }
+        const auto& c = chunks[slots.verify_next];
+        if (checksum64(slots.slot_data(*slots.newest) + c.offset, c.size) != c.checksum) {
+          drop_newest(slots, "checksum mismatch in chunk " + std::to_string(slots.verify_next));
+          continue;  // the one before, if any, from its first chunk
+        }
+        budget -= std::min(budget, c.size);
+        ++slots.verify_next;
+      }
+      if (slots.newest && !slots.newest_verified) return true;
+      slots.queued = false;
+      unverified.pop_front();
+    }
+    return !unverified.empty();
   }
 
   // --persist: the same pipeline as the engine's, into <dir>/rank-<r>/ (rank and world size recorded;
@@ -337,11 +364,14 @@ struct __attribute__((visibility("hidden"))) ReplicaServer::Impl {
                   verify_slot(slots, slot, slots.manifest).has_value();
     if (!intact) {
       log::warn("ckpt", "serve: the replica of rank " + std::to_string(rank) + " step " +
-                            std::to_string(slots.step) + " was overwritten after its commit; dropped");
+                            std::to_string(slots.step) +
+                            (slots.newest_verified ? " was overwritten after its commit; dropped"
+                                                   : " does not verify; dropped"));
       std::lock_guard lock(slots.busy);
       slots.newest.reset();
       return reply(MessageType::FetchReply, "no replica");
     }
+    slots.newest_verified = true;
     auto out = reply(MessageType::FetchReply);
     out.slot = slot;
     out.step = slots.step;
@@ -370,11 +400,11 @@ struct __attribute__((visibility("hidden"))) ReplicaServer::Impl {
     if (!session.slots || owner == owners.end() || owner->second != &session)
       return reply(type, "this connection does not own the rank's replicas (no Hello)");
     if (m.rank != session.rank) return reply(type, "not this connection's rank");
-    if (m.type == MessageType::Commit) return commit(m, *session.slots, session.rank);
+    if (m.type == MessageType::Commit) return commit(m, session.slots, session.rank);
     if (m.type == MessageType::Fetch) return fetch(*session.slots, session.rank, std::nullopt);
     if (m.type == MessageType::FetchStep) return fetch(*session.slots, session.rank, m.step);
     if (m.type == MessageType::Steps) return steps(*session.slots);
-    if (m.type == MessageType::Progress) return reply(MessageType::ProgressReply);  // serve_one checksums
+    if (m.type == MessageType::Progress) return reply(MessageType::ProgressReply);  // a push is under way
     return reply(MessageType::CommitReply, "unexpected message");
   }
 
@@ -387,13 +417,9 @@ struct __attribute__((visibility("hidden"))) ReplicaServer::Impl {
     if (auto ok = session.channel.expect(); !ok) return false;
     auto answer = handle(**message, session);
     if (!session.channel.send_nowait(answer)) return false;
-    // After the reply, so the client's next WRITEs travel while these bytes are checked.
-    const auto& m = **message;
     session.pushing_since.reset();
-    if (m.type == MessageType::Progress && answer.status == 0) {
+    if ((*message)->type == MessageType::Progress && answer.status == 0)
       session.pushing_since = std::chrono::steady_clock::now();
-      precheck(*session.slots, m.slot, m.bytes, m.manifest_bytes);
-    }
     return true;
   }
 
@@ -422,7 +448,10 @@ struct __attribute__((visibility("hidden"))) ReplicaServer::Impl {
           pushing = pushing || it->pushing();
         it = next;
       }
-      if (active) {
+      // Replicas are verified only while no rank pushes: on a host of few cores the checksums would take
+      // the CPU the push's transport needs (measured: 0.67x write_bw with, 0.88x without).
+      bool verifying = !active && !pushing && verify_some(kVerifySlice);
+      if (active || verifying) {
         idle = std::chrono::milliseconds(1);
         continue;
       }

@@ -1,10 +1,11 @@
 // The peer-memory replica: an engine writes each checkpoint into the memory of an in-process
 // `rdmakit-ckpt serve` (ReplicaServer) over the tcp transport; a new engine restores from that memory
 // after the disk was lost; the server keeps the newest complete replica per rank within its budget,
-// refuses replicas that do not verify, persists with --persist; the wire messages are checked.
+// drops replicas that do not verify, persists with --persist; the wire messages are checked.
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <thread>
 
 #include "ckpt/checksum.hpp"
 #include "ckpt/io.hpp"
@@ -90,16 +91,16 @@ TEST(CkptReplica, BudgetRefusedClearly) {
   EXPECT_EQ(server->used_bytes(), 0u);
 }
 
-// A client whose data does not match its manifest: the server refuses the commit and keeps the newest
-// complete replica; the client's fetch still returns that one.
-TEST(CkptReplica, ServerRefusesAReplicaThatDoesNotVerify) {
-  auto server = serve(64 << 20);
-  ASSERT_TRUE(server);
+// A client whose data does not match its manifest. The server accepts the commit (it does not read the
+// bytes while pushes may be under way), finds the mismatch when it verifies, drops that replica and keeps
+// the one before as the newest; the client's fetch returns that one. With --persist the server verifies
+// before it writes to disk, so the commit itself is refused.
+void push_one_that_does_not_verify(ReplicaServer& server, bool refused_at_commit) {
   std::uint64_t bytes = 3 * 4096 + 100;
   auto staging = detail::AlignedBuffer::allocate(detail::round_up(bytes, 4096));
   ASSERT_TRUE(staging);
   auto client =
-      detail::ReplicaClient::connect(server->address(), 0, 1, staging->data(), staging->size(), bytes);
+      detail::ReplicaClient::connect(server.address(), 0, 1, staging->data(), staging->size(), bytes);
   ASSERT_TRUE(client) << client.error().describe();
   auto manifest_of = [&](std::uint64_t step) {
     Manifest m{.step = step, .chunk_bytes = 4096, .files = {FileEntry{detail::data_file_name(0), bytes}}};
@@ -113,17 +114,40 @@ TEST(CkptReplica, ServerRefusesAReplicaThatDoesNotVerify) {
   ASSERT_TRUE(client->push(manifest_of(1)));
   auto bad = manifest_of(2);
   bad.chunks[1].checksum ^= 1;
-  ::rdmakit::testing::expect_warning("refused");
-  auto refused = client->push(bad);
-  ASSERT_FALSE(refused);
-  EXPECT_NE(refused.error().message().find("checksum mismatch in chunk 1"), std::string::npos)
-      << refused.error().message();
-  EXPECT_EQ(server->newest(0).value_or(ReplicaInfo{}).step, 1u);
+  ::rdmakit::testing::expect_warning(refused_at_commit ? "refused" : "does not verify");
+  auto pushed = client->push(bad);
+  if (refused_at_commit) {
+    ASSERT_FALSE(pushed);
+    EXPECT_NE(pushed.error().message().find("checksum mismatch in chunk 1"), std::string::npos)
+        << pushed.error().message();
+  } else {
+    ASSERT_TRUE(pushed) << pushed.error().describe();
+  }
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (server.newest(0).value_or(ReplicaInfo{}).step != 1 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_EQ(server.newest(0).value_or(ReplicaInfo{}).step, 1u) << "the replica that does not verify stayed";
+  auto steps = client->held_steps();
+  ASSERT_TRUE(steps) << steps.error().describe();
+  EXPECT_EQ(*steps, std::vector<std::uint64_t>{1});
   std::fill(staging->data(), staging->data() + bytes, 0);
   auto fetched = client->fetch();
   ASSERT_TRUE(fetched) << fetched.error().describe();
   EXPECT_EQ(fetched->step, 1u);
   EXPECT_EQ(testing::seeded_mismatch(staging->data(), bytes, 1), bytes);
+}
+
+TEST(CkptReplica, ServerDropsAReplicaThatDoesNotVerify) {
+  auto server = serve(64 << 20);
+  ASSERT_TRUE(server);
+  push_one_that_does_not_verify(*server, false);
+}
+
+TEST(CkptReplica, PersistingServerRefusesAReplicaThatDoesNotVerify) {
+  TempDir dir;
+  auto server = serve(64 << 20, dir.path() + "/peer");
+  ASSERT_TRUE(server);
+  push_one_that_does_not_verify(*server, true);
 }
 
 TEST(CkptReplica, PersistDirectoryGetsEveryReplica) {

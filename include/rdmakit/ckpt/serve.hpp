@@ -1,8 +1,9 @@
 // `rdmakit-ckpt serve`: the peer that holds each rank's newest checkpoint in memory it registered, written
 // by engines with one-sided WRITEs (EngineOptions::replica), over any rdmakit transport. It keeps two
 // slots per rank within a memory budget (the newest complete replica stays intact while the next is
-// written), verifies every replica's checksums before calling it complete, and with a persist directory
-// writes each one to its own disk through the engine's persist pipeline. Protocol: src/ckpt/replica.hpp.
+// written), verifies every replica's checksums while no rank is pushing (and again before serving one; one
+// that does not verify is dropped and the replica before it is the newest again), and with a persist
+// directory verifies each one at once and writes it to its own disk through the engine's persist pipeline. Protocol: src/ckpt/replica.hpp.
 //
 // Who may use it: every connection first proves the secret (RDMAKIT_JOB_SECRET, or on a loopback address
 // the per-user secret, so only this uid); a non-loopback --listen without a job secret is an error unless
@@ -49,7 +50,7 @@ class RDMAKIT_API ReplicaServer {
   ReplicaServer& operator=(const ReplicaServer&) = delete;
 
   std::string address() const;
-  std::optional<ReplicaInfo> newest(std::uint32_t rank) const;
+  std::optional<ReplicaInfo> newest(std::uint32_t rank) const;  // committed; verified, or being verified
   std::uint64_t used_bytes() const;
 
   struct Impl;
