@@ -94,8 +94,8 @@ int main(int argc, char** argv) {
 
   auto restored = (*engine)->restore_latest();
   if (restored) {
-    std::printf("%sresumed at step %llu from %s\n", who.c_str(), static_cast<unsigned long long>(last_step + 1),
-                (*engine)->restored_from().c_str());
+    std::printf("%sresumed at step %llu from %s\n", who.c_str(),
+                static_cast<unsigned long long>(last_step + 1), (*engine)->restored_from().c_str());
   } else if (restored.error().code() == rdmakit::Errc::NotFound) {
     std::printf("%sfresh start\n", who.c_str());
   } else {

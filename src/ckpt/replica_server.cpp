@@ -270,9 +270,10 @@ struct __attribute__((visibility("hidden"))) ReplicaServer::Impl {
 
   // The newest replica did not verify: the one before it (if any) becomes the newest, to be verified in turn.
   void drop_newest(RankSlots& slots, const std::string& why) {
-    log::warn("ckpt", "serve: the replica of rank " + std::to_string(slots.manifest.rank) + " step " +
-                          std::to_string(slots.step) + " does not verify (" + why + "); dropped" +
-                          (slots.older ? ", step " + std::to_string(slots.older->step) + " is the newest" : ""));
+    log::warn("ckpt",
+              "serve: the replica of rank " + std::to_string(slots.manifest.rank) + " step " +
+                  std::to_string(slots.step) + " does not verify (" + why + "); dropped" +
+                  (slots.older ? ", step " + std::to_string(slots.older->step) + " is the newest" : ""));
     std::lock_guard lock(slots.busy);
     slots.newest.reset();
     slots.newest_verified = false;

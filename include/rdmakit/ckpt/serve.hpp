@@ -3,7 +3,8 @@
 // slots per rank within a memory budget (the newest complete replica stays intact while the next is
 // written), verifies every replica's checksums while no rank is pushing (and again before serving one; one
 // that does not verify is dropped and the replica before it is the newest again), and with a persist
-// directory verifies each one at once and writes it to its own disk through the engine's persist pipeline. Protocol: src/ckpt/replica.hpp.
+// directory verifies each one at once and writes it to its own disk through the engine's persist pipeline.
+// Protocol: src/ckpt/replica.hpp.
 //
 // Who may use it: every connection first proves the secret (RDMAKIT_JOB_SECRET, or on a loopback address
 // the per-user secret, so only this uid); a non-loopback --listen without a job secret is an error unless
