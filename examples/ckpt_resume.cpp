@@ -6,8 +6,8 @@
 //                                                                     all ranks
 // DIR may be each node's own directory; REPLICA is the address of an `rdmakit-ckpt serve` (on another node)
 // that also holds each checkpoint in its memory. Prints "resumed at step N from <where each shard came
-// from>" (or "fresh start"), "committed N" for each committed checkpoint and, at the end, "final <hash of the
-// state>" (each prefixed with "rank R" when launched): the hash of a run killed and restarted any number of
+// from>" (or "fresh start (why)"), "committed N" for each committed checkpoint and, at the end, "final <hash of the
+// state>" (each prefixed with "rank R" when launched, after a line naming the communicator's transports): the hash of a run killed and restarted any number of
 // times equals that of an uninterrupted run (tests/ckpt/resume.sh checks this, tests/ckpt/resume_mpirun.sh
 // with mpirun, tests/ckpt/node_loss_netns.sh with a node lost with its disk).
 //
@@ -72,6 +72,9 @@ int main(int argc, char** argv) {
   auto app = launched_communicator("");  // what training's own collectives would run on
   auto comm = launched_communicator("ckpt/");
   std::string who = comm ? "rank " + std::to_string(comm->rank()) + " " : "";
+  if (comm)  // which transports carry the engine's collectives: shm between ranks of one host
+    std::printf("%son %d of %d ranks of this host, over %s\n", who.c_str(), comm->local_rank() + 1,
+                comm->local_size(), comm->transports().c_str());
   float start = comm ? 0.5f + 0.125f * static_cast<float>(comm->rank()) : 0.5f;  // ranks differ
   std::vector<float> weights(1 << 18, start), momentum(1 << 18, 0.0f);
   std::uint64_t last_step = 0;  // the step whose update the state includes; part of the state itself
@@ -97,7 +100,8 @@ int main(int argc, char** argv) {
     std::printf("%sresumed at step %llu from %s\n", who.c_str(),
                 static_cast<unsigned long long>(last_step + 1), (*engine)->restored_from().c_str());
   } else if (restored.error().code() == rdmakit::Errc::NotFound) {
-    std::printf("%sfresh start\n", who.c_str());
+    // Nothing to resume from; the reason says whether checkpoints existed but lost shards (which ranks).
+    std::printf("%sfresh start (%s)\n", who.c_str(), restored.error().message().c_str());
   } else {
     return std::fprintf(stderr, "%s\n", restored.error().describe().c_str()), 1;
   }

@@ -543,6 +543,8 @@ struct __attribute__((visibility("hidden"))) Engine::Impl {
       else if (!replicated && report)
         log::error("ckpt",
                    "replica of step " + std::to_string(job.step) + ": " + replicated.error().describe());
+      // An unknown outcome settled later as committed reports whether this rank's push succeeded.
+      bool pushed = replica.has_value() && replicated.has_value();
       if (!report) replicated = {};  // the checkpoint's own failure is the one reported
       // Before staging is handed back: the application hears of step N before snapshot(N+1) can start.
       if (options.on_persisted && !outcome_unknown) options.on_persisted(job.step, report);
@@ -562,7 +564,8 @@ struct __attribute__((visibility("hidden"))) Engine::Impl {
             .why = report.error().message(),
             .report = PersistReport{.step = job.step,
                                     .path = options.directory + "/" + detail::checkpoint_name(job.step),
-                                    .bytes = job.bytes}};
+                                    .bytes = job.bytes,
+                                    .replicated = pushed}};
       else if (!report)
         background_error = Error(report.error().code(),
                                  "ckpt: checkpoint of step " + std::to_string(job.step) +
