@@ -6,10 +6,11 @@
 //                                                                     all ranks
 // DIR may be each node's own directory; REPLICA is the address of an `rdmakit-ckpt serve` (on another node)
 // that also holds each checkpoint in its memory. Prints "resumed at step N from <where each shard came
-// from>" (or "fresh start (why)"), "committed N" for each committed checkpoint and, at the end, "final <hash of the
-// state>" (each prefixed with "rank R" when launched, after a line naming the communicator's transports): the hash of a run killed and restarted any number of
-// times equals that of an uninterrupted run (tests/ckpt/resume.sh checks this, tests/ckpt/resume_mpirun.sh
-// with mpirun, tests/ckpt/node_loss_netns.sh with a node lost with its disk).
+// from>" (or "fresh start (why)"), "committed N" for each committed checkpoint and, at the end, "final <hash
+// of the state>" (each prefixed with "rank R" when launched, after a line naming the communicator's
+// transports): the hash of a run killed and restarted any number of times equals that of an uninterrupted run
+// (tests/ckpt/resume.sh checks this, tests/ckpt/resume_mpirun.sh with mpirun, tests/ckpt/node_loss_netns.sh
+// with a node lost with its disk).
 //
 // Launched, each rank calls from_environment() twice, as docs/ckpt.md recommends: the application's
 // communicator, then one for the engine alone (its own key prefix, over the same store): the engine commits a
