@@ -35,6 +35,39 @@ Result<void> check_options(const EngineOptions& o) {
   return {};
 }
 
+// EngineOptions::replica may list one server per host ("a:1,b:2", in the order of the hosts' lowest ranks):
+// the rank takes the next host's, so its shard is held on another node (a ring over the nodes, never its
+// own). A single address is the rank's own choice and is kept as it is.
+Result<void> place_replica(EngineOptions& o) {
+  if (o.replica.find(',') == std::string::npos) return {};
+  std::vector<std::string> servers;
+  for (std::size_t begin = 0;;) {
+    auto end = o.replica.find(',', begin);
+    servers.push_back(o.replica.substr(begin, end == std::string::npos ? end : end - begin));
+    if (servers.back().empty())
+      return fail(Errc::InvalidArgument,
+                  "ckpt: EngineOptions::replica \"" + o.replica + "\" has an empty entry");
+    if (end == std::string::npos) break;
+    begin = end + 1;
+  }
+  if (!o.communicator)
+    return fail(
+        Errc::InvalidArgument,
+        "ckpt: EngineOptions::replica lists servers, one per node, which needs a communicator; without "
+        "one give a single address");
+  int hosts = o.communicator->host_count();
+  if (hosts < 2)
+    return fail(Errc::InvalidArgument,
+                "ckpt: EngineOptions::replica lists servers to hold each rank's replica "
+                "on another node, but every rank runs on one host");
+  if (servers.size() != static_cast<std::size_t>(hosts))
+    return fail(Errc::InvalidArgument,
+                "ckpt: EngineOptions::replica lists " + std::to_string(servers.size()) + " servers for " +
+                    std::to_string(hosts) + " hosts: give one per host, in the order of their lowest ranks");
+  o.replica = servers[static_cast<std::size_t>((o.communicator->host_rank() + 1) % hosts)];
+  return {};
+}
+
 Result<void> check_buffers(const std::vector<Buffer>& buffers) {
   std::set<std::string> names;
   for (const auto& b : buffers) {
@@ -583,6 +616,7 @@ Result<std::unique_ptr<Engine>> Engine::create(EngineOptions given, std::vector<
     return std::unexpected(Error(resolved.error().code(), "ckpt: " + resolved.error().message()));
   EngineOptions options = std::move(*resolved);
   if (auto ok = check_options(options); !ok) return std::unexpected(ok.error());
+  if (auto ok = place_replica(options); !ok) return std::unexpected(ok.error());
   if (auto ok = check_buffers(buffers); !ok) return std::unexpected(ok.error());
   auto directories = prepare_directory(options);
   if (!directories) return std::unexpected(directories.error());

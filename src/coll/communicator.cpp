@@ -344,6 +344,10 @@ int Communicator::rank() const noexcept { return impl_->exchange.rank(); }
 int Communicator::size() const noexcept { return impl_->exchange.size(); }
 int Communicator::local_rank() const noexcept { return impl_->mesh.local_rank; }
 int Communicator::local_size() const noexcept { return impl_->mesh.local_size; }
+int Communicator::host_rank() const noexcept {
+  return impl_->mesh.host_of[static_cast<std::size_t>(impl_->exchange.rank())];
+}
+int Communicator::host_count() const noexcept { return static_cast<int>(impl_->groups.leaders.size()); }
 std::string Communicator::transports() const { return impl_->mesh.transports; }
 
 namespace {

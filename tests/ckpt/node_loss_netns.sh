@@ -2,7 +2,8 @@
 # A node lost with its disk, across network namespaces (issue #27's CI test). Two "nodes" (namespaces joined
 # by a veth pair) of two ranks each run ckpt_resume torchrun-style: shm between a node's ranks, tcp between
 # the nodes; each node checkpoints into its own directory, and each rank's shard is also pushed into the
-# memory of an `rdmakit-ckpt serve` on the other node (a ring over the nodes). In each round, at a random
+# memory of an `rdmakit-ckpt serve` on the other node (every rank is given the list of the nodes' servers
+# and the engine takes the next node's: a ring over the nodes). In each round, at a random
 # moment, every rank of one node and its server are killed with SIGKILL and the node's directory is deleted
 # (its disk is gone); the other node's ranks are killed too (a launcher restarts the whole job), a
 # replacement server starts empty, and the job restarts with the same world size. Every restarted rank must
@@ -78,7 +79,8 @@ launch() {
   rank_pids=()
   for rank in 3 2 1 0; do
     local node=$((rank / 2)) replica=()
-    [ "$replicas" = replicas ] && replica=("$(address $((1 - node))):$server_port")
+    # One server per node, the same list on every rank: the engine places a rank's replica on the next node.
+    [ "$replicas" = replicas ] && replica=("$(address 0):$server_port,$(address 1):$server_port")
     in_node "$node" RANK=$rank WORLD_SIZE=4 LOCAL_RANK=$((rank % 2)) MASTER_ADDR="$(address 0)" \
       MASTER_PORT=$store_port "$bin" "$work/$job/node$node" "$steps" 5 "${replica[@]}" \
       > "$work/$name.r$rank.out" 2>&1 &
@@ -126,7 +128,7 @@ for round in $(seq 1 "$rounds"); do
     for rank in $((2 * lost)) $((2 * lost + 1)); do
       [ "$first" -gt 0 ] || break
       case "$(source_of "$name" "$rank")" in
-        "replica at "*) ;;
+        "replica at $(address $((1 - lost))):$server_port") ;;  # the survivor's server
         *) fail "round $round: rank $rank of the lost node $lost resumed from '$(source_of "$name" "$rank")'" ;;
       esac
     done
@@ -162,7 +164,7 @@ rank_pids=()
 at=$(start_step final 0)
 [ "$at" -gt 0 ] && [ "$(restored "$at")" -ge "$bound" ] || fail "the final run resumed at step $at (newest committed: $bound)"
 for rank in $((2 * lost)) $((2 * lost + 1)); do
-  case "$(source_of final "$rank")" in "replica at "*) ;; *) fail "final run: rank $rank not from its replica" ;; esac
+  case "$(source_of final "$rank")" in "replica at $(address $((1 - lost))):$server_port") ;; *) fail "final run: rank $rank not from its replica" ;; esac
 done
 for rank in 0 1 2 3; do
   [ "$(start_step final "$rank")" = "$at" ] || fail "the final run's ranks resumed at different steps"

@@ -202,5 +202,64 @@ TEST(CkptCluster, AReplicaPushedButNeverCommittedGivesWayToTheOneBefore) {
   EXPECT_EQ(sources[0], cluster.directory(0) + "/" + detail::checkpoint_name(3));
 }
 
+// Every rank gives the same list of one server per node; the engine places each rank's replica on the next
+// node's server (a ring over the hosts the communicator sees), never its own.
+TEST(CkptCluster, AListOfServersPlacesEachRanksReplicaOnTheNextNode) {
+  Cluster cluster;
+  for (int node = 0; node < kNodes; ++node) cluster.start_server(node);
+  std::string list = cluster.servers[0]->address() + "," + cluster.servers[1]->address();
+  run_ranks(
+      kRanks,
+      [&](coll::Communicator& comm) {
+        EXPECT_EQ(comm.host_count(), kNodes);
+        EXPECT_EQ(comm.host_rank(), node_of(comm.rank()));
+        PatternState state;
+        auto options = cluster.options(comm, false);
+        options.replica = list;
+        auto engine = Engine::create(options, state.buffers());
+        ASSERT_TRUE(engine) << engine.error().describe();
+        state.fill(seed(5, comm.rank()));
+        ASSERT_TRUE((*engine)->snapshot(5));
+        auto report = (*engine)->wait_persisted();
+        ASSERT_TRUE(report) << report.error().describe();
+        EXPECT_TRUE(report->replicated);
+      },
+      kRanksPerNode);
+  for (int rank = 0; rank < kRanks; ++rank) {
+    int holder = (node_of(rank) + 1) % kNodes;
+    EXPECT_EQ(cluster.servers[holder]->newest(rank).value_or(ReplicaInfo{}).step, 5u) << "rank " << rank;
+    EXPECT_FALSE(cluster.servers[node_of(rank)]->newest(rank)) << "rank " << rank << " on its own node";
+  }
+}
+
+// A list that does not fit the job is refused at create, on every rank alike, naming what is wrong.
+TEST(CkptCluster, AListOfServersThatDoesNotFitTheJobIsRefused) {
+  Cluster cluster;
+  auto refused = [&](const std::string& list, int ranks_per_host, const std::string& why) {
+    run_ranks(
+        kRanks,
+        [&](coll::Communicator& comm) {
+          PatternState state;
+          auto options = cluster.options(comm, false);
+          options.replica = list;
+          auto engine = Engine::create(options, state.buffers());
+          ASSERT_FALSE(engine) << list;
+          EXPECT_EQ(engine.error().code(), Errc::InvalidArgument);
+          EXPECT_NE(engine.error().message().find(why), std::string::npos) << engine.error().message();
+        },
+        ranks_per_host);
+  };
+  refused("127.0.0.1:1,127.0.0.1:2,127.0.0.1:3", kRanksPerNode, "3 servers for 2 hosts");
+  refused("127.0.0.1:1,127.0.0.1:2", 0, "every rank runs on one host");
+  refused("127.0.0.1:1,", kRanksPerNode, "empty entry");
+  PatternState state;
+  auto alone = testing::test_options(cluster.directory(0));
+  alone.replica = "127.0.0.1:1,127.0.0.1:2";
+  auto engine = Engine::create(alone, state.buffers());
+  ASSERT_FALSE(engine);
+  EXPECT_NE(engine.error().message().find("needs a communicator"), std::string::npos)
+      << engine.error().message();
+}
+
 }  // namespace
 }  // namespace rdmakit::ckpt

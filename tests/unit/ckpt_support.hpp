@@ -88,8 +88,9 @@ inline EngineOptions test_options(const std::string& dir) {
 }
 
 // Runs body(comm) on n threads, each a rank with its own communicator over one in-memory store (tcp
-// between the threads: the engine's collectives are a few bytes).
-inline void run_ranks(int n, const std::function<void(coll::Communicator&)>& body) {
+// between the threads: the engine's collectives are a few bytes). With ranks_per_host, consecutive ranks
+// form "hosts" of that many (CommOptions::host_id), as separate nodes would; else all share this host.
+inline void run_ranks(int n, const std::function<void(coll::Communicator&)>& body, int ranks_per_host = 0) {
   auto store = bootstrap::make_memory_store();
   coll::CommOptions options{.network_transport = "tcp",
                             .local_transport = "tcp",
@@ -97,7 +98,8 @@ inline void run_ranks(int n, const std::function<void(coll::Communicator&)>& bod
                             .bootstrap_timeout = std::chrono::milliseconds(20000)};
   std::vector<std::thread> threads;
   for (int r = 0; r < n; ++r)
-    threads.emplace_back([&, r] {
+    threads.emplace_back([&, r, options]() mutable {
+      if (ranks_per_host > 0) options.host_id = "test-host-" + std::to_string(r / ranks_per_host);
       auto comm = coll::Communicator::create(store, r, n, options);
       ASSERT_TRUE(comm.has_value()) << "rank " << r << ": " << comm.error().describe();
       body(**comm);

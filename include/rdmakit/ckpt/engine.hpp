@@ -70,8 +70,10 @@ struct EngineOptions {
   // memory it registered, staging registered here), and restore_latest() takes the server's newest replica
   // when it is at least as new as the newest checkpoint on disk. With a communicator, each rank names the
   // server that holds its replica (on another node: a node lost with its disk is restored from the
-  // others' servers), the push runs while the shard is written to disk, and restore takes a rank's replica
-  // when its disk lacks the step every rank agreed on. Both sides
+  // others' servers), or every rank gives the same comma-separated list of one server per host, in the
+  // order of the hosts' lowest ranks (Communicator::host_rank), and each rank takes the next host's (a ring
+  // over the nodes, never its own); the push runs while the shard is written to disk, and restore takes a
+  // rank's replica when its disk lacks the step every rank agreed on. Both sides
   // prove the secret first (RDMAKIT_JOB_SECRET; on a loopback server without one, the per-user secret),
   // and a replica is restored only if its manifest's MAC under that secret and every chunk verify.
   std::string replica{};

@@ -99,6 +99,10 @@ class RDMAKIT_API Communicator {
   int size() const noexcept;
   int local_rank() const noexcept;  // index among the ranks of this host
   int local_size() const noexcept;
+  // This rank's host among the job's hosts (numbered from 0 in the order of their lowest rank: the host
+  // of rank 0 is 0), and how many hosts there are: what placing data on "another node" needs.
+  int host_rank() const noexcept;
+  int host_count() const noexcept;
   // "tcp", "shm" or "shm+tcp": what carries this rank's traffic.
   std::string transports() const;
   // What allreduce runs for a message of `bytes` bytes: "ring", "rd", "hd", "shared", or "hier:" followed by
