@@ -287,6 +287,11 @@ void bind_coll(py::module_& m) {
       .def_property_readonly(
           "local_size", [](const PyCommunicator& c) { return c.get().local_size(); }, "Ranks on this host.")
       .def_property_readonly(
+          "host_rank", [](const PyCommunicator& c) { return c.get().host_rank(); },
+          "This rank's host, numbered in the order of the hosts' lowest ranks (rank 0's host is 0).")
+      .def_property_readonly(
+          "host_count", [](const PyCommunicator& c) { return c.get().host_count(); }, "Hosts in the job.")
+      .def_property_readonly(
           "transports", [](const PyCommunicator& c) { return c.get().transports(); },
           "'tcp', 'shm' or 'shm+tcp'.")
       .def(

@@ -16,6 +16,8 @@ def check(name, got, expected):
 def main():
     with rdmakit.Communicator.from_environment() as comm:
         rank, size = comm.rank, comm.size
+        # one host here: every rank on host 0 of 1
+        assert (comm.host_rank, comm.host_count) == (0, 1), (comm.host_rank, comm.host_count)
         ranks_sum = size * (size - 1) / 2
 
         # allreduce in place, out of place, async; a size that spans several chunks
