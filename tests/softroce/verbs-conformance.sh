@@ -16,7 +16,7 @@
 # Usage: tests/softroce/verbs-conformance.sh [--one|--two] [BUILD_DIR] [-- extra gtest args]
 #   BUILD_DIR defaults to build-verbs; it must hold conformance, conformance_peer, unit_verbs_device, fake_cudart, the
 #   examples and the transfer engine's binaries (make conformance conformance_peer unit_verbs_device
-#   write_read_server write_read_client xfer_engine_test xfer_peer xfer_kvcache rdmakit-xfer-bench
+#   write_read_server write_read_client xfer_engine_test xfer_file_test xfer_peer xfer_kvcache rdmakit-xfer-bench
 #   rdmakit-soak unit_ckpt_replica).
 # Exit status: non-zero if any part failed in any configuration.
 set -euo pipefail
@@ -35,7 +35,8 @@ build="$(cd "${1:-$repo/build-verbs}" && pwd)"
 gtest_extra="$*"
 
 bins=(tests/conformance tests/conformance_peer tests/unit_verbs_device examples/write_read_server
-      examples/write_read_client tests/xfer/xfer_engine_test tests/xfer/xfer_peer examples/xfer_kvcache
+      examples/write_read_client tests/xfer/xfer_engine_test tests/xfer/xfer_file_test tests/xfer/xfer_peer
+      examples/xfer_kvcache
       tools/rdmakit-xfer-bench tools/rdmakit-soak tests/unit_ckpt_replica
       tests/libfake_cudart.so)  # the fake CUDA runtime the conformance suite's device cases load (tests/fake_cudart)
 for bin in "${bins[@]}"; do

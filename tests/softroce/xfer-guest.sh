@@ -4,6 +4,8 @@
 # two (the client's rails rxe0,rxe1 pair with the owner's rxe1,rxe0: every connection crosses the veth
 # pair, one rail in each direction):
 #   * xfer_engine_test's verbs cases (batches, striping, coalescing, bounds, a restarted owner, a killed one);
+#   * xfer_file_test's verbs cases (file segments: READs and WRITEs of published files, bad ranges, a killed
+#     owner);
 #   * the KV-cache example (prefill -> decode, both layouts, every block checked);
 #   * rdmakit-xfer-bench, a short WRITE run (its summary line carries the bytes/s; emulated, see README.md).
 # Usage: xfer-guest.sh BUILD_DIR REPO_DIR. Prints "XFER PASS/FAIL: ..." per part; exit status = failures.
@@ -23,6 +25,12 @@ what="$RDMAKIT_VM_NDEVS device(s): client $client, owner $owner"
 echo "===== xfer: xfer_engine_test over verbs ($what)"
 (cd "$b/tests/xfer" && RDMAKIT_TEST_XFER_VERBS_DEVICES=$client timeout 300 ./xfer_engine_test --gtest_filter='*verbs*')
 check $? "xfer_engine_test over verbs ($what)"
+
+echo "===== xfer: xfer_file_test over verbs ($what)"
+# File segments (issue #28): the file test set's verbs cases (every byte checked, READ and WRITE where
+# allowed, bad ranges, a killed owner). The guest's /tmp is tmpfs: the owner falls back from O_DIRECT.
+(cd "$b/tests/xfer" && RDMAKIT_TEST_XFER_VERBS_DEVICES=$client timeout 300 ./xfer_file_test --gtest_filter='*verbs*')
+check $? "xfer_file_test over verbs ($what)"
 
 out=$(mktemp)
 for layout in block layer; do

@@ -25,6 +25,7 @@
 #include "xfer/engine/files_open.hpp"
 #include "xfer/engine/record.hpp"
 #include "xfer/peer_process.hpp"
+#include "xfer/verbs_devices.hpp"
 #include "xfer/xfer_test_support.hpp"
 
 namespace rdmakit::xfer::testing {
@@ -86,6 +87,8 @@ class XferFile : public ::testing::TestWithParam<std::string> {
     // disk shared with parallel builds (the requester would take the owner for dead after 2 s).
     return EngineOptions{.name = name + "-" + GetParam(),
                          .transports = {GetParam()},
+                         // Over verbs (the Soft-RoCE VM): the owner's rails pair with the client's.
+                         .verbs_devices = name == "client" ? verbs_devices() : owner_verbs_devices(),
                          .peer_timeout = 10000ms,
                          .connect_timeout = 500ms,
                          .file_chunk_bytes = kChunk,
@@ -651,7 +654,12 @@ TEST_P(XferFile, AFileAnotherUidMayWriteIsNotPublished) {
   ASSERT_TRUE(owner_->publish_file("theirs", theirs.string(), {.allow_other_writers = true}).has_value());
 }
 
-std::vector<std::string> transports() { return {"tcp", "shm"}; }
+// Over verbs too where RDMAKIT_TEST_XFER_VERBS_DEVICES names devices (the Soft-RoCE VM, xfer-guest.sh).
+std::vector<std::string> transports() {
+  std::vector<std::string> all{"tcp", "shm"};
+  if (!verbs_devices().empty()) all.push_back("verbs");
+  return all;
+}
 INSTANTIATE_TEST_SUITE_P(Transports, XferFile, ::testing::ValuesIn(transports()),
                          [](const auto& info) { return info.param; });
 
@@ -871,7 +879,11 @@ TEST_P(XferFileKill, KilledOwnerFailsTheBatchWithinTheBound) {
   auto client = make_engine(
       store,
       EngineOptions{
-          .name = "client", .transports = {GetParam()}, .peer_timeout = 1000ms, .connect_timeout = 1000ms});
+          .name = "client",
+          .transports = {GetParam()},
+          .verbs_devices = verbs_devices(),
+          .peer_timeout = 1000ms,
+          .connect_timeout = 1000ms});
   ASSERT_TRUE(client);
   auto segment = client->open_segment("shard");
   ASSERT_TRUE(segment.has_value()) << text(segment.error());
