@@ -40,12 +40,7 @@ while [ $rep -le "$reps" ]; do
 done
 kill $server
 GUEST
-libs=()
-for so in libibverbs.so.1 librdmacm.so.1; do
-  path=/usr/lib/x86_64-linux-gnu/$so
-  libs+=(--file "$(readlink -f "$path"):$path")
-done
-tests/softroce/run-in-vm.sh --timeout "${TIMEOUT:-1500}" "${libs[@]}" \
+tests/softroce/run-in-vm.sh --timeout "${TIMEOUT:-1500}" --verbs-libs \
   --mem 2048 --file "$build/tools/rdmakit-ckpt" --file "$build/tools/rdmakit-perf" \
   --file "$guest" -- "$guest" "$build" "$mib" "$reps" | tee "$log"
 /usr/bin/python3 - "$log" "$mib" <<'PY'

@@ -11,11 +11,8 @@ perf="$build/tools/rdmakit-perf" xbench="$build/tools/rdmakit-xfer-bench"
 for tool in "$perf" "$xbench"; do
   [ -x "$tool" ] || { echo "compare-verbs: build $tool first (with the verbs transport)" >&2; exit 1; }
 done
-# libibverbs and librdmacm are dlopen'ed, so ldd does not see them: copy them under their sonames.
-libs=""
-for so in libibverbs.so.1 librdmacm.so.1; do
-  libs="$libs --file $(readlink -f /usr/lib/x86_64-linux-gnu/$so):/usr/lib/x86_64-linux-gnu/$so"
-done
+# libibverbs and librdmacm are dlopen'ed, so ldd does not see them: run-in-vm.sh copies them (--verbs-libs).
+libs=--verbs-libs
 log=$(mktemp)
 echo "HOST load at start: $(cat /proc/loadavg)"
 # shellcheck disable=SC2086

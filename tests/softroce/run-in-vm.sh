@@ -21,6 +21,9 @@
 #                        in PATH (e.g. --file ib_write_bw). The shared
 #                        libraries of every ELF executable/.so copied are added
 #                        automatically (ldd). Repeatable.
+#   --verbs-libs         copy libibverbs.so.1 and librdmacm.so.1 under their sonames:
+#                        rdmakit dlopens them, so the ldd scan of --file does not
+#                        see them
 #   --env NAME=VALUE     export NAME in the VM (repeatable)
 #   --workdir VMPATH     working directory for SCRIPT (default /)
 #   --timeout SEC        overall limit incl. boot (default 600); exit 124 if hit
@@ -75,6 +78,10 @@ while (($#)); do
     case "$1" in
         --two-devices) ndevs=2 ;;
         --file) [[ $# -ge 2 ]] || die "--file needs an argument"; files+=("$2"); shift ;;
+        --verbs-libs)
+            for so in libibverbs.so.1 librdmacm.so.1; do
+                files+=("$(readlink -f "/usr/lib/x86_64-linux-gnu/$so"):/usr/lib/x86_64-linux-gnu/$so")
+            done ;;
         --env) [[ $# -ge 2 && "$2" == [A-Za-z_]*=* ]] || die "--env needs NAME=VALUE"; envs+=("$2"); shift ;;
         --workdir) [[ $# -ge 2 ]] || die "--workdir needs a path"; workdir="$2"; shift ;;
         --timeout) [[ "${2:-}" =~ ^[0-9]+$ ]] || die "--timeout needs seconds"; timeout="$2"; shift ;;

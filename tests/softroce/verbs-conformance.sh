@@ -43,12 +43,8 @@ for bin in "${bins[@]}"; do
     [[ -x "$build/$bin" ]] || { echo "verbs-conformance.sh: error: $build/$bin missing (build it first)" >&2; exit 1; }
 done
 
-# libibverbs and librdmacm are dlopen'ed, so ldd does not see them: copy them under their sonames.
-libs=()
-for so in libibverbs.so.1 librdmacm.so.1; do
-    path=/usr/lib/x86_64-linux-gnu/$so
-    libs+=(--file "$(readlink -f "$path"):$path")
-done
+# libibverbs and librdmacm are dlopen'ed, so ldd does not see them: run-in-vm.sh copies them (--verbs-libs).
+libs=(--verbs-libs)
 
 guest="$(mktemp /tmp/verbs-conformance-guest.XXXXXX.sh)"
 trap 'rm -f "$guest"' EXIT

@@ -876,14 +876,11 @@ TEST_P(XferFileKill, KilledOwnerFailsTheBatchWithinTheBound) {
   PeerProcess owner(dir.path(), "shard", "file:" + path.string(), GetParam());
   ASSERT_TRUE(owner.ready());
   FileMetadataStore store(dir.path());
-  auto client = make_engine(
-      store,
-      EngineOptions{
-          .name = "client",
-          .transports = {GetParam()},
-          .verbs_devices = verbs_devices(),
-          .peer_timeout = 1000ms,
-          .connect_timeout = 1000ms});
+  auto client = make_engine(store, EngineOptions{.name = "client",
+                                                 .transports = {GetParam()},
+                                                 .verbs_devices = verbs_devices(),
+                                                 .peer_timeout = 1000ms,
+                                                 .connect_timeout = 1000ms});
   ASSERT_TRUE(client);
   auto segment = client->open_segment("shard");
   ASSERT_TRUE(segment.has_value()) << text(segment.error());

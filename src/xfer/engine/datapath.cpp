@@ -105,11 +105,9 @@ Result<std::vector<PlanItem>> EngineImpl::check(std::span<const Request> request
                                           last->transport + ", which did not register the local memory (" +
                                           local->refusals + ")");
     }
-    if (last->record.file && local->kind != MemoryKind::Host) {
-      return fail(Errc::NotSupported, request_name(i) + ": segment '" + last->name +
-                                          "' is a file segment, and file segments deliver into host memory "
-                                          "only in this version (the local memory is device memory)");
-    }
+    // A file segment's owner pushes its chunks into the local memory (and pulls a WRITE's bytes from it)
+    // with one-sided operations on this rail: device memory the rail registered is reached as the
+    // transport reaches it (verbs: GPUDirect; tcp: staged by the target's progress thread; shm: CUDA IPC).
     plan(*local);
     checked_local = local.get();
     checked_entry = last.get();
