@@ -15,9 +15,9 @@
 // the next batch submitted before the current one is checked (two batches in flight, double buffered).
 // Every sample is checked (its first word, its checksum); it prints samples/s, then WRITEs its result into
 // the storage node's "dataset-control" segment with a notification, so the storage node knows it finished.
-// --gpu: file segments deliver into host memory only in this version (the engine refuses device memory
-// as a file request's destination), so the trainer says so and stops; a real loader copies each checked
-// batch to the device from the pinned buffer.
+// --gpu is not offered by this example (it checks every sample with the CPU in its pinned buffer, then a
+// real loader copies the batch to the device); the engine itself READs file segments into device memory
+// too (docs/xfer.md, "File segments").
 // Without --metadata the storage node serves a builtin store (as xfer_kvcache's decode does).
 #include <fcntl.h>
 #include <unistd.h>
@@ -255,8 +255,8 @@ int trainer(const Args& args) {
   if (args.gpu) {
     std::fprintf(
         stderr,
-        "%s: --gpu: file segments deliver into host memory only in this version (the engine refuses a "
-        "device destination); run without --gpu and copy each checked batch to the device\n",
+        "%s: --gpu: this example checks every sample in host memory; run without --gpu and copy each "
+        "checked batch to the device (the engine also READs file segments straight into device memory)\n",
         name.c_str());
     return 2;
   }

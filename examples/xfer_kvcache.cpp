@@ -21,14 +21,14 @@
 //   --layout layer: prefill holds the cache layer-major (per layer, K/V and 4-head group: 16 KiB pieces of
 //     every block side by side), as many inference engines do; a block is 128 requests of 16 KiB, adjacent
 //     in the destination slot, which the engine coalesces into scatter-gather WRITEs.
-// The third tier (decode, host memory): once every block checked, decode evicts every other block from its
-// pool to a storage node's NVMe, published as a writable file segment ("kv-nvme"), reuses their slots, and
-// on a hit READs them back into the slots and checks them again byte for byte. The storage node's engine
-// runs inside the decode process here (over the same transport; a deployment runs it on the storage node);
-// its file goes in --nvme DIR (default: the temporary directory), --nvme off skips the tier.
-// The metadata store: --metadata URL (builtin://, redis:// or etcd://host:port, see open_metadata). Without
-// it, decode serves a builtin store itself (serve_builtin_metadata on a free loopback port) for as long as
-// it runs, and prints its URL on its "ready" line for prefill's --metadata.
+// The third tier (decode; its pool in host or, with --gpu, device memory): once every block checked, decode
+// evicts every other block from its pool to a storage node's NVMe, published as a writable file segment
+// ("kv-nvme"), reuses their slots, and on a hit READs them back into the slots and checks them again byte for
+// byte. The storage node's engine runs inside the decode process here (over the same transport; a deployment
+// runs it on the storage node); its file goes in --nvme DIR (default: the temporary directory), --nvme off
+// skips the tier. The metadata store: --metadata URL (builtin://, redis:// or etcd://host:port, see
+// open_metadata). Without it, decode serves a builtin store itself (serve_builtin_metadata on a free loopback
+// port) for as long as it runs, and prints its URL on its "ready" line for prefill's --metadata.
 #include <dlfcn.h>
 #include <unistd.h>
 
@@ -184,20 +184,31 @@ int nvme_tier(const Args& args, MetadataStore& metadata, Engine& engine, std::by
                                  s->error().describe());
     }
   };
+  // A VRAM pool (--gpu) is written and checked through host copies: the CPU never touches device memory.
+  std::optional<Cuda> cuda;
+  if (args.gpu) cuda.emplace();
+  std::vector<std::byte> host(kBlock);
   auto start = std::chrono::steady_clock::now();
   run(out, "evict to NVMe");
-  for (const auto* e : evicted) std::memset(pool + e->slot * kBlock, 0xA5, kBlock);  // the slot is reused
+  std::vector<std::byte> reused(kBlock, std::byte{0xA5});
+  for (const auto* e : evicted) {  // the slot is reused
+    if (cuda)
+      cuda->copy(pool + e->slot * kBlock, reused.data(), kBlock);
+    else
+      std::memcpy(pool + e->slot * kBlock, reused.data(), kBlock);
+  }
   run(in, "read back from NVMe");
   auto ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   std::size_t bad = 0;
   for (const auto* e : evicted) {
-    const auto* block = pool + e->slot * kBlock;
+    const std::byte* block = pool + e->slot * kBlock;
+    if (cuda) block = (cuda->copy(host.data(), block, kBlock), host.data());
     if (wrong_bytes(block, e->block) != 0 || checksum(block, kBlock) != e->checksum) ++bad;
   }
   std::printf(
       "decode: %zu blocks evicted to NVMe (writable file segment 'kv-nvme' of 'storage', %s) and read "
-      "back on a hit in %.1f ms: %zu bad\n",
-      evicted.size(), path.c_str(), ms, bad);
+      "back on a hit%s in %.1f ms: %zu bad\n",
+      evicted.size(), path.c_str(), cuda ? " (VRAM pool)" : "", ms, bad);
   return bad == 0 ? 0 : 1;
 }
 
@@ -247,8 +258,8 @@ int decode(const Args& args) {
   }
   std::printf("decode: %llu blocks checked (pattern + checksum), %zu bad\n", (unsigned long long)count, bad);
   if (bad != 0 || count == 0) return 1;
-  // File segments move host memory only: the tier is for a host pool.
-  if (args.gpu || args.nvme == "off") return 0;
+  // The tier moves the pool's blocks, in host or device memory (the engine's rail reaches either).
+  if (args.nvme == "off") return 0;
   return nvme_tier(args, *metadata, *engine, pool.data(), table, count);
 }
 

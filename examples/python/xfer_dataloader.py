@@ -17,8 +17,8 @@ in flight), as a numpy array of shape (batch, sample bytes) or, with ``--torch``
 
 --source fromfile and socket are the benchmark's baselines (bench/xfer/dataloader.sh): the same batches and
 checks, read locally with numpy.fromfile, or from a minimal TCP server that sends asked byte ranges.
---gpu is not offered: file segments deliver into host memory only in this version; a trainer copies each
-checked batch to the device (torch: ``tensor.to("cuda", non_blocking=True)`` from the pinned buffer).
+--gpu is not offered by this example (it checks every sample in host memory; the engine itself READs file
+segments into device memory too); a trainer copies each checked batch to the device (torch: ``tensor.to("cuda", non_blocking=True)`` from the pinned buffer).
 Each trainer prints one ``RESULT {json}`` line; the storage node prints the total and "OK" when every sample
 of every trainer was right.
 """

@@ -203,7 +203,7 @@ def decode(args):
             owner.stdin.flush()
             if owner.stdout.readline().strip() != "write ok":
                 raise SystemExit("the block written back arrived wrong")
-            if not args.gpu and args.nvme != "off":  # file segments move host memory only
+            if not args.gpu and args.nvme != "off":  # this example checks the tier's slots as numpy arrays
                 nvme_tier(args, engine, table, slots)
             print("OK: every block checked on arrival, and the write back landed")
     finally:

@@ -277,8 +277,6 @@ TEST_F(XferDevice, NoRailTakesTheMemoryFailsNamingEachRefusal) {
   EXPECT_EQ(other->open_segment("p").error().code(), Errc::NotFound);
 }
 
-// File segments deliver into host memory only in this version: a READ of a file segment into device memory
-// (tcp takes it, staged) is refused at submit, naming why, and nothing is sent to the owner.
 // File segments into and out of device memory: the owner pushes each READ's bytes into the requester's
 // device memory and pulls each WRITE's bytes from it, along the rail's device path (tcp: staged at the
 // requester; shm: CUDA IPC), unaligned ranges included; every byte of the device memory and of the file

@@ -171,7 +171,7 @@ struct SegmentInfo {
   std::string owner{};  // the owner engine's name
   std::uint64_t length = 0;
   std::string transport{};  // chosen for this peer
-  bool file = false;        // a file segment (publish_file): from and into host memory only
+  bool file = false;        // a file segment (publish_file): its owner moves it through file I/O
   bool writable = true;     // false: the owner refuses WRITEs (a read-only file segment)
 };
 
