@@ -9,8 +9,10 @@
 # replacement server starts empty, and the job restarts with the same world size. Every restarted rank must
 # resume at the same step, never older than the newest step any rank printed as committed, and the lost
 # node's ranks from the replicas the other node held; the final run's state of every rank must equal an
-# uninterrupted run's bit for bit (its hash). The node lost alternates. The namespaces are made and removed
-# here; without the right to create them it skips (77) saying so, except where CI is set (there it fails).
+# uninterrupted run's bit for bit (its hash). The node lost alternates, and each kill comes after the run
+# committed at least one step (two losses with no commit between them lose data by design: k = 1). The
+# namespaces are made and removed here; without the right to create them it skips (77) saying so, except
+# where CI is set (there it fails).
 #   node_loss_netns.sh <ckpt_resume> <rdmakit-ckpt> [ROUNDS=10]
 set -u
 bin=$(realpath "$1")
@@ -135,6 +137,15 @@ for round in $(seq 1 "$rounds"); do
     echo "round $round: every rank resumed at step $first (newest committed: $bound); node $lost's ranks from" \
       "their replicas"
   fi
+  # And once this run committed a step of its own: a node lost before that would be the second loss since
+  # the last commit (the previous node's replicas went with the first), which k = 1 does not survive.
+  for _ in $(seq 1 400); do
+    n=0
+    for rank in 0 1 2 3; do grep -qsE "^rank [0-9]+ committed" "$work/$name.r$rank.out" && n=$((n + 1)); done
+    [ "$n" = 4 ] && break
+    sleep 0.05
+  done
+  [ "$n" = 4 ] || fail "round $round: the job committed no step in 20 s"
   sleep "0.$((RANDOM % 70 + 20))"
   lost=$((round % 2))
   # The node goes: its ranks, its server (with the replicas it held) and its disk; then the rest of the job.
