@@ -18,17 +18,14 @@ std::uint64_t round_up(std::uint64_t value, std::uint64_t alignment) noexcept {
   return (value + alignment - 1) / alignment * alignment;
 }
 
-void populate_for_writing(void* data, std::size_t size) noexcept {
+bool populate_for_writing(void* data, std::size_t size) noexcept {
 #ifndef MADV_POPULATE_WRITE  // Linux 5.14; older headers
 #define MADV_POPULATE_WRITE 23
 #endif
   auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
   auto begin = reinterpret_cast<std::uintptr_t>(data) / page * page;
   auto end = reinterpret_cast<std::uintptr_t>(data) + size;
-  if (size == 0 || ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_POPULATE_WRITE) == 0) return;
-  // An older kernel: one write per page, of the byte already there (the memory keeps its contents).
-  auto* bytes = static_cast<volatile unsigned char*>(data);
-  for (std::size_t offset = 0; offset < size; offset += page) bytes[offset] = bytes[offset];
+  return size == 0 || ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_POPULATE_WRITE) == 0;
 }
 
 // ---- AlignedBuffer ------------------------------------------------------------------------------------

@@ -17,9 +17,10 @@
 
 namespace rdmakit::ckpt::detail {
 
-// Faults in every page of [data, data + size) for writing now (MADV_POPULATE_WRITE, else a write per page),
-// so the first transfer into it does not take a page fault per 4 KiB. Best effort.
-void populate_for_writing(void* data, std::size_t size) noexcept;
+// Faults in every page of [data, data + size) for writing now (MADV_POPULATE_WRITE, Linux 5.14), so the
+// first transfer into it does not take a page fault per 4 KiB. Writes nothing; false where the kernel
+// cannot (the pages then fault in on first use, as before).
+bool populate_for_writing(void* data, std::size_t size) noexcept;
 
 // Page-aligned anonymous memory (O_DIRECT needs aligned buffers), zero-filled, unmapped on destruction.
 class AlignedBuffer {

@@ -33,7 +33,10 @@ constexpr auto kPoll = std::chrono::milliseconds(100);
 constexpr auto kIdleSleepMax = std::chrono::milliseconds(20);
 constexpr auto kPushPoll = std::chrono::microseconds(100);  // while a rank pushes (Progress seen)
 constexpr std::uint64_t kVerifySlice = 8ull << 20;  // checksummed between two polls of the connections
-constexpr int kProvers = 4;  // proofs in parallel: each silent stranger holds one up to proof_timeout_ms
+constexpr int kProvers = 4;
+constexpr auto kPopulateFor =
+    std::chrono::milliseconds(1000);  // of a rank's new slots, at its Hello  // proofs in parallel: each
+                                      // silent stranger holds one up to proof_timeout_ms
 
 // One rank's two slots; `newest` is the slot holding its newest verified replica. Its bytes count against
 // the budget from before the allocation until the region is freed (the destructor gives them back), so
@@ -203,13 +206,23 @@ struct __attribute__((visibility("hidden"))) ReplicaServer::Impl {
       return fail(Errc::ResourceExhausted, "the server could not allocate the replica");
     }
     fresh->region = std::move(*region);
-    // Now rather than page by page under the first push: faulting a fresh slot in as it landed took a third
-    // of the CPU of four concurrent pushes (perf, bench-cluster). The engine's create waits for this Hello.
-    populate_for_writing(fresh->region->data(), need);
+    populate(*fresh);
     fresh->world_size = hello.world_size;
     fresh->bytes = hello.bytes;
     ranks[hello.rank] = fresh;
     return fresh;
+  }
+
+  // New slots are faulted in now rather than page by page under the first push (that took a third of the
+  // CPU of four concurrent pushes: perf, bench-cluster), here on the progress thread, before any push can
+  // write them. For at most kPopulateFor per Hello, so that other ranks' messages (and Hellos, which have a
+  // timeout) never wait long: slots of many GiB are faulted in partly, the rest at their first push.
+  void populate(const RankSlots& slots) {
+    constexpr std::uint64_t kStep = 64ull << 20;
+    auto until = std::chrono::steady_clock::now() + kPopulateFor;
+    auto* data = static_cast<unsigned char*>(slots.region->data());
+    for (std::uint64_t at = 0; at < slots.reserved && std::chrono::steady_clock::now() < until; at += kStep)
+      if (!populate_for_writing(data + at, std::min(kStep, slots.reserved - at))) return;
   }
 
   Message hello(const Message& m, Session& session) {
