@@ -33,12 +33,11 @@ constexpr auto kPoll = std::chrono::milliseconds(100);
 constexpr auto kIdleSleepMax = std::chrono::milliseconds(20);
 constexpr auto kPushPoll = std::chrono::microseconds(100);  // while a rank pushes (Progress seen)
 constexpr std::uint64_t kVerifySlice = 8ull << 20;  // checksummed between two polls of the connections
-constexpr int kProvers = 4;
-constexpr auto kPopulateFor =
-    std::chrono::milliseconds(1000);  // of a rank's new slots, at its Hello  // proofs in parallel: each
-                                      // silent stranger holds one up to proof_timeout_ms
+constexpr int kProvers = 4;  // proofs in parallel: each silent stranger holds one up to proof_timeout_ms
+constexpr auto kPopulateFor = std::chrono::milliseconds(1000);  // of a rank's new slots, at its Hello
 
-// One rank's two slots; `newest` is the slot holding its newest verified replica. Its bytes count against
+// One rank's two slots; `newest` is the slot holding its newest committed replica (verified, or being
+// verified: newest_verified). Its bytes count against
 // the budget from before the allocation until the region is freed (the destructor gives them back), so
 // the count is the memory really held, whoever still holds a reference.
 struct RankSlots {

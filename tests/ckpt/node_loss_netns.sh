@@ -95,6 +95,39 @@ restored() { local at=$1; echo $((at > 0 ? at - 1 : 0)); }  # "resumed at step N
 source_of() { sed -n 's/.*resumed at step [0-9]* from //p' "$work/$1.r$2.out" | head -n 1; }
 newest_commit() { awk '/^rank [0-9]+ committed [0-9]+/ {n = $4} END {print n + 0}' "$work/$1.r$2.out"; }
 
+# Waits (TRIES x 50 ms) until every rank of run NAME printed a line matching PATTERN; fails naming WHAT.
+wait_for_every_rank() {
+  local name=$1 pattern=$2 tries=$3 what=$4 n rank
+  for _ in $(seq 1 "$tries"); do
+    n=0
+    for rank in 0 1 2 3; do grep -qsE "$pattern" "$work/$name.r$rank.out" && n=$((n + 1)); done
+    [ "$n" = 4 ] && return 0
+    sleep 0.05
+  done
+  fail "$what (only $n of 4 ranks)"
+}
+
+# Run NAME restarted after node $lost was lost: every rank resumed at one step, none older than $bound (the
+# newest step committed before the loss), and, when it resumed from a checkpoint, the lost node's ranks
+# from the survivor's server. Sets resumed_at to the step (not a subshell: fail must end the script).
+check_resumed() {
+  local name=$1 first
+  first=$(start_step "$name" 0)
+  for rank in 1 2 3; do
+    [ "$(start_step "$name" "$rank")" = "$first" ] || fail "$name: the ranks resumed at different steps"
+  done
+  [ "$(restored "$first")" -ge "$bound" ] || fail "$name: resumed at step $first, older than step $bound, committed"
+  if [ "$first" -gt 0 ]; then
+    for rank in $((2 * lost)) $((2 * lost + 1)); do
+      case "$(source_of "$name" "$rank")" in
+        "replica at $(address $((1 - lost))):$server_port") ;;  # the survivor's server
+        *) fail "$name: rank $rank of the lost node $lost resumed from '$(source_of "$name" "$rank")'" ;;
+      esac
+    done
+  fi
+  resumed_at=$first
+}
+
 # The uninterrupted run (no replicas: the state does not depend on them).
 launch clean clean none
 for rank in 0 1 2 3; do wait "${rank_pids[$rank]}" || fail "the uninterrupted run's rank $rank failed"; done
@@ -113,39 +146,15 @@ for round in $(seq 1 "$rounds"); do
   name=round$round
   launch killed "$name" replicas
   # The random delay starts once every rank printed its start line (the job is up and restored).
-  for _ in $(seq 1 300); do
-    n=0
-    for rank in 0 1 2 3; do grep -qsE "resumed|fresh" "$work/$name.r$rank.out" && n=$((n + 1)); done
-    [ "$n" = 4 ] && break
-    sleep 0.05
-  done
-  [ "$n" = 4 ] || fail "round $round: only $n ranks started"
+  wait_for_every_rank "$name" "resumed|fresh" 300 "round $round: the job did not start"
   if [ -n "$previous" ]; then
-    first=$(start_step "$name" 0)
-    for rank in 1 2 3; do
-      [ "$(start_step "$name" "$rank")" = "$first" ] || fail "round $round: the ranks resumed at different steps"
-    done
-    [ "$(restored "$first")" -ge "$bound" ] ||
-      fail "round $round: resumed at step $first, older than step $bound, committed"
-    for rank in $((2 * lost)) $((2 * lost + 1)); do
-      [ "$first" -gt 0 ] || break
-      case "$(source_of "$name" "$rank")" in
-        "replica at $(address $((1 - lost))):$server_port") ;;  # the survivor's server
-        *) fail "round $round: rank $rank of the lost node $lost resumed from '$(source_of "$name" "$rank")'" ;;
-      esac
-    done
-    echo "round $round: every rank resumed at step $first (newest committed: $bound); node $lost's ranks from" \
+    check_resumed "$name"
+    echo "round $round: every rank resumed at step $resumed_at (newest committed: $bound); node $lost's ranks from" \
       "their replicas"
   fi
   # And once this run committed a step of its own: a node lost before that would be the second loss since
   # the last commit (the previous node's replicas went with the first), which k = 1 does not survive.
-  for _ in $(seq 1 400); do
-    n=0
-    for rank in 0 1 2 3; do grep -qsE "^rank [0-9]+ committed" "$work/$name.r$rank.out" && n=$((n + 1)); done
-    [ "$n" = 4 ] && break
-    sleep 0.05
-  done
-  [ "$n" = 4 ] || fail "round $round: the job committed no step in 20 s"
+  wait_for_every_rank "$name" "^rank [0-9]+ committed" 400 "round $round: the job committed no step in 20 s"
   sleep "0.$((RANDOM % 70 + 20))"
   lost=$((round % 2))
   # The node goes: its ranks, its server (with the replicas it held) and its disk; then the rest of the job.
@@ -172,13 +181,10 @@ done
 launch killed final replicas
 for rank in 0 1 2 3; do wait "${rank_pids[$rank]}" || fail "the final run's rank $rank failed"; done
 rank_pids=()
-at=$(start_step final 0)
-[ "$at" -gt 0 ] && [ "$(restored "$at")" -ge "$bound" ] || fail "the final run resumed at step $at (newest committed: $bound)"
-for rank in $((2 * lost)) $((2 * lost + 1)); do
-  case "$(source_of final "$rank")" in "replica at $(address $((1 - lost))):$server_port") ;; *) fail "final run: rank $rank not from its replica" ;; esac
-done
+check_resumed final
+at=$resumed_at
+[ "$at" -gt 0 ] || fail "the final run did not resume from a checkpoint (newest committed: $bound)"
 for rank in 0 1 2 3; do
-  [ "$(start_step final "$rank")" = "$at" ] || fail "the final run's ranks resumed at different steps"
   want=$(awk '/final/ {print $4}' "$work/clean.r$rank.out")
   got=$(awk '/final/ {print $4}' "$work/final.r$rank.out")
   [ -n "$got" ] && [ "$got" = "$want" ] || fail "rank $rank: state $got after node losses, uninterrupted $want"

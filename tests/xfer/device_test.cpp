@@ -293,12 +293,7 @@ TEST_F(XferDevice, FileSegmentReadsIntoAndWritesFromDeviceMemory) {
     std::vector<std::byte> contents(kSize);
     fill(contents.data(), kSize, 3);
     auto path = dir_.path() / (std::string("file-") + transport + ".bin");
-    {
-      std::FILE* out = std::fopen(path.c_str(), "wb");
-      ASSERT_NE(out, nullptr);
-      ASSERT_EQ(std::fwrite(contents.data(), 1, kSize, out), kSize);
-      std::fclose(out);
-    }
+    write_file(path, contents);
     std::string name = std::string("file-") + transport;
     ASSERT_TRUE(owner->publish_file(name, path.string(), {.writable = true}));
     DeviceBuffer sink(kSize), source(kSize);
@@ -329,11 +324,8 @@ TEST_F(XferDevice, FileSegmentReadsIntoAndWritesFromDeviceMemory) {
     auto written = client->submit(std::span(&write, 1));
     ASSERT_TRUE(written && (*written)->wait(10s) && (*written)->failed() == 0);
     std::memcpy(contents.data() + 4096 + 13, source.bytes() + 7, 20000);
-    std::vector<std::byte> now(kSize);
-    std::FILE* in = std::fopen(path.c_str(), "rb");
-    ASSERT_NE(in, nullptr);
-    ASSERT_EQ(std::fread(now.data(), 1, kSize, in), kSize);
-    std::fclose(in);
+    auto now = read_file(path);
+    ASSERT_EQ(now.size(), kSize);
     EXPECT_EQ(std::memcmp(now.data(), contents.data(), kSize), 0) << "the file is not the expected bytes";
   }
 }

@@ -25,7 +25,6 @@
 #include "xfer/engine/files_open.hpp"
 #include "xfer/engine/record.hpp"
 #include "xfer/peer_process.hpp"
-#include "xfer/verbs_devices.hpp"
 #include "xfer/xfer_test_support.hpp"
 
 namespace rdmakit::xfer::testing {
@@ -54,11 +53,6 @@ std::vector<std::byte> random_bytes(std::size_t size, std::uint32_t seed) {
   std::vector<std::byte> bytes(size);
   for (auto& b : bytes) b = static_cast<std::byte>(random());
   return bytes;
-}
-
-void write_file(const std::filesystem::path& path, std::span<const std::byte> bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
 }
 
 std::string text(const Error& error) { return error.describe(); }

@@ -6,8 +6,12 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <memory>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "rdmakit/xfer/engine.hpp"
 #include "xfer/file_metadata.hpp"
@@ -34,6 +38,18 @@ struct FreeDeleter {
 using Buffer = std::unique_ptr<std::byte, FreeDeleter>;
 inline Buffer make_buffer(std::size_t size) {
   return Buffer(static_cast<std::byte*>(std::aligned_alloc(4096, (size + 4095) / 4096 * 4096)));
+}
+
+// A file's whole contents, written or read (the file segments' tests).
+inline void write_file(const std::filesystem::path& path, std::span<const std::byte> bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+}
+inline std::vector<std::byte> read_file(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto* begin = reinterpret_cast<const std::byte*>(bytes.data());
+  return {begin, begin + bytes.size()};
 }
 
 inline std::unique_ptr<Engine> make_engine(MetadataStore& metadata, EngineOptions options) {
