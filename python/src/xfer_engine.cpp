@@ -149,6 +149,7 @@ xfer::EngineOptions engine_options(const py::kwargs& kwargs) {
       {"submit_timeout",
        [](auto& o, py::handle v) { o.submit_timeout = positive_ms(v.cast<double>(), "submit_timeout"); }},
       {"max_notifications", [](auto& o, py::handle v) { o.max_notifications = v.cast<std::uint32_t>(); }},
+      {"file_local_reads", [](auto& o, py::handle v) { o.file_local_reads = v.cast<bool>(); }},
   };
   for (auto [key, value] : kwargs) {
     const auto name = key.cast<std::string>();
@@ -470,6 +471,9 @@ void bind_segment(py::module_& m) {
       .def_property_readonly(
           "transport", [](const PySegment& s) { return s.info().transport; },
           "The transport chosen to reach it.")
+      .def_property_readonly(
+          "read_locally", [](const PySegment& s) { return s.info().read_locally; },
+          "A file segment on this host whose file this process reads itself (Engine(file_local_reads=...)).")
       .def("__repr__", [](const PySegment& s) { return "Segment('" + s.name + "')"; });
 }
 
@@ -498,7 +502,23 @@ void bind_batch(py::module_& m) {
             return exception_for(n->error());
           },
           "For a batch submitted with notify=: None until sent, True once the owner received it, else the "
-          "rdmakit.Error (not raised) saying why not (a request failed: nothing is sent).");
+          "rdmakit.Error (not raised) saying why not (a request failed: nothing is sent).")
+      .def_property_readonly(
+          "paths",
+          [](const PyBatch& b) {
+            auto paths = b.batch->paths();
+            py::list memory;
+            for (auto path : paths.memory) memory.append(to_string(path));
+            py::dict out;
+            out["transports"] = py::cast(paths.transports);
+            out["memory"] = memory;
+            out["file_requests_by_owner"] = paths.file_requests_by_owner;
+            out["file_requests_local"] = paths.file_requests_local;
+            return out;
+          },
+          "How its bytes travelled: {'transports': ['tcp', 'file', ...], 'memory': ['host', 'staged', ...], "
+          "'file_requests_by_owner': n, 'file_requests_local': n} ('file': file segment requests this "
+          "process read from the file itself, on the owner's host).");
   py::class_<PyPrepared>(
       m, "PreparedRequests",
       "Requests checked and planned once (Engine.prepare), for Engine.submit again and again.")

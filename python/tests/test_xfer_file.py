@@ -77,3 +77,38 @@ def test_file_segment_reads_ranges_and_writes_where_writable(pair):
     expected = pattern(3, SIZE)
     expected[5:5 + source.size] = source
     np.testing.assert_array_equal(np.fromfile(sync_path, dtype=np.uint8), expected)
+
+
+def test_file_segment_on_this_host_is_read_locally_unless_turned_off(pair, tmp_path):
+    """On the owner's host the peer reads the file itself (batch.paths says 'file', the owner's path is
+    kept for WRITEs); an engine with file_local_reads=False sends every READ to the owner. Same bytes."""
+    owner, peer, _ = pair
+    path = tmp_path / "shard.bin"
+    model = pattern(4, SIZE)
+    model.tofile(path)
+    owner.publish_file("shard", path)
+    segment = peer.open_segment("shard")
+    assert segment.read_locally
+    local = np.zeros(SIZE, dtype=np.uint8)
+    peer.register_local(local)
+    batch = peer.submit([(xfer.READ, local[:65536], segment, 0), (xfer.READ, local[65536:], segment, 65536)])
+    batch.wait(timeout=60)
+    np.testing.assert_array_equal(local, model)
+    assert batch.paths == {"transports": ["file"], "memory": ["host"], "file_requests_by_owner": 0,
+                           "file_requests_local": 2}
+
+    with xfer.serve_metadata() as server:
+        owner2 = xfer.Engine(xfer.open_metadata(server.url), name="owner-2", transports=["tcp"])
+        remote = xfer.Engine(xfer.open_metadata(server.url), name="remote", transports=["tcp"],
+                             file_local_reads=False)
+        owner2.publish_file("shard", path)
+        far = remote.open_segment("shard")
+        assert not far.read_locally
+        into = np.zeros(SIZE, dtype=np.uint8)
+        remote.register_local(into)
+        batch = remote.submit([(xfer.READ, into, far, 0)])
+        batch.wait(timeout=60)
+        np.testing.assert_array_equal(into, model)
+        assert batch.paths["transports"] == ["tcp"] and batch.paths["file_requests_by_owner"] == 1
+        remote.close()
+        owner2.close()

@@ -69,6 +69,7 @@ int main() {
   RDMAKIT_ROW(xfer::EngineOptions);
   RDMAKIT_ROW(xfer::EngineStats);
   RDMAKIT_ROW(xfer::FileSegmentOptions);
+  RDMAKIT_ROW(xfer::BatchPaths);
   RDMAKIT_ROW(xfer::MetadataOptions);
   RDMAKIT_ROW(xfer::Notification);
   RDMAKIT_ROW(xfer::Request);

@@ -312,6 +312,15 @@ TEST_F(XferDevice, FileSegmentReadsIntoAndWritesFromDeviceMemory) {
     ASSERT_TRUE((*batch)->wait(10s));
     ASSERT_EQ((*batch)->failed(), 0u);
     EXPECT_EQ(std::memcmp(sink.bytes(), contents.data(), kSize), 0) << "the file's bytes did not land";
+    // On the owner's host, yet device memory is not read locally: the owner pushes into it over the
+    // transport's device path (tcp: staged through host memory; shm: CUDA IPC), and the batch says so.
+    auto paths = (*batch)->paths();
+    EXPECT_EQ(paths.file_requests_by_owner, reads.size()) << to_string(paths);
+    EXPECT_EQ(paths.file_requests_local, 0u) << to_string(paths);
+    EXPECT_EQ(paths.transports, std::vector<std::string>{transport}) << to_string(paths);
+    EXPECT_EQ(paths.memory, std::vector<MemoryPath>{std::string(transport) == "tcp" ? MemoryPath::Staged
+                                                                                    : MemoryPath::CudaIpc})
+        << to_string(paths);
     std::memset(sink.bytes(), 0xee, kSize);
     Request odd{Op::Read, sink.data() + 100, *handle, (64 << 10) - 1000, 5000};
     auto unaligned = client->submit(std::span(&odd, 1));

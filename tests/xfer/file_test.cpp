@@ -86,7 +86,10 @@ class XferFile : public ::testing::TestWithParam<std::string> {
                          .peer_timeout = 10000ms,
                          .connect_timeout = 500ms,
                          .file_chunk_bytes = kChunk,
-                         .file_ring_chunks = 4};
+                         .file_ring_chunks = 4,
+                         // The owner's path: the client is on the owner's host and would read the file
+                         // itself (XferFileLocal tests that path).
+                         .file_local_reads = false};
   }
   // Local memory registered with the client, filled with kUntouched.
   Buffer local(std::size_t size) {
@@ -706,6 +709,20 @@ TEST(XferFileRecord, FileRecordRoundTripsAndRefusesEveryCut) {
   auto flags = bytes;
   flags.back() = std::byte{0x80};  // the flags word's high byte: an unknown flag
   EXPECT_FALSE(detail::decode(flags).has_value());
+  // With the file's place for requesters on its host: the path and inode round-trip, every cut is refused,
+  // and a path that is not absolute is refused.
+  auto local = record;
+  local.path = "/var/tmp/shard-0.bin";
+  local.device = 0x803;
+  local.inode = 123456789;
+  auto local_bytes = detail::encode(local);
+  auto local_decoded = detail::decode(local_bytes);
+  ASSERT_TRUE(local_decoded.has_value()) << text(local_decoded.error());
+  EXPECT_EQ(*local_decoded, local);
+  for (std::size_t cut = 0; cut < local_bytes.size(); ++cut)
+    ASSERT_FALSE(detail::decode(std::span(local_bytes).first(cut)).has_value()) << "cut at " << cut;
+  local.path = "relative/shard.bin";
+  EXPECT_FALSE(detail::decode(detail::encode(local)).has_value());
   record.file = false;  // the same rails as a memory record: its descriptor is shorter than the segment
   EXPECT_FALSE(detail::decode(detail::encode(record)).has_value());
 }
@@ -874,7 +891,8 @@ TEST_P(XferFileKill, KilledOwnerFailsTheBatchWithinTheBound) {
                                                  .transports = {GetParam()},
                                                  .verbs_devices = verbs_devices(),
                                                  .peer_timeout = 1000ms,
-                                                 .connect_timeout = 1000ms});
+                                                 .connect_timeout = 1000ms,
+                                                 .file_local_reads = false});
   ASSERT_TRUE(client);
   auto segment = client->open_segment("shard");
   ASSERT_TRUE(segment.has_value()) << text(segment.error());

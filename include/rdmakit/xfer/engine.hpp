@@ -66,6 +66,11 @@ struct EngineOptions {
   // takes only the ring's bytes it needs (in 64 KiB units), so up to 32 small reads are in flight at once.
   std::uint64_t file_chunk_bytes = 4 << 20;
   std::uint32_t file_ring_chunks = 4;
+  // READs of a file segment whose owner is on this host (the same boot) into host memory: when this
+  // process can open the published file itself and finds the very file the owner published there, it
+  // reads it with its own io_uring straight into the destination, without the owner (docs/xfer.md, "File
+  // segments on the same host"). false: every request goes to the owner, as from another host.
+  bool file_local_reads = true;
 };
 
 // How publish_file() publishes a file. Read-only by default: the owner refuses every WRITE.
@@ -80,7 +85,26 @@ struct FileSegmentOptions {
   // root, or writable by its group or by everyone) is refused, since every reader would get what that uid
   // wrote there as our bytes. Set this to publish such a file anyway (a data set another account owns).
   bool allow_other_writers = false;
+  // Publish the file's path and inode in the segment's record, so that a requester on this host that may
+  // open the file reads it itself (EngineOptions::file_local_reads). false: every request comes to us.
+  bool offer_local_reads = true;
 };
+
+// How the bytes of a batch travelled (Batch::paths()), fixed when it was submitted: what a user checks to
+// see that a GPU batch went straight into device memory, or that a file segment on this host was read
+// without its owner.
+struct BatchPaths {
+  // The transports its requests went over ("shm", "tcp", "verbs"), each once, and "file" when a file
+  // segment was read from the file by this process itself.
+  std::vector<std::string> transports;
+  // How its local memory was reached, each once: MemoryPath::Host for host memory; for device memory
+  // GpuDirectDmabuf/GpuDirectPeermem (the NIC, or the file owner's WRITE, lands in it), CudaIpc (shm), or
+  // Staged (copied through pinned host memory by the transport).
+  std::vector<MemoryPath> memory;
+  std::uint32_t file_requests_by_owner = 0;  // requests to file segments that their owner served
+  std::uint32_t file_requests_local = 0;     // ... that this process read from the file itself
+};
+RDMAKIT_API std::string to_string(const BatchPaths& paths);  // "tcp: host, staged; file segments: 2 by owner"
 
 enum class Op : std::uint8_t { Read, Write };
 
@@ -117,6 +141,8 @@ class RDMAKIT_API Batch {
   // then always nullopt); ok once the owner's engine received it; the error when it was not sent (a request
   // failed: it is never sent then) or not received. done() waits for it too.
   virtual std::optional<Result<void>> notification() const = 0;
+  // How its bytes travelled.
+  virtual BatchPaths paths() const = 0;
 };
 // Called once when every request of the batch has finished, on the thread that reaped the last completion
 // (the engine's progress thread, or one inside Batch::wait): keep it short, and do not wait in it.
@@ -170,9 +196,10 @@ struct SegmentInfo {
   std::string name{};
   std::string owner{};  // the owner engine's name
   std::uint64_t length = 0;
-  std::string transport{};  // chosen for this peer
-  bool file = false;        // a file segment (publish_file): its owner moves it through file I/O
-  bool writable = true;     // false: the owner refuses WRITEs (a read-only file segment)
+  std::string transport{};    // chosen for this peer
+  bool file = false;          // a file segment (publish_file): its owner moves it through file I/O
+  bool writable = true;       // false: the owner refuses WRITEs (a read-only file segment)
+  bool read_locally = false;  // a file segment on this host that this engine reads itself
 };
 
 class RDMAKIT_API Engine {
@@ -251,18 +278,20 @@ class RDMAKIT_API Engine {
   virtual Result<std::shared_ptr<Batch>> try_submit(const PreparedBatch& prepared,
                                                     BatchCallback done = {}) = 0;
 
-  // File segments (docs/xfer.md, "File segments"). Publishes the regular file at `path` as the segment
-  // `name`, `length` its size now. Peers open_segment() it as any segment and submit READs of byte ranges
-  // into their registered host memory: the owner reads them with io_uring (O_DIRECT where the file system
-  // takes it) into its chunk ring and WRITEs the asked bytes into the requester's memory. With
-  // `options.writable` peers also submit WRITEs: the owner READs their bytes into its ring and writes the
-  // file (unaligned ranges read-modify-write their edge blocks; overlapping WRITEs are serialized). Requests
-  // travel on a connection of their own on which the peer proved the secret. The owner serves only the files
-  // it published, only within the published size, and refuses WRITEs to a read-only segment (per request).
-  // A file that shrank or a read or write error fails the request, naming the file and the range. Errors
-  // here: InvalidArgument (empty name, already published, not a regular file, empty, sync_writes without
-  // writable, a file another uid may write: FileSegmentOptions::allow_other_writers), the open's error (a
-  // writable segment opens the file read-write), NotSupported (a build without io_uring).
+  // File segments (docs/xfer.md, "File segments"). Publishes the regular file (or block device) at `path`
+  // as the segment `name`, `length` its size now (a block device's capacity). Peers open_segment() it as
+  // any segment and submit READs of byte ranges into their registered memory: the owner reads them with
+  // io_uring (O_DIRECT where the file system takes it) into its chunk ring and WRITEs the asked bytes into
+  // the requester's memory (a requester on this host that can open the file reads it itself:
+  // EngineOptions::file_local_reads). With `options.writable` peers also submit WRITEs: the owner READs
+  // their bytes into its ring and writes the file (unaligned ranges read-modify-write their edge blocks;
+  // overlapping WRITEs are serialized). Requests travel on a connection of their own on which the peer
+  // proved the secret. The owner serves only the files it published, only within the published size, and
+  // refuses WRITEs to a read-only segment (per request). A file that shrank or a read or write error fails
+  // the request, naming the file and the range. Errors here: InvalidArgument (empty name, already
+  // published, neither a regular file nor a block device, empty, sync_writes without writable, a file
+  // another uid may write: FileSegmentOptions::allow_other_writers), the open's error (a writable segment
+  // opens the file read-write), NotSupported (a build without io_uring).
   virtual Result<void> publish_file(std::string_view name, const std::string& path,
                                     const FileSegmentOptions& options = {}) = 0;
 

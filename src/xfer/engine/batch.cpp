@@ -56,6 +56,18 @@ void Credits::release(std::uint32_t n) {
   freed_.notify_all();
 }
 
+BatchPaths BatchImpl::paths() const {
+  BatchPaths out;
+  if (paths_.names)
+    for (std::size_t i = 0; i < paths_.names->size(); ++i)
+      if ((paths_.transports >> i) & 1u) out.transports.push_back((*paths_.names)[i]);
+  for (unsigned m = 0; m < 32; ++m)
+    if ((paths_.memory >> m) & 1u) out.memory.push_back(static_cast<MemoryPath>(m));
+  out.file_requests_by_owner = paths_.file_by_owner;
+  out.file_requests_local = paths_.file_local;
+  return out;
+}
+
 BatchImpl::BatchImpl(std::span<const std::uint32_t> pieces, BatchCallback callback)
     : slots_(pieces.size()), remaining_(pieces.size()), callback_(std::move(callback)) {
   for (std::size_t i = 0; i < pieces.size(); ++i) {  // not shared yet: plain stores
@@ -218,3 +230,21 @@ void BatchImpl::all_done() {
 }
 
 }  // namespace rdmakit::xfer::detail
+
+namespace rdmakit::xfer {
+
+std::string to_string(const BatchPaths& paths) {
+  auto join = [](const auto& items, auto&& text) {
+    std::string out;
+    for (const auto& item : items) out += (out.empty() ? "" : ", ") + text(item);
+    return out.empty() ? std::string("none") : out;
+  };
+  std::string out = "transports: " + join(paths.transports, [](const std::string& t) { return t; }) +
+                    "; memory: " + join(paths.memory, [](MemoryPath m) { return rdmakit::to_string(m); });
+  if (paths.file_requests_by_owner + paths.file_requests_local != 0)
+    out += "; file requests: " + std::to_string(paths.file_requests_by_owner) + " by the owner, " +
+           std::to_string(paths.file_requests_local) + " read locally";
+  return out;
+}
+
+}  // namespace rdmakit::xfer

@@ -309,6 +309,7 @@ Result<std::shared_ptr<Batch>> EngineImpl::submit_prepared(const PreparedImpl& p
   if (!std::ranges::is_sorted(ops, {}, by_peer)) std::ranges::stable_sort(ops, {}, by_peer);
   batch->attach(prepared.shared_from_this(), current, std::move(ops));
   auto files = file_groups(prepared, batch, handle_entry);
+  batch->set_paths(paths_of(prepared, current, files));
   std::vector<std::uint32_t> reserved;
   if (!blocking) {
     if (auto room = reserve_file_groups(files); !room) return std::unexpected(room.error());
@@ -354,6 +355,46 @@ Result<std::shared_ptr<Batch>> EngineImpl::submit_prepared(const PreparedImpl& p
     leave_reaping();
   }
   return batch;
+}
+
+BatchImpl::PathBits EngineImpl::paths_of(const PreparedImpl& prepared,
+                                         std::span<const std::shared_ptr<const SegmentEntry>> current,
+                                         const std::vector<FileGroup>& files) const {
+  BatchImpl::PathBits bits;
+  bits.names = path_names_;
+  auto transport_bit = [&](std::string_view transport) {
+    auto at = std::ranges::find(transports_, transport, &OfferedTransport::name) - transports_.begin();
+    return 1u << static_cast<unsigned>(at);
+  };
+  // The path a registration takes on the rails of `transport` (the same on each of them).
+  auto memory_bit = [&](const LocalRegion& region, std::string_view transport) {
+    for (const auto& rail : rails_)
+      if (rail->transport == transport && rail->index < region.by_rail.size() && region.by_rail[rail->index])
+        return 1u << static_cast<unsigned>(region.by_rail[rail->index]->path());
+    return 0u;
+  };
+  for (auto [h, r] : prepared.handle_regions) {
+    bits.transports |= transport_bit(current[h]->transport);
+    bits.memory |= memory_bit(*prepared.regions[r], current[h]->transport);
+  }
+  const std::uint32_t file_bit = 1u << static_cast<unsigned>(transports_.size());
+  for (const auto& group : files) {
+    std::uint32_t last_request = UINT32_MAX;
+    for (const auto& op : group.ops) {
+      if (op.request == last_request) continue;  // the pieces of one request are in a row
+      last_request = op.request;
+      if (op.read_locally != nullptr) {
+        ++bits.file_local;
+        bits.transports |= file_bit;
+        bits.memory |= 1u << static_cast<unsigned>(MemoryPath::Host);
+      } else {
+        ++bits.file_by_owner;
+        bits.transports |= transport_bit(group.entry->transport);
+        bits.memory |= memory_bit(*op.region, group.entry->transport);
+      }
+    }
+  }
+  return bits;
 }
 
 // All or nothing: each peer's credits for all of its ops, and on every rail one of its links uses as many

@@ -95,6 +95,10 @@ Result<void> EngineImpl::start() {
     transports_.push_back(
         {.name = transport, .same_host_only = caps.same_host_only, .kernel_bypass = caps.kernel_bypass});
   }
+  auto names = std::make_shared<std::vector<std::string>>();
+  for (const auto& offered : transports_) names->push_back(offered.name);
+  names->push_back("file");
+  path_names_ = std::move(names);
   for (auto& rail : rails_) {
     rail->progress = std::thread([this, r = rail.get()] { progress_loop(*r); });
     rail->acceptor = std::thread([this, r = rail.get()] { accept_loop(*r); });
@@ -247,6 +251,17 @@ EngineImpl::~EngineImpl() {
       }
     }
   }
+  {
+    // Its reads in flight end and what it still had queued fails, as the owners' links did above. Stopped,
+    // not destroyed: a callback it runs may submit meanwhile, and then finds it stopped.
+    LocalFileReader* reader = nullptr;
+    {
+      std::lock_guard lock(local_reader_mutex_);
+      reader = local_reader_.get();
+      local_reader_failed_ = true;  // none is started from now on
+    }
+    if (reader != nullptr) reader->stop();
+  }
   stop_.store(true, std::memory_order_release);
   retry_ready_.notify_all();
   for (auto& rail : rails_) {
@@ -389,6 +404,8 @@ Result<std::shared_ptr<const SegmentEntry>> EngineImpl::resolve(std::string_view
   entry->transport = *transport;
   entry->peer = *peer;
   for (const auto* rail : rails_of(entry->record, entry->transport)) entry->remote.push_back(rail->region);
+  if (entry->record.file && options_.file_local_reads)
+    entry->local_file = open_local_file(entry->record, boot_of(host_));
   return entry;
 }
 
@@ -421,8 +438,9 @@ Result<SegmentInfo> EngineImpl::segment_info(SegmentHandle segment) const {
   if (!current)
     return fail(Errc::InvalidArgument, "segment_info: no segment handle " + std::to_string(segment.value));
   if (current->gone) return fail(Errc::NotFound, "segment '" + current->name + "' is gone");
-  return SegmentInfo{current->name,      current->record.owner, current->record.length,
-                     current->transport, current->record.file,  current->record.writable};
+  return SegmentInfo{
+      current->name,        current->record.owner,    current->record.length,        current->transport,
+      current->record.file, current->record.writable, current->local_file != nullptr};
 }
 
 std::shared_ptr<const SegmentEntry> EngineImpl::entry(std::uint32_t handle) const {

@@ -23,6 +23,7 @@
 #include "rdmakit/context.hpp"
 #include "rdmakit/xfer/engine.hpp"
 #include "xfer/engine/files.hpp"
+#include "xfer/engine/files_local.hpp"
 #include "xfer/engine/plan.hpp"
 #include "xfer/engine/record.hpp"
 
@@ -200,6 +201,8 @@ struct SegmentEntry {
   std::string transport;
   std::shared_ptr<Peer> peer;
   std::vector<RemoteRegion> remote;  // by Link::remote_rail
+  // A file segment on this host whose file we opened ourselves: its READs into host memory read it here.
+  std::shared_ptr<const LocalFile> local_file;
 };
 
 // Memory of ours that requests use: registered in every rail whose transport takes it (device memory may
@@ -243,6 +246,18 @@ class BatchImpl final : public Batch {
   std::optional<Result<void>> status(std::size_t i) const override;
   std::size_t failed() const noexcept override { return failed_.load(std::memory_order_acquire); }
   std::optional<Result<void>> notification() const override;
+  BatchPaths paths() const override;
+
+  // Batch::paths() in short, set at submit before any request can finish: transport i of `names` (the
+  // engine's, plus "file" for reads this process made itself) and MemoryPath m, a bit each.
+  struct PathBits {
+    std::uint32_t transports = 0;
+    std::uint32_t memory = 0;
+    std::uint32_t file_by_owner = 0;
+    std::uint32_t file_local = 0;
+    std::shared_ptr<const std::vector<std::string>> names;
+  };
+  void set_paths(PathBits paths) { paths_ = std::move(paths); }
 
   // The batch carries a notification: done() waits for notified() too, and `send` runs (once) when every
   // request has finished.
@@ -298,6 +313,7 @@ class BatchImpl final : public Batch {
   std::shared_ptr<const PreparedImpl> prepared_;
   std::vector<std::shared_ptr<const SegmentEntry>> entries_;  // by PreparedImpl::handles
   std::vector<InflightOp> ops_;
+  PathBits paths_;
 };
 
 // Lets a batch that outlives the engine wait without touching it: the engine clears `engine` on its way out.
@@ -426,6 +442,8 @@ class EngineImpl final : public Engine {
   // files_client.cpp: the requester's side. `ops` go to `peer`'s file link (made on the first ones); their
   // credits were taken.
   void queue_file_ops(Peer& peer, const SegmentEntry& entry, std::vector<FileOp> ops);
+  // files_local.cpp's reader, started on the first call; null when io_uring refused it.
+  LocalFileReader* local_reader() const;
   void file_link_loop(Peer& peer, FileLink& link, Rail& rail, std::string address, std::string owner);
   Result<std::unique_ptr<rdmakit::detail::MessageChannel>> open_file_channel(Rail& rail,
                                                                              const std::string& address,
@@ -442,6 +460,10 @@ class EngineImpl final : public Engine {
                          std::chrono::steady_clock::time_point deadline);
 
   // datapath.cpp: posting, completions, retries.
+  // How the batch's requests will travel (BatchImpl::PathBits).
+  BatchImpl::PathBits paths_of(const PreparedImpl& prepared,
+                               std::span<const std::shared_ptr<const SegmentEntry>> current,
+                               const std::vector<FileGroup>& files) const;
   Result<std::shared_ptr<PreparedImpl>> prepare_impl(std::span<const Request> requests) const;
   Result<std::shared_ptr<Batch>> submit_prepared(const PreparedImpl& prepared, BatchCallback done,
                                                  bool blocking, std::span<const std::byte> message);
@@ -488,6 +510,8 @@ class EngineImpl final : public Engine {
   std::string secret_;  // engine_secret(): seals our records, opens theirs, proves our connections
   std::vector<std::unique_ptr<Rail>> rails_;
   std::vector<OfferedTransport> transports_;  // offered, one per kind
+  // Their names, then "file" (a local file read): what BatchImpl::PathBits' transport bits index.
+  std::shared_ptr<const std::vector<std::string>> path_names_;
 
   std::mutex control_;  // serializes resolving, connecting and publishing (control path only)
   std::map<std::string, std::shared_ptr<Peer>> peers_;
@@ -497,6 +521,9 @@ class EngineImpl final : public Engine {
   std::set<std::string, std::less<>> published_files_;                        // publish_file()
   mutable std::mutex files_mutex_;           // file_server_ (the acceptor's proofs read it)
   std::shared_ptr<FileServer> file_server_;  // made by the first publish_file
+  mutable std::mutex local_reader_mutex_;
+  mutable std::unique_ptr<LocalFileReader> local_reader_;  // made by the first local file READ; kept
+  mutable bool local_reader_failed_ = false;               // io_uring refused: READs go to the owners
 
   std::mutex notifications_mutex_;
   std::condition_variable notification_arrived_;

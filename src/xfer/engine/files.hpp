@@ -40,6 +40,7 @@
 namespace rdmakit::xfer::detail {
 
 class BatchImpl;
+struct LocalFile;
 struct LocalRegion;
 struct Rail;
 
@@ -95,7 +96,13 @@ struct FileOp {
   std::uint64_t offset = 0;             // in the file
   std::uint64_t length = 0;
   std::uint64_t local = 0;  // address
+  // A READ this process makes from the owner's file itself (files_local.hpp): that file, opened.
+  std::shared_ptr<const LocalFile> read_locally;
 };
+// The op's request is done with this piece (`error`: it failed; the message gains what the op was); its
+// peer's credit goes back.
+struct Peer;
+void finish_file_op(Peer& peer, FileOp& op, const Error* error);
 
 // The requester's side of one peer's file connection: ops wait in `queued` (bounded by the peer's in-flight
 // credits, taken at submit) until the link's thread sends them, at most kFileWindow unanswered.

@@ -84,8 +84,9 @@ std::string describe(const FileOp& op) {
          std::to_string(op.offset) + " of file segment '" + op.segment + "' (owner '" + op.owner + "')";
 }
 
-// The op's request is done with this piece; its peer credit goes back.
-void finish_op(Peer& peer, FileOp& op, const Error* error) {
+}  // namespace
+
+void finish_file_op(Peer& peer, FileOp& op, const Error* error) {
   if (error != nullptr) {
     Error named(error->code(), describe(op) + ": " + error->message(), error->sys_errno(), error->status());
     op.batch->piece_done(op.request, &named);
@@ -96,6 +97,8 @@ void finish_op(Peer& peer, FileOp& op, const Error* error) {
   op.region.reset();
   peer.credits.release(1);
 }
+
+namespace {
 
 void stop_link(FileLink& link) {
   {
@@ -128,8 +131,37 @@ void close_file_link(Peer& peer) {
   stop_link(*link);
 }
 
+LocalFileReader* EngineImpl::local_reader() const {
+  std::lock_guard lock(local_reader_mutex_);
+  if (!local_reader_ && !local_reader_failed_) {
+    auto started = LocalFileReader::start(kFileWindow * 2);
+    if (started) {
+      local_reader_ = std::move(*started);
+    } else {
+      local_reader_failed_ = true;
+      log::warn("xfer",
+                "local file reads are off, the owners serve every READ: " + started.error().describe());
+    }
+  }
+  return local_reader_.get();
+}
+
 void EngineImpl::queue_file_ops(Peer& peer, const SegmentEntry& entry, std::vector<FileOp> ops) {
   if (ops.empty()) return;
+  if (std::ranges::any_of(ops, [](const FileOp& op) { return op.read_locally != nullptr; })) {
+    // file_groups gave them their file (once local_reader() had started): those go to it, the rest to the
+    // owner.
+    if (auto* reader = local_reader()) {
+      std::vector<FileOp> local;
+      for (auto& op : ops)
+        if (op.read_locally) local.push_back(std::move(op));
+      std::erase_if(ops, [](const FileOp& op) { return op.batch == nullptr; });  // moved
+      reader->queue(entry.peer, std::move(local));
+      if (ops.empty()) return;
+    } else {
+      for (auto& op : ops) op.read_locally.reset();  // the engine is closing: the link fails them
+    }
+  }
   std::unique_lock made(peer.file_mutex);
   if (!peer.file) {
     // The owner's file server listens where its data connections do: the peer's first link's rail.
@@ -148,7 +180,7 @@ void EngineImpl::queue_file_ops(Peer& peer, const SegmentEntry& entry, std::vect
   if (link.stop) {
     queue.unlock();
     Error closed(Errc::ConnectionBroken, "the engine is closing");
-    for (auto& op : ops) finish_op(peer, op, &closed);
+    for (auto& op : ops) finish_file_op(peer, op, &closed);
     return;
   }
   for (auto& op : ops) link.queued.push_back(std::move(op));
@@ -183,7 +215,7 @@ void EngineImpl::file_link_loop(Peer& peer, FileLink& link, Rail& rail, std::str
   std::uint64_t next_id = 1;
   auto last_heard = Clock::now();
   auto fail_outstanding = [&](const Error& error) {
-    for (auto& [id, op] : outstanding) finish_op(peer, op, &error);
+    for (auto& [id, op] : outstanding) finish_file_op(peer, op, &error);
     outstanding.clear();
     channel.reset();  // closes the connection: the owner drops what it still had of ours
   };
@@ -206,13 +238,13 @@ void EngineImpl::file_link_loop(Peer& peer, FileLink& link, Rail& rail, std::str
         // The owner cannot be reached now: what waits for it fails too, instead of a connect per window.
         Error error(opened.error().code(),
                     "connecting to the owner at " + address + ": " + opened.error().message());
-        for (auto& op : sending) finish_op(peer, op, &error);
+        for (auto& op : sending) finish_file_op(peer, op, &error);
         std::deque<FileOp> rest;
         {
           std::lock_guard lock(link.mutex);
           rest.swap(link.queued);
         }
-        for (auto& op : rest) finish_op(peer, op, &error);
+        for (auto& op : rest) finish_file_op(peer, op, &error);
         continue;
       }
       channel = std::move(*opened);
@@ -234,7 +266,7 @@ void EngineImpl::file_link_loop(Peer& peer, FileLink& link, Rail& rail, std::str
       if (!sent) {
         Error error(sent.error().code(), "sending the request: " + sent.error().message());
         fail_outstanding(error);
-        for (std::size_t j = k; j < sending.size(); ++j) finish_op(peer, sending[j], &error);
+        for (std::size_t j = k; j < sending.size(); ++j) finish_file_op(peer, sending[j], &error);
         break;
       }
       if (outstanding.empty()) last_heard = Clock::now();
@@ -267,10 +299,10 @@ void EngineImpl::file_link_loop(Peer& peer, FileLink& link, Rail& rail, std::str
       continue;
     }
     if (reply->code == 0) {
-      finish_op(peer, it->second, nullptr);
+      finish_file_op(peer, it->second, nullptr);
     } else {
       Error error(static_cast<Errc>(reply->code), "the owner refused: " + reply->message);
-      finish_op(peer, it->second, &error);
+      finish_file_op(peer, it->second, &error);
     }
     outstanding.erase(it);
   }
@@ -282,7 +314,7 @@ void EngineImpl::file_link_loop(Peer& peer, FileLink& link, Rail& rail, std::str
     std::lock_guard lock(link.mutex);
     rest.swap(link.queued);
   }
-  for (auto& op : rest) finish_op(peer, op, &closed);
+  for (auto& op : rest) finish_file_op(peer, op, &closed);
 }
 
 std::vector<FileGroup> EngineImpl::file_groups(
@@ -294,6 +326,13 @@ std::vector<FileGroup> EngineImpl::file_groups(
     const auto& entry = entry_of(item.segment);
     auto group = std::ranges::find(groups, entry->peer.get(), &FileGroup::peer);
     if (group == groups.end()) group = groups.insert(groups.end(), FileGroup{entry->peer.get(), entry, {}});
+    // Read here when we opened the owner's file and the destination is host memory (device memory goes to
+    // the owner: the transport's device path lands the bytes there).
+    auto read_locally = entry->local_file && !item.write &&
+                                prepared.file_regions[k]->kind == MemoryKind::Host &&
+                                local_reader() != nullptr
+                            ? entry->local_file
+                            : nullptr;
     for (std::uint64_t done = 0; done < item.length; done += kFileMessageBytes) {
       group->ops.push_back(FileOp{.batch = batch,
                                   .request = item.request,
@@ -303,7 +342,8 @@ std::vector<FileGroup> EngineImpl::file_groups(
                                   .region = prepared.file_regions[k],
                                   .offset = item.offset + done,
                                   .length = std::min(kFileMessageBytes, item.length - done),
-                                  .local = item.local + done});
+                                  .local = item.local + done,
+                                  .read_locally = read_locally});
     }
   }
   return groups;

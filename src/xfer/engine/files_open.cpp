@@ -2,6 +2,8 @@
 
 #include <fcntl.h>
 #include <grp.h>
+#include <linux/fs.h>
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -21,6 +23,16 @@ bool private_group(gid_t gid) {
   struct group* found = nullptr;
   if (::getgrgid_r(gid, &entry, buffer.data(), buffer.size(), &found) != 0 || found == nullptr) return false;
   return found->gr_mem == nullptr || found->gr_mem[0] == nullptr;
+}
+// The absolute path of what `fd` is open on, in our mount namespace; empty when it has none.
+std::string absolute_path_of(int fd) {
+  std::vector<char> buffer(4096);
+  const std::string self = "/proc/self/fd/" + std::to_string(fd);
+  auto n = ::readlink(self.c_str(), buffer.data(), buffer.size());
+  if (n <= 0 || static_cast<std::size_t>(n) >= buffer.size() || buffer[0] != '/') return {};
+  std::string path(buffer.data(), static_cast<std::size_t>(n));
+  if (path.ends_with(" (deleted)")) return {};
+  return path;
 }
 }  // namespace
 
@@ -57,16 +69,23 @@ Result<void> open_published(PublishedFile& file, int dir, const std::string& ent
     return fail_errno("publish_file '" + file.name + "': fcntl of " + file.path, errno);
   struct stat st {};
   if (::fstat(file.fd.get(), &st) != 0) return fail_errno("publish_file: stat of " + file.path, errno);
-  if (!S_ISREG(st.st_mode))
-    return fail(Errc::InvalidArgument,
-                "publish_file '" + file.name + "': " + file.path + " is not a regular file");
+  // A block device only by name (publish_file): a directory's shards are regular files, and a device node
+  // swapped in after publish_directory listed the entry is refused here.
+  if (!S_ISREG(st.st_mode) && !(S_ISBLK(st.st_mode) && !no_follow))
+    return fail(Errc::InvalidArgument, "publish_file '" + file.name + "': " + file.path +
+                                           " is neither a regular file nor a block device");
   // Checked on the descriptor we keep: a path swapped after this check cannot change what we serve.
   if (!allow_other_writers)
     if (auto ok = check_writers(st, ::geteuid(), "publish_file '" + file.name + "': " + file.path); !ok)
       return ok;
-  if (st.st_size == 0)
-    return fail(Errc::InvalidArgument, "publish_file '" + file.name + "': " + file.path + " is empty");
   file.size = static_cast<std::uint64_t>(st.st_size);
+  if (S_ISBLK(st.st_mode) && ::ioctl(file.fd.get(), BLKGETSIZE64, &file.size) != 0)
+    return fail_errno("publish_file '" + file.name + "': the size of block device " + file.path, errno);
+  if (file.size == 0)
+    return fail(Errc::InvalidArgument, "publish_file '" + file.name + "': " + file.path + " is empty");
+  file.device = static_cast<std::uint64_t>(st.st_dev);
+  file.inode = static_cast<std::uint64_t>(st.st_ino);
+  file.absolute_path = absolute_path_of(file.fd.get());
   if (file.writable && file.direct) {
     // The same file (reopened through our descriptor, so a path swapped since is not what we get), without
     // O_DIRECT: for a last block shorter than 4096, which O_DIRECT cannot write without growing the file.

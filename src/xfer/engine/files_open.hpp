@@ -22,11 +22,16 @@ struct PublishedFile {
   bool direct = false;  // opened with O_DIRECT (the file system took it)
   std::uint64_t size = 0;
   bool writable = false;
+  // Where the file is for a requester on this host (files_local.hpp): the absolute path of what we opened
+  // (empty when it has none: deleted, or not reachable by a path) and its inode.
+  std::string absolute_path;
+  std::uint64_t device = 0;
+  std::uint64_t inode = 0;
 };
 
 // Opens `entry` relative to `dir` (AT_FDCWD for publish_file; the directory's descriptor and O_NOFOLLOW for
 // publish_directory) into `file`: read-write when writable, O_DSYNC with sync_writes, O_DIRECT where the
-// file system takes it. Refuses what is not a regular file, an empty file, and (unless
+// file system takes it. Refuses what is neither a regular file nor a block device, an empty one, and (unless
 // `allow_other_writers`) a file another uid may change (check_writers).
 Result<void> open_published(PublishedFile& file, int dir, const std::string& entry, bool no_follow,
                             bool sync_writes, bool allow_other_writers);

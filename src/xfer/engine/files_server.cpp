@@ -764,6 +764,11 @@ Result<void> EngineImpl::publish_file_at(int dir, const std::string& entry, bool
   // Its rails name no memory: only the owner's epoch in that rail's context (which keys the peer), so a
   // reader can reach nothing of ours through them.
   SegmentRecord record{options_.name, host_, file->size, {}, true, file->writable};
+  if (options.offer_local_reads) {
+    record.path = file->absolute_path;
+    record.device = file->device;
+    record.inode = file->inode;
+  }
   for (auto& rail : rails_) {
     RemoteRegion region{};
     region.owner_epoch = rail->context->identity().epoch;

@@ -20,6 +20,7 @@ constexpr std::uint32_t kMagic = 0x31535852;  // "RXS1"
 // segments refuses the record ("bad magic") instead of taking the file for memory at the descriptor.
 constexpr std::uint32_t kFileMagic = 0x33535852;  // "RXS3"
 constexpr std::uint32_t kFlagWritable = 1;
+constexpr std::uint32_t kFlagLocalPath = 2;  // then: the path, its device and inode
 constexpr std::size_t kMaxString = 4096;
 constexpr std::size_t kMaxRails = 64;
 
@@ -180,7 +181,15 @@ std::vector<std::byte> encode(const SegmentRecord& record) {
     auto bytes = rail.region.serialize();
     w.raw(bytes.data(), bytes.size());
   }
-  if (record.file) w.u32(record.writable ? kFlagWritable : 0);
+  if (record.file) {
+    const bool local = !record.path.empty();
+    w.u32((record.writable ? kFlagWritable : 0) | (local ? kFlagLocalPath : 0));
+    if (local) {
+      w.str(record.path);
+      w.u64(record.device);
+      w.u64(record.inode);
+    }
+  }
   return std::move(w.out);
 }
 
@@ -209,9 +218,15 @@ Result<SegmentRecord> decode(std::span<const std::byte> bytes) {
   if (record.file) {
     std::uint32_t flags = 0;
     if (!r.u32(flags)) return fail(Errc::ProtocolError, "segment record: truncated flags");
-    if ((flags & ~kFlagWritable) != 0)
+    if ((flags & ~(kFlagWritable | kFlagLocalPath)) != 0)
       return fail(Errc::ProtocolError, "segment record: unknown flags " + std::to_string(flags));
     record.writable = (flags & kFlagWritable) != 0;
+    if ((flags & kFlagLocalPath) != 0) {
+      if (!r.str(record.path) || !r.u64(record.device) || !r.u64(record.inode))
+        return fail(Errc::ProtocolError, "segment record: truncated file path");
+      if (record.path.empty() || record.path.front() != '/' || record.path.find('\0') != std::string::npos)
+        return fail(Errc::ProtocolError, "segment record: a file path that is not absolute");
+    }
   }
   if (!r.at_end()) return fail(Errc::ProtocolError, "segment record: trailing bytes");
   return record;
@@ -230,6 +245,8 @@ std::string host_id() {
   std::uint64_t netns = ::stat("/proc/self/ns/net", &ns) == 0 ? ns.st_ino : 0;
   return boot + "/net:" + std::to_string(netns);
 }
+
+std::string_view boot_of(std::string_view host) { return host.substr(0, host.find("/net:")); }
 
 std::vector<const RailEntry*> rails_of(const SegmentRecord& record, std::string_view transport) {
   std::vector<const RailEntry*> out;

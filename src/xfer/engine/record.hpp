@@ -34,6 +34,12 @@ struct SegmentRecord {
   // of the owner is reachable through them); the requests go to the owner's file server.
   bool file = false;
   bool writable = true;  // file segments: false refuses WRITEs (the owner enforces it)
+  // File segments: where the owner's file is on its host and which inode it is, so a requester on the same
+  // host (the same boot) may read it itself (files_local.hpp): only when the path it opens is that very
+  // inode. Empty path: the owner offers no local reads.
+  std::string path;
+  std::uint64_t device = 0;
+  std::uint64_t inode = 0;
 
   bool operator==(const SegmentRecord&) const = default;
 };
@@ -68,6 +74,8 @@ inline constexpr std::string_view kPeerProofLabel = "rdmakit-xfer-engine/v1";
 // This host as shm sees it: the boot id and the network namespace (shm's sockets are abstract Unix
 // sockets, which are per network namespace).
 std::string host_id();
+// The boot a host_id() names (what a file path means depends on it; the network namespace does not).
+std::string_view boot_of(std::string_view host);
 
 // A transport an engine offers, with the properties of its Capabilities that choose_transport weighs.
 struct OfferedTransport {
