@@ -5,6 +5,7 @@
 //   xfer_dataloader storage --dir DIR [--shards 8] [--samples 64] [--sample-kib 64] [--trainers 1]
 //                           [--metadata URL] [--transport shm|tcp|verbs] [--keep]
 //   xfer_dataloader trainer --metadata URL --rank R [--batch 32] [--batches 20] [--transport ...] [--gpu]
+//                           [--via-owner]   (every READ to the storage node, even on its host)
 //
 // The storage node writes DIR/shard-NNN.bin (`samples` samples of `sample-kib` KiB each; sample s's words
 // are sample_word(s, j), its first word is s) and DIR/checksums.bin (a header, then one checksum per
@@ -57,6 +58,7 @@ struct Args {
   std::string role, dir, metadata, transport = "tcp";
   std::size_t shards = 8, samples = 64, sample_kib = 64, trainers = 1, batch = 32, batches = 20, rank = 0;
   bool gpu = false, keep = false;
+  bool via_owner = false;  // trainers: every READ to the storage node, even on its host (as from another)
 };
 
 // Word j of sample s (splitmix64 of its position), the sample's number in word 0: a sample read from the
@@ -262,7 +264,10 @@ int trainer(const Args& args) {
   }
   if (args.metadata.empty()) throw std::runtime_error("trainer needs --metadata URL (storage prints it)");
   auto metadata = open_store(args.metadata);
-  auto engine = must(Engine::create(*metadata, {.name = name, .transports = {args.transport}}), "engine");
+  auto engine = must(
+      Engine::create(*metadata,
+                     {.name = name, .transports = {args.transport}, .file_local_reads = !args.via_owner}),
+      "engine");
   auto data = open_dataset(*engine);
   const std::size_t bytes = args.batch * data.header.sample_bytes;
   Pinned buffers[2]{{*engine, bytes}, {*engine, bytes}};
@@ -309,8 +314,8 @@ Args parse(int argc, char** argv) {
   args.role = argv[1];
   for (int i = 2; i < argc; ++i) {
     std::string flag = argv[i];
-    if (flag == "--gpu" || flag == "--keep") {
-      (flag == "--gpu" ? args.gpu : args.keep) = true;
+    if (flag == "--gpu" || flag == "--keep" || flag == "--via-owner") {
+      (flag == "--gpu" ? args.gpu : flag == "--keep" ? args.keep : args.via_owner) = true;
       continue;
     }
     if (i + 1 >= argc) throw std::runtime_error(flag + " needs a value");

@@ -4,10 +4,14 @@
 # 1. Samples/s of the data loader (2 trainer processes, batches of 32 random 64 KiB samples, every sample
 #    checked) over the transfer engine's file segments (tcp loopback and shm; examples/python/xfer_dataloader.py
 #    and the C++ examples/xfer_dataloader), against the same loader reading the shards locally with
-#    numpy.fromfile and from a plain TCP server of the same files (os.sendfile of the asked ranges).
+#    numpy.fromfile and from a plain TCP server of the same files (os.sendfile of the asked ranges). The
+#    trainers send every READ to the storage node (--via-owner), as trainers on other nodes do; the *_local
+#    rows let them read the shard files themselves (the same-host path).
 # 2. Random READs of 4 MiB and 64 KiB at queue depth 16: `fio --direct=1 --rw=randread --ioengine=io_uring` on
 #    the owner's file (the NVMe bound) vs the engine's file-segment READ of the same file (bench/xfer/file_read.cpp,
-#    built here), and vs the engine's memory-segment READ of the same bytes (--memory).
+#    built here; the reader sends every READ to the owner, as from another host), vs the engine's
+#    memory-segment READ of the same bytes (--memory), and the same-host path (--local: the reader reads the
+#    file itself).
 # Needs the library, the xfer_dataloader example and the Python module in $BUILD, fio, and /usr/bin/python3
 # with numpy. The dataset and the fio file go to $BENCH_DIR (default /var/tmp: not tmpfs, O_DIRECT works there).
 # Prints markdown tables of the medians (and every run) and the ratios.
@@ -31,20 +35,21 @@ shape="--shards 16 --samples 256 --sample-kib 64"  # 256 MiB
 $loader --dir "$dir/shards" $shape --source fromfile --trainers 1 --batches 1 > /dev/null ||
   { echo "FAIL: writing the dataset"; exit 1; }
 batches=$((secs * 40))
-py() {  # py <source> <transport> -> samples/s over both trainers
-  $loader --dir "$dir/shards" --keep $shape --source "$1" --transport "$2" --trainers 2 --batches $batches |
+py() {  # py <source> <transport> [--via-owner] -> samples/s over both trainers
+  $loader --dir "$dir/shards" --keep $shape --source "$1" --transport "$2" --trainers 2 --batches $batches ${3:-} |
     awk '/^TOTAL / {sub(/^TOTAL /, ""); print}' | $python -c 'import json,sys; print(round(json.load(sys.stdin)["samples_per_s"]))'
 }
-cxx() {  # cxx <transport> -> samples/s over both trainers
-  LOADER_KEEP=1 bash "$here/examples/xfer_dataloader.sh" "$build/examples/xfer_dataloader" "$1" 2 $batches \
+cxx() {  # cxx <transport> [--via-owner] -> samples/s over both trainers
+  LOADER_KEEP=1 TRAINER_ARGS="${2:-}" bash "$here/examples/xfer_dataloader.sh" "$build/examples/xfer_dataloader" "$1" 2 $batches \
     "$dir/shards" 2>/dev/null | awk '/^trainer-.*samples\/s/ {for (i = 1; i <= NF; ++i) if ($(i + 1) == "samples/s,") s += $i} END {print s + 0}'
 }
 echo "uptime: $(uptime)"
 declare -A runs
 for r in $(seq "$reps"); do
-  runs[py_tcp]+="$(py engine tcp) " runs[py_shm]+="$(py engine shm) "
+  runs[py_tcp]+="$(py engine tcp --via-owner) " runs[py_shm]+="$(py engine shm --via-owner) "
   runs[fromfile]+="$(py fromfile tcp) " runs[socket]+="$(py socket tcp) "
-  runs[cxx_tcp]+="$(cxx tcp) " runs[cxx_shm]+="$(cxx shm) "
+  runs[cxx_tcp]+="$(cxx tcp --via-owner) " runs[cxx_shm]+="$(cxx shm --via-owner) "
+  runs[py_local]+="$(py engine tcp) " runs[cxx_local]+="$(cxx tcp) "
 done
 m() { printf '%s\n' ${runs[$1]} | median; }
 echo
@@ -52,7 +57,7 @@ echo "### Data loader samples/s (2 trainers, 32 x 64 KiB random samples per batc
 echo
 echo "| loader | samples/s (runs) | vs numpy.fromfile | vs socket server |"
 echo "|---|---|---|---|"
-for k in py_tcp py_shm cxx_tcp cxx_shm fromfile socket; do
+for k in py_tcp py_shm cxx_tcp cxx_shm py_local cxx_local fromfile socket; do
   echo "| $k | $(m $k) (${runs[$k]% }) | $(ratio "$(m $k)" "$(m fromfile)") | $(ratio "$(m $k)" "$(m socket)") |"
 done
 
@@ -70,17 +75,18 @@ declare -A io
 for r in $(seq "$reps"); do
   for bs in 4194304 65536; do
     io[fio_$bs]+="$(fio_mbs $bs) " io[tcp_$bs]+="$(engine_mbs $bs tcp) " io[shm_$bs]+="$(engine_mbs $bs shm) "
-    io[mem_$bs]+="$(engine_mbs $bs tcp --memory) "
+    io[mem_$bs]+="$(engine_mbs $bs tcp --memory) " io[local_$bs]+="$(engine_mbs $bs tcp --local) "
   done
 done
 mi() { printf '%s\n' ${io[$1]} | median; }
 echo
 echo "### Random READ at queue depth 16, MB/s (median of $reps): fio on the owner vs the engine's file segment"
 echo
-echo "| bs | fio --direct=1 (runs) | file segment tcp (runs) | ratio | file segment shm (runs) | ratio | memory segment tcp (runs) |"
-echo "|---|---|---|---|---|---|---|"
+echo "| bs | fio --direct=1 (runs) | file segment tcp (runs) | ratio | file segment shm (runs) | ratio | memory segment tcp (runs) | same host, read locally (runs) | ratio |"
+echo "|---|---|---|---|---|---|---|---|---|"
 for bs in 4194304 65536; do
   echo "| $((bs / 1024)) KiB | $(mi fio_$bs) (${io[fio_$bs]% }) | $(mi tcp_$bs) (${io[tcp_$bs]% }) | $(ratio "$(mi tcp_$bs)" "$(mi fio_$bs)") |" \
-       "$(mi shm_$bs) (${io[shm_$bs]% }) | $(ratio "$(mi shm_$bs)" "$(mi fio_$bs)") | $(mi mem_$bs) (${io[mem_$bs]% }) |"
+       "$(mi shm_$bs) (${io[shm_$bs]% }) | $(ratio "$(mi shm_$bs)" "$(mi fio_$bs)") | $(mi mem_$bs) (${io[mem_$bs]% }) |" \
+       "$(mi local_$bs) (${io[local_$bs]% }) | $(ratio "$(mi local_$bs)" "$(mi fio_$bs)") |"
 done
 echo "uptime: $(uptime)"

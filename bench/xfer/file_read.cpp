@@ -1,14 +1,18 @@
 // Remote file-segment READ throughput at a fixed queue depth: the transfer engine's side of the
 // `fio --direct=1 --rw=randread --bs=B --iodepth=Q` comparison (bench/xfer/dataloader.sh builds and runs it).
 //
-//   file_read --file PATH [--bs 4194304] [--iodepth 16] [--seconds 5] [--transport tcp|shm] [--memory]
+//   file_read --file PATH [--bs 4194304] [--iodepth 16] [--seconds 5] [--transport tcp|shm]
+//   [--memory|--local]
 //
 // A child process is the owner: it publishes PATH with publish_file (or, with --memory, the file's bytes
 // in a memory segment of the same size: the engine's own memory-segment READ, for the third column). The
 // parent keeps `iodepth` READs of `bs` bytes at random bs-aligned offsets in flight, as fio does (one
 // single-request batch per slot, the oldest waited for and resubmitted), for `seconds`, and prints
 // "MB/s <value> IOPS <value>"; every request's status is checked, and the first 64 bytes of one request in
-// 64 against the file.
+// 64 against the file. The owner is on this host, but the reader sends every READ to it as a reader on
+// another host would (EngineOptions::file_local_reads off: the remote path is what is measured); --local
+// lets the reader read the file itself (the same-host path). Either way each batch's paths() must say the
+// path measured, or the run fails.
 //   g++ -std=c++23 -O2 -Iinclude bench/xfer/file_read.cpp -Lbuild -lrdmakit -Wl,-rpath,$PWD/build
 #include <sys/wait.h>
 #include <unistd.h>
@@ -37,6 +41,7 @@ struct Args {
   std::size_t iodepth = 16;
   double seconds = 5;
   bool memory = false;
+  bool local = false;
 };
 
 template <typename T>
@@ -76,8 +81,9 @@ int owner(const Args& a, const std::string& url, int quit) {
 
 int reader(const Args& a, const std::string& url) {
   auto store = must(open_metadata(url, {.name_space = "file-read"}), "metadata");
-  auto engine =
-      must(Engine::create(*store, {.name = "reader", .transports = {a.transport}}), "reader engine");
+  auto engine = must(
+      Engine::create(*store, {.name = "reader", .transports = {a.transport}, .file_local_reads = a.local}),
+      "reader engine");
   rdmakit::Result<SegmentHandle> segment = rdmakit::fail(rdmakit::Errc::NotFound, "");
   for (int i = 0; i < 3000 && !(segment = engine->open_segment("bench")); ++i)
     std::this_thread::sleep_for(10ms);
@@ -102,6 +108,10 @@ int reader(const Args& a, const std::string& url) {
   for (std::size_t i = 0;; i = (i + 1) % a.iodepth) {
     must(slots[i]->wait(60s), "wait");
     must(*slots[i]->status(0), "READ");
+    if (!a.memory && slots[i]->paths().file_requests_local != (a.local ? 1u : 0u))
+      return std::fprintf(stderr, "file_read: a READ took another path than measured (%s)\n",
+                          to_string(slots[i]->paths()).c_str()),
+             1;
     if (++done % 64 == 0) {
       char head[64];
       check.seekg(static_cast<std::streamoff>(offsets[i]));
@@ -126,8 +136,8 @@ int main(int argc, char** argv) {
   Args a;
   for (int i = 1; i < argc; ++i) {
     std::string flag = argv[i];
-    if (flag == "--memory") {
-      a.memory = true;
+    if (flag == "--memory" || flag == "--local") {
+      (flag == "--memory" ? a.memory : a.local) = true;
       continue;
     }
     if (i + 1 >= argc) return std::fprintf(stderr, "file_read: %s needs a value\n", flag.c_str()), 2;

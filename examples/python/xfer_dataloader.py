@@ -230,7 +230,8 @@ def trainer(args):
     if args.source == "engine":
         from rdmakit import xfer
         engine = xfer.Engine(xfer.open_metadata(args.metadata, namespace="dataloader"),
-                             name=f"trainer-{args.rank}", transports=[args.transport])
+                             name=f"trainer-{args.rank}", transports=[args.transport],
+                             file_local_reads=not args.via_owner)
         source = EngineSource(engine, open_when_published(engine, f"{PREFIX}/checksums.bin"), args.batch)
     elif args.source == "fromfile":
         source = FromFileSource(args.dir, args.batch)
@@ -308,7 +309,8 @@ def storage(args):
         where = ""
     common = [sys.executable, os.path.abspath(__file__), "--role", "trainer", "--metadata", where, "--dir", args.dir,
               "--source", args.source, "--transport", args.transport, "--batch", str(args.batch),
-              "--batches", str(args.batches)] + (["--torch"] if args.torch else [])
+              "--batches", str(args.batches)] + (["--torch"] if args.torch else []) + \
+        (["--via-owner"] if args.via_owner else [])
     trainers = [subprocess.Popen(common + ["--rank", str(r)], stdout=subprocess.PIPE, text=True)
                 for r in range(args.trainers)]
     results, failed = [], 0
@@ -351,6 +353,9 @@ def main():
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--batches", type=int, default=20)
     parser.add_argument("--torch", action="store_true", help="yield torch tensors (sharing the buffers)")
+    parser.add_argument("--via-owner", action="store_true",
+                        help="every READ goes to the storage node, as from another host (on its host a trainer "
+                             "otherwise reads the shard files itself)")
     parser.add_argument("--metadata", default="", help=argparse.SUPPRESS)  # trainers: the store (or server)
     parser.add_argument("--rank", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()

@@ -49,10 +49,12 @@ def test_xfer_kvcache_example_gpu(transport):
 
 def test_xfer_dataloader_example():
     """Two trainer processes read random samples of shard files published by publish_directory, with
-    prefetch, every sample checked against the checksum table."""
+    prefetch, every sample checked against the checksum table; through the storage node, as trainers on
+    other nodes do (the other runs here read the shard files themselves, on the storage node's host)."""
     result = subprocess.run([sys.executable, str(EXAMPLES / "xfer_dataloader.py"), "--transport", "tcp",
                              "--trainers", "2", "--shards", "4", "--samples", "32", "--sample-kib", "16",
-                             "--batches", "10"], capture_output=True, text=True, timeout=120, env=dict(os.environ))
+                             "--batches", "10", "--via-owner"], capture_output=True, text=True, timeout=120,
+                            env=dict(os.environ))
     assert result.returncode == 0, result.stdout + result.stderr
     assert "storage: published 5 segments (dataset/checksums.bin ... dataset/shard-003.bin)" in result.stdout
     assert "OK: 2 trainers read 640 samples of 16 KiB as numpy batches (engine over tcp), every sample checked" \

@@ -40,7 +40,8 @@ void expect_done(const Result<std::shared_ptr<Batch>>& batch) {
   ASSERT_TRUE(batch.has_value()) << batch.error().describe();
   ASSERT_TRUE((*batch)->wait(30s).has_value());
   for (std::size_t i = 0; i < (*batch)->size(); ++i)
-    ASSERT_TRUE((*batch)->status(i)->has_value()) << "request " << i << ": " << (*batch)->status(i)->error().describe();
+    ASSERT_TRUE((*batch)->status(i)->has_value())
+        << "request " << i << ": " << (*batch)->status(i)->error().describe();
 }
 
 class XferFileLocal : public ::testing::Test {
@@ -148,8 +149,8 @@ TEST_F(XferFileLocal, WritesGoToTheOwnerAndLocalReadsCanBeTurnedOff) {
   EXPECT_EQ(std::memcmp(memory.get() + 2 * 65536, contents_.data() + 100000, 30000), 0);
 
   ::setenv("RDMAKIT_JOB_SECRET", kJob, 1);
-  auto remote = make_engine(*metadata_, EngineOptions{.name = "remote", .transports = {"tcp"},
-                                                      .file_local_reads = false});
+  auto remote = make_engine(
+      *metadata_, EngineOptions{.name = "remote", .transports = {"tcp"}, .file_local_reads = false});
   ::unsetenv("RDMAKIT_JOB_SECRET");
   ASSERT_TRUE(remote);
   auto handle = remote->open_segment("shard");
@@ -266,8 +267,8 @@ TEST_F(XferFileLocal, ABlockDeviceIsPublishedAndReadBothWays) {
   EXPECT_EQ(std::memcmp(memory.get() + (1 << 20) + 64, bytes.data() + (7 << 20) + 3, 100000), 0);
 
   ::setenv("RDMAKIT_JOB_SECRET", kJob, 1);
-  auto remote = make_engine(*metadata_, EngineOptions{.name = "remote", .transports = {"tcp"},
-                                                      .file_local_reads = false});
+  auto remote = make_engine(
+      *metadata_, EngineOptions{.name = "remote", .transports = {"tcp"}, .file_local_reads = false});
   ::unsetenv("RDMAKIT_JOB_SECRET");
   ASSERT_TRUE(remote);
   auto handle = remote->open_segment("disk");

@@ -466,6 +466,46 @@ TEST_P(XferFile, ShrunkFileAndUnpublishedNameFailPerRequest) {
   EXPECT_EQ(gone.error().code(), Errc::NotFound) << text(gone.error());
 }
 
+// The owner restarts (a new engine publishes the same file under the same name): the client's cached
+// resolution names the dead life, so its READs' connection fails; each is retried after a re-resolve and
+// reads every byte from the new life. A client whose owner stays dead fails within its retries, the error
+// naming the first failure.
+TEST_P(XferFile, RestartedOwnerIsReResolvedAndFileRequestsAreRetried) {
+  auto memory = local(2 << 20);
+  std::vector<Request> reads{Request{Op::Read, memory.get(), segment_, 4096, 1 << 20},
+                             Request{Op::Read, memory.get() + (1 << 20) + 64, segment_, 77, 100000}};
+  auto first = client_->submit(reads);
+  ASSERT_TRUE(first.has_value() && (*first)->wait(20s).has_value());
+  ASSERT_EQ((*first)->failed(), 0u);
+  owner_.reset();
+  ::setenv("RDMAKIT_JOB_SECRET", kJob, 1);
+  owner_ = make_engine(*metadata_, options("owner"));
+  ::unsetenv("RDMAKIT_JOB_SECRET");
+  ASSERT_TRUE(owner_);
+  ASSERT_TRUE(owner_->publish_file("shard-0", path_.string()).has_value());
+  std::memset(memory.get(), 0, 2 << 20);
+  const auto retries = client_->stats().retries;
+  auto again = client_->submit(reads);
+  ASSERT_TRUE(again.has_value()) << text(again.error());
+  ASSERT_TRUE((*again)->wait(20s).has_value());
+  for (std::size_t i = 0; i < reads.size(); ++i)
+    ASSERT_TRUE((*again)->status(i)->has_value()) << text((*again)->status(i)->error());
+  EXPECT_GT(client_->stats().retries, retries) << "the READs were not retried (the first attempt succeeded?)";
+  EXPECT_EQ(std::memcmp(memory.get(), contents_.data() + 4096, 1 << 20), 0);
+  EXPECT_EQ(std::memcmp(memory.get() + (1 << 20) + 64, contents_.data() + 77, 100000), 0);
+
+  owner_.reset();  // for good: its record goes with it, and the retries find the name gone
+  auto lost = client_->submit(std::span(reads).first(1));
+  ASSERT_TRUE(lost.has_value()) << text(lost.error());
+  ASSERT_TRUE((*lost)->wait(20s).has_value());
+  auto status = *(*lost)->status(0);
+  ASSERT_FALSE(status.has_value());
+  std::printf("the lost owner's READ: %s\n", text(status.error()).c_str());
+  EXPECT_NE(status.error().message().find("first failure"), std::string::npos) << text(status.error());
+  EXPECT_NE(status.error().message().find("of file segment 'shard-0'"), std::string::npos)
+      << text(status.error());
+}
+
 // Four threads submit batches to the same file at once: the owner's one serving thread and the bounded ring
 // serve them all, every byte right.
 TEST_P(XferFile, OwnerThreadKeepsServingManyBatchesAtOnce) {

@@ -445,6 +445,10 @@ class EngineImpl final : public Engine {
   // files_local.cpp's reader, started on the first call; null when io_uring refused it.
   LocalFileReader* local_reader() const;
   void file_link_loop(Peer& peer, FileLink& link, Rail& rail, std::string address, std::string owner);
+  // The connection to the owner failed under `op` (or could not be made): it is retried against the
+  // segment's current resolution (its credit on `peer` goes back now), at most max_retries times, or fails.
+  void file_op_failed(Peer& peer, FileOp& op, const Error& error);
+  void retry_file_op(FileOp op);
   Result<std::unique_ptr<rdmakit::detail::MessageChannel>> open_file_channel(Rail& rail,
                                                                              const std::string& address,
                                                                              const std::string& owner);

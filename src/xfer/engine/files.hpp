@@ -98,6 +98,15 @@ struct FileOp {
   std::uint64_t local = 0;  // address
   // A READ this process makes from the owner's file itself (files_local.hpp): that file, opened.
   std::shared_ptr<const LocalFile> read_locally;
+  // For a retry after the connection to the owner failed: the segment's handle and the resolution the op
+  // was queued against (a retry re-resolves only when nobody did since), the attempts made, and the
+  // failure that started them with what each retry met (the final error names the cause, not only the last
+  // retry's symptom).
+  std::uint32_t handle = 0;
+  std::uint64_t generation = 0;
+  std::uint32_t attempts = 0;
+  std::shared_ptr<const Error> first_failure;
+  std::string later_failures;
 };
 // The op's request is done with this piece (`error`: it failed; the message gains what the op was); its
 // peer's credit goes back.

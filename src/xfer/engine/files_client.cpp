@@ -86,16 +86,102 @@ std::string describe(const FileOp& op) {
 
 }  // namespace
 
-void finish_file_op(Peer& peer, FileOp& op, const Error* error) {
-  if (error != nullptr) {
+namespace {
+
+// The op's piece is done (its credit was given back, or never held); an error names the op and, after
+// retries, the failure that started them first.
+void settle_file_op(FileOp& op, const Error* error) {
+  if (error == nullptr) {
+    op.batch->piece_done(op.request, nullptr);
+  } else if (!op.first_failure) {
     Error named(error->code(), describe(op) + ": " + error->message(), error->sys_errno(), error->status());
     op.batch->piece_done(op.request, &named);
   } else {
-    op.batch->piece_done(op.request, nullptr);
+    Error named(error->code(),
+                describe(op) + ": first failure: " + op.first_failure->describe() + "; then " +
+                    op.later_failures + (op.later_failures.empty() ? "" : "; ") + "retry " +
+                    std::to_string(op.attempts) + ": " + error->describe(),
+                error->sys_errno(), error->status());
+    op.batch->piece_done(op.request, &named);
   }
   op.batch.reset();
   op.region.reset();
+}
+
+// What the connection's failure says that a new resolution may cure (the owner restarted, moved, or came
+// back): not a refusal by the owner, not the engine closing.
+bool transient_file_error(Errc code) {
+  return code == Errc::ConnectionBroken || code == Errc::ConnectionRefused || code == Errc::Timeout ||
+         code == Errc::StaleDescriptor || code == Errc::Unavailable;
+}
+
+}  // namespace
+
+void finish_file_op(Peer& peer, FileOp& op, const Error* error) {
+  settle_file_op(op, error);
   peer.credits.release(1);
+}
+
+void EngineImpl::file_op_failed(Peer& peer, FileOp& op, const Error& error) {
+  if (!transient_file_error(error.code()) || op.attempts >= options_.max_retries ||
+      stop_.load(std::memory_order_acquire))
+    return finish_file_op(peer, op, &error);
+  if (!op.first_failure)
+    op.first_failure = std::make_shared<const Error>(error);
+  else
+    op.later_failures += (op.later_failures.empty() ? "" : "; ") + std::string("retry ") +
+                         std::to_string(op.attempts) + ": " + error.describe();
+  peer.credits.release(1);
+  run_task([this, op = std::move(op)]() mutable { retry_file_op(std::move(op)); });
+}
+
+// On the retry thread, as a work request's retry_one: re-resolve the name unless someone did since the op
+// was queued, check that the segment still fits the op, take a credit on its (maybe new) owner, queue it.
+void EngineImpl::retry_file_op(FileOp op) {
+  auto fail_now = [&](const Error& error) { settle_file_op(op, &error); };
+  if (stop_.load(std::memory_order_acquire))
+    return fail_now(Error(Errc::ConnectionBroken, "xfer engine closed before a retry"));
+  ++op.attempts;
+  retries_.fetch_add(1, std::memory_order_relaxed);
+  auto current = entry(op.handle);
+  if (current && current->generation == op.generation) {
+    std::lock_guard lock(control_);
+    current = entry(op.handle);
+    if (current->generation == op.generation) {
+      auto fresh = resolve(current->name, next_generation_++, current.get());
+      if (!fresh) return fail_now(fresh.error());
+      install(op.handle, *fresh);
+      current = *fresh;
+    }
+  }
+  if (!current || current->gone)
+    return fail_now(
+        Error(Errc::NotFound,
+              "segment '" + op.segment + "' is gone from the metadata (unpublished, or its owner died)"));
+  if (!current->record.file || (op.write && !current->record.writable) ||
+      op.offset + op.length > current->record.length)
+    return fail_now(
+        Error(Errc::InvalidArgument, "segment '" + op.segment +
+                                         "' was published anew as something the request no "
+                                         "longer fits (a memory segment, read-only, or shorter)"));
+  if (!op.region->reaches(current->transport))
+    return fail_now(Error(Errc::NotSupported, "segment '" + op.segment + "' is now reached over " +
+                                                  current->transport +
+                                                  ", which did not register the local "
+                                                  "memory (" +
+                                                  op.region->refusals + ")"));
+  op.generation = current->generation;
+  op.owner = current->record.owner;
+  op.read_locally =
+      current->local_file && !op.write && op.region->kind == MemoryKind::Host && local_reader() != nullptr
+          ? current->local_file
+          : nullptr;
+  if (current->peer->credits.acquire(1, Clock::now() + options_.submit_timeout) == 0)
+    return fail_now(
+        Error(Errc::ResourceExhausted, "busy: the retry could not be sent within submit_timeout"));
+  std::vector<FileOp> one;
+  one.push_back(std::move(op));
+  queue_file_ops(*current->peer, *current, std::move(one));
 }
 
 namespace {
@@ -214,8 +300,15 @@ void EngineImpl::file_link_loop(Peer& peer, FileLink& link, Rail& rail, std::str
   std::map<std::uint64_t, FileOp> outstanding;
   std::uint64_t next_id = 1;
   auto last_heard = Clock::now();
-  auto fail_outstanding = [&](const Error& error) {
-    for (auto& [id, op] : outstanding) finish_file_op(peer, op, &error);
+  // The connection failed: what it carried is retried (or fails, file_op_failed); `retryable` false: the
+  // owner broke the protocol, which a new resolution does not cure.
+  auto fail_outstanding = [&](const Error& error, bool retryable = true) {
+    for (auto& [id, op] : outstanding) {
+      if (retryable)
+        file_op_failed(peer, op, error);
+      else
+        finish_file_op(peer, op, &error);
+    }
     outstanding.clear();
     channel.reset();  // closes the connection: the owner drops what it still had of ours
   };
@@ -238,13 +331,13 @@ void EngineImpl::file_link_loop(Peer& peer, FileLink& link, Rail& rail, std::str
         // The owner cannot be reached now: what waits for it fails too, instead of a connect per window.
         Error error(opened.error().code(),
                     "connecting to the owner at " + address + ": " + opened.error().message());
-        for (auto& op : sending) finish_file_op(peer, op, &error);
+        for (auto& op : sending) file_op_failed(peer, op, error);
         std::deque<FileOp> rest;
         {
           std::lock_guard lock(link.mutex);
           rest.swap(link.queued);
         }
-        for (auto& op : rest) finish_file_op(peer, op, &error);
+        for (auto& op : rest) file_op_failed(peer, op, error);
         continue;
       }
       channel = std::move(*opened);
@@ -266,7 +359,7 @@ void EngineImpl::file_link_loop(Peer& peer, FileLink& link, Rail& rail, std::str
       if (!sent) {
         Error error(sent.error().code(), "sending the request: " + sent.error().message());
         fail_outstanding(error);
-        for (std::size_t j = k; j < sending.size(); ++j) finish_file_op(peer, sending[j], &error);
+        for (std::size_t j = k; j < sending.size(); ++j) file_op_failed(peer, sending[j], error);
         break;
       }
       if (outstanding.empty()) last_heard = Clock::now();
@@ -292,10 +385,11 @@ void EngineImpl::file_link_loop(Peer& peer, FileLink& link, Rail& rail, std::str
     auto reply = decode_reply(*frame);
     auto it = reply ? outstanding.find(reply->id) : outstanding.end();
     if (!reply || it == outstanding.end()) {
-      fail_outstanding(reply ? Error(Errc::ProtocolError, "the owner answered request " +
-                                                              std::to_string(reply->id) +
-                                                              ", which it was not asked")
-                             : reply.error());
+      fail_outstanding(
+          reply ? Error(Errc::ProtocolError, "the owner answered request " + std::to_string(reply->id) +
+                                                 ", which it was not asked")
+                : reply.error(),
+          false);
       continue;
     }
     if (reply->code == 0) {
@@ -343,7 +437,9 @@ std::vector<FileGroup> EngineImpl::file_groups(
                                   .offset = item.offset + done,
                                   .length = std::min(kFileMessageBytes, item.length - done),
                                   .local = item.local + done,
-                                  .read_locally = read_locally});
+                                  .read_locally = read_locally,
+                                  .handle = item.segment,
+                                  .generation = entry->generation});
     }
   }
   return groups;

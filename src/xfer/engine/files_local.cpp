@@ -48,7 +48,8 @@ std::shared_ptr<const LocalFile> open_local_file(const SegmentRecord& record, st
   struct stat st {};
   if (::stat(record.path.c_str(), &st) != 0) return refuse(record, std::string("stat: ") + strerror(errno));
   auto is_published = [&](const struct stat& s) {
-    return (S_ISREG(s.st_mode) || S_ISBLK(s.st_mode)) && static_cast<std::uint64_t>(s.st_dev) == record.device &&
+    return (S_ISREG(s.st_mode) || S_ISBLK(s.st_mode)) &&
+           static_cast<std::uint64_t>(s.st_dev) == record.device &&
            static_cast<std::uint64_t>(s.st_ino) == record.inode;
   };
   if (!is_published(st)) return refuse(record, "the path leads to another file than the owner's");
@@ -158,9 +159,9 @@ class LocalFileReader::Loop {
   void submit(std::size_t s) {
     auto& read = *slots_[s];
     const int fd = read.direct ? read.file->direct.get() : read.file->buffered.get();
-    auto queued = ring_.queue(false, fd, reinterpret_cast<void*>(read.op.local + read.moved),
-                              static_cast<std::uint32_t>(read.op.length - read.moved),
-                              read.op.offset + read.moved, s);
+    auto queued =
+        ring_.queue(false, fd, reinterpret_cast<void*>(read.op.local + read.moved),
+                    static_cast<std::uint32_t>(read.op.length - read.moved), read.op.offset + read.moved, s);
     if (!queued) finish(s, &queued.error());
   }
 
@@ -180,7 +181,7 @@ class LocalFileReader::Loop {
       return finish(s, &shrank);
     }
     if (read.moved % kAlign != 0) read.direct = false;  // the rest is no longer aligned
-    submit(s);  // a short read: continue where it stopped
+    submit(s);                                          // a short read: continue where it stopped
   }
 
   static std::string where(const Read& read) {
