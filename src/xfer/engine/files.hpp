@@ -33,6 +33,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "core/message_channel.hpp"
 #include "rdmakit/error.hpp"
@@ -126,8 +127,18 @@ struct FileLink {
 // The owner's side (files_server.cpp): the published files, the chunk ring, the proven file connections,
 // and the thread that serves them.
 class FileServer;
+struct PublishedFile;
+// Allocates and registers the chunk ring on every rail and starts the serving thread.
+Result<std::shared_ptr<FileServer>> start_file_server(std::vector<Rail*> rails, std::uint64_t chunk_bytes,
+                                                      std::uint32_t chunks,
+                                                      std::chrono::milliseconds peer_timeout);
+// The server serves `file` under its name from now on.
+void serve_file(FileServer& server, std::shared_ptr<PublishedFile> file);
 // unpublish(): the server stops serving the name (requests in flight on it finish).
 void unpublish_file(FileServer& server, std::string_view name);
+// A proven file connection: the server takes its requests from now on.
+void adopt_file_connection(FileServer& server, Rail& rail, std::shared_ptr<Connection> connection,
+                           std::string identity, std::unique_ptr<rdmakit::detail::MessageChannel> channel);
 // A file connection's channel, opened inside the proof once the peer's proof verified (so its first request
 // finds a receive posted).
 Result<std::unique_ptr<rdmakit::detail::MessageChannel>> open_file_server_channel(

@@ -50,11 +50,6 @@ Result<std::unique_ptr<MessageChannel>> open_file_server_channel(Context& contex
   return std::make_unique<MessageChannel>(std::move(*channel));
 }
 
-std::shared_ptr<FileServer> EngineImpl::file_server() const {
-  std::lock_guard lock(files_mutex_);
-  return file_server_;
-}
-
 #if RDMAKIT_XFER_FILES
 
 namespace {
@@ -707,104 +702,32 @@ class FileServer {
 };
 
 void unpublish_file(FileServer& server, std::string_view name) { server.remove(name); }
-
-void EngineImpl::adopt_file_connection(Rail& rail, std::shared_ptr<Connection> connection,
-                                       std::string identity, std::unique_ptr<MessageChannel> channel) {
-  auto server = file_server();
-  if (!server) return connection->close();
-  server->adopt(rail, std::move(connection), std::move(identity), std::move(channel));
+void serve_file(FileServer& server, std::shared_ptr<PublishedFile> file) { server.add(std::move(file)); }
+void adopt_file_connection(FileServer& server, Rail& rail, std::shared_ptr<Connection> connection,
+                           std::string identity, std::unique_ptr<MessageChannel> channel) {
+  server.adopt(rail, std::move(connection), std::move(identity), std::move(channel));
 }
 
-Result<void> EngineImpl::publish_file(std::string_view name, const std::string& path,
-                                      const FileSegmentOptions& options) {
-  return publish_file_at(AT_FDCWD, path, false, name, path, options);
+Result<std::shared_ptr<FileServer>> start_file_server(std::vector<Rail*> rails, std::uint64_t chunk_bytes,
+                                                      std::uint32_t chunks,
+                                                      std::chrono::milliseconds peer_timeout) {
+  auto server = std::make_shared<FileServer>(std::move(rails), chunk_bytes, chunks, peer_timeout);
+  if (auto started = server->start(); !started) return std::unexpected(started.error());
+  return server;
 }
 
-Result<void> EngineImpl::publish_file_at(int dir, const std::string& entry, bool no_follow,
-                                         std::string_view name, const std::string& path,
-                                         const FileSegmentOptions& options) {
-  if (name.empty()) return fail(Errc::InvalidArgument, "publish_file: empty segment name");
-  if (name.size() > kMaxFileSegmentName)
-    return fail(Errc::InvalidArgument,
-                "publish_file: a segment name longer than " + std::to_string(kMaxFileSegmentName) + " bytes");
-  if (options.sync_writes && !options.writable)
-    return fail(Errc::InvalidArgument,
-                "publish_file '" + std::string(name) + "': sync_writes is for writable segments only");
-  if (options_.file_chunk_bytes == 0 || options_.file_chunk_bytes % kAlign != 0 ||
-      options_.file_chunk_bytes > (1u << 30) || options_.file_ring_chunks == 0 ||
-      options_.file_ring_chunks > 256)
-    return fail(Errc::InvalidArgument,
-                "publish_file: file_chunk_bytes must be a multiple of 4096 up to 1 GiB and "
-                "file_ring_chunks 1..256");
-  auto file = std::make_shared<PublishedFile>();
-  file->name = std::string(name);
-  file->path = path;
-  file->writable = options.writable;
-  if (auto opened =
-          open_published(*file, dir, entry, no_follow, options.sync_writes, options.allow_other_writers);
-      !opened)
-    return opened;
-
-  std::lock_guard lock(control_);
-  if (published_.contains(name) || published_files_.contains(name) || unready_.contains(name))
-    return fail(Errc::InvalidArgument, "publish_file: segment '" + file->name + "' is already published");
-  std::shared_ptr<FileServer> server = file_server();
-  if (!server) {
-    std::vector<Rail*> rails;
-    for (auto& rail : rails_) rails.push_back(rail.get());
-    auto made = std::make_shared<FileServer>(std::move(rails), options_.file_chunk_bytes,
-                                             options_.file_ring_chunks, options_.peer_timeout);
-    if (auto started = made->start(); !started)
-      return std::unexpected(Error(started.error().code(),
-                                   "publish_file: the file server: " + started.error().message(),
-                                   started.error().sys_errno()));
-    std::lock_guard files(files_mutex_);
-    file_server_ = server = std::move(made);
-  }
-  // Its rails name no memory: only the owner's epoch in that rail's context (which keys the peer), so a
-  // reader can reach nothing of ours through them.
-  SegmentRecord record{options_.name, host_, file->size, {}, true, file->writable};
-  if (options.offer_local_reads) {
-    record.path = file->absolute_path;
-    record.device = file->device;
-    record.inode = file->inode;
-  }
-  for (auto& rail : rails_) {
-    RemoteRegion region{};
-    region.owner_epoch = rail->context->identity().epoch;
-    record.rails.push_back({rail->transport, rail->listener->address(), region});
-  }
-  auto sealed = seal(record, name, secret_);
-  if (!sealed) return std::unexpected(sealed.error());
-  server->add(file);  // before the name is visible: a peer that finds it is served
-  if (auto put = metadata_.publish(segment_key(name), *sealed); !put) {
-    server->remove(name);
-    return put;
-  }
-  published_files_.emplace(name);
-  std::lock_guard names(notifications_mutex_);
-  ready_names_.emplace(name);
-  return {};
-}
-
-#else  // built without io_uring (RDMAKIT_WITH_CKPT off)
+#else  // built without io_uring (RDMAKIT_WITH_CKPT off): publish_file says NotSupported (files_publish.cpp)
 
 class FileServer {};
 void unpublish_file(FileServer&, std::string_view) {}
-
-void EngineImpl::adopt_file_connection(Rail&, std::shared_ptr<Connection> connection, std::string,
-                                       std::unique_ptr<MessageChannel>) {
+void serve_file(FileServer&, std::shared_ptr<PublishedFile>) {}
+void adopt_file_connection(FileServer&, Rail&, std::shared_ptr<Connection> connection, std::string,
+                           std::unique_ptr<MessageChannel>) {
   connection->close();
 }
-
-Result<void> EngineImpl::publish_file(std::string_view name, const std::string&, const FileSegmentOptions&) {
-  return fail(Errc::NotSupported, "publish_file '" + std::string(name) +
-                                      "': this rdmakit was built without io_uring (RDMAKIT_WITH_CKPT off)");
-}
-
-Result<void> EngineImpl::publish_file_at(int, const std::string& path, bool, std::string_view name,
-                                         const std::string&, const FileSegmentOptions& options) {
-  return publish_file(name, path, options);
+Result<std::shared_ptr<FileServer>> start_file_server(std::vector<Rail*>, std::uint64_t, std::uint32_t,
+                                                      std::chrono::milliseconds) {
+  return fail(Errc::NotSupported, "this rdmakit was built without io_uring (RDMAKIT_WITH_CKPT off)");
 }
 
 #endif
