@@ -287,6 +287,9 @@ int trainer(const Args& args) {
     }
     must(current->wait(60s), "batch " + std::to_string(k));
     bad += check_batch(data, *current, buffers[k % 2].get(), samples[k % 2]);
+    // Which way the samples came: from the storage node, or (on its host) read from the shards here.
+    if (k + 1 == args.batches)
+      std::printf("%s: last batch: %s\n", name.c_str(), to_string(current->paths()).c_str());
   }
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::size_t total = args.batch * args.batches;

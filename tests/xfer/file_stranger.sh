@@ -5,7 +5,10 @@
 # with our per-user secret, which it cannot read: it opens no segment and reads no sample, and exits 1
 # naming why. A trainer of our uid then reads every sample, checked, so the stranger failed for its uid
 # alone. With the builtin store the stranger cannot even connect (MetadataServer.AnotherUidCannotUseThe-
-# BuiltinStore); the owner's file connections refuse a peer without the secret (XferFileTrust.*).
+# BuiltinStore); the owner's file connections refuse a peer without the secret (XferFileTrust.*). Then a
+# job member of another uid (with the job secret) whose uid may not open the shards: it reads none of them
+# itself (a requester on the owner's host opens the file with its own rights) and gets every sample from the
+# storage node.
 # Needs root and setpriv: exits 77 (skipped) without them, but under CI=1 a missing setpriv is a failure.
 #   tests/xfer/file_stranger.sh <xfer_metadata_server> <xfer_dataloader>
 set -uo pipefail
@@ -44,4 +47,31 @@ grep -qi "seal\|secret\|proof" "$work/stranger.out" || fail "the stranger's erro
 "$loader" trainer --metadata "$url" --transport tcp --rank 0 --batches 2 > "$work/mine.out" 2>&1 ||
   { cat "$work/mine.out" "$work/storage.err"; fail "a trainer of our uid failed"; }
 grep -q "samples/s" "$work/mine.out" || { cat "$work/mine.out"; fail "our trainer read no sample"; }
-echo "OK: a stranger uid opened no file segment and read no sample; our uid read every sample, checked"
+grep -q "file requests: 0 by the owner, [1-9][0-9]* read locally" "$work/mine.out" ||
+  { cat "$work/mine.out"; fail "our trainer, on the storage node's host, did not read the shards itself"; }
+
+# A job member of another uid (it has the job secret, so it opens the records and the owner serves it) whose
+# uid may not read the shards: it never reads them itself (it opens them with its own rights), every sample
+# comes through the storage node, checked.
+# The first storage node ends by itself once our trainer reported (killed, it would leave its records).
+first=${pids[-1]}
+for _ in $(seq 300); do kill -0 "$first" 2>/dev/null || break; sleep 0.1; done
+kill -0 "$first" 2>/dev/null && fail "the first storage node did not end after its trainer reported"
+exec 3<&-
+export RDMAKIT_JOB_SECRET="a job secret of 16+ characters"
+mkfifo "$work/ready2"
+"$loader" storage --dir "$work/shards2" --transport tcp --trainers 1 --shards 2 --samples 16 --sample-kib 16 \
+  --metadata "$url" > "$work/ready2" 2> "$work/storage2.err" &
+pids+=($!)
+exec 3< "$work/ready2"
+read -t 30 -u 3 word _ && [ "$word" = ready ] || { cat "$work/storage2.err"; fail "the second storage node did not start"; }
+chmod 700 "$work/shards2"
+setpriv --reuid=65534 --regid=65534 --clear-groups env HOME=/nonexistent \
+  "$loader" trainer --metadata "$url" --transport tcp --rank 0 --batches 2 > "$work/member.out" 2>&1 ||
+  { cat "$work/member.out" "$work/storage2.err"; fail "a job member of another uid could not read through the owner"; }
+cat "$work/member.out"
+grep -q "samples/s, 0 bad" "$work/member.out" || fail "the member's samples were not all good"
+grep -q "file requests: [1-9][0-9]* by the owner, 0 read locally" "$work/member.out" ||
+  fail "the member of another uid read shards it may not open, or the owner did not serve it"
+echo "OK: a stranger uid opened no file segment and read no sample; our uid read every sample, checked, from"
+echo "    the shards themselves; a job member of another uid that may not open the shards got every one from the owner"

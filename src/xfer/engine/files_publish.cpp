@@ -22,7 +22,8 @@ void EngineImpl::adopt_file_connection(Rail& rail, std::shared_ptr<Connection> c
                                        std::string identity, std::unique_ptr<MessageChannel> channel) {
   auto server = file_server();
   if (!server) return connection->close();
-  detail::adopt_file_connection(*server, rail, std::move(connection), std::move(identity), std::move(channel));
+  detail::adopt_file_connection(*server, rail, std::move(connection), std::move(identity),
+                                std::move(channel));
 }
 
 Result<void> EngineImpl::publish_file(std::string_view name, const std::string& path,
@@ -65,7 +66,8 @@ Result<void> EngineImpl::publish_file_at(int dir, const std::string& entry, bool
     auto made = start_file_server(std::move(rails), options_.file_chunk_bytes, options_.file_ring_chunks,
                                   options_.peer_timeout);
     if (!made)
-      return std::unexpected(Error(made.error().code(), "publish_file: the file server: " + made.error().message(),
+      return std::unexpected(Error(made.error().code(),
+                                   "publish_file: the file server: " + made.error().message(),
                                    made.error().sys_errno()));
     std::lock_guard files(files_mutex_);
     file_server_ = server = std::move(*made);
