@@ -14,6 +14,7 @@
 // lets the reader read the file itself (the same-host path). Either way each batch's paths() must say the
 // path measured, or the run fails.
 //   g++ -std=c++23 -O2 -Iinclude bench/xfer/file_read.cpp -Lbuild -lrdmakit -Wl,-rpath,$PWD/build
+#include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -90,6 +91,12 @@ int reader(const Args& a, const std::string& url) {
   auto handle = must(std::move(segment), "open_segment");
   auto size = must(engine->segment_info(handle), "segment_info").length;
   if (size < a.bs) return std::fprintf(stderr, "file_read: the file is smaller than --bs\n"), 1;
+  // Out of the page cache (the file was just written, or read by an earlier run): the reads go to the disk
+  // as fio's --direct=1 do, also where the reader reads the file itself (it takes the cache first).
+  if (int fd = ::open(a.file.c_str(), O_RDONLY | O_CLOEXEC); fd >= 0) {
+    (void)::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    ::close(fd);
+  }
   auto* memory = static_cast<std::byte*>(std::aligned_alloc(4096, a.bs * a.iodepth));
   must(engine->register_local(memory, a.bs * a.iodepth), "register_local");
   std::ifstream check(a.file, std::ios::binary);

@@ -79,6 +79,7 @@ struct LocalFileReader::Read {
   std::shared_ptr<const LocalFile> file;
   FileOp op;
   std::uint64_t moved = 0;
+  bool cached = true;  // still taking what the page cache holds (RWF_NOWAIT), before the device
   bool direct = false;
 };
 
@@ -106,7 +107,7 @@ class LocalFileReader::Loop {
       for (auto& op : ops) finish_file_op(*peer, op, &closed);
       return;
     }
-    for (auto& op : ops) queued_.push_back(Read{peer, op.read_locally, std::move(op), 0, false});
+    for (auto& op : ops) queued_.push_back(Read{peer, op.read_locally, std::move(op), 0, true, false});
     lock.unlock();
     wake_.notify_one();
   }
@@ -147,26 +148,37 @@ class LocalFileReader::Loop {
   void begin(Read read) {
     std::size_t s = 0;
     while (slots_[s]) ++s;  // a free one exists: in_flight_ < slots_.size()
-    // O_DIRECT when the whole read is aligned (the loader's pinned buffers and whole blocks usually are);
-    // otherwise the page cache, which takes any range.
-    read.direct = read.file->direct && read.op.local % kAlign == 0 && read.op.offset % kAlign == 0 &&
-                  read.op.length % kAlign == 0;
     slots_[s] = std::move(read);
     ++in_flight_;
     submit(s);
   }
 
+  // First what the page cache holds (a data set read again is served from memory, as numpy.fromfile
+  // would); what it does not hold comes from the device: O_DIRECT when the rest is aligned (no copy into the
+  // page cache and out again, as the owner reads), else through the page cache.
   void submit(std::size_t s) {
     auto& read = *slots_[s];
-    const int fd = read.direct ? read.file->direct.get() : read.file->buffered.get();
-    auto queued =
-        ring_.queue(false, fd, reinterpret_cast<void*>(read.op.local + read.moved),
-                    static_cast<std::uint32_t>(read.op.length - read.moved), read.op.offset + read.moved, s);
+    auto* into = reinterpret_cast<void*>(read.op.local + read.moved);
+    const auto length = static_cast<std::uint32_t>(read.op.length - read.moved);
+    const std::uint64_t at = read.op.offset + read.moved;
+    Result<void> queued;
+    if (read.cached) {
+      queued = ring_.queue_cached_read(read.file->buffered.get(), into, length, at, s);
+    } else {
+      read.direct = read.file->direct && reinterpret_cast<std::uintptr_t>(into) % kAlign == 0 &&
+                    at % kAlign == 0 && length % kAlign == 0;
+      queued = ring_.queue(false, read.direct ? read.file->direct.get() : read.file->buffered.get(), into,
+                           length, at, s);
+    }
     if (!queued) finish(s, &queued.error());
   }
 
   void completed(std::size_t s, std::int32_t result) {
     auto& read = *slots_[s];
+    if (read.cached && (result == -EAGAIN || result == -EOPNOTSUPP)) {
+      read.cached = false;  // the next bytes are not in the page cache: from the device
+      return submit(s);
+    }
     if (result < 0) {
       auto error = fail_errno("reading " + where(read), -result).error();
       return finish(s, &error);
@@ -180,8 +192,7 @@ class LocalFileReader::Loop {
                                           std::to_string(read.file->size) + " bytes: it shrank)");
       return finish(s, &shrank);
     }
-    if (read.moved % kAlign != 0) read.direct = false;  // the rest is no longer aligned
-    submit(s);                                          // a short read: continue where it stopped
+    submit(s);  // a short read (the cache held part of it, or the device gave less): continue
   }
 
   static std::string where(const Read& read) {
