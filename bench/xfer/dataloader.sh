@@ -11,7 +11,8 @@
 #    the owner's file (the NVMe bound) vs the engine's file-segment READ of the same file (bench/xfer/file_read.cpp,
 #    built here; the reader sends every READ to the owner, as from another host), vs the engine's
 #    memory-segment READ of the same bytes (--memory), and the same-host path (--local: the reader reads the
-#    file itself).
+#    file itself, through the page cache) vs fio --direct=0 (the page cache too; both start with the file out
+#    of the cache).
 # Needs the library, the xfer_dataloader example and the Python module in $BUILD, fio, and /usr/bin/python3
 # with numpy. The dataset and the fio file go to $BENCH_DIR (default /var/tmp: not tmpfs, O_DIRECT works there).
 # Prints markdown tables of the medians (and every run) and the ratios.
@@ -63,8 +64,8 @@ done
 
 file=$dir/fio.bin
 [ -s "$file" ] || { head -c $((1 << 30)) /dev/urandom > "$file" && sync "$file"; }  # no writeback under fio
-fio_mbs() {  # fio_mbs <bs> -> MB/s
-  fio --name=r --filename="$file" --direct=1 --rw=randread --bs="$1" --iodepth=16 --ioengine=io_uring \
+fio_mbs() {  # fio_mbs <bs> [direct=1] -> MB/s (fio invalidates the file's page cache first)
+  fio --name=r --filename="$file" --direct="${2:-1}" --rw=randread --bs="$1" --iodepth=16 --ioengine=io_uring \
       --runtime="$secs" --time_based --output-format=json 2>/dev/null |
     $python -c 'import json,sys; print(round(json.load(sys.stdin)["jobs"][0]["read"]["bw_bytes"] / 1e6, 1))'
 }
@@ -76,17 +77,18 @@ for r in $(seq "$reps"); do
   for bs in 4194304 65536; do
     io[fio_$bs]+="$(fio_mbs $bs) " io[tcp_$bs]+="$(engine_mbs $bs tcp) " io[shm_$bs]+="$(engine_mbs $bs shm) "
     io[mem_$bs]+="$(engine_mbs $bs tcp --memory) " io[local_$bs]+="$(engine_mbs $bs tcp --local) "
+    io[fiob_$bs]+="$(fio_mbs $bs 0) "
   done
 done
 mi() { printf '%s\n' ${io[$1]} | median; }
 echo
 echo "### Random READ at queue depth 16, MB/s (median of $reps): fio on the owner vs the engine's file segment"
 echo
-echo "| bs | fio --direct=1 (runs) | file segment tcp (runs) | ratio | file segment shm (runs) | ratio | memory segment tcp (runs) | same host, read locally (runs) | ratio |"
-echo "|---|---|---|---|---|---|---|---|---|"
+echo "| bs | fio --direct=1 (runs) | file segment tcp (runs) | ratio | file segment shm (runs) | ratio | memory segment tcp (runs) | fio --direct=0 (runs) | same host, read locally (runs) | ratio to fio --direct=0 |"
+echo "|---|---|---|---|---|---|---|---|---|---|"
 for bs in 4194304 65536; do
   echo "| $((bs / 1024)) KiB | $(mi fio_$bs) (${io[fio_$bs]% }) | $(mi tcp_$bs) (${io[tcp_$bs]% }) | $(ratio "$(mi tcp_$bs)" "$(mi fio_$bs)") |" \
        "$(mi shm_$bs) (${io[shm_$bs]% }) | $(ratio "$(mi shm_$bs)" "$(mi fio_$bs)") | $(mi mem_$bs) (${io[mem_$bs]% }) |" \
-       "$(mi local_$bs) (${io[local_$bs]% }) | $(ratio "$(mi local_$bs)" "$(mi fio_$bs)") |"
+       "$(mi fiob_$bs) (${io[fiob_$bs]% }) | $(mi local_$bs) (${io[local_$bs]% }) | $(ratio "$(mi local_$bs)" "$(mi fiob_$bs)") |"
 done
 echo "uptime: $(uptime)"

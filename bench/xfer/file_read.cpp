@@ -91,8 +91,8 @@ int reader(const Args& a, const std::string& url) {
   auto handle = must(std::move(segment), "open_segment");
   auto size = must(engine->segment_info(handle), "segment_info").length;
   if (size < a.bs) return std::fprintf(stderr, "file_read: the file is smaller than --bs\n"), 1;
-  // Out of the page cache (the file was just written, or read by an earlier run): the reads go to the disk
-  // as fio's --direct=1 do, also where the reader reads the file itself (it takes the cache first).
+  // Out of the page cache (the file was just written, or read by an earlier run), as fio invalidates it
+  // before a job: the owner reads O_DIRECT, and a reader that reads the file itself (--local) starts cold.
   if (int fd = ::open(a.file.c_str(), O_RDONLY | O_CLOEXEC); fd >= 0) {
     (void)::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
     ::close(fd);

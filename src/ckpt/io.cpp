@@ -87,16 +87,6 @@ Result<void> Ring::queue(bool write, int fd, void* buffer, std::uint32_t length,
   return {};
 }
 
-Result<void> Ring::queue_cached_read(int fd, void* buffer, std::uint32_t length, std::uint64_t offset,
-                                     std::uint64_t tag) {
-  io_uring_sqe* sqe = io_uring_get_sqe(ring_.get());
-  if (!sqe) return fail(Errc::ResourceExhausted, "ckpt: io_uring submission queue full");
-  io_uring_prep_read(sqe, fd, buffer, length, offset);
-  sqe->rw_flags = RWF_NOWAIT;
-  io_uring_sqe_set_data64(sqe, tag);
-  return {};
-}
-
 Result<Ring::Done> Ring::wait() {
   int rc = io_uring_submit(ring_.get());
   if (rc < 0) return fail_errno("ckpt: io_uring_submit", -rc);

@@ -63,10 +63,6 @@ class Ring {
   // Submits what is queued and returns a completion when one is there, without waiting (nullopt: none
   // yet): for a thread that serves the network beside its reads (the transfer engine's file segments).
   Result<std::optional<Done>> poll();
-  // A read that takes only what the page cache holds (RWF_NOWAIT): -EAGAIN, or a short read, where the
-  // next bytes would have to come from the device (the transfer engine's same-host file reads).
-  Result<void> queue_cached_read(int fd, void* buffer, std::uint32_t length, std::uint64_t offset,
-                                 std::uint64_t tag);
   // Registers [data, data + size) as the ring's fixed buffer 0 (io_uring_register_buffers: its pages are
   // pinned once instead of per read); queue_read_fixed() reads into it. It may fail (RLIMIT_MEMLOCK on
   // older kernels): the caller then reads with queue().

@@ -79,9 +79,8 @@ class XferFileLocal : public ::testing::Test {
   std::vector<std::byte> contents_;
 };
 
-// 200 random ranges (aligned ones, read O_DIRECT where the file system takes it, and unaligned ones, read
-// through the page cache), the file's last byte and the whole file: every byte the file's, the gaps
-// between destinations untouched, every request read locally.
+// 200 random ranges (aligned and unaligned), the file's last byte and the whole file: every byte the
+// file's, the gaps between destinations untouched, every request read locally.
 TEST_F(XferFileLocal, RandomRangesAreReadFromTheFileByTheRequester) {
   auto segment = publish_and_open("shard", path_.string());
   auto info = client_->segment_info(segment);
@@ -99,7 +98,7 @@ TEST_F(XferFileLocal, RandomRangesAreReadFromTheFileByTheRequester) {
     if (aligned) offset = offset / 4096 * 4096;
     ranges.push_back({offset, length});
   }
-  // Destinations 4 KiB-aligned where the range is (O_DIRECT needs the buffer aligned too), 64 bytes of gap.
+  // Destinations 4 KiB-aligned (as a loader's pinned buffers are), 64 bytes of gap after each.
   std::vector<std::uint64_t> at;
   std::uint64_t next = 4096;
   for (const auto& r : ranges) {
@@ -111,7 +110,7 @@ TEST_F(XferFileLocal, RandomRangesAreReadFromTheFileByTheRequester) {
   for (std::size_t i = 0; i < ranges.size(); ++i)
     requests.push_back({Op::Read, memory.get() + at[i], segment, ranges[i].offset, ranges[i].length});
   // Twice: with the file in the page cache (just written: the reads take it from there), then with it
-  // dropped from the cache (the reads go to the disk, O_DIRECT where aligned).
+  // dropped from the cache (the reads go to the disk).
   Result<std::shared_ptr<Batch>> batch = fail(Errc::NotFound, "not submitted");
   for (const char* round : {"cached", "cold"}) {
     if (std::string(round) == "cold") {

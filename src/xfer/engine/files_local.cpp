@@ -22,8 +22,6 @@ namespace rdmakit::xfer::detail {
 
 namespace {
 
-constexpr std::uint64_t kAlign = 4096;  // O_DIRECT: buffer, offset and length aligned to this
-
 std::shared_ptr<const LocalFile> refuse(const SegmentRecord& record, const std::string& why) {
   log::debug("xfer", "file '" + log::printable(record.path, 256) + "' of '" + log::printable(record.owner) +
                          "': not read locally: " + why);
@@ -64,11 +62,9 @@ std::shared_ptr<const LocalFile> open_local_file(const SegmentRecord& record, st
   auto size = size_of(file->buffered.get(), st);
   if (!size || *size < record.length) return refuse(record, "shorter than the segment");
   (void)::fcntl(file->buffered.get(), F_SETFL, ::fcntl(file->buffered.get(), F_GETFL) & ~O_NONBLOCK);
-  // The same open file description, reopened with O_DIRECT (no page cache, as the owner reads); a file
-  // system without it (tmpfs) reads through the page cache only.
-  const std::string self = "/proc/self/fd/" + std::to_string(file->buffered.get());
-  file->direct.reset(::open(self.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT));
-  if (file->direct && (::fstat(file->direct.get(), &st) != 0 || !is_published(st))) file->direct.reset();
+  // Through the page cache, as any program reading the file would: a data set read again comes from
+  // memory. Random access: a miss reads the asked range, not a readahead window around it.
+  (void)::posix_fadvise(file->buffered.get(), 0, 0, POSIX_FADV_RANDOM);
   return file;
 }
 
@@ -79,8 +75,6 @@ struct LocalFileReader::Read {
   std::shared_ptr<const LocalFile> file;
   FileOp op;
   std::uint64_t moved = 0;
-  bool cached = true;  // still taking what the page cache holds (RWF_NOWAIT), before the device
-  bool direct = false;
 };
 
 class LocalFileReader::Loop {
@@ -107,7 +101,7 @@ class LocalFileReader::Loop {
       for (auto& op : ops) finish_file_op(*peer, op, &closed);
       return;
     }
-    for (auto& op : ops) queued_.push_back(Read{peer, op.read_locally, std::move(op), 0, true, false});
+    for (auto& op : ops) queued_.push_back(Read{peer, op.read_locally, std::move(op), 0});
     lock.unlock();
     wake_.notify_one();
   }
@@ -153,32 +147,16 @@ class LocalFileReader::Loop {
     submit(s);
   }
 
-  // First what the page cache holds (a data set read again is served from memory, as numpy.fromfile
-  // would); what it does not hold comes from the device: O_DIRECT when the rest is aligned (no copy into the
-  // page cache and out again, as the owner reads), else through the page cache.
   void submit(std::size_t s) {
     auto& read = *slots_[s];
-    auto* into = reinterpret_cast<void*>(read.op.local + read.moved);
-    const auto length = static_cast<std::uint32_t>(read.op.length - read.moved);
-    const std::uint64_t at = read.op.offset + read.moved;
-    Result<void> queued;
-    if (read.cached) {
-      queued = ring_.queue_cached_read(read.file->buffered.get(), into, length, at, s);
-    } else {
-      read.direct = read.file->direct && reinterpret_cast<std::uintptr_t>(into) % kAlign == 0 &&
-                    at % kAlign == 0 && length % kAlign == 0;
-      queued = ring_.queue(false, read.direct ? read.file->direct.get() : read.file->buffered.get(), into,
-                           length, at, s);
-    }
+    auto queued =
+        ring_.queue(false, read.file->buffered.get(), reinterpret_cast<void*>(read.op.local + read.moved),
+                    static_cast<std::uint32_t>(read.op.length - read.moved), read.op.offset + read.moved, s);
     if (!queued) finish(s, &queued.error());
   }
 
   void completed(std::size_t s, std::int32_t result) {
     auto& read = *slots_[s];
-    if (read.cached && (result == -EAGAIN || result == -EOPNOTSUPP)) {
-      read.cached = false;  // the next bytes are not in the page cache: from the device
-      return submit(s);
-    }
     if (result < 0) {
       auto error = fail_errno("reading " + where(read), -result).error();
       return finish(s, &error);
@@ -192,7 +170,7 @@ class LocalFileReader::Loop {
                                           std::to_string(read.file->size) + " bytes: it shrank)");
       return finish(s, &shrank);
     }
-    submit(s);  // a short read (the cache held part of it, or the device gave less): continue
+    submit(s);  // a short read: continue where it stopped
   }
 
   static std::string where(const Read& read) {

@@ -40,8 +40,7 @@ struct SegmentRecord;
 struct LocalFile {
   std::string path;
   std::uint64_t size = 0;  // published
-  Fd direct;               // O_DIRECT where the file system takes it (else empty)
-  Fd buffered;
+  Fd buffered;             // through the page cache
 };
 
 // Opens the file `record` names when this process is on its host (`local_boot`) and what the path leads
