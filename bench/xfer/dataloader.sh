@@ -62,8 +62,11 @@ for k in py_tcp py_shm cxx_tcp cxx_shm py_local cxx_local fromfile socket; do
   echo "| $k | $(m $k) (${runs[$k]% }) | $(ratio "$(m $k)" "$(m fromfile)") | $(ratio "$(m $k)" "$(m socket)") |"
 done
 
-file=$dir/fio.bin
-[ -s "$file" ] || { head -c $((1 << 30)) /dev/urandom > "$file" && sync "$file"; }  # no writeback under fio
+# 4 GiB: a run of 3 s at these rates reads each block at most once (fio's random map, bench-file-read's
+# permutation), so a reader through the page cache (fio --direct=0, the same-host path) is not served from
+# the cache by an earlier read of the same run; both start with the file out of the cache.
+file=$dir/fio-4g.bin
+[ -s "$file" ] || { head -c $((4 << 30)) /dev/urandom > "$file" && sync "$file"; }  # no writeback under fio
 fio_mbs() {  # fio_mbs <bs> [direct=1] -> MB/s (fio invalidates the file's page cache first)
   fio --name=r --filename="$file" --direct="${2:-1}" --rw=randread --bs="$1" --iodepth=16 --ioengine=io_uring \
       --runtime="$secs" --time_based --output-format=json 2>/dev/null |

@@ -7,7 +7,8 @@
 // A child process is the owner: it publishes PATH with publish_file (or, with --memory, the file's bytes
 // in a memory segment of the same size: the engine's own memory-segment READ, for the third column). The
 // parent keeps `iodepth` READs of `bs` bytes at random bs-aligned offsets in flight, as fio does (one
-// single-request batch per slot, the oldest waited for and resubmitted), for `seconds`, and prints
+// single-request batch per slot, the oldest waited for and resubmitted; each block once at most, as fio's
+// random map), for `seconds` or one pass over the file, and prints
 // "MB/s <value> IOPS <value>"; every request's status is checked, and the first 64 bytes of one request in
 // 64 against the file. The owner is on this host, but the reader sends every READ to it as a reader on
 // another host would (EngineOptions::file_local_reads off: the remote path is what is measured); --local
@@ -18,6 +19,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -66,7 +68,9 @@ int owner(const Args& a, const std::string& url, int quit) {
   auto engine = must(Engine::create(*store, {.name = "owner", .transports = {a.transport}}), "owner engine");
   if (a.memory) {
     std::ifstream in(a.file, std::ios::binary | std::ios::ate);
-    auto size = static_cast<std::size_t>(in.tellg());
+    // At most 1 GiB of it: the memory segment's READs are memory-bound, and a file of several GiB read
+    // into memory would cost the run its time (and the shm arena its room).
+    auto size = std::min<std::size_t>(static_cast<std::size_t>(in.tellg()), std::size_t{1} << 30);
     // Filled before it is published: a reader never sees it half read.
     auto segment = must(engine->allocate_unpublished("bench", size), "allocate_unpublished");
     in.seekg(0);
@@ -100,11 +104,16 @@ int reader(const Args& a, const std::string& url) {
   auto* memory = static_cast<std::byte*>(std::aligned_alloc(4096, a.bs * a.iodepth));
   must(engine->register_local(memory, a.bs * a.iodepth), "register_local");
   std::ifstream check(a.file, std::ios::binary);
-  std::mt19937_64 random(7);
+  // Each block at most once, in random order (fio's random map): no read is served by the page cache from
+  // an earlier one of this run, whichever path reads the file.
+  std::vector<std::uint64_t> blocks(size / a.bs);
+  for (std::size_t b = 0; b < blocks.size(); ++b) blocks[b] = b;
+  std::shuffle(blocks.begin(), blocks.end(), std::mt19937_64(7));
+  std::size_t next_block = 0;
   std::vector<std::shared_ptr<Batch>> slots(a.iodepth);
   std::vector<std::uint64_t> offsets(a.iodepth);
   auto submit = [&](std::size_t i) {
-    offsets[i] = random() % (size / a.bs) * a.bs;
+    offsets[i] = blocks[next_block++ % blocks.size()] * a.bs;
     std::vector<Request> one{{Op::Read, memory + i * a.bs, handle, offsets[i], a.bs}};
     slots[i] = must(engine->submit(one), "submit");
   };
@@ -126,7 +135,7 @@ int reader(const Args& a, const std::string& url) {
       if (std::memcmp(head, memory + i * a.bs, sizeof head) != 0)
         return std::fprintf(stderr, "file_read: wrong bytes at %llu\n", (unsigned long long)offsets[i]), 1;
     }
-    if (std::chrono::steady_clock::now() >= end) break;
+    if (std::chrono::steady_clock::now() >= end || next_block >= blocks.size()) break;
     submit(i);
   }
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
