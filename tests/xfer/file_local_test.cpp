@@ -65,11 +65,14 @@ class XferFileLocal : public ::testing::Test {
     EXPECT_TRUE(handle.has_value()) << handle.error().describe();
     return handle.value_or(SegmentHandle{});
   }
-  Buffer local(std::size_t size) {
-    auto buffer = make_buffer(size);
-    std::memset(buffer.get(), static_cast<int>(kUntouched), size);
-    EXPECT_TRUE(client_->register_local(buffer.get(), size).has_value());
-    return buffer;
+  Buffer local(std::size_t size) { return registered_filled(*client_, size, kUntouched); }
+  // A reader of the job that sends every READ to the owner, as one on another host does.
+  std::unique_ptr<Engine> remote_reader() {
+    ::setenv("RDMAKIT_JOB_SECRET", kJob, 1);
+    auto remote = make_engine(
+        *metadata_, EngineOptions{.name = "remote", .transports = {"tcp"}, .file_local_reads = false});
+    ::unsetenv("RDMAKIT_JOB_SECRET");
+    return remote;
   }
 
   TempDir dir_;
@@ -163,10 +166,7 @@ TEST_F(XferFileLocal, WritesGoToTheOwnerAndLocalReadsCanBeTurnedOff) {
   expect_done(client_->submit(back));
   EXPECT_EQ(std::memcmp(memory.get() + 2 * 65536, contents_.data() + 100000, 30000), 0);
 
-  ::setenv("RDMAKIT_JOB_SECRET", kJob, 1);
-  auto remote = make_engine(
-      *metadata_, EngineOptions{.name = "remote", .transports = {"tcp"}, .file_local_reads = false});
-  ::unsetenv("RDMAKIT_JOB_SECRET");
+  auto remote = remote_reader();
   ASSERT_TRUE(remote);
   auto handle = remote->open_segment("shard");
   ASSERT_TRUE(handle.has_value());
@@ -281,10 +281,7 @@ TEST_F(XferFileLocal, ABlockDeviceIsPublishedAndReadBothWays) {
   EXPECT_EQ(std::memcmp(memory.get(), bytes.data(), 1 << 20), 0);
   EXPECT_EQ(std::memcmp(memory.get() + (1 << 20) + 64, bytes.data() + (7 << 20) + 3, 100000), 0);
 
-  ::setenv("RDMAKIT_JOB_SECRET", kJob, 1);
-  auto remote = make_engine(
-      *metadata_, EngineOptions{.name = "remote", .transports = {"tcp"}, .file_local_reads = false});
-  ::unsetenv("RDMAKIT_JOB_SECRET");
+  auto remote = remote_reader();
   ASSERT_TRUE(remote);
   auto handle = remote->open_segment("disk");
   ASSERT_TRUE(handle.has_value());

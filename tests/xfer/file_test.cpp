@@ -92,12 +92,7 @@ class XferFile : public ::testing::TestWithParam<std::string> {
                          .file_local_reads = false};
   }
   // Local memory registered with the client, filled with kUntouched.
-  Buffer local(std::size_t size) {
-    auto buffer = make_buffer(size);
-    std::memset(buffer.get(), static_cast<int>(kUntouched), size);
-    EXPECT_TRUE(client_->register_local(buffer.get(), size).has_value());
-    return buffer;
-  }
+  Buffer local(std::size_t size) { return registered_filled(*client_, size, kUntouched); }
 
   TempDir dir_;
   std::unique_ptr<MetadataStore> metadata_;

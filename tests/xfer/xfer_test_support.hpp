@@ -5,6 +5,7 @@
 #include <stdlib.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -45,6 +46,14 @@ inline void write_file(const std::filesystem::path& path, std::span<const std::b
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
 }
+// `size` bytes filled with `fill` and registered with `engine` (a destination whose untouched bytes show).
+inline Buffer registered_filled(Engine& engine, std::size_t size, std::byte fill) {
+  auto buffer = make_buffer(size);
+  std::memset(buffer.get(), static_cast<int>(fill), size);
+  EXPECT_TRUE(engine.register_local(buffer.get(), size).has_value());
+  return buffer;
+}
+
 inline std::vector<std::byte> read_file(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
   std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
