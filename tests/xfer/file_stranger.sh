@@ -29,12 +29,16 @@ coproc SERVER { exec "$server_bin" redis; }
 pids+=("$SERVER_PID")
 read -t 60 -u "${SERVER[0]}" url && [ -n "$url" ] || fail "the redis metadata server did not start"
 
-mkfifo "$work/ready"
-"$loader" storage --dir "$work/shards" --transport tcp --trainers 1 --shards 2 --samples 16 --sample-kib 16 \
-  --metadata "$url" > "$work/ready" 2> "$work/storage.err" &
-pids+=($!)
-exec 3< "$work/ready"
-read -t 30 -u 3 word _ && [ "$word" = ready ] || { cat "$work/storage.err"; fail "the storage node did not start"; }
+# start_storage <name>: a storage node publishing $work/<name>, its "ready" line read on fd 3.
+start_storage() {
+  mkfifo "$work/$1.ready"
+  "$loader" storage --dir "$work/$1" --transport tcp --trainers 1 --shards 2 --samples 16 --sample-kib 16 \
+    --metadata "$url" > "$work/$1.ready" 2> "$work/$1.err" &
+  pids+=($!)
+  exec 3< "$work/$1.ready"
+  read -t 30 -u 3 word _ && [ "$word" = ready ] || { cat "$work/$1.err"; fail "the storage node of $1 did not start"; }
+}
+start_storage shards
 
 setpriv --reuid=65534 --regid=65534 --clear-groups env HOME=/nonexistent \
   "$loader" trainer --metadata "$url" --transport tcp --rank 0 --batches 2 > "$work/stranger.out" 2>&1
@@ -45,7 +49,7 @@ grep -q "samples/s" "$work/stranger.out" && fail "the stranger read samples"
 grep -qi "seal\|secret\|proof" "$work/stranger.out" || fail "the stranger's error does not say it lacks the secret"
 
 "$loader" trainer --metadata "$url" --transport tcp --rank 0 --batches 2 > "$work/mine.out" 2>&1 ||
-  { cat "$work/mine.out" "$work/storage.err"; fail "a trainer of our uid failed"; }
+  { cat "$work/mine.out" "$work/shards.err"; fail "a trainer of our uid failed"; }
 grep -q "samples/s" "$work/mine.out" || { cat "$work/mine.out"; fail "our trainer read no sample"; }
 grep -q "file requests: 0 by the owner, [1-9][0-9]* read locally" "$work/mine.out" ||
   { cat "$work/mine.out"; fail "our trainer, on the storage node's host, did not read the shards itself"; }
@@ -59,16 +63,11 @@ for _ in $(seq 300); do kill -0 "$first" 2>/dev/null || break; sleep 0.1; done
 kill -0 "$first" 2>/dev/null && fail "the first storage node did not end after its trainer reported"
 exec 3<&-
 export RDMAKIT_JOB_SECRET="a job secret of 16+ characters"
-mkfifo "$work/ready2"
-"$loader" storage --dir "$work/shards2" --transport tcp --trainers 1 --shards 2 --samples 16 --sample-kib 16 \
-  --metadata "$url" > "$work/ready2" 2> "$work/storage2.err" &
-pids+=($!)
-exec 3< "$work/ready2"
-read -t 30 -u 3 word _ && [ "$word" = ready ] || { cat "$work/storage2.err"; fail "the second storage node did not start"; }
+start_storage shards2
 chmod 700 "$work/shards2"
 setpriv --reuid=65534 --regid=65534 --clear-groups env HOME=/nonexistent \
   "$loader" trainer --metadata "$url" --transport tcp --rank 0 --batches 2 > "$work/member.out" 2>&1 ||
-  { cat "$work/member.out" "$work/storage2.err"; fail "a job member of another uid could not read through the owner"; }
+  { cat "$work/member.out" "$work/shards2.err"; fail "a job member of another uid could not read through the owner"; }
 cat "$work/member.out"
 grep -q "samples/s, 0 bad" "$work/member.out" || fail "the member's samples were not all good"
 grep -q "file requests: [1-9][0-9]* by the owner, 0 read locally" "$work/member.out" ||

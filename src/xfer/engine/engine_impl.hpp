@@ -444,6 +444,10 @@ class EngineImpl final : public Engine {
   void queue_file_ops(Peer& peer, const SegmentEntry& entry, std::vector<FileOp> ops);
   // files_local.cpp's reader, started on the first call; null when io_uring refused it.
   LocalFileReader* local_reader() const;
+  // The file a request reads itself (files_local.hpp), or null: a READ into host memory of a segment whose
+  // file we opened, while the reader runs. WRITEs and device memory go to the owner.
+  std::shared_ptr<const LocalFile> local_file_for(const SegmentEntry& entry, bool write,
+                                                  const LocalRegion& region) const;
   void file_link_loop(Peer& peer, FileLink& link, Rail& rail, std::string address, std::string owner);
   // The connection to the owner failed under `op` (or could not be made): it is retried against the
   // segment's current resolution (its credit on `peer` goes back now), at most max_retries times, or fails.

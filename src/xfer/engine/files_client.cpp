@@ -172,10 +172,7 @@ void EngineImpl::retry_file_op(FileOp op) {
                                                   op.region->refusals + ")"));
   op.generation = current->generation;
   op.owner = current->record.owner;
-  op.read_locally =
-      current->local_file && !op.write && op.region->kind == MemoryKind::Host && local_reader() != nullptr
-          ? current->local_file
-          : nullptr;
+  op.read_locally = local_file_for(*current, op.write, *op.region);
   if (current->peer->credits.acquire(1, Clock::now() + options_.submit_timeout) == 0)
     return fail_now(
         Error(Errc::ResourceExhausted, "busy: the retry could not be sent within submit_timeout"));
@@ -215,6 +212,13 @@ void close_file_link(Peer& peer) {
   }
   // Joined outside file_mutex: the thread may be running a batch callback that submits to this peer.
   stop_link(*link);
+}
+
+std::shared_ptr<const LocalFile> EngineImpl::local_file_for(const SegmentEntry& entry, bool write,
+                                                            const LocalRegion& region) const {
+  if (!entry.local_file || write || region.kind != MemoryKind::Host || local_reader() == nullptr)
+    return nullptr;
+  return entry.local_file;
 }
 
 LocalFileReader* EngineImpl::local_reader() const {
@@ -422,11 +426,7 @@ std::vector<FileGroup> EngineImpl::file_groups(
     if (group == groups.end()) group = groups.insert(groups.end(), FileGroup{entry->peer.get(), entry, {}});
     // Read here when we opened the owner's file and the destination is host memory (device memory goes to
     // the owner: the transport's device path lands the bytes there).
-    auto read_locally = entry->local_file && !item.write &&
-                                prepared.file_regions[k]->kind == MemoryKind::Host &&
-                                local_reader() != nullptr
-                            ? entry->local_file
-                            : nullptr;
+    auto read_locally = local_file_for(*entry, item.write, *prepared.file_regions[k]);
     for (std::uint64_t done = 0; done < item.length; done += kFileMessageBytes) {
       group->ops.push_back(FileOp{.batch = batch,
                                   .request = item.request,
