@@ -326,6 +326,76 @@ TEST_P(DeviceConformance, VerbsStagedCopiesArePinnedChunkedAndFailuresReachTheCa
   for (std::size_t i = 0; i < 4096; ++i) ASSERT_EQ(bytes(*sink)[i], std::byte{0}) << "byte " << i;
 }
 
+// tcp (and fault:tcp over it): a payload bound for device memory is received chunk by chunk through the
+// context's pinned slots, each copied with cudaMemcpyAsync while the next fills. The fake runs a queued copy
+// only when its event or stream is waited for, so a slot refilled before its copy ran would deliver the
+// later chunk's bytes: every byte checked, over 16 chunks through 2 slots. A copy that fails mid-payload
+// fails that WRITE or READ (not the bytes of the next message), and the connection is torn down as for any
+// remote error.
+TEST_P(DeviceConformance, TcpStagedPayloadsArePipelinedThroughPinnedChunks) {
+  if (GetParam() != "tcp" && GetParam() != "fault:tcp") GTEST_SKIP() << "the tcp receive ring";
+  ASSERT_TRUE(fake().stats && fake().fail);
+  Options small_chunks;
+  small_chunks.set("device_chunk", "65536");
+  client_.context = open_context(false, small_chunks);
+  server_.context = open_context(true, small_chunks);
+  connect_pair(client_, server_);
+  ASSERT_TRUE(client_.connection);
+  constexpr std::size_t kSize = (1u << 20) + 4099;  // 17 chunks of 64 KiB
+  auto source = region(*client_.context, kSize, Access::LocalWrite);
+  auto sink = device_region(*client_.context, kSize, Access::LocalWrite);
+  auto target =
+      device_region(*server_.context, kSize, Access::LocalWrite | Access::RemoteWrite | Access::RemoteRead);
+  ASSERT_TRUE(source && sink && target) << refusal.describe();
+  for (int round = 0; round < 3; ++round) {
+    SCOPED_TRACE("round " + std::to_string(round));
+    const auto seed = static_cast<std::uint32_t>(500 + round);
+    fill_pattern(bytes(*source), kSize, seed);
+    FakeCudartStats before{}, after{};
+    fake().stats(&before);
+    auto wrote = RDMAKIT_ASSERT_OK(client_.connection->write(
+        source->slice(0, static_cast<std::uint32_t>(kSize)), target->descriptor().at(0)));
+    ASSERT_EQ(wait(*client_.connection, wrote).status, Status::Success);
+    ASSERT_EQ(find_pattern_mismatch(bytes(*target), kSize, seed), kSize) << "a slot was refilled too early";
+    auto read = RDMAKIT_ASSERT_OK(client_.connection->read(sink->slice(0, static_cast<std::uint32_t>(kSize)),
+                                                           target->descriptor().at(0)));
+    ASSERT_EQ(wait(*client_.connection, read).status, Status::Success);
+    ASSERT_EQ(find_pattern_mismatch(bytes(*sink), kSize, seed), kSize) << "the READ's response";
+    fake().stats(&after);
+    // The WRITE lands in 17 copies; the READ's response leaves the server through one copy out of device
+    // memory and lands in 17 more.
+    EXPECT_GE(after.copies - before.copies, 34) << "not copied chunk by chunk";
+    EXPECT_EQ(after.copies_unpinned, before.copies_unpinned) << "a receive slot is not pinned";
+    EXPECT_EQ(after.copies_default_stream, before.copies_default_stream) << "copies on the legacy stream";
+  }
+
+  // The third chunk's copy fails: the WRITE fails, naming nothing of the bytes after it, and no byte of a
+  // later chunk reached the device (the copies behind a failure are not queued).
+  std::memset(bytes(*target), 0, kSize);
+  fill_pattern(bytes(*source), kSize, 9);
+  fake().fail("cudaMemcpyAsync", 2, 1);
+  auto failing = RDMAKIT_ASSERT_OK(client_.connection->write(
+      source->slice(0, static_cast<std::uint32_t>(kSize)), target->descriptor().at(0)));
+  Completion failed = wait(*client_.connection, failing);
+  EXPECT_NE(failed.status, Status::Success) << "a WRITE whose device copy failed completed";
+  for (std::size_t i = 3 * 65536; i < kSize; ++i)
+    ASSERT_EQ(bytes(*target)[i], std::byte{0}) << "byte " << i << " landed after the failed copy";
+
+  // A new connection between the same contexts reuses the slots; the copy of a READ's response fails at
+  // its event this time.
+  client_.connection.reset();
+  server_.connection.reset();
+  connect_pair(client_, server_);
+  ASSERT_TRUE(client_.connection);
+  fill_pattern(bytes(*target), kSize, 10);
+  std::memset(bytes(*sink), 0, kSize);
+  fake().fail("cudaEventSynchronize", 1, 1);
+  auto read = RDMAKIT_ASSERT_OK(client_.connection->read(sink->slice(0, static_cast<std::uint32_t>(kSize)),
+                                                         target->descriptor().at(0)));
+  Completion done = wait(*client_.connection, read);
+  EXPECT_EQ(done.status, Status::LocalProtection) << to_string(done.status);
+}
+
 INSTANTIATE_TEST_SUITE_P(Transports, DeviceConformance, ::testing::ValuesIn(conformance_transports()),
                          transport_param_name);
 

@@ -29,6 +29,7 @@ std::shared_ptr<Context> Conformance::open_context(bool server, const Options& e
   if (extra.recv_queue_depth) o.recv_queue_depth = extra.recv_queue_depth;
   if (extra.cq_depth) o.cq_depth = extra.cq_depth;
   if (extra.gpu_path) o.gpu_path = extra.gpu_path;
+  for (const auto& [name, value] : extra.named) o.set(name, value);
   auto context = Context::open(o);
   if (!context) {
     ADD_FAILURE() << "cannot open transport " << GetParam() << ": " << context.error().describe();

@@ -237,6 +237,9 @@ TEST_F(OptionsTest, RangeChecksNameTheOption) {
       {{.timeout = std::chrono::milliseconds(0)}, "timeout_ms"},
       {{.log_level = "loud"}, "log_level"},
       {Options{}.set("handshake_timeout_ms", "0"), "handshake_timeout_ms"},
+      {Options{}.set("device_chunk", "100"), "device_chunk"},
+      {Options{}.set("device_ring_depth", "1"), "device_ring_depth"},
+      {Options{}.set("device_ring_depth", "17"), "device_ring_depth"},
       {Options{.transport = "shm"}.set("shm_allowed_uids", "1000,bob"), "shm_allowed_uids"},
       {Options{.transport = "shm"}.set("shm_allowed_uids", "1000,"), "shm_allowed_uids"},
       {Options{.transport = "verbs"}.set("mtu", "1000"), "mtu"},
@@ -292,10 +295,23 @@ TEST_F(OptionsTest, DescribeListsEveryOptionWithDocEnvAndDefault) {
     EXPECT_EQ(option.env, env);
   }
   // One entry per core field of Config, then tcp's own (the transport this config names).
-  const char* expected[] = {
-      "transport",          "name",      "listen_address", "timeout_ms", "rnr_timeout_ms",
-      "connect_timeout_ms", "wait_mode", "spin_us",        "cq_depth",   "send_queue_depth",
-      "recv_queue_depth",   "max_sge",   "log_level",      "gpu_path",   "handshake_timeout_ms"};
+  const char* expected[] = {"transport",
+                            "name",
+                            "listen_address",
+                            "timeout_ms",
+                            "rnr_timeout_ms",
+                            "connect_timeout_ms",
+                            "wait_mode",
+                            "spin_us",
+                            "cq_depth",
+                            "send_queue_depth",
+                            "recv_queue_depth",
+                            "max_sge",
+                            "log_level",
+                            "gpu_path",
+                            "handshake_timeout_ms",
+                            "device_chunk",
+                            "device_ring_depth"};
   EXPECT_EQ(options.size(), std::size(expected));
   for (const char* name : expected) EXPECT_TRUE(names.contains(name)) << name;
 

@@ -39,8 +39,15 @@ struct Fake {
     malloc = reinterpret_cast<decltype(malloc)>(::dlsym(handle, "cudaMalloc"));
     free = reinterpret_cast<decltype(free)>(::dlsym(handle, "cudaFree"));
     view = reinterpret_cast<decltype(view)>(::dlsym(handle, "fake_cudart_host_view"));
+    stats = reinterpret_cast<decltype(stats)>(::dlsym(handle, "fake_cudart_stats"));
+  }
+  FakeCudartStats now() const {
+    FakeCudartStats s{};
+    stats(&s);
+    return s;
   }
   void* handle = nullptr;
+  void (*stats)(FakeCudartStats*) = nullptr;
   int (*malloc)(void**, std::size_t) = nullptr;
   int (*free)(void*) = nullptr;
   void* (*view)(const void*) = nullptr;
@@ -280,7 +287,8 @@ TEST_F(XferDevice, NoRailTakesTheMemoryFailsNamingEachRefusal) {
 // File segments into and out of device memory: the owner pushes each READ's bytes into the requester's
 // device memory and pulls each WRITE's bytes from it, along the rail's device path (tcp: staged at the
 // requester; shm: CUDA IPC), unaligned ranges included; every byte of the device memory and of the file
-// checked.
+// checked. Over tcp the requester receives the pushed bytes through its context's pinned slots and copies
+// them to the device asynchronously (no synchronous cudaMemcpy, no copy from unpinned memory).
 TEST_F(XferDevice, FileSegmentReadsIntoAndWritesFromDeviceMemory) {
   for (const char* transport : {"tcp", "shm"}) {
     SCOPED_TRACE(transport);
@@ -307,11 +315,18 @@ TEST_F(XferDevice, FileSegmentReadsIntoAndWritesFromDeviceMemory) {
     std::vector<Request> reads;
     for (std::size_t at = 0; at < kSize; at += 64 << 10)
       reads.push_back({Op::Read, sink.data() + at, *handle, at, 64 << 10});
+    const FakeCudartStats before = fake().now();
     auto batch = client->submit(reads);
     ASSERT_TRUE(batch) << batch.error().describe();
     ASSERT_TRUE((*batch)->wait(10s));
     ASSERT_EQ((*batch)->failed(), 0u);
     EXPECT_EQ(std::memcmp(sink.bytes(), contents.data(), kSize), 0) << "the file's bytes did not land";
+    if (std::string(transport) == "tcp") {
+      const FakeCudartStats after = fake().now();
+      EXPECT_GE(after.copies - before.copies, static_cast<long>(reads.size()));
+      EXPECT_EQ(after.sync_copies, before.sync_copies) << "a synchronous copy on the receive path";
+      EXPECT_EQ(after.copies_unpinned, before.copies_unpinned) << "a copy from unpinned memory";
+    }
     // On the owner's host, yet device memory is not read locally: the owner pushes into it over the
     // transport's device path (tcp: staged through host memory; shm: CUDA IPC), and the batch says so.
     auto paths = (*batch)->paths();

@@ -111,11 +111,17 @@ void TcpConnection::touch_send() noexcept { last_send_ns_.store(steady_ns(), std
 // pinned must not wait for the connection object to be destroyed (the application may keep it).
 void TcpConnection::abandon_receive_locked() {
   if (!rc().failed()) return;
+  std::uint64_t left = 0;
+  if (rx_.staged) {
+    // The staged payload's device region may go with the pin: its queued copies run first, the rest of
+    // it is discarded.
+    left = rx_.inbound->unassigned();
+    rx_.inbound->abandon();
+    rx_.staged = false;
+  }
   rx_.pin = {};
-  rx_.sink_count = 0;  // the staged payload's device region may go with the pin: it is discarded
   if (rx_.phase != Receive::Phase::Payload) return;
   // A failed connection that still drains (a NAK lingering) reads the rest of this payload into scratch.
-  std::uint64_t left = 0;
   for (std::uint32_t i = rx_.iov_next; i < rx_.iov_count; ++i) left += rx_.iov[i].iov_len;
   rx_.then = Receive::Then::Nothing;
   rx_.discard_left = left;

@@ -27,6 +27,7 @@
 #include <memory>
 #include <mutex>
 
+#include "core/device_inbound.hpp"
 #include "core/fd.hpp"
 #include "core/rc_state.hpp"
 #include "core/registration_table.hpp"
@@ -164,11 +165,11 @@ class TcpConnection final : public detail::ConnectionProvider,
     Status nak_status = Status::Success;
     Status recv_status = Status::Success;  // Nak: the consumed receive completes with this
     bool has_recv = false;
-    // The staged path: a payload bound for device memory lands in `staging` first, and finish_payload()
-    // copies it to `sink` (the iovecs it was bound for) through the CUDA runtime before it acknowledges.
-    std::vector<std::byte> staging;
-    std::array<iovec, kMaxSge> sink{};
-    std::uint32_t sink_count = 0;  // 0: the payload lands in place
+    // The staged path: a payload bound for device memory arrives chunk by chunk in the inbound ring's
+    // pinned slots, each copied to the device while the next fills; finish_payload() waits for the last
+    // copies before it acknowledges (core/device_inbound.hpp).
+    std::unique_ptr<detail::DeviceInbound> inbound;  // made at the connection's first such payload
+    bool staged = false;                             // the payload in progress goes through `inbound`
   };
 
   // ---- initiator.cpp: our requests, from post to completion (mutex_ held where _locked; the response
@@ -217,9 +218,12 @@ class TcpConnection final : public detail::ConnectionProvider,
   bool mid_frame() const noexcept;
   void dispatch_header();
   void start_payload(const iovec* iov, std::uint32_t count);
-  // start_payload, through rx_.staging when `device` (some of the iovecs are device memory).
+  // start_payload, through rx_.inbound's chunks when `device` (some of the iovecs are device memory).
   void start_payload_staged(const iovec* iov, std::uint32_t count, bool device);
-  // Copies a staged payload to where it was bound (none: nothing to do). Before the pin goes.
+  // The current part of the payload is in: the next chunk of a staged payload, else finish_payload().
+  void payload_part_done();
+  void start_next_chunk();
+  // Waits until a staged payload is in device memory (none: nothing to do). Before the pin goes.
   Result<void> land_staged();
   void start_discard(std::uint64_t bytes);
   // ---- connection.cpp: failure and stall clocks (with the public lifecycle calls above)

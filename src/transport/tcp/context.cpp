@@ -32,6 +32,8 @@ TcpContext::TcpContext(Config config, TcpOptions options, std::unique_ptr<Engine
     : ContextProvider(std::move(config)),
       options_(options),
       table_(std::make_shared<RegistrationTable>()),
+      device_slots_(std::make_shared<detail::PinnedSlotPool>(detail::PinnedSlotPool::Options{
+          .chunk = options.device_chunk, .depth = options.device_ring_depth})),
       engine_(std::move(engine)) {}
 
 TcpContext::~TcpContext() {

@@ -6,6 +6,7 @@
 #include <mutex>
 #include <unordered_set>
 
+#include "core/device_inbound.hpp"
 #include "core/registration_table.hpp"
 #include "transport/provider.hpp"
 #include "transport/tcp/engine.hpp"
@@ -33,6 +34,8 @@ class TcpContext final : public detail::ContextProvider {
 
   RegistrationTable& table() noexcept { return *table_; }
   Engine& engine() noexcept { return *engine_; }
+  // The pinned slots through which connections receive payloads bound for device memory.
+  const std::shared_ptr<detail::PinnedSlotPool>& device_slots() const noexcept { return device_slots_; }
   // Connection numbers are 24 bits (they go into operation ids): after a wrap-around the counter skips the
   // numbers of live connections, so a number never names two connections at once.
   std::uint32_t acquire_connection_number();
@@ -48,6 +51,7 @@ class TcpContext final : public detail::ContextProvider {
   std::mutex numbers_mutex_;
   std::uint64_t next_connection_ = 1;               // guarded by numbers_mutex_
   std::unordered_set<std::uint32_t> live_numbers_;  // guarded by numbers_mutex_
+  std::shared_ptr<detail::PinnedSlotPool> device_slots_;
   std::unique_ptr<Engine> engine_;
 };
 

@@ -8,9 +8,9 @@
 #include <cerrno>
 #include <cstring>
 
-#include "core/staged_copy.hpp"
 #include "core/tsan.hpp"
 #include "transport/tcp/connection.hpp"
+#include "transport/tcp/context.hpp"
 
 namespace rdmakit::tcp {
 namespace {
@@ -244,7 +244,7 @@ bool TcpConnection::read_socket() {
       std::size_t payload = advance_payload(got);
       ahead_.begin = 0;
       ahead_.end = got - payload;  // what landed in the buffer behind the payload
-      if (rx_.iov_next == rx_.iov_count) finish_payload();
+      if (rx_.iov_next == rx_.iov_count) payload_part_done();
       break;
     }
     case Receive::Phase::Discard:
@@ -298,7 +298,7 @@ void TcpConnection::take_ahead() {
         advance_payload(take);
       }
       ahead_.begin += done;
-      if (rx_.iov_next == rx_.iov_count) finish_payload();
+      if (rx_.iov_next == rx_.iov_count) payload_part_done();
       break;
     }
     case Receive::Phase::Discard: {
@@ -336,34 +336,36 @@ void TcpConnection::start_payload(const iovec* iov, std::uint32_t count) {
 }
 
 void TcpConnection::start_payload_staged(const iovec* iov, std::uint32_t count, bool device) {
-  rx_.sink_count = 0;
+  rx_.staged = false;
   if (!device || count == 0) return start_payload(iov, count);
-  std::size_t total = 0;
-  for (std::uint32_t i = 0; i < count; ++i) total += iov[i].iov_len;
-  std::copy(iov, iov + count, rx_.sink.begin());
-  rx_.sink_count = count;
-  rx_.staging.resize(total);
-  iovec staging{rx_.staging.data(), total};
-  start_payload(&staging, 1);
+  if (!rx_.inbound) rx_.inbound = std::make_unique<detail::DeviceInbound>(context_->device_slots());
+  rx_.inbound->begin({iov, count}, "tcp: staged payload to device memory");
+  rx_.staged = true;
+  start_next_chunk();
+}
+
+void TcpConnection::start_next_chunk() {
+  if (rx_.inbound->unassigned() == 0) return start_payload(nullptr, 0);  // an empty payload
+  iovec chunk = rx_.inbound->next_chunk();
+  start_payload(&chunk, 1);
+}
+
+void TcpConnection::payload_part_done() {
+  if (rx_.staged) {
+    rx_.inbound->chunk_filled();
+    if (rx_.inbound->unassigned() > 0) return start_next_chunk();
+  }
+  finish_payload();
 }
 
 Result<void> TcpConnection::land_staged() {
-  if (rx_.sink_count == 0) return {};
-  const std::byte* from = rx_.staging.data();
-  Result<void> landed;
-  for (std::uint32_t i = 0; i < rx_.sink_count && landed; ++i) {
-    landed = detail::staged_copy(rx_.sink[i].iov_base, from, rx_.sink[i].iov_len,
-                                 "tcp: staged payload to device memory");
-    from += rx_.sink[i].iov_len;
-  }
-  rx_.sink_count = 0;
-  // A large staging buffer is not kept between payloads (each connection would hold its largest message).
-  if (rx_.staging.capacity() > (std::size_t{4} << 20)) rx_.staging = {};
-  return landed;
+  if (!rx_.staged) return {};
+  rx_.staged = false;
+  return rx_.inbound->finish();
 }
 
 void TcpConnection::start_discard(std::uint64_t bytes) {
-  rx_.sink_count = 0;
+  rx_.staged = false;
   rx_.discard_left = bytes;
   rx_.phase = Receive::Phase::Discard;
   if (bytes == 0) finish_payload();
