@@ -21,10 +21,14 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <fstream>
+#include <memory>
+#include <mutex>
 #include <random>
 #include <string>
 #include <thread>
@@ -112,16 +116,42 @@ int reader(const Args& a, const std::string& url) {
   std::size_t next_block = 0;
   std::vector<std::shared_ptr<Batch>> slots(a.iodepth);
   std::vector<std::uint64_t> offsets(a.iodepth);
+  // Whichever READ finishes first is replaced first, as fio reaps any completion: waiting for the oldest
+  // would leave the slots behind a slow read idle and run at a lower queue depth than fio.
+  // Shared with the callbacks, which may run on the engine's threads after their batch says done().
+  struct Finished {
+    std::mutex mutex;
+    std::condition_variable cv;
+    std::deque<std::size_t> slots;
+  };
+  auto finished = std::make_shared<Finished>();
   auto submit = [&](std::size_t i) {
     offsets[i] = blocks[next_block++ % blocks.size()] * a.bs;
     std::vector<Request> one{{Op::Read, memory + i * a.bs, handle, offsets[i], a.bs}};
-    slots[i] = must(engine->submit(one), "submit");
+    slots[i] = must(engine->submit(one,
+                                   [finished, i](Batch&) {
+                                     std::lock_guard lock(finished->mutex);
+                                     finished->slots.push_back(i);
+                                     finished->cv.notify_one();
+                                   }),
+                    "submit");
+  };
+  auto next_finished = [&] {
+    std::unique_lock lock(finished->mutex);
+    if (!finished->cv.wait_for(lock, 60s, [&] { return !finished->slots.empty(); })) {
+      std::fprintf(stderr, "file_read: no READ finished in 60 s\n");
+      std::exit(1);
+    }
+    std::size_t i = finished->slots.front();
+    finished->slots.pop_front();
+    return i;
   };
   for (std::size_t i = 0; i < a.iodepth; ++i) submit(i);
   std::uint64_t done = 0;
   auto start = std::chrono::steady_clock::now();
   auto end = start + std::chrono::duration<double>(a.seconds);
-  for (std::size_t i = 0;; i = (i + 1) % a.iodepth) {
+  while (true) {
+    const std::size_t i = next_finished();
     must(slots[i]->wait(60s), "wait");
     must(*slots[i]->status(0), "READ");
     if (!a.memory && slots[i]->paths().file_requests_local != (a.local ? 1u : 0u))

@@ -47,8 +47,7 @@ Result<std::unique_ptr<PinnedSlotPool::Slot>> PinnedSlotPool::acquire() {
     }
   }
   auto slot = std::make_unique<Slot>();
-  void* memory =
-      ::mmap(nullptr, options_.chunk, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  void* memory = ::mmap(nullptr, options_.chunk, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (memory == MAP_FAILED)
     return fail_errno("device staging: mmap of a " + std::to_string(options_.chunk) + "-byte slot", errno);
   slot->data = static_cast<std::byte*>(memory);

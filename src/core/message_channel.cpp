@@ -29,6 +29,8 @@ Result<void> check_spec(const FrameSpec& spec, const ChannelOptions& options) {
     return fail(Errc::InvalidArgument, prefix(spec) + "a frame spec without types or over 4 KiB");
   if (options.receives == 0 || options.receives > kMaxReceives)
     return fail(Errc::InvalidArgument, prefix(spec) + "1.." + std::to_string(kMaxReceives) + " receives");
+  if (options.sends == 0 || options.sends > kMaxReceives)
+    return fail(Errc::InvalidArgument, prefix(spec) + "1.." + std::to_string(kMaxReceives) + " sends");
   return {};
 }
 
@@ -126,13 +128,13 @@ MessageChannel::MessageChannel(Connection& connection, std::shared_ptr<Connectio
       spec_(&spec),
       options_(options),
       region_(std::move(region)),
-      extra_offset_((buffers() + 1) * spec.max_frame()),
+      extra_offset_((buffers() + options.sends) * spec.max_frame()),
       ids_(buffers()) {}
 
 Result<MessageChannel> MessageChannel::open(Context& context, Connection& connection, const FrameSpec& spec,
                                             const ChannelOptions& options) {
   if (auto ok = check_spec(spec, options); !ok) return std::unexpected(ok.error());
-  const std::size_t bytes = (options.receives + 2) * spec.max_frame() + options.extra;
+  const std::size_t bytes = (options.receives + 1 + options.sends) * spec.max_frame() + options.extra;
   auto region = context.allocate(bytes, Access::LocalWrite);
   if (!region) return std::unexpected(region.error());
   return MessageChannel(connection, nullptr, spec, options, std::move(*region));
@@ -155,7 +157,8 @@ MessageChannel::MessageChannel(MessageChannel&& other) noexcept
       posted_(other.posted_),
       taken_(other.taken_),
       ids_(std::move(other.ids_)),
-      pending_send_(other.pending_send_),
+      pending_sends_(std::move(other.pending_sends_)),
+      sent_(other.sent_),
       failure_(std::move(other.failure_)),
       repost_failed_(other.repost_failed_),
       released_(other.released_) {}
@@ -287,11 +290,11 @@ Result<std::optional<Frame>> MessageChannel::try_receive() {
 }
 
 Result<void> MessageChannel::reap_send(std::chrono::nanoseconds timeout) {
-  if (!pending_send_) return {};
-  auto done = connection_->wait(*pending_send_, timeout);
+  if (pending_sends_.empty()) return {};
+  auto done = connection_->wait(pending_sends_.front(), timeout);
   if (!done && done.error().code() == Errc::Timeout)  // still in flight: the next post waits for it again
     return fail(Errc::Timeout, prefix(*spec_) + "a message not delivered within " + milliseconds(timeout));
-  pending_send_.reset();
+  pending_sends_.pop_front();
   if (!done)
     return std::unexpected(
         sticky(Error(done.error().code(), prefix(*spec_) + "sending: " + done.error().message())));
@@ -299,10 +302,17 @@ Result<void> MessageChannel::reap_send(std::chrono::nanoseconds timeout) {
   return {};
 }
 
+Result<void> MessageChannel::reap_sends(std::chrono::nanoseconds timeout) {
+  while (!pending_sends_.empty())
+    if (auto ok = reap_send(timeout); !ok) return ok;
+  return {};
+}
+
 Result<void> MessageChannel::post(std::uint8_t type, std::span<const std::byte> payload) {
   if (failure_) return std::unexpected(*failure_);
-  if (auto ok = reap_send(options_.send_timeout); !ok) return ok;
-  const std::size_t offset = buffers() * spec_->max_frame();
+  if (pending_sends_.size() >= options_.sends)
+    if (auto ok = reap_send(options_.send_timeout); !ok) return ok;
+  const std::size_t offset = sends_offset() + (sent_ % options_.sends) * spec_->max_frame();
   auto out = std::span(static_cast<std::byte*>(region_->data()) + offset, spec_->max_frame());
   auto size = encode_frame(*spec_, type, payload, out);
   if (!size) return std::unexpected(size.error());
@@ -310,14 +320,15 @@ Result<void> MessageChannel::post(std::uint8_t type, std::span<const std::byte> 
   if (!id)
     return std::unexpected(
         sticky(Error(Errc::ConnectionBroken, prefix(*spec_) + "sending: " + id.error().message())));
-  pending_send_ = *id;
+  pending_sends_.push_back(*id);
+  ++sent_;
   return {};
 }
 
 Result<void> MessageChannel::send(std::uint8_t type, std::span<const std::byte> payload,
                                   std::chrono::nanoseconds timeout) {
   if (auto ok = post(type, payload); !ok) return ok;
-  return reap_send(timeout);
+  return reap_sends(timeout);
 }
 
 Result<void> MessageChannel::send(std::uint8_t type, std::span<const std::byte> payload) {
@@ -327,7 +338,7 @@ Result<void> MessageChannel::send(std::uint8_t type, std::span<const std::byte> 
 Result<void> MessageChannel::release() {
   if (posted() > 0)
     return fail(Errc::InvalidArgument, prefix(*spec_) + std::to_string(posted()) + " receives still posted");
-  if (auto ok = reap_send(options_.send_timeout); !ok) return ok;
+  if (auto ok = reap_sends(options_.send_timeout); !ok) return ok;
   released_ = true;
   return {};
 }

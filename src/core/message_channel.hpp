@@ -20,6 +20,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <deque>
 #include <memory>
 #include <optional>
 #include <span>
@@ -126,6 +127,10 @@ struct ChannelOptions {
   // (WaitMode::Block) whatever the queue's own wait mode, leaving the CPU to whoever runs beside.
   bool owns_recv_queue = false;
   std::chrono::milliseconds send_timeout{30000};  // for a send's completion
+  // Sends that may be in flight at once (each has its buffer): post() waits for the oldest only when all
+  // are. One for a request-reply protocol; a server answering a window of requests takes the window, so
+  // its answers are not spaced by the peer's acknowledgements.
+  std::uint32_t sends = 1;
 };
 
 class MessageChannel {
@@ -160,7 +165,8 @@ class MessageChannel {
   // Sends one message and waits for its completion (options.send_timeout, or `timeout`).
   Result<void> send(std::uint8_t type, std::span<const std::byte> payload);
   Result<void> send(std::uint8_t type, std::span<const std::byte> payload, std::chrono::nanoseconds timeout);
-  // Posts it and returns; the previous post's completion is reaped first (waiting up to send_timeout).
+  // Posts it and returns; when options.sends posts are in flight, the oldest one's completion is reaped
+  // first (waiting up to send_timeout).
   Result<void> post(std::uint8_t type, std::span<const std::byte> payload);
 
   // The protocol is done and every receive completed: the connection stays open when the channel goes.
@@ -181,7 +187,10 @@ class MessageChannel {
   Result<void> post_receive();
   Result<Completion> wait_receive(std::chrono::nanoseconds timeout);
   Result<Frame> take(const Completion& completion);
+  // The oldest send in flight, if any, completed within `timeout`.
   Result<void> reap_send(std::chrono::nanoseconds timeout);
+  Result<void> reap_sends(std::chrono::nanoseconds timeout);  // every one
+  std::size_t sends_offset() const noexcept { return buffers() * spec_->max_frame(); }
   Error sticky(Error error);
   Error broken(const Completion& completion, std::string_view what);
 
@@ -189,13 +198,15 @@ class MessageChannel {
   std::shared_ptr<Connection> owned_;
   const FrameSpec* spec_;
   ChannelOptions options_;
-  std::shared_ptr<MemoryRegion> region_;  // receives+1 receive buffers, one send buffer, then extra
+  std::shared_ptr<MemoryRegion> region_;  // receives+1 receive buffers, `sends` send buffers, then extra
   std::size_t extra_offset_ = 0;
   // Receives numbered in posting order; receive k lands in buffer k % buffers(). With one buffer more than
   // may be posted, reposting after taking message k never reuses the buffer message k is read from.
   std::uint64_t posted_ = 0, taken_ = 0;
   std::vector<std::uint64_t> ids_;  // receive k's id at k % buffers()
-  std::optional<std::uint64_t> pending_send_;
+  // Sends in flight, oldest first (they complete in post order); send k used buffer k % options_.sends.
+  std::deque<std::uint64_t> pending_sends_;
+  std::uint64_t sent_ = 0;
   std::optional<Error> failure_;
   bool repost_failed_ = false;
   bool released_ = false;

@@ -153,6 +153,40 @@ TEST(MessageChannel, CarriesMessagesBothWaysAndKeepsAReceivePosted) {
   EXPECT_TRUE(answer->payload.empty());
 }
 
+// A window of sends in flight: posts never wait while fewer than `sends` are unacknowledged (a server's
+// answers are not spaced by its peer's acknowledgements), and each keeps its own buffer, so every message
+// arrives whole and in order.
+TEST(MessageChannel, AWindowOfSendsLeavesWithoutWaitingAndArrivesInOrder) {
+  Link link;
+  constexpr std::uint32_t kWindow = 16;
+  auto theirs = link.remote({.receives = kWindow, .keep_posted = true});
+  ASSERT_TRUE(theirs.expect(kWindow));
+  auto mine = link.channel({.send_timeout = 0ms, .sends = kWindow});
+  for (std::uint32_t round = 0; round < 3; ++round) {
+    for (std::uint32_t i = 0; i < kWindow; ++i) {
+      auto posted = mine.post(1, bytes_of("message " + std::to_string(round * kWindow + i)));
+      ASSERT_TRUE(posted) << "post " << i << " of a window of " << kWindow << ": "
+                          << posted.error().describe();
+    }
+    for (std::uint32_t i = 0; i < kWindow; ++i) {
+      auto got = theirs.receive(1, 2s);
+      ASSERT_TRUE(got) << got.error().describe();
+      EXPECT_EQ(text(*got), "message " + std::to_string(round * kWindow + i));
+    }
+    // Every send of the window completed before the next window reuses the buffers.
+    while (true) {
+      auto posted = mine.post(1, bytes_of("drain"));
+      if (posted) break;
+      ASSERT_EQ(posted.error().code(), Errc::Timeout) << posted.error().describe();
+    }
+    auto drain = theirs.receive(1, 2s);
+    ASSERT_TRUE(drain && text(*drain) == "drain");
+  }
+  auto bad = MessageChannel::open(*link.near, link.mine, kSpec, {.sends = 0});
+  ASSERT_FALSE(bad);
+  EXPECT_EQ(bad.error().code(), Errc::InvalidArgument);
+}
+
 TEST(MessageChannel, ATimeoutIsReportedAndNotSticky) {
   Link link;
   auto mine = link.channel();

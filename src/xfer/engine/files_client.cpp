@@ -289,7 +289,9 @@ Result<std::unique_ptr<MessageChannel>> EngineImpl::open_file_channel(Rail& rail
                                       {.receives = kFileWindow,
                                        .keep_posted = true,
                                        .owns_recv_queue = true,
-                                       .send_timeout = options_.peer_timeout});
+                                       .send_timeout = options_.peer_timeout,
+                                       // A window of requests leaves at once, not one per acknowledgement.
+                                       .sends = kFileWindow});
   if (!channel) return std::unexpected(channel.error());
   if (auto posted = channel->expect(kFileWindow); !posted) return std::unexpected(posted.error());
   return std::make_unique<MessageChannel>(std::move(*channel));
