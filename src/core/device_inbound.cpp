@@ -1,7 +1,5 @@
 #include "core/device_inbound.hpp"
 
-#include <sys/mman.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -15,69 +13,7 @@ namespace {
 
 constexpr std::size_t kSmallestChunk = std::size_t{64} << 10;
 
-// The runtime is loaded by then (a device region was registered) and never unloaded.
-const cuda::Runtime* runtime_or_null() {
-  auto rt = cuda::Runtime::get();
-  return rt ? *rt : nullptr;
-}
-
 }  // namespace
-
-PinnedSlotPool::Slot::~Slot() {
-  const cuda::Runtime* rt = (pinned || event) ? runtime_or_null() : nullptr;
-  if (rt && event) rt->event_destroy(event);
-  if (rt && pinned) rt->host_unregister(data);
-  if (data) ::munmap(data, size);
-}
-
-PinnedSlotPool::~PinnedSlotPool() {
-  free_.clear();
-  if (streams_.empty()) return;
-  if (const cuda::Runtime* rt = runtime_or_null())
-    for (auto& [device, stream] : streams_) rt->stream_destroy(stream);
-}
-
-Result<std::unique_ptr<PinnedSlotPool::Slot>> PinnedSlotPool::acquire() {
-  {
-    std::lock_guard lock(mutex_);
-    if (!free_.empty()) {
-      auto slot = std::move(free_.back());
-      free_.pop_back();
-      return slot;
-    }
-  }
-  auto slot = std::make_unique<Slot>();
-  void* memory = ::mmap(nullptr, options_.chunk, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (memory == MAP_FAILED)
-    return fail_errno("device staging: mmap of a " + std::to_string(options_.chunk) + "-byte slot", errno);
-  slot->data = static_cast<std::byte*>(memory);
-  slot->size = options_.chunk;
-  if (const cuda::Runtime* rt = runtime_or_null(); rt && rt->host_register)
-    slot->pinned = rt->host_register(memory, options_.chunk, cuda::kHostRegisterDefault) == cuda::kSuccess;
-  return slot;
-}
-
-void PinnedSlotPool::release(std::unique_ptr<Slot> slot) {
-  if (!slot) return;  // DeviceInbound::finish() waited for its copy
-  std::lock_guard lock(mutex_);
-  if (free_.size() < options_.cached_slots) free_.push_back(std::move(slot));
-}
-
-Result<cuda::Stream> PinnedSlotPool::stream(int device) {
-  std::lock_guard lock(mutex_);
-  if (auto it = streams_.find(device); it != streams_.end()) return it->second;
-  auto rt = cuda::Runtime::get();
-  if (!rt) return std::unexpected(rt.error());
-  cuda::Stream stream = nullptr;
-  auto made = cuda::on_device(**rt, device, [&]() -> Result<void> {
-    if (auto e = (*rt)->stream_create_with_flags(&stream, cuda::kStreamNonBlocking); e != cuda::kSuccess)
-      return fail(Errc::Unavailable, "device staging: " + (*rt)->describe("cudaStreamCreateWithFlags", e));
-    return {};
-  });
-  if (!made) return std::unexpected(made.error());
-  streams_[device] = stream;
-  return stream;
-}
 
 void DeviceInbound::begin(std::span<const iovec> sink, const char* what) {
   what_ = what;
@@ -85,7 +21,7 @@ void DeviceInbound::begin(std::span<const iovec> sink, const char* what) {
   targets_.clear();
   target_ = target_offset_ = 0;
   unassigned_ = 0;
-  const cuda::Runtime* rt = runtime_or_null();
+  const cuda::Runtime* rt = staging_runtime();
   for (const iovec& part : sink) {
     if (part.iov_len == 0) continue;
     int device = -1;
@@ -109,7 +45,7 @@ void DeviceInbound::record(Result<void> step) {
 Result<void> DeviceInbound::wait_for(PinnedSlotPool::Slot& slot) {
   if (!slot.copy_pending) return {};
   slot.copy_pending = false;
-  const cuda::Runtime* rt = runtime_or_null();
+  const cuda::Runtime* rt = staging_runtime();
   if (!rt) return fail(Errc::Unavailable, std::string(what_) + ": the CUDA runtime went away");
   if (auto e = rt->event_synchronize(slot.event); e != cuda::kSuccess)
     return fail(Errc::TransportFailure, std::string(what_) + ": " + rt->describe("cudaEventSynchronize", e));
@@ -146,7 +82,7 @@ void DeviceInbound::chunk_filled() {
 
 // The chunk's bytes -> the sink, from where the last chunk stopped; then the slot's event behind them.
 Result<void> DeviceInbound::queue_copy(PinnedSlotPool::Slot& slot, std::size_t bytes) {
-  const cuda::Runtime* rt = runtime_or_null();
+  const cuda::Runtime* rt = staging_runtime();
   if (!rt) return fail(Errc::Unavailable, std::string(what_) + ": the CUDA runtime went away");
   auto fail_call = [&](const char* call, cuda::Error e) {
     return fail(Errc::TransportFailure, std::string(what_) + ": " + rt->describe(call, e));

@@ -14,56 +14,15 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <map>
 #include <memory>
-#include <mutex>
 #include <span>
 #include <vector>
 
+#include "core/pinned_pool.hpp"
 #include "cuda/api.hpp"
 #include "rdmakit/error.hpp"
 
 namespace rdmakit::detail {
-
-// Pinned host slots of `chunk` bytes and one stream per device, shared by a context's connections. Slots are
-// made when needed and up to `cached_slots` are kept for reuse (pinning is what costs, not the memory).
-class PinnedSlotPool {
- public:
-  struct Options {
-    std::size_t chunk = std::size_t{4} << 20;
-    std::uint32_t depth = 2;  // slots one payload keeps in flight
-    std::uint32_t cached_slots = 8;
-  };
-  // Host memory (cudaHostRegister'ed where the runtime allows: then the copy is a DMA, not a copy through
-  // the driver's own staging) and the event behind its last copy.
-  struct Slot {
-    std::byte* data = nullptr;
-    std::size_t size = 0;
-    bool pinned = false;
-    cuda::Event event = nullptr;  // recorded on the stream of `event_device`
-    int event_device = -1;
-    bool copy_pending = false;  // `event` was recorded behind a copy from this slot that may still run
-    ~Slot();
-  };
-
-  explicit PinnedSlotPool(Options options) : options_(options) {}
-  ~PinnedSlotPool();
-  PinnedSlotPool(const PinnedSlotPool&) = delete;
-  PinnedSlotPool& operator=(const PinnedSlotPool&) = delete;
-
-  const Options& options() const noexcept { return options_; }
-  // A slot with no copy pending. Fails only when host memory cannot be mapped.
-  Result<std::unique_ptr<Slot>> acquire();
-  void release(std::unique_ptr<Slot> slot);
-  // The library's non-blocking stream on `device` (made on first use).
-  Result<cuda::Stream> stream(int device);
-
- private:
-  Options options_;
-  std::mutex mutex_;
-  std::vector<std::unique_ptr<Slot>> free_;  // guarded by mutex_
-  std::map<int, cuda::Stream> streams_;      // guarded by mutex_
-};
 
 // One connection's receiving side of the staged path: used by the thread that reads the connection, one
 // payload at a time.

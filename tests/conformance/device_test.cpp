@@ -327,11 +327,12 @@ TEST_P(DeviceConformance, VerbsStagedCopiesArePinnedChunkedAndFailuresReachTheCa
 }
 
 // tcp (and fault:tcp over it): a payload bound for device memory is received chunk by chunk through the
-// context's pinned slots, each copied with cudaMemcpyAsync while the next fills. The fake runs a queued copy
-// only when its event or stream is waited for, so a slot refilled before its copy ran would deliver the
-// later chunk's bytes: every byte checked, over 16 chunks through 2 slots. A copy that fails mid-payload
-// fails that WRITE or READ (not the bytes of the next message), and the connection is torn down as for any
-// remote error.
+// context's pinned slots, each copied with cudaMemcpyAsync while the next fills; one whose source is device
+// memory is copied out into a pinned buffer with asynchronous copies before it is sent. The fake runs a
+// queued copy only when its event or stream is waited for, so a slot refilled before its copy ran would
+// deliver the later chunk's bytes: every byte checked, over 16 chunks through 2 slots. A copy that fails
+// mid-payload fails that WRITE or READ (not the bytes of the next message), and the connection is torn down
+// as for any remote error.
 TEST_P(DeviceConformance, TcpStagedPayloadsArePipelinedThroughPinnedChunks) {
   if (GetParam() != "tcp" && GetParam() != "fault:tcp") GTEST_SKIP() << "the tcp receive ring";
   ASSERT_TRUE(fake().stats && fake().fail);
@@ -361,12 +362,19 @@ TEST_P(DeviceConformance, TcpStagedPayloadsArePipelinedThroughPinnedChunks) {
                                                            target->descriptor().at(0)));
     ASSERT_EQ(wait(*client_.connection, read).status, Status::Success);
     ASSERT_EQ(find_pattern_mismatch(bytes(*sink), kSize, seed), kSize) << "the READ's response";
+    // And back from device memory to device memory: the WRITE's source is staged out too.
+    std::memset(bytes(*target), 0, kSize);
+    auto back = RDMAKIT_ASSERT_OK(client_.connection->write(sink->slice(0, static_cast<std::uint32_t>(kSize)),
+                                                            target->descriptor().at(0)));
+    ASSERT_EQ(wait(*client_.connection, back).status, Status::Success);
+    ASSERT_EQ(find_pattern_mismatch(bytes(*target), kSize, seed), kSize) << "the WRITE from device memory";
     fake().stats(&after);
-    // The WRITE lands in 17 copies; the READ's response leaves the server through one copy out of device
-    // memory and lands in 17 more.
-    EXPECT_GE(after.copies - before.copies, 34) << "not copied chunk by chunk";
-    EXPECT_EQ(after.copies_unpinned, before.copies_unpinned) << "a receive slot is not pinned";
+    // The WRITE lands in 17 copies; the READ's response leaves the server through copies out of device
+    // memory into a pinned buffer and lands in 17 more; the device-to-device WRITE takes both ways again.
+    EXPECT_GE(after.copies - before.copies, 3 * 17 + 2) << "not copied chunk by chunk";
+    EXPECT_EQ(after.copies_unpinned, before.copies_unpinned) << "a staging buffer is not pinned";
     EXPECT_EQ(after.copies_default_stream, before.copies_default_stream) << "copies on the legacy stream";
+    EXPECT_EQ(after.sync_copies, before.sync_copies) << "a synchronous cudaMemcpy on the staged path";
   }
 
   // The third chunk's copy fails: the WRITE fails, naming nothing of the bytes after it, and no byte of a

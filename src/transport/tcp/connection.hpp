@@ -28,6 +28,7 @@
 #include <mutex>
 
 #include "core/device_inbound.hpp"
+#include "core/device_outbound.hpp"
 #include "core/fd.hpp"
 #include "core/rc_state.hpp"
 #include "core/registration_table.hpp"
@@ -132,9 +133,9 @@ class TcpConnection final : public detail::ConnectionProvider,
     std::uint32_t iov_count = 0;
     std::uint32_t iov_next = 0;  // first iovec not completely sent
     RegistrationTable::Pin pin;  // READ responses: keeps the source region registered until sent
-    // The staged path: the payload, copied out of device memory, when its source is device memory (the
-    // iovecs point into it). Released with the pin once sent.
-    std::vector<std::byte> staging;
+    // The staged path: the payload, copied out of device memory into a pinned buffer, when its source is
+    // device memory (the iovecs point into it). Back in the pool once sent.
+    detail::PinnedBytes staging;
 
     // The unsent rest of part i (i >= iov_next).
     iovec part(std::uint32_t i) {
@@ -196,7 +197,7 @@ class TcpConnection final : public detail::ConnectionProvider,
   void finish_payload();
   void send_response_locked(const FrameHeader& request, FrameType type, std::uint64_t value,
                             std::uint32_t length, const iovec* payload, RegistrationTable::Pin pin,
-                            std::vector<std::byte> staging = {});
+                            detail::PinnedBytes staging = {});
   // An atomic on a word of device memory: read, modify and write back through the CUDA runtime.
   Result<std::uint64_t> device_atomic(const FrameHeader& request);
   void send_nak_locked(const FrameHeader& request, Status status);

@@ -8,6 +8,7 @@
 #include "core/rc_state.hpp"
 #include "core/staged_copy.hpp"
 #include "transport/tcp/connection.hpp"
+#include "transport/tcp/context.hpp"
 
 namespace rdmakit::tcp {
 namespace {
@@ -66,22 +67,21 @@ void TcpConnection::enqueue_locked(const WorkRequest& request, std::uint64_t id)
     on_device = on_device || device;
   }
   if (queued_failure) local_error = Status::Flushed;  // behind an op that failed at post
-  // The staged path: a WRITE's or SEND's source in device memory is copied out now, and the frame leaves
-  // from that copy (the CPU never reads device memory).
-  std::vector<std::byte> staging;
+  // The staged path: a WRITE's or SEND's source in device memory is copied out now into a pinned buffer,
+  // and the frame leaves from that copy (the CPU never reads device memory).
+  detail::PinnedBytes staging;
   if (local_error == Status::Success && on_device && !writes_locally(request.opcode)) {
-    staging.resize(bytes);
-    std::size_t at = 0;
-    for (const Segment& segment : request.local) {
-      auto copied =
-          detail::staged_copy(staging.data() + at, reinterpret_cast<const void*>(segment.addr),
-                              segment.length, "tcp: the source of a WRITE or SEND in device memory");
-      if (!copied) {
-        log::warn("tcp", copied.error().message());
-        local_error = Status::LocalProtection;
-        break;
-      }
-      at += segment.length;
+    std::array<iovec, kMaxSge> sources{};
+    std::size_t count = 0;
+    for (const Segment& segment : request.local)
+      sources[count++] = iovec{reinterpret_cast<void*>(segment.addr), segment.length};
+    auto copied = detail::stage_from_device(context_->device_slots(), std::span(sources.data(), count),
+                                            "tcp: the source of a WRITE or SEND in device memory");
+    if (copied) {
+      staging = std::move(*copied);
+    } else {
+      log::warn("tcp", copied.error().message());
+      local_error = Status::LocalProtection;
     }
   }
   if (local_error != Status::Success) {

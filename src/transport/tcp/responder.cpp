@@ -8,6 +8,7 @@
 #include "core/rc_state.hpp"
 #include "core/staged_copy.hpp"
 #include "transport/tcp/connection.hpp"
+#include "transport/tcp/context.hpp"
 
 namespace rdmakit::tcp {
 
@@ -130,17 +131,17 @@ void TcpConnection::execute_read() {
   iovec source{reinterpret_cast<void*>(h.addr), h.length};
   if (!pin.device())
     return send_response_locked(h, FrameType::ReadResponse, 0, h.length, &source, std::move(pin));
-  // The staged path: the bytes leave from host memory, copied out of the device region while it is pinned.
-  std::vector<std::byte> staging(h.length);
-  if (auto copied =
-          detail::staged_copy(staging.data(), source.iov_base, h.length, "tcp: READ of device memory");
-      !copied) {
+  // The staged path: the bytes leave from pinned host memory, copied out of the device region while it is
+  // pinned.
+  auto staging = detail::stage_from_device(context_->device_slots(), std::span(&source, 1),
+                                           "tcp: READ of device memory");
+  if (!staging) {
     send_nak_locked(h, Status::RemoteOperation);
-    fail_locked(Status::Flushed, copied.error(), true);
+    fail_locked(Status::Flushed, staging.error(), true);
     return;
   }
-  source.iov_base = staging.data();
-  send_response_locked(h, FrameType::ReadResponse, 0, h.length, &source, std::move(pin), std::move(staging));
+  source.iov_base = staging->data();
+  send_response_locked(h, FrameType::ReadResponse, 0, h.length, &source, std::move(pin), std::move(*staging));
 }
 
 Result<std::uint64_t> TcpConnection::device_atomic(const FrameHeader& h) {
@@ -246,7 +247,7 @@ void TcpConnection::finish_payload() {
 
 void TcpConnection::send_response_locked(const FrameHeader& request, FrameType type, std::uint64_t value,
                                          std::uint32_t length, const iovec* payload,
-                                         RegistrationTable::Pin pin, std::vector<std::byte> staging) {
+                                         RegistrationTable::Pin pin, detail::PinnedBytes staging) {
   if (type != FrameType::Ack) flush_ack_locked();  // responses leave in request order
   ++responses_queued_;
   OutFrame& frame = out_.emplace_back();

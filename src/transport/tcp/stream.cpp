@@ -64,7 +64,7 @@ void TcpConnection::flush_locked() {
       if (frame.iov_next == frame.iov_count) {
         if (is_response(frame.header.type)) --responses_queued_;
         frame.pin = {};  // the ring keeps the slot: unpin the source now
-        if (!frame.staging.empty()) frame.staging = {};
+        if (!frame.staging.empty()) frame.staging.reset();
         out_.pop_front();
       }
     }
