@@ -16,9 +16,11 @@
 // the next batch submitted before the current one is checked (two batches in flight, double buffered).
 // Every sample is checked (its first word, its checksum); it prints samples/s, then WRITEs its result into
 // the storage node's "dataset-control" segment with a notification, so the storage node knows it finished.
-// --gpu is not offered by this example (it checks every sample with the CPU in its pinned buffer, then a
-// real loader copies the batch to the device); the engine itself READs file segments into device memory
-// too (docs/xfer.md, "File segments").
+// --gpu: the batches land in device memory (cudaMalloc'ed, registered with MemoryKind::Cuda): the storage
+// node pushes each sample straight into it where the transport reaches device memory (verbs with
+// GPUDirect, shm through CUDA IPC), else it is received through pinned host memory and copied to the device
+// as it arrives (tcp). Each batch is then copied back to the host to be checked: the CPU never touches
+// device memory (docs/xfer.md, "File segments").
 // Without --metadata the storage node serves a builtin store (as xfer_kvcache's decode does).
 #include <fcntl.h>
 #include <unistd.h>
@@ -31,12 +33,14 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <random>
 #include <span>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "example_cuda.hpp"
 #include "rdmakit/xfer/engine.hpp"
 #include "rdmakit/xfer/metadata.hpp"
 
@@ -44,6 +48,7 @@ namespace {
 
 using namespace std::chrono_literals;
 using namespace rdmakit::xfer;
+using rdmakit::examples::Cuda;
 
 constexpr std::uint64_t kMagic = 0x6461746173657431ull;  // "dataset1"
 constexpr const char* kPrefix = "dataset";
@@ -252,16 +257,46 @@ std::size_t check_batch(const Dataset& data, Batch& batch, const std::byte* buff
   return bad;
 }
 
+// A batch's memory: registered host memory, or (--gpu) device memory and a host copy to check it in.
+class BatchBuffer {
+ public:
+  BatchBuffer(Engine& engine, std::size_t bytes, Cuda* cuda) : engine_(engine), cuda_(cuda), bytes_(bytes) {
+    if (!cuda) {
+      host_.emplace(engine, bytes);
+      return;
+    }
+    device_ = static_cast<std::byte*>(cuda->allocate(bytes));
+    check_.resize(bytes);
+    must(engine.register_local(device_, bytes, rdmakit::MemoryKind::Cuda), "register_local (device)");
+  }
+  BatchBuffer(const BatchBuffer&) = delete;
+  BatchBuffer& operator=(const BatchBuffer&) = delete;
+  ~BatchBuffer() {
+    if (!device_) return;
+    (void)engine_.unregister_local(device_);
+    cuda_->release(device_);
+  }
+  std::byte* target() const { return device_ ? device_ : host_->get(); }
+  // The batch's bytes where the CPU may read them.
+  const std::byte* landed() {
+    if (!device_) return host_->get();
+    cuda_->copy(check_.data(), device_, bytes_);
+    return check_.data();
+  }
+
+ private:
+  Engine& engine_;
+  Cuda* cuda_;
+  std::size_t bytes_;
+  std::optional<Pinned> host_;
+  std::byte* device_ = nullptr;
+  std::vector<std::byte> check_;
+};
+
 int trainer(const Args& args) {
   auto name = "trainer-" + std::to_string(args.rank);
-  if (args.gpu) {
-    std::fprintf(
-        stderr,
-        "%s: --gpu: this example checks every sample in host memory; run without --gpu and copy each "
-        "checked batch to the device (the engine also READs file segments straight into device memory)\n",
-        name.c_str());
-    return 2;
-  }
+  std::optional<Cuda> cuda;
+  if (args.gpu) cuda.emplace();
   if (args.metadata.empty()) throw std::runtime_error("trainer needs --metadata URL (storage prints it)");
   auto metadata = open_store(args.metadata);
   auto engine = must(
@@ -270,34 +305,43 @@ int trainer(const Args& args) {
       "engine");
   auto data = open_dataset(*engine);
   const std::size_t bytes = args.batch * data.header.sample_bytes;
-  Pinned buffers[2]{{*engine, bytes}, {*engine, bytes}};
+  BatchBuffer buffers[2]{{*engine, bytes, cuda ? &*cuda : nullptr},
+                         {*engine, bytes, cuda ? &*cuda : nullptr}};
   std::mt19937_64 random(1000 + args.rank);
   std::vector<std::uint64_t> samples[2];
   std::size_t bad = 0;
   auto start = std::chrono::steady_clock::now();
   // Prefetch: batch k + 1 is in flight while batch k is checked.
   auto next =
-      must(engine->submit(plan_batch(data, buffers[0].get(), args.batch, random, samples[0])), "submit");
+      must(engine->submit(plan_batch(data, buffers[0].target(), args.batch, random, samples[0])), "submit");
   for (std::size_t k = 0; k < args.batches; ++k) {
     auto current = std::move(next);
     if (k + 1 < args.batches) {
       auto& slot = samples[(k + 1) % 2];
-      next = must(engine->submit(plan_batch(data, buffers[(k + 1) % 2].get(), args.batch, random, slot)),
+      next = must(engine->submit(plan_batch(data, buffers[(k + 1) % 2].target(), args.batch, random, slot)),
                   "submit");
     }
     must(current->wait(60s), "batch " + std::to_string(k));
-    bad += check_batch(data, *current, buffers[k % 2].get(), samples[k % 2]);
+    bad += check_batch(data, *current, buffers[k % 2].landed(), samples[k % 2]);
     // Which way the samples came: from the storage node, or (on its host) read from the shards here.
-    if (k + 1 == args.batches)
-      std::printf("%s: last batch: %s\n", name.c_str(), to_string(current->paths()).c_str());
+    if (k + 1 == args.batches) {
+      const BatchPaths paths = current->paths();
+      std::printf("%s: last batch: %s\n", name.c_str(), to_string(paths).c_str());
+      for (rdmakit::MemoryPath path : paths.memory)
+        if (cuda && path == rdmakit::MemoryPath::Host) {
+          std::fprintf(stderr, "%s: --gpu, yet the batch went to host memory\n", name.c_str());
+          ++bad;
+        }
+    }
   }
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::size_t total = args.batch * args.batches;
   char result[256];
   std::snprintf(result, sizeof result,
-                "%zu samples of %llu KiB in %zu batches over %s, %.0f samples/s, %zu bad", total,
+                "%zu samples of %llu KiB in %zu batches over %s%s, %.0f samples/s, %zu bad", total,
                 (unsigned long long)data.header.sample_bytes / 1024, args.batches,
-                must(engine->segment_info(data.shards[0]), "info").transport.c_str(), total / seconds, bad);
+                must(engine->segment_info(data.shards[0]), "info").transport.c_str(),
+                cuda ? " into device memory" : "", total / seconds, bad);
   std::printf("%s: %s\n", name.c_str(), result);
   // Tell the storage node: a WRITE of our result into our control slot, with the text as its notification.
   auto control = open_when_published(*engine, "dataset-control");

@@ -29,7 +29,6 @@
 // skips the tier. The metadata store: --metadata URL (builtin://, redis:// or etcd://host:port, see
 // open_metadata). Without it, decode serves a builtin store itself (serve_builtin_metadata on a free loopback
 // port) for as long as it runs, and prints its URL on its "ready" line for prefill's --metadata.
-#include <dlfcn.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -48,6 +47,7 @@
 #include <thread>
 #include <vector>
 
+#include "example_cuda.hpp"
 #include "rdmakit/xfer/engine.hpp"
 #include "rdmakit/xfer/metadata.hpp"
 
@@ -55,6 +55,7 @@ namespace {
 
 using namespace std::chrono_literals;
 using namespace rdmakit::xfer;
+using rdmakit::examples::Cuda;
 
 constexpr std::size_t kTokens = 16, kLayers = 32, kHeads = 8, kDims = 128, kElement = 2;  // bf16
 constexpr std::size_t kBlock = kTokens * kLayers * 2 * kHeads * kDims * kElement;         // 2 MiB
@@ -74,38 +75,6 @@ struct Args {
   std::size_t blocks = 16, slots = 64;
   std::uint32_t seed = 1;
   bool gpu = false;
-};
-
-// The three CUDA runtime calls this example makes itself. A real program links libcudart; this one loads it
-// as rdmakit does ($RDMAKIT_CUDA_RUNTIME, else libcudart.so.13/.12), so it builds without the toolkit and
-// CI runs it against the fake runtime (tests/fake_cudart).
-class Cuda {
- public:
-  Cuda() {
-    const char* named = std::getenv("RDMAKIT_CUDA_RUNTIME");
-    for (const char* name : {named, "libcudart.so.13", "libcudart.so.12"})
-      if (name && *name && (handle_ = ::dlopen(name, RTLD_NOW | RTLD_LOCAL))) break;
-    if (!handle_) throw std::runtime_error("--gpu: no CUDA runtime loads (set RDMAKIT_CUDA_RUNTIME)");
-    malloc_ = reinterpret_cast<int (*)(void**, std::size_t)>(::dlsym(handle_, "cudaMalloc"));
-    free_ = reinterpret_cast<int (*)(void*)>(::dlsym(handle_, "cudaFree"));
-    memcpy_ = reinterpret_cast<int (*)(void*, const void*, std::size_t, int)>(::dlsym(handle_, "cudaMemcpy"));
-    if (!malloc_ || !free_ || !memcpy_) throw std::runtime_error("--gpu: the CUDA runtime lacks cudaMemcpy");
-  }
-  void* allocate(std::size_t size) {
-    void* p = nullptr;
-    if (malloc_(&p, size) != 0) throw std::runtime_error("--gpu: cudaMalloc failed");
-    return p;
-  }
-  void release(void* p) { free_(p); }
-  void copy(void* to, const void* from, std::size_t size) {  // cudaMemcpyDefault: the pointers say where
-    if (memcpy_(to, from, size, 4) != 0) throw std::runtime_error("--gpu: cudaMemcpy failed");
-  }
-
- private:
-  void* handle_ = nullptr;
-  int (*malloc_)(void**, std::size_t) = nullptr;
-  int (*free_)(void*) = nullptr;
-  int (*memcpy_)(void*, const void*, std::size_t, int) = nullptr;
 };
 
 std::uint8_t value(std::uint64_t block, std::uint64_t byte) {  // the bytes of logical block `block`

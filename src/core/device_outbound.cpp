@@ -9,8 +9,8 @@
 
 namespace rdmakit::detail {
 
-Result<PinnedBytes> stage_from_device(const std::shared_ptr<PinnedSlotPool>& pool, std::span<const iovec> sources,
-                                      const char* what) {
+Result<PinnedBytes> stage_from_device(const std::shared_ptr<PinnedSlotPool>& pool,
+                                      std::span<const iovec> sources, const char* what) {
   std::size_t total = 0;
   for (const iovec& source : sources) total += source.iov_len;
   if (total == 0) return PinnedBytes{};
@@ -42,7 +42,8 @@ Result<PinnedBytes> stage_from_device(const std::shared_ptr<PinnedSlotPool>& poo
       const std::size_t chunk = pool->options().chunk;
       for (std::size_t done = 0; done < source.iov_len; done += chunk) {
         const std::size_t piece = std::min(chunk, source.iov_len - done);
-        if (auto e = rt->memcpy_async(to + done, from + done, piece, cuda::kDefault, *stream); e != cuda::kSuccess)
+        if (auto e = rt->memcpy_async(to + done, from + done, piece, cuda::kDefault, *stream);
+            e != cuda::kSuccess)
           return fail(Errc::TransportFailure, std::string(what) + ": " + rt->describe("cudaMemcpyAsync", e));
       }
       return {};
@@ -53,7 +54,8 @@ Result<PinnedBytes> stage_from_device(const std::shared_ptr<PinnedSlotPool>& poo
   // Synchronized even after a failure: a queued copy must not land in a buffer that goes back to the pool.
   for (cuda::Stream stream : used)
     if (auto e = rt->stream_synchronize(stream); e != cuda::kSuccess && queued)
-      queued = fail(Errc::TransportFailure, std::string(what) + ": " + rt->describe("cudaStreamSynchronize", e));
+      queued =
+          fail(Errc::TransportFailure, std::string(what) + ": " + rt->describe("cudaStreamSynchronize", e));
   if (!queued) {
     pool->release(std::move(*slot));
     return std::unexpected(queued.error());

@@ -18,7 +18,7 @@ namespace rdmakit::detail {
 
 // `sources` (device memory, or host memory beside it, in order) -> one buffer of their total size.
 // `what` names the operation in errors. The copies have all run when this returns, failed or not.
-Result<PinnedBytes> stage_from_device(const std::shared_ptr<PinnedSlotPool>& pool, std::span<const iovec> sources,
-                                      const char* what);
+Result<PinnedBytes> stage_from_device(const std::shared_ptr<PinnedSlotPool>& pool,
+                                      std::span<const iovec> sources, const char* what);
 
 }  // namespace rdmakit::detail

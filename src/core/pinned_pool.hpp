@@ -67,7 +67,8 @@ class PinnedSlotPool {
 class PinnedBytes {
  public:
   PinnedBytes() = default;
-  PinnedBytes(std::shared_ptr<PinnedSlotPool> pool, std::unique_ptr<PinnedSlotPool::Slot> slot, std::size_t size)
+  PinnedBytes(std::shared_ptr<PinnedSlotPool> pool, std::unique_ptr<PinnedSlotPool::Slot> slot,
+              std::size_t size)
       : pool_(std::move(pool)), slot_(std::move(slot)), size_(size) {}
   PinnedBytes(PinnedBytes&&) noexcept = default;
   PinnedBytes& operator=(PinnedBytes&& other) noexcept {
