@@ -8,17 +8,11 @@
 #include "cuda/runtime.hpp"
 
 namespace rdmakit::detail {
-namespace {
-
-constexpr std::size_t kSmallest = std::size_t{64} << 10;
-
-std::size_t size_class(std::size_t size) {
-  std::size_t c = kSmallest;
+std::size_t staging_size_class(std::size_t size) {
+  std::size_t c = std::size_t{64} << 10;
   while (c < size) c <<= 1;
   return c;
 }
-
-}  // namespace
 
 const cuda::Runtime* staging_runtime() {
   auto rt = cuda::Runtime::get();
@@ -40,7 +34,7 @@ PinnedSlotPool::~PinnedSlotPool() {
 }
 
 Result<std::unique_ptr<PinnedSlotPool::Slot>> PinnedSlotPool::acquire(std::size_t size) {
-  const std::size_t bytes = size == 0 ? options_.chunk : size_class(size);
+  const std::size_t bytes = size == 0 ? options_.chunk : staging_size_class(size);
   {
     std::lock_guard lock(mutex_);
     if (auto it = free_.lower_bound(bytes); it != free_.end() && it->first < 2 * bytes) {
@@ -50,10 +44,14 @@ Result<std::unique_ptr<PinnedSlotPool::Slot>> PinnedSlotPool::acquire(std::size_
       return slot;
     }
   }
+  return map(bytes, "device staging");
+}
+
+Result<std::unique_ptr<PinnedSlotPool::Slot>> PinnedSlotPool::map(std::size_t bytes, std::string_view who) {
   auto slot = std::make_unique<Slot>();
   void* memory = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (memory == MAP_FAILED)
-    return fail_errno("device staging: mmap of a " + std::to_string(bytes) + "-byte buffer", errno);
+    return fail_errno(std::string(who) + ": mmap of a " + std::to_string(bytes) + "-byte buffer", errno);
   slot->data = static_cast<std::byte*>(memory);
   slot->size = bytes;
   if (const cuda::Runtime* rt = staging_runtime(); rt && rt->host_register)
@@ -75,14 +73,8 @@ Result<cuda::Stream> PinnedSlotPool::stream(int device) {
   if (auto it = streams_.find(device); it != streams_.end()) return it->second;
   auto rt = cuda::Runtime::get();
   if (!rt) return std::unexpected(rt.error());
-  cuda::Stream stream = nullptr;
-  auto made = cuda::on_device(**rt, device, [&]() -> Result<void> {
-    if (auto e = (*rt)->stream_create_with_flags(&stream, cuda::kStreamNonBlocking); e != cuda::kSuccess)
-      return fail(Errc::Unavailable, "device staging: " + (*rt)->describe("cudaStreamCreateWithFlags", e));
-    return {};
-  });
-  if (!made) return std::unexpected(made.error());
-  streams_[device] = stream;
+  auto stream = cuda::create_library_stream(**rt, device, "device staging");
+  if (stream) streams_[device] = *stream;
   return stream;
 }
 

@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string_view>
 #include <utility>
 
 #include "cuda/api.hpp"
@@ -23,6 +24,9 @@ class Runtime;
 // The CUDA runtime, or null when none loads: by the time the staged path runs, registering device memory
 // loaded it (it is never unloaded).
 const cuda::Runtime* staging_runtime();
+
+// The power of two from 64 KiB up that holds `size`: buffers are pooled by these classes.
+std::size_t staging_size_class(std::size_t size);
 
 class PinnedSlotPool {
  public:
@@ -41,6 +45,8 @@ class PinnedSlotPool {
     bool copy_pending = false;  // `event` was recorded behind a copy from this slot that may still run
     ~Slot();
   };
+  // `bytes` of fresh host memory, pinned where the runtime allows. `who` names the caller in the error.
+  static Result<std::unique_ptr<Slot>> map(std::size_t bytes, std::string_view who);
 
   explicit PinnedSlotPool(Options options) : options_(options) {}
   ~PinnedSlotPool();

@@ -114,4 +114,15 @@ Result<const Runtime*> Runtime::get(const std::string& library) {
   return rt;
 }
 
+Result<Stream> create_library_stream(const Runtime& rt, int device, std::string_view who) {
+  Stream stream = nullptr;
+  auto made = on_device(rt, device, [&]() -> Result<void> {
+    if (auto e = rt.stream_create_with_flags(&stream, kStreamNonBlocking); e != kSuccess)
+      return fail(Errc::Unavailable, std::string(who) + ": " + rt.describe("cudaStreamCreateWithFlags", e));
+    return {};
+  });
+  if (!made) return std::unexpected(made.error());
+  return stream;
+}
+
 }  // namespace rdmakit::detail::cuda

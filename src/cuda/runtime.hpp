@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "cuda/api.hpp"
@@ -52,6 +53,10 @@ class Runtime {
   static Result<Runtime> load(const std::string& library);
   std::string library_;
 };
+
+// A non-blocking stream of the library's own on `device` (the caller's current device is left as it was).
+// `who` names the caller in the error.
+Result<Stream> create_library_stream(const Runtime& rt, int device, std::string_view who);
 
 // What an empty name tries, in order.
 std::vector<std::string> default_runtime_names();

@@ -13,13 +13,6 @@ namespace {
 
 // Buffers kept for reuse beyond this are freed: registration is what costs, not the memory.
 constexpr std::size_t kPoolBytes = std::size_t{64} << 20;
-constexpr std::size_t kSmallest = std::size_t{64} << 10;
-
-std::size_t size_class(std::size_t size) {
-  std::size_t c = kSmallest;
-  while (c < size) c <<= 1;
-  return c;
-}
 
 }  // namespace
 
@@ -27,15 +20,11 @@ Result<std::unique_ptr<StagingBuffer>> StagingBuffer::create(std::shared_ptr<Dev
                                                              std::size_t size) {
   std::unique_ptr<StagingBuffer> b(new StagingBuffer());
   b->device_ = std::move(device);
-  void* memory = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (memory == MAP_FAILED)
-    return fail_errno("verbs staging: mmap of " + std::to_string(size) + " bytes", errno);
-  b->data_ = static_cast<std::byte*>(memory);
-  b->size_ = size;
   // Pinned through the runtime, so cudaMemcpyAsync is a DMA, not a copy through the driver's own staging.
-  if (auto rt = cuda::Runtime::get(); rt && (*rt)->host_register)
-    b->pinned_ = (*rt)->host_register(memory, size, cuda::kHostRegisterDefault) == cuda::kSuccess;
-  b->mr_ = b->device_->api().reg_mr(b->device_->pd(), memory, size, IBV_ACCESS_LOCAL_WRITE);
+  auto host = detail::PinnedSlotPool::map(size, "verbs staging");
+  if (!host) return std::unexpected(host.error());
+  b->host_ = std::move(*host);
+  b->mr_ = b->device_->api().reg_mr(b->device_->pd(), b->host_->data, size, IBV_ACCESS_LOCAL_WRITE);
   if (!b->mr_)
     return fail_errno("verbs staging: ibv_reg_mr of a " + std::to_string(size) + "-byte bounce buffer",
                       errno);
@@ -43,10 +32,7 @@ Result<std::unique_ptr<StagingBuffer>> StagingBuffer::create(std::shared_ptr<Dev
 }
 
 StagingBuffer::~StagingBuffer() {
-  if (mr_) device_->api().dereg_mr(mr_);
-  if (pinned_)
-    if (auto rt = cuda::Runtime::get(); rt) (*rt)->host_unregister(data_);
-  if (data_) ::munmap(data_, size_);
+  if (mr_) device_->api().dereg_mr(mr_);  // before host_ unpins and unmaps the memory
 }
 
 Staging::~Staging() {
@@ -105,7 +91,7 @@ bool Staging::involves(std::span<const Segment> segments) const {
 }
 
 Result<std::shared_ptr<StagingBuffer>> Staging::acquire(std::size_t size) {
-  const std::size_t want = size_class(size == 0 ? 1 : size);
+  const std::size_t want = detail::staging_size_class(size == 0 ? 1 : size);
   std::unique_ptr<StagingBuffer> buffer;
   {
     std::lock_guard lock(pool_mutex_);
@@ -141,14 +127,8 @@ Result<cuda::Stream> Staging::stream_for(int device) {
   if (auto it = streams_.find(device); it != streams_.end()) return it->second;
   auto rt = cuda::Runtime::get();
   if (!rt) return std::unexpected(rt.error());
-  cuda::Stream stream = nullptr;
-  auto made = cuda::on_device(**rt, device, [&]() -> Result<void> {
-    if (auto e = (*rt)->stream_create_with_flags(&stream, cuda::kStreamNonBlocking); e != cuda::kSuccess)
-      return fail(Errc::Unavailable, "verbs staging: " + (*rt)->describe("cudaStreamCreateWithFlags", e));
-    return {};
-  });
-  if (!made) return std::unexpected(made.error());
-  streams_[device] = stream;
+  auto stream = cuda::create_library_stream(**rt, device, "verbs staging");
+  if (stream) streams_[device] = *stream;
   return stream;
 }
 

@@ -16,6 +16,7 @@
 #include <span>
 #include <vector>
 
+#include "core/pinned_pool.hpp"
 #include "cuda/api.hpp"
 #include "rdmakit/error.hpp"
 #include "rdmakit/memory.hpp"
@@ -32,17 +33,15 @@ class StagingBuffer {
   ~StagingBuffer();
   StagingBuffer(const StagingBuffer&) = delete;
   StagingBuffer& operator=(const StagingBuffer&) = delete;
-  std::byte* data() const noexcept { return data_; }
-  std::size_t size() const noexcept { return size_; }
+  std::byte* data() const noexcept { return host_->data; }
+  std::size_t size() const noexcept { return host_->size; }
   std::uint32_t lkey() const noexcept { return mr_->lkey; }
 
  private:
   StagingBuffer() = default;
   std::shared_ptr<Device> device_;
-  std::byte* data_ = nullptr;
-  std::size_t size_ = 0;
+  std::unique_ptr<detail::PinnedSlotPool::Slot> host_;  // mapped, pinned where the runtime allows
   ibv_mr* mr_ = nullptr;
-  bool pinned_ = false;  // cudaHostRegister'ed
 };
 
 class Staging : public std::enable_shared_from_this<Staging> {
