@@ -91,6 +91,13 @@ Result<void> DeviceInbound::queue_copy(PinnedSlotPool::Slot& slot, std::size_t b
   int last_device = -1;
   cuda::Stream last_stream = nullptr;
   bool several_streams = false;
+  // Waits for what this chunk queued so far: after a failure no event tracks it, and the slot goes back
+  // to the pool when the payload ends, so no copy may still read it then.
+  auto settle = [&] {
+    for (const Target& target : targets_)
+      if (target.device >= 0)
+        if (auto stream = pool_->stream(target.device)) (void)rt->stream_synchronize(*stream);
+  };
   while (done < bytes && target_ < targets_.size()) {
     const Target& target = targets_[target_];
     const std::size_t n = std::min(bytes - done, target.sink.iov_len - target_offset_);
@@ -101,17 +108,23 @@ Result<void> DeviceInbound::queue_copy(PinnedSlotPool::Slot& slot, std::size_t b
       done += n;
       continue;
     }
-    auto stream = pool_->stream(std::max(target.device, 0));
-    if (!stream) return std::unexpected(stream.error());
+    auto stream = pool_->stream(target.device);
+    if (!stream) {
+      settle();
+      return std::unexpected(stream.error());
+    }
     several_streams = several_streams || (last_stream && last_stream != *stream);
     last_stream = *stream;
-    last_device = std::max(target.device, 0);
+    last_device = target.device;
     auto queued = cuda::on_device(*rt, last_device, [&]() -> Result<void> {
       if (auto e = rt->memcpy_async(to, slot.data + done, n, cuda::kDefault, *stream); e != cuda::kSuccess)
         return fail_call("cudaMemcpyAsync", e);
       return {};
     });
-    if (!queued) return queued;
+    if (!queued) {
+      settle();
+      return queued;
+    }
     advance(n);
     done += n;
   }
@@ -120,10 +133,10 @@ Result<void> DeviceInbound::queue_copy(PinnedSlotPool::Slot& slot, std::size_t b
     // A chunk across devices (a receive list over two GPUs): its streams are synchronized here rather than
     // tracked by one event each.
     for (const Target& target : targets_)
-      if (auto stream = target.device < 0 ? Result<cuda::Stream>(nullptr) : pool_->stream(target.device);
-          stream && *stream)
-        if (auto e = rt->stream_synchronize(*stream); e != cuda::kSuccess)
-          return fail_call("cudaStreamSynchronize", e);
+      if (target.device >= 0)
+        if (auto stream = pool_->stream(target.device); stream)
+          if (auto e = rt->stream_synchronize(*stream); e != cuda::kSuccess)
+            return fail_call("cudaStreamSynchronize", e);
     return {};
   }
   return cuda::on_device(*rt, last_device, [&]() -> Result<void> {
