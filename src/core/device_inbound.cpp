@@ -1,7 +1,6 @@
 #include "core/device_inbound.hpp"
 
 #include <algorithm>
-#include <cerrno>
 #include <cstring>
 #include <string>
 #include <utility>
@@ -24,12 +23,7 @@ void DeviceInbound::begin(std::span<const iovec> sink, const char* what) {
   const cuda::Runtime* rt = staging_runtime();
   for (const iovec& part : sink) {
     if (part.iov_len == 0) continue;
-    int device = -1;
-    cuda::PointerAttributes attributes{};
-    if (rt && rt->pointer_get_attributes(&attributes, part.iov_base) == cuda::kSuccess &&
-        (attributes.type == cuda::kDevice || attributes.type == cuda::kManaged))
-      device = attributes.device;
-    targets_.push_back(Target{part, device});
+    targets_.push_back(Target{part, rt ? staged_device_of(*rt, part.iov_base) : -1});
     unassigned_ += part.iov_len;
   }
   if (!rt && unassigned_ > 0)
@@ -91,12 +85,16 @@ Result<void> DeviceInbound::queue_copy(PinnedSlotPool::Slot& slot, std::size_t b
   int last_device = -1;
   cuda::Stream last_stream = nullptr;
   bool several_streams = false;
-  // Waits for what this chunk queued so far: after a failure no event tracks it, and the slot goes back
-  // to the pool when the payload ends, so no copy may still read it then.
-  auto settle = [&] {
+  // Waits for what the payload's streams hold: after a failure no event tracks this chunk's copies, and the
+  // slot goes back to the pool when the payload ends, so no copy may still read it then. The first error.
+  auto settle = [&]() -> Result<void> {
+    Result<void> settled;
     for (const Target& target : targets_)
       if (target.device >= 0)
-        if (auto stream = pool_->stream(target.device)) (void)rt->stream_synchronize(*stream);
+        if (auto stream = pool_->stream(target.device))
+          if (auto e = rt->stream_synchronize(*stream); e != cuda::kSuccess && settled)
+            settled = fail_call("cudaStreamSynchronize", e);
+    return settled;
   };
   while (done < bytes && target_ < targets_.size()) {
     const Target& target = targets_[target_];
@@ -110,7 +108,7 @@ Result<void> DeviceInbound::queue_copy(PinnedSlotPool::Slot& slot, std::size_t b
     }
     auto stream = pool_->stream(target.device);
     if (!stream) {
-      settle();
+      (void)settle();
       return std::unexpected(stream.error());
     }
     several_streams = several_streams || (last_stream && last_stream != *stream);
@@ -122,23 +120,16 @@ Result<void> DeviceInbound::queue_copy(PinnedSlotPool::Slot& slot, std::size_t b
       return {};
     });
     if (!queued) {
-      settle();
+      (void)settle();
       return queued;
     }
     advance(n);
     done += n;
   }
   if (!last_stream) return {};  // host memory only
-  if (several_streams) {
-    // A chunk across devices (a receive list over two GPUs): its streams are synchronized here rather than
-    // tracked by one event each.
-    for (const Target& target : targets_)
-      if (target.device >= 0)
-        if (auto stream = pool_->stream(target.device); stream)
-          if (auto e = rt->stream_synchronize(*stream); e != cuda::kSuccess)
-            return fail_call("cudaStreamSynchronize", e);
-    return {};
-  }
+  // A chunk across devices (a receive list over two GPUs): its streams are synchronized here rather than
+  // tracked by one event each.
+  if (several_streams) return settle();
   return cuda::on_device(*rt, last_device, [&]() -> Result<void> {
     if (slot.event && slot.event_device != last_device) {
       rt->event_destroy(slot.event);

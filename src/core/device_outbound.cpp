@@ -23,22 +23,20 @@ Result<PinnedBytes> stage_from_device(const std::shared_ptr<PinnedSlotPool>& poo
   Result<void> queued;
   for (const iovec& source : sources) {
     if (source.iov_len == 0) continue;
-    cuda::PointerAttributes attributes{};
-    const bool device = rt->pointer_get_attributes(&attributes, source.iov_base) == cuda::kSuccess &&
-                        (attributes.type == cuda::kDevice || attributes.type == cuda::kManaged);
+    const int device = staged_device_of(*rt, source.iov_base);
     const auto* from = static_cast<const std::byte*>(source.iov_base);
-    if (!device) {  // host memory beside device memory in one list
+    if (device < 0) {  // host memory beside device memory in one list
       std::memcpy(to, from, source.iov_len);
       to += source.iov_len;
       continue;
     }
-    auto stream = pool->stream(attributes.device);
+    auto stream = pool->stream(device);
     if (!stream) {
       queued = std::unexpected(stream.error());
       break;
     }
     if (std::find(used.begin(), used.end(), *stream) == used.end()) used.push_back(*stream);
-    queued = cuda::on_device(*rt, attributes.device, [&]() -> Result<void> {
+    queued = cuda::on_device(*rt, device, [&]() -> Result<void> {
       const std::size_t chunk = pool->options().chunk;
       for (std::size_t done = 0; done < source.iov_len; done += chunk) {
         const std::size_t piece = std::min(chunk, source.iov_len - done);

@@ -8,15 +8,11 @@
 #include "cuda/runtime.hpp"
 
 namespace rdmakit::detail {
+
 std::size_t staging_size_class(std::size_t size) {
   std::size_t c = std::size_t{64} << 10;
   while (c < size) c <<= 1;
   return c;
-}
-
-const cuda::Runtime* staging_runtime() {
-  auto rt = cuda::Runtime::get();
-  return rt ? *rt : nullptr;
 }
 
 PinnedSlotPool::Slot::~Slot() {

@@ -13,17 +13,11 @@
 #include <string_view>
 #include <utility>
 
+#include "core/staged_copy.hpp"
 #include "cuda/api.hpp"
 #include "rdmakit/error.hpp"
 
 namespace rdmakit::detail {
-
-namespace cuda {
-class Runtime;
-}
-// The CUDA runtime, or null when none loads: by the time the staged path runs, registering device memory
-// loaded it (it is never unloaded).
-const cuda::Runtime* staging_runtime();
 
 // The power of two from 64 KiB up that holds `size`: buffers are pooled by these classes.
 std::size_t staging_size_class(std::size_t size);

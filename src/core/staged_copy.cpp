@@ -10,17 +10,28 @@ namespace rdmakit::detail {
 
 namespace {
 
-// The runtime was loaded when the first device region was registered and is never unloaded, so it is
-// looked up once (Runtime::get() takes a mutex and asks for the device count), not once per copy.
+// staging_runtime(), or the error saying why none loads.
 Result<const cuda::Runtime*> runtime() {
-  static std::atomic<const cuda::Runtime*> loaded{nullptr};
-  if (const cuda::Runtime* known = loaded.load(std::memory_order_acquire)) return known;
-  auto rt = cuda::Runtime::get();
-  if (rt) loaded.store(*rt, std::memory_order_release);
-  return rt;
+  if (const cuda::Runtime* known = staging_runtime()) return known;
+  return cuda::Runtime::get();
 }
 
 }  // namespace
+
+const cuda::Runtime* staging_runtime() {
+  static std::atomic<const cuda::Runtime*> loaded{nullptr};
+  if (const cuda::Runtime* known = loaded.load(std::memory_order_acquire)) return known;
+  auto rt = cuda::Runtime::get();
+  if (!rt) return nullptr;
+  loaded.store(*rt, std::memory_order_release);
+  return *rt;
+}
+
+int staged_device_of(const cuda::Runtime& rt, const void* pointer) {
+  cuda::PointerAttributes attributes{};
+  if (rt.pointer_get_attributes(&attributes, pointer) != cuda::kSuccess) return -1;
+  return attributes.type == cuda::kDevice || attributes.type == cuda::kManaged ? attributes.device : -1;
+}
 
 Result<void> staged_copy(void* destination, const void* source, std::size_t size, const char* what) {
   if (size == 0) return {};

@@ -10,6 +10,18 @@
 
 namespace rdmakit::detail {
 
+namespace cuda {
+class Runtime;
+}
+// The CUDA runtime, or null when none loads. Looked up once and kept: the staged path runs only after a
+// device region was registered, which loaded it, and it is never unloaded (Runtime::get() takes a mutex and
+// asks for the device count, which a per-chunk call should not pay).
+const cuda::Runtime* staging_runtime();
+
+// The device `pointer` lies on, or -1 for memory the CPU may touch itself (host memory, or what the runtime
+// does not know).
+int staged_device_of(const cuda::Runtime& rt, const void* pointer);
+
 // Copies `size` bytes; either side may be device memory. `what` names the operation for the error.
 // Synchronous: it returns when the bytes are there (the caller sends them next, or acknowledges them).
 Result<void> staged_copy(void* destination, const void* source, std::size_t size, const char* what);

@@ -6,7 +6,7 @@
 #include <mutex>
 #include <unordered_set>
 
-#include "core/device_inbound.hpp"
+#include "core/pinned_pool.hpp"
 #include "core/registration_table.hpp"
 #include "transport/provider.hpp"
 #include "transport/tcp/engine.hpp"
